@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+// Command-line flags: upstream's names, defaults and Go spellings (-flag=value, --flag value).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/ruleset.h"
+
+namespace ipmasq {
+
+struct AgentOptions {
+	std::string configPath = kDefaultConfigPath;
+	ConfigFlags configFlags;
+	RulesetOptions ruleset;
+	bool dryRun = false;
+	int verbosity = 0;
+};
+
+struct CommandLine {
+	enum class Action { run, help, version };
+	Action action = Action::run;
+	AgentOptions options;
+	std::string helpText;
+	// Effective flags as "--name=value", for the start-up log (as upstream logs FLAG: lines).
+	std::vector<std::string> effectiveFlags;
+	std::vector<std::string> warnings;
+};
+
+// Parse argv. Errors (unknown flags, bad values) name the flag and the fix.
+Result<CommandLine> parseCommandLine(int argc, const char *const argv[]);
+
+} // namespace ipmasq

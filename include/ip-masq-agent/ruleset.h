@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// The desired ruleset: the agent's whole nftables table as plain data, built from config + flags.
+//
+// This is the one model both consumers read: the dry-run renderer (nft_text.h) prints it
+// and the netlink backend (netlink/) encodes it. Rules are a closed set of domain
+// statements rather than free-form expressions, so each consumer handles every kind
+// exhaustively (std::visit) and both emit the bytecode `nft` itself would.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/port_ranges.h"
+
+namespace ipmasq {
+
+inline constexpr const char *kDefaultTableName = "ip-masq-agent";
+inline constexpr const char *kDefaultMasqChain = "IP-MASQ-AGENT";
+inline constexpr const char *kBaseChainName = "postrouting";
+inline constexpr const char *kSetNameV4 = "nomasq-v4";
+inline constexpr const char *kSetNameV6 = "nomasq-v6";
+
+// Netfilter's standard priority for source NAT (NF_IP_PRI_NAT_SRC).
+inline constexpr int kSrcnatPriority = 100;
+// After kube-proxy's nat-postrouting chain (at srcnat): kube-proxy's masquerade
+// decisions for Service traffic come first, as its KUBE-POSTROUTING jump did in iptables.
+inline constexpr int kDefaultPriority = kSrcnatPriority + 10;
+// NAT base chains must run after conntrack (NF_IP_PRI_CONNTRACK = -200).
+inline constexpr int kMinNatPriority = -199;
+
+// Parse "110", "srcnat", "srcnat + 10", "srcnat+10", "filter - 5" (nft's names).
+Result<int> parseChainPriority(std::string_view text);
+// Print a postrouting priority as nft lists it: a name within +-10 of a standard one.
+std::string formatChainPriority(int priority);
+
+// Everything that shapes the ruleset besides the config file.
+struct RulesetOptions {
+	std::string table = kDefaultTableName;
+	std::string masqChain = kDefaultMasqChain;
+	int priority = kDefaultPriority;
+	bool enableIpv6 = false;
+	bool randomFully = true;
+	std::vector<PortRange> toPorts;
+};
+
+// Table, chain and set names end up unquoted in nft syntax: keep them identifiers.
+Status validateName(std::string_view what, std::string_view name);
+Status validateRulesetOptions(const RulesetOptions &options);
+
+// An interval set of destination addresses.
+struct AddressSet {
+	std::string name;
+	IntervalSet elements;
+	std::string comment;
+
+	Family family() const { return elements.family(); }
+	bool operator==(const AddressSet &) const = default;
+};
+
+// --- Statements: one per kind of rule the agent writes. ---
+
+// [meta nfproto ipv4] fib daddr type != local jump <target>
+// Upstream's "-m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT" in POSTROUTING.
+struct JumpIfNotLocal {
+	std::optional<Family> onlyFamily; // restrict to one family (IPv4 without --enable-ipv6)
+	std::string target;
+	bool operator==(const JumpIfNotLocal &) const = default;
+};
+
+// ip daddr @<set> return / ip6 daddr @<set> return
+struct ReturnIfDestinationInSet {
+	Family family;
+	std::string set;
+	bool operator==(const ReturnIfDestinationInSet &) const = default;
+};
+
+// Pick this rule for `below` out of every `modulus` flows: numgen random mod M < B.
+// A cascade of these spreads flows over port ranges in proportion to their sizes.
+struct RandomSample {
+	uint32_t modulus;
+	uint32_t below;
+	bool operator==(const RandomSample &) const = default;
+};
+
+// [meta l4proto { tcp, udp, sctp }] [numgen ...] masquerade [to :ports] [fully-random]
+struct Masquerade {
+	std::optional<PortRange> toPorts; // implies the l4proto match (ports need a transport)
+	std::optional<RandomSample> sample;
+	bool fullyRandom = true;
+	bool operator==(const Masquerade &) const = default;
+};
+
+// The transport protocols --to-ports applies to, as upstream: tcp, udp, sctp.
+inline constexpr uint8_t kPortProtocols[] = {6, 17, 132};
+
+using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet, Masquerade>;
+
+struct Rule {
+	Statement statement;
+	std::string comment;
+	bool operator==(const Rule &) const = default;
+};
+
+struct BaseChainHook {
+	int priority; // the hook is always nat/postrouting
+	bool operator==(const BaseChainHook &) const = default;
+};
+
+struct Chain {
+	std::string name;
+	std::optional<BaseChainHook> hook; // set: a base chain on nat postrouting
+	std::string comment;
+	std::vector<Rule> rules;
+	bool operator==(const Chain &) const = default;
+};
+
+// The agent's whole table (family inet). Owned entirely by the agent and replaced whole.
+struct Ruleset {
+	std::string table;
+	std::string comment;
+	std::vector<AddressSet> sets;
+	std::vector<Chain> chains;
+	bool operator==(const Ruleset &) const = default;
+
+	const AddressSet *findSet(Family family) const;
+};
+
+// The pure function at the heart of the agent: config + flags -> desired table.
+Ruleset buildRuleset(const Config &config, const RulesetOptions &options);
+
+// Link-local ranges that are non-masquerade unless masqLinkLocal(IPv6) is set.
+Prefix linkLocalPrefix(Family family);
+
+} // namespace ipmasq

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// Command-line flags with Boost.Program_options, accepting Go's flag spellings.
+#include "ip-masq-agent/options.h"
+
+#include <sstream>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+
+namespace po = boost::program_options;
+
+namespace ipmasq {
+
+namespace {
+
+// Go's flag package treats "-flag" and "--flag" alike; Boost wants "--" for long names.
+// Rewrite single-dash long flags (and -v=2) so manifests written for upstream work as is.
+std::vector<std::string> goStyleArguments(int argc, const char *const argv[])
+{
+	std::vector<std::string> args;
+	bool positional = false;
+	for (int i = 1; i < argc; i++) {
+		std::string arg = argv[i];
+		if (arg == "--")
+			positional = true;
+		if (!positional && arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' &&
+		    !(arg[1] >= '0' && arg[1] <= '9') && !(arg.size() == 2 && arg[1] == 'h'))
+			arg = "-" + arg;
+		args.push_back(arg);
+	}
+	return args;
+}
+
+std::string boolText(bool value)
+{
+	return value ? "true" : "false";
+}
+
+} // namespace
+
+Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
+{
+	CommandLine cl;
+	AgentOptions &o = cl.options;
+	std::string toPorts, priority = formatChainPriority(kDefaultPriority);
+	bool logtostderr = true;
+
+	po::options_description desc("Usage: ip-masq-agent [flags]\n\n"
+				     "Keeps pod traffic to non-masquerade destinations un-NATed and "
+				     "masquerades the rest,\nusing its own nftables table.\n\nFlags");
+	// clang-format off
+	desc.add_options()
+		("config", po::value(&o.configPath)->default_value(o.configPath),
+		 "Config file (YAML or JSON). Absent means all defaults.")
+		("masq-chain", po::value(&o.ruleset.masqChain)->default_value(o.ruleset.masqChain),
+		 "Name of the chain holding the masquerade rules.")
+		("nomasq-all-reserved-ranges",
+		 po::value(&o.configFlags.nomasqAllReservedRanges)->default_value(false, "false")->implicit_value(true, "true"),
+		 "Also keep all reserved IPv4 ranges (RFC 6598, 5737, 2544, 7526, 6890, class E) un-NATed "
+		 "when the config gives no nonMasqueradeCIDRs.")
+		("enable-ipv6", po::value(&o.configFlags.enableIpv6)->default_value(false, "false")->implicit_value(true, "true"),
+		 "Also masquerade IPv6, with fe80::/10 and IPv6 nonMasqueradeCIDRs un-NATed.")
+		("random-fully", po::value(&o.ruleset.randomFully)->default_value(true, "true")->implicit_value(true, "true"),
+		 "Masquerade with fully randomized source ports.")
+		("to-ports", po::value(&toPorts)->default_value(""),
+		 "Masquerade tcp, udp and sctp to these source ports only, e.g. \"1024-29999,32768-65535\".")
+		("table", po::value(&o.ruleset.table)->default_value(o.ruleset.table),
+		 "Name of the agent's own nftables table (family inet).")
+		("priority", po::value(&priority)->default_value(priority),
+		 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").")
+		("dry-run", po::bool_switch(&o.dryRun),
+		 "Print the ruleset as nft -f input and exit; needs no privileges.")
+		("v", po::value(&o.verbosity)->default_value(0),
+		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")
+		("logtostderr", po::value(&logtostderr)->default_value(true, "true")->implicit_value(true, "true"),
+		 "Accepted for compatibility with upstream manifests; logs always go to stderr.")
+		("version", "Print the version and exit.")
+		("help,h", "Print this help and exit.");
+	// clang-format on
+
+	std::ostringstream help;
+	help << desc;
+	cl.helpText = help.str();
+
+	po::variables_map vm;
+	try {
+		const auto parsed = po::command_line_parser(goStyleArguments(argc, argv))
+					    .options(desc)
+					    .style(po::command_line_style::default_style &
+						   ~po::command_line_style::allow_guessing)
+					    .run();
+		po::store(parsed, vm);
+		po::notify(vm);
+	} catch (const po::unknown_option &e) {
+		return fail(fmt::format("unknown flag {} (see --help for the flags)",
+					e.get_option_name()));
+	} catch (const po::error &e) {
+		return fail(fmt::format("{} (see --help)", e.what()));
+	}
+
+	if (vm.count("help")) {
+		cl.action = CommandLine::Action::help;
+		return cl;
+	}
+	if (vm.count("version")) {
+		cl.action = CommandLine::Action::version;
+		return cl;
+	}
+
+	auto ports = parsePortRanges(toPorts);
+	if (!ports)
+		return fail(ports.error());
+	o.ruleset.toPorts = std::move(*ports);
+	auto prio = parseChainPriority(priority);
+	if (!prio)
+		return fail(prio.error());
+	o.ruleset.priority = *prio;
+	o.ruleset.enableIpv6 = o.configFlags.enableIpv6;
+	if (auto status = validateRulesetOptions(o.ruleset); !status)
+		return fail(status.error());
+	if (o.verbosity < 0)
+		return fail(fmt::format("--v {}: verbosity cannot be negative", o.verbosity));
+	if (!vm["logtostderr"].defaulted() && !logtostderr)
+		cl.warnings.push_back("--logtostderr=false is ignored: logs always go to stderr");
+
+	cl.effectiveFlags = {
+		fmt::format("--config={}", o.configPath),
+		fmt::format("--masq-chain={}", o.ruleset.masqChain),
+		fmt::format("--nomasq-all-reserved-ranges={}", boolText(o.configFlags.nomasqAllReservedRanges)),
+		fmt::format("--enable-ipv6={}", boolText(o.configFlags.enableIpv6)),
+		fmt::format("--random-fully={}", boolText(o.ruleset.randomFully)),
+		fmt::format("--to-ports={}", toPorts),
+		fmt::format("--table={}", o.ruleset.table),
+		fmt::format("--priority={}", formatChainPriority(o.ruleset.priority)),
+		fmt::format("--dry-run={}", boolText(o.dryRun)),
+		fmt::format("--v={}", o.verbosity),
+	};
+	return cl;
+}
+
+} // namespace ipmasq

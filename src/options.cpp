@@ -89,6 +89,15 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 					    .style(po::command_line_style::default_style &
 						   ~po::command_line_style::allow_guessing)
 					    .run();
+		// Go's flag package stops at the first non-flag word and ignores the rest,
+		// which hides mistakes such as "--enable-ipv6 false"; we refuse instead.
+		for (const auto &option : parsed.options)
+			if (option.position_key >= 0 || option.string_key.empty())
+				return fail(fmt::format("unexpected argument \"{}\": flags take values "
+							"as --flag=value (bools: --flag=false) (see --help)",
+							option.original_tokens.empty()
+								? ""
+								: option.original_tokens.front()));
 		po::store(parsed, vm);
 		po::notify(vm);
 	} catch (const po::unknown_option &e) {

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+// Named configs shared by the golden renderer tests and the kernel integration tests.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/options.h"
+#include "ip-masq-agent/ruleset.h"
+
+namespace ipmasq::test {
+
+struct RulesetCase {
+	std::string name;       // also the golden file's name: test/golden/<name>.nft
+	std::string configText; // the config file's content ("" = all defaults)
+	std::vector<std::string> flags;
+};
+
+inline const std::vector<RulesetCase> &rulesetCases()
+{
+	static const std::vector<RulesetCase> cases{
+		{"defaults", "", {}},
+		{"reserved-ranges", "", {"--nomasq-all-reserved-ranges"}},
+		{"ipv6", "nonMasqueradeCIDRs: [10.0.0.0/8, \"2001:db8::/32\", \"fd00::/8\"]\n",
+		 {"--enable-ipv6"}},
+		{"masq-link-local", "nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqLinkLocal: true\n"
+				    "masqLinkLocalIPv6: true\n", {"--enable-ipv6=true"}},
+		{"to-ports", "", {"--to-ports=1024-29999,32768-65535"}},
+		{"to-ports-single", "", {"--to-ports", "8080", "--random-fully=false"}},
+		{"no-random-fully", "", {"-random-fully=false"}},
+		{"empty-list-custom-names", "nonMasqueradeCIDRs: []\nmasqLinkLocal: true\n",
+		 {"--masq-chain=MY-MASQ", "--table=my-masq", "--priority=srcnat"}},
+		{"edges", "nonMasqueradeCIDRs: [0.0.0.0/32, 255.255.255.255/32, 10.0.0.0/8, 11.0.0.0/8, "
+			  "\"::/128\", \"ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128\"]\n",
+		 {"--enable-ipv6", "--priority=-100"}},
+		{"everything", "", {"--enable-ipv6", "--priority", "0"}},
+		{"all-addresses", "nonMasqueradeCIDRs: [0.0.0.0/0, \"::/0\"]\n", {"--enable-ipv6"}},
+	};
+	return cases;
+}
+
+// Parse a case's flags and config text into the ruleset the agent would want.
+inline Result<Ruleset> buildCase(const RulesetCase &c)
+{
+	std::vector<const char *> argv{"ip-masq-agent"};
+	for (const std::string &flag : c.flags)
+		argv.push_back(flag.c_str());
+	auto cl = parseCommandLine(static_cast<int>(argv.size()), argv.data());
+	if (!cl)
+		return fail(cl.error());
+	auto loaded = parseConfig(c.configText, c.name, cl->options.configFlags);
+	if (!loaded)
+		return fail(loaded.error());
+	return buildRuleset(loaded->config, cl->options.ruleset);
+}
+
+} // namespace ipmasq::test

@@ -1,0 +1,250 @@
+// SPDX-License-Identifier: Apache-2.0
+// The config file: upstream's keys, defaults and rejections, with messages that say how to fix.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+#include "ip-masq-agent/config.h"
+
+using namespace ipmasq;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kSource = "/etc/config/ip-masq-agent";
+
+LoadedConfig parseOk(const std::string &text, ConfigFlags flags = {})
+{
+	auto loaded = parseConfig(text, kSource, flags);
+	INFO("config:\n" << text << "\nerror: " << (loaded ? "" : loaded.error().message));
+	REQUIRE(loaded);
+	return *loaded;
+}
+
+std::string parseError(const std::string &text, ConfigFlags flags = {})
+{
+	auto loaded = parseConfig(text, kSource, flags);
+	INFO("config:\n" << text);
+	REQUIRE_FALSE(loaded);
+	return loaded.error().message;
+}
+
+std::vector<std::string> cidrs(const Config &config)
+{
+	std::vector<std::string> out;
+	for (const Prefix &p : config.nonMasqueradeCIDRs)
+		out.push_back(p.toString());
+	return out;
+}
+
+const std::vector<std::string> kRfc1918{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"};
+
+} // namespace
+
+TEST_CASE("defaults match upstream")
+{
+	const Config c = defaultConfig({});
+	CHECK(cidrs(c) == kRfc1918);
+	CHECK(c.cidrLimit == 64);
+	CHECK_FALSE(c.masqLinkLocal);
+	CHECK_FALSE(c.masqLinkLocalIPv6);
+	CHECK(c.resyncInterval == 60s);
+
+	const Config reserved = defaultConfig({.nomasqAllReservedRanges = true, .enableIpv6 = false});
+	CHECK(cidrs(reserved) ==
+	      std::vector<std::string>{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+				       "192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "198.18.0.0/15",
+				       "198.51.100.0/24", "203.0.113.0/24", "240.0.0.0/4"});
+}
+
+TEST_CASE("an empty file, comments only or null means all defaults")
+{
+	for (const char *text : {"", "\n", "# nothing here\n", "~\n", "null", "{}"}) {
+		const LoadedConfig loaded = parseOk(text);
+		CHECK(loaded.config == defaultConfig({}));
+		CHECK(loaded.warnings.empty());
+	}
+}
+
+TEST_CASE("keys that are present replace their defaults, the others keep them")
+{
+	const LoadedConfig loaded = parseOk("nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 100.64.0.0/10\n"
+					    "masqLinkLocal: true\n");
+	CHECK(cidrs(loaded.config) == std::vector<std::string>{"10.0.0.0/8", "100.64.0.0/10"});
+	CHECK(loaded.config.masqLinkLocal);
+	CHECK(loaded.config.cidrLimit == 64);
+	CHECK(loaded.config.resyncInterval == 60s);
+
+	const LoadedConfig all = parseOk("nonMasqueradeCIDRs: [192.0.2.0/24]\ncidrLimit: 5\n"
+					 "masqLinkLocal: false\nmasqLinkLocalIPv6: true\n"
+					 "resyncInterval: 1m30s\n");
+	CHECK(all.config.cidrLimit == 5);
+	CHECK(all.config.masqLinkLocalIPv6);
+	CHECK(all.config.resyncInterval == 90s);
+
+	// The file's list replaces the defaults even with --nomasq-all-reserved-ranges.
+	const LoadedConfig file = parseOk("nonMasqueradeCIDRs: [192.0.2.0/24]\n",
+					  {.nomasqAllReservedRanges = true, .enableIpv6 = false});
+	CHECK(cidrs(file.config) == std::vector<std::string>{"192.0.2.0/24"});
+	// Without the key, that flag's defaults apply.
+	CHECK(parseOk("cidrLimit: 20\n", {.nomasqAllReservedRanges = true, .enableIpv6 = false})
+		      .config.nonMasqueradeCIDRs.size() == 11);
+}
+
+TEST_CASE("JSON is accepted, as upstream")
+{
+	const LoadedConfig loaded = parseOk(R"({"nonMasqueradeCIDRs": ["10.0.0.0/8"], "cidrLimit": 10,
+		"masqLinkLocal": true, "resyncInterval": "2m"})");
+	CHECK(cidrs(loaded.config) == std::vector<std::string>{"10.0.0.0/8"});
+	CHECK(loaded.config.cidrLimit == 10);
+	CHECK(loaded.config.masqLinkLocal);
+	CHECK(loaded.config.resyncInterval == 120s);
+}
+
+TEST_CASE("an explicit empty list or null empties the list")
+{
+	CHECK(parseOk("nonMasqueradeCIDRs: []\n").config.nonMasqueradeCIDRs.empty());
+	CHECK(parseOk("nonMasqueradeCIDRs:\n").config.nonMasqueradeCIDRs.empty());
+	CHECK(parseOk("nonMasqueradeCIDRs: null\n").config.nonMasqueradeCIDRs.empty());
+	// null for a scalar keeps its default, as Go's decoder does.
+	CHECK(parseOk("cidrLimit: null\nresyncInterval: ~\n").config == defaultConfig({}));
+}
+
+TEST_CASE("unknown keys are ignored with a warning that names them")
+{
+	const LoadedConfig loaded = parseOk("nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqLinkLocl: true\n");
+	REQUIRE(loaded.warnings.size() == 1);
+	CHECK_THAT(loaded.warnings[0], Catch::Contains("masqLinkLocl") &&
+					       Catch::Contains("unknown key") &&
+					       Catch::Contains(kSource + ":2:1"));
+	CHECK_FALSE(loaded.config.masqLinkLocal);
+}
+
+TEST_CASE("keys match case-insensitively, as upstream's JSON decoder, with a warning")
+{
+	const LoadedConfig loaded = parseOk("NonMasqueradeCIDRs: [10.0.0.0/8]\n");
+	CHECK(cidrs(loaded.config) == std::vector<std::string>{"10.0.0.0/8"});
+	REQUIRE(loaded.warnings.size() == 1);
+	CHECK_THAT(loaded.warnings[0], Catch::Contains("\"nonMasqueradeCIDRs\""));
+}
+
+TEST_CASE("an unparsable CIDR is rejected with file, line, key and value")
+{
+	const std::string e = parseError("nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - abcdefg\n");
+	CHECK_THAT(e, Catch::StartsWith(kSource + ":3:5: nonMasqueradeCIDRs[1]: ") &&
+			      Catch::Contains("\"abcdefg\" could not be parsed"));
+	CHECK_THAT(parseError("nonMasqueradeCIDRs: [10.256.0.0/16]\n"),
+		   Catch::Contains("nonMasqueradeCIDRs[0]") && Catch::Contains("10.256.0.0") &&
+			   Catch::Contains("not a valid IPv4 address"));
+}
+
+TEST_CASE("a CIDR with host bits set is rejected and the aligned network named")
+{
+	const std::string e = parseError("nonMasqueradeCIDRs: [\"10.0.0.1/8\"]\n");
+	CHECK_THAT(e, Catch::Contains("nonMasqueradeCIDRs[0]") && Catch::Contains("\"10.0.0.1/8\"") &&
+			      Catch::Contains("host bits are set") && Catch::Contains("10.0.0.0/8"));
+}
+
+TEST_CASE("more CIDRs than cidrLimit are rejected; link-local is not counted")
+{
+	const std::string e = parseError("cidrLimit: 2\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16]\n");
+	CHECK_THAT(e, Catch::Contains("nonMasqueradeCIDRs") && Catch::Contains("3 entries") &&
+			      Catch::Contains("cidrLimit (2") && Catch::Contains("raise cidrLimit"));
+	// Exactly at the limit is fine, and masqLinkLocal does not change the count.
+	CHECK(parseOk("cidrLimit: 3\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16]\n")
+		      .config.nonMasqueradeCIDRs.size() == 3);
+	// The limit applies to the defaults too when the file does not give a list.
+	CHECK_THAT(parseError("cidrLimit: 2\n"), Catch::Contains("3 entries"));
+	CHECK_THAT(parseError("cidrLimit: -1\n"), Catch::Contains("cidrLimit") && Catch::Contains("out of range"));
+}
+
+TEST_CASE("an IPv6 CIDR needs --enable-ipv6")
+{
+	const std::string e = parseError("nonMasqueradeCIDRs: [10.0.0.0/8, \"2001:db8::/32\"]\n");
+	CHECK_THAT(e, Catch::Contains("nonMasqueradeCIDRs[1]") && Catch::Contains("2001:db8::/32") &&
+			      Catch::Contains("--enable-ipv6"));
+	const LoadedConfig ok = parseOk("nonMasqueradeCIDRs: [10.0.0.0/8, \"2001:db8::/32\"]\n",
+					{.nomasqAllReservedRanges = false, .enableIpv6 = true});
+	CHECK(cidrs(ok.config) == std::vector<std::string>{"10.0.0.0/8", "2001:db8::/32"});
+}
+
+TEST_CASE("resyncInterval must be a duration string; a bare number is an error")
+{
+	const std::string e = parseError("resyncInterval: 60\n");
+	CHECK_THAT(e, Catch::Contains("resyncInterval") && Catch::Contains("bare number") &&
+			      Catch::Contains("\"60s\""));
+	CHECK_THAT(parseError("{\"resyncInterval\": 60}"), Catch::Contains("bare number"));
+	CHECK_THAT(parseError("resyncInterval: 1.5\n"), Catch::Contains("bare number"));
+	CHECK_THAT(parseError("resyncInterval: soon\n"), Catch::Contains("\"soon\" is not a duration"));
+	CHECK_THAT(parseError("resyncInterval: [1s]\n"), Catch::Contains("expected a duration string"));
+	CHECK(parseOk("resyncInterval: \"90s\"\n").config.resyncInterval == 90s);
+}
+
+TEST_CASE("a resyncInterval below 1s is raised to 1s with a warning")
+{
+	for (const char *text : {"resyncInterval: 0s\n", "resyncInterval: 300ms\n", "resyncInterval: \"0\"\n",
+				 "resyncInterval: -5s\n"}) {
+		const LoadedConfig loaded = parseOk(text);
+		CHECK(loaded.config.resyncInterval == 1s);
+		REQUIRE(loaded.warnings.size() == 1);
+		CHECK_THAT(loaded.warnings[0], Catch::Contains("resyncInterval") && Catch::Contains("1s"));
+	}
+	CHECK(parseOk("resyncInterval: 1s\n").warnings.empty());
+}
+
+TEST_CASE("values of the wrong type are rejected")
+{
+	CHECK_THAT(parseError("cidrLimit: \"64\"\n"), Catch::Contains("cidrLimit") && Catch::Contains("whole number"));
+	CHECK_THAT(parseError("cidrLimit: lots\n"), Catch::Contains("whole number"));
+	CHECK_THAT(parseError("cidrLimit: 6.5\n"), Catch::Contains("whole number"));
+	CHECK_THAT(parseError("masqLinkLocal: maybe\n"), Catch::Contains("masqLinkLocal") && Catch::Contains("true or false"));
+	CHECK_THAT(parseError("masqLinkLocal: \"true\"\n"), Catch::Contains("true or false"));
+	CHECK_THAT(parseError("nonMasqueradeCIDRs: 10.0.0.0/8\n"), Catch::Contains("expected a list"));
+	CHECK_THAT(parseError("nonMasqueradeCIDRs: [[10.0.0.0/8]]\n"), Catch::Contains("nonMasqueradeCIDRs[0]") &&
+										Catch::Contains("got a list"));
+	CHECK_THAT(parseError("- 10.0.0.0/8\n"), Catch::Contains("must be a mapping"));
+	CHECK(parseOk("masqLinkLocal: yes\n").config.masqLinkLocal); // YAML 1.1, as upstream's decoder
+}
+
+TEST_CASE("YAML syntax errors give line and column")
+{
+	const std::string e = parseError("nonMasqueradeCIDRs: [10.0.0.0/8\ncidrLimit: 3\n");
+	CHECK_THAT(e, Catch::StartsWith(kSource + ":") && Catch::Contains("YAML syntax error"));
+	const std::string tabs = parseError("cidrLimit: 3\n  masqLinkLocal: true\n");
+	CHECK_THAT(tabs, Catch::StartsWith(kSource + ":2:"));
+}
+
+TEST_CASE("loadConfigFile: a missing file means defaults, a present one is parsed")
+{
+	char dir[] = "/tmp/ipmasq-config-test-XXXXXX";
+	REQUIRE(mkdtemp(dir));
+	const std::string path = std::string(dir) + "/ip-masq-agent";
+
+	auto missing = loadConfigFile(path, {});
+	REQUIRE(missing);
+	CHECK_FALSE(missing->fromFile);
+	CHECK(missing->config == defaultConfig({}));
+
+	std::ofstream(path) << "nonMasqueradeCIDRs: [198.51.100.0/24]\n";
+	auto present = loadConfigFile(path, {});
+	REQUIRE(present);
+	CHECK(present->fromFile);
+	CHECK(cidrs(present->config) == std::vector<std::string>{"198.51.100.0/24"});
+
+	std::ofstream(path) << "nonMasqueradeCIDRs: [198.51.100.1/24]\n";
+	auto bad = loadConfigFile(path, {});
+	REQUIRE_FALSE(bad);
+	CHECK_THAT(bad.error().message, Catch::StartsWith(path + ":1:"));
+
+	std::remove(path.c_str());
+	rmdir(dir);
+}
+
+TEST_CASE("describeConfig gives one line with every key")
+{
+	const std::string line = describeConfig(defaultConfig({}));
+	CHECK(line == "nonMasqueradeCIDRs=[10.0.0.0/8,172.16.0.0/12,192.168.0.0/16] cidrLimit=64 "
+		      "masqLinkLocal=false masqLinkLocalIPv6=false resyncInterval=1m0s");
+}

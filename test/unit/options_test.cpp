@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+// Command-line flags: upstream's names and defaults in every spelling Go's flag package accepts.
+#include <catch2/catch.hpp>
+
+#include "ip-masq-agent/options.h"
+
+using namespace ipmasq;
+
+namespace {
+
+Result<CommandLine> parse(std::vector<const char *> args)
+{
+	args.insert(args.begin(), "ip-masq-agent");
+	return parseCommandLine(static_cast<int>(args.size()), args.data());
+}
+
+AgentOptions parseOk(std::vector<const char *> args)
+{
+	auto cl = parse(args);
+	INFO((cl ? "" : cl.error().message));
+	REQUIRE(cl);
+	REQUIRE(cl->action == CommandLine::Action::run);
+	return cl->options;
+}
+
+std::string parseError(std::vector<const char *> args)
+{
+	auto cl = parse(args);
+	REQUIRE_FALSE(cl);
+	return cl.error().message;
+}
+
+} // namespace
+
+TEST_CASE("defaults are upstream's")
+{
+	const AgentOptions o = parseOk({});
+	CHECK(o.configPath == "/etc/config/ip-masq-agent");
+	CHECK(o.ruleset.masqChain == "IP-MASQ-AGENT");
+	CHECK_FALSE(o.configFlags.nomasqAllReservedRanges);
+	CHECK_FALSE(o.configFlags.enableIpv6);
+	CHECK(o.ruleset.randomFully);
+	CHECK(o.ruleset.toPorts.empty());
+	CHECK(o.ruleset.table == "ip-masq-agent");
+	CHECK(o.ruleset.priority == 110);
+	CHECK_FALSE(o.dryRun);
+	CHECK(o.verbosity == 0);
+}
+
+TEST_CASE("Go spellings: --flag=value, --flag value, -flag=value, -flag value")
+{
+	for (auto args : std::vector<std::vector<const char *>>{{"--masq-chain=X"},
+								{"--masq-chain", "X"},
+								{"-masq-chain=X"},
+								{"-masq-chain", "X"}})
+		CHECK(parseOk(args).ruleset.masqChain == "X");
+	CHECK(parseOk({"-v=2"}).verbosity == 2);
+	CHECK(parseOk({"--v=3"}).verbosity == 3);
+	CHECK(parseOk({"-v", "4"}).verbosity == 4);
+	CHECK(parseOk({"--v", "1"}).verbosity == 1);
+}
+
+TEST_CASE("bool flags: bare, =true and =false")
+{
+	CHECK(parseOk({"--enable-ipv6"}).configFlags.enableIpv6);
+	CHECK(parseOk({"--enable-ipv6=true"}).configFlags.enableIpv6);
+	CHECK_FALSE(parseOk({"--enable-ipv6=false"}).configFlags.enableIpv6);
+	CHECK(parseOk({"--enable-ipv6"}).ruleset.enableIpv6);
+	CHECK(parseOk({"-nomasq-all-reserved-ranges"}).configFlags.nomasqAllReservedRanges);
+	CHECK_FALSE(parseOk({"--random-fully=false"}).ruleset.randomFully);
+	CHECK_FALSE(parseOk({"-random-fully=false"}).ruleset.randomFully);
+	CHECK(parseOk({"--random-fully"}).ruleset.randomFully);
+	CHECK(parseOk({"--dry-run"}).dryRun);
+	CHECK(parseOk({"--logtostderr"}).configPath == "/etc/config/ip-masq-agent");
+	// "--flag false" means what it says (Go would silently stop parsing there).
+	CHECK_FALSE(parseOk({"--enable-ipv6", "false"}).configFlags.enableIpv6);
+	CHECK(parseOk({"--enable-ipv6", "--dry-run"}).configFlags.enableIpv6);
+	CHECK_THAT(parseError({"--dry-run", "extra"}), Catch::Contains("unexpected argument \"extra\""));
+	CHECK_THAT(parseError({"--random-fully=maybe"}), Catch::Contains("random-fully"));
+}
+
+TEST_CASE("--to-ports and --priority are validated")
+{
+	CHECK(parseOk({"--to-ports=1024-29999,32768-65535"}).ruleset.toPorts.size() == 2);
+	CHECK_THAT(parseError({"--to-ports=70000"}), Catch::Contains("--to-ports"));
+	CHECK(parseOk({"--priority=srcnat"}).ruleset.priority == 100);
+	CHECK(parseOk({"--priority", "-50"}).ruleset.priority == -50);
+	CHECK_THAT(parseError({"--priority=-300"}), Catch::Contains("--priority"));
+	CHECK_THAT(parseError({"--masq-chain=has space"}), Catch::Contains("--masq-chain"));
+	CHECK_THAT(parseError({"--v=-1"}), Catch::Contains("verbosity"));
+}
+
+TEST_CASE("unknown flags are an error that names them")
+{
+	CHECK_THAT(parseError({"--masq-chian=X"}), Catch::Contains("unknown flag --masq-chian"));
+	CHECK_THAT(parseError({"-bogus"}), Catch::Contains("--bogus"));
+	// No prefix guessing: "--enable" is not silently --enable-ipv6.
+	CHECK_THAT(parseError({"--enable"}), Catch::Contains("unknown flag"));
+}
+
+TEST_CASE("--help lists every flag with its default; --version")
+{
+	auto help = parse({"--help"});
+	REQUIRE(help);
+	CHECK(help->action == CommandLine::Action::help);
+	for (const char *flag : {"--config", "--masq-chain", "--nomasq-all-reserved-ranges", "--enable-ipv6",
+				 "--random-fully", "--to-ports", "--table", "--priority", "--dry-run", "--v",
+				 "--version", "--help"})
+		CHECK_THAT(help->helpText, Catch::Contains(flag));
+	CHECK_THAT(help->helpText, Catch::Contains("IP-MASQ-AGENT") && Catch::Contains("srcnat + 10") &&
+					   Catch::Contains("/etc/config/ip-masq-agent"));
+	CHECK(parse({"-h"})->action == CommandLine::Action::help);
+	CHECK(parse({"--version"})->action == CommandLine::Action::version);
+	CHECK(parse({"-version"})->action == CommandLine::Action::version);
+}
+
+TEST_CASE("effective flags are listed for the start-up log")
+{
+	auto cl = parse({"--enable-ipv6", "--to-ports=1024-2047"});
+	REQUIRE(cl);
+	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--enable-ipv6=true")));
+	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--to-ports=1024-2047")));
+	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--masq-chain=IP-MASQ-AGENT")));
+}

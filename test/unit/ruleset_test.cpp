@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: Apache-2.0
+// The desired ruleset: what buildRuleset puts in the agent's table for each config and flag.
+#include <catch2/catch.hpp>
+
+#include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/ruleset.h"
+
+using namespace ipmasq;
+
+namespace {
+
+Config configWith(std::vector<const char *> cidrs)
+{
+	Config config;
+	for (const char *text : cidrs)
+		config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
+	return config;
+}
+
+std::vector<std::string> elements(const Ruleset &ruleset, Family family)
+{
+	const AddressSet *set = ruleset.findSet(family);
+	REQUIRE(set);
+	std::vector<std::string> out;
+	for (const AddressRange &r : set->elements.ranges())
+		out.push_back(r.toString());
+	return out;
+}
+
+std::vector<std::string> rules(const Ruleset &ruleset, const std::string &chain)
+{
+	for (const Chain &c : ruleset.chains)
+		if (c.name == chain) {
+			std::vector<std::string> out;
+			for (const Rule &rule : c.rules)
+				out.push_back(renderStatement(rule.statement));
+			return out;
+		}
+	FAIL("no chain " << chain);
+	return {};
+}
+
+} // namespace
+
+TEST_CASE("the default ruleset: one IPv4 set with RFC 1918 and link-local, jump, return, masquerade")
+{
+	const Ruleset r = buildRuleset(defaultConfig({}), RulesetOptions{});
+	CHECK(r.table == "ip-masq-agent");
+	REQUIRE(r.sets.size() == 1);
+	CHECK(r.sets[0].name == "nomasq-v4");
+	CHECK(elements(r, Family::ipv4) ==
+	      std::vector<std::string>{"10.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16"});
+	REQUIRE(r.chains.size() == 2);
+	CHECK(r.chains[0].name == "postrouting");
+	REQUIRE(r.chains[0].hook);
+	CHECK(r.chains[0].hook->priority == kSrcnatPriority + 10);
+	CHECK_FALSE(r.chains[1].hook);
+	// Without --enable-ipv6 IPv6 traffic is left alone entirely, as upstream (no ip6tables rules).
+	CHECK(rules(r, "postrouting") ==
+	      std::vector<std::string>{"meta nfproto ipv4 fib daddr type != local jump IP-MASQ-AGENT"});
+	CHECK(rules(r, "IP-MASQ-AGENT") ==
+	      std::vector<std::string>{"ip daddr @nomasq-v4 return", "masquerade fully-random"});
+	for (const Chain &c : r.chains)
+		for (const Rule &rule : c.rules)
+			CHECK_FALSE(rule.comment.empty());
+}
+
+TEST_CASE("masqLinkLocal takes 169.254.0.0/16 out of the set")
+{
+	Config config = configWith({"10.0.0.0/8"});
+	config.masqLinkLocal = true;
+	CHECK(elements(buildRuleset(config, {}), Family::ipv4) == std::vector<std::string>{"10.0.0.0/8"});
+	config.masqLinkLocal = false;
+	CHECK(elements(buildRuleset(config, {}), Family::ipv4) ==
+	      std::vector<std::string>{"10.0.0.0/8", "169.254.0.0/16"});
+	// A user list that already holds link-local merges with it instead of overlapping.
+	Config overlapping = configWith({"169.254.0.0/15"});
+	CHECK(elements(buildRuleset(overlapping, {}), Family::ipv4) ==
+	      std::vector<std::string>{"169.254.0.0/15"});
+}
+
+TEST_CASE("--enable-ipv6 adds the IPv6 set with fe80::/10 unless masqLinkLocalIPv6")
+{
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	Config config = configWith({"10.0.0.0/8", "2001:db8::/32"});
+	Ruleset r = buildRuleset(config, options);
+	REQUIRE(r.sets.size() == 2);
+	CHECK(elements(r, Family::ipv4) == std::vector<std::string>{"10.0.0.0/8", "169.254.0.0/16"});
+	CHECK(elements(r, Family::ipv6) == std::vector<std::string>{"2001:db8::/32", "fe80::/10"});
+	CHECK(rules(r, "postrouting") ==
+	      std::vector<std::string>{"fib daddr type != local jump IP-MASQ-AGENT"});
+	CHECK(rules(r, "IP-MASQ-AGENT") ==
+	      std::vector<std::string>{"ip daddr @nomasq-v4 return", "ip6 daddr @nomasq-v6 return",
+				       "masquerade fully-random"});
+
+	config.masqLinkLocalIPv6 = true;
+	CHECK(elements(buildRuleset(config, options), Family::ipv6) ==
+	      std::vector<std::string>{"2001:db8::/32"});
+	// masqLinkLocalIPv6 does not touch IPv4 link-local.
+	CHECK(elements(buildRuleset(config, options), Family::ipv4) ==
+	      std::vector<std::string>{"10.0.0.0/8", "169.254.0.0/16"});
+}
+
+TEST_CASE("--random-fully=false drops fully-random")
+{
+	RulesetOptions options;
+	options.randomFully = false;
+	CHECK(rules(buildRuleset(defaultConfig({}), options), "IP-MASQ-AGENT").back() == "masquerade");
+}
+
+TEST_CASE("--to-ports spreads tcp, udp and sctp over the ranges in proportion to their sizes")
+{
+	RulesetOptions options;
+	options.toPorts = {{1024, 29999}, {32768, 65535}};
+	const Ruleset r = buildRuleset(defaultConfig({}), options);
+	CHECK(rules(r, "IP-MASQ-AGENT") ==
+	      std::vector<std::string>{
+		      "ip daddr @nomasq-v4 return",
+		      "meta l4proto { tcp, udp, sctp } numgen random mod 61744 < 28976 masquerade to "
+		      ":1024-29999 fully-random",
+		      "meta l4proto { tcp, udp, sctp } masquerade to :32768-65535 fully-random",
+		      "masquerade fully-random"});
+
+	// The cascade gives each range exactly size/total of all flows.
+	options.toPorts = {{1, 10}, {101, 130}, {1001, 1060}};
+	const Chain &chain = buildRuleset(defaultConfig({}), options).chains[1];
+	double undecided = 1.0;
+	std::vector<double> shares;
+	for (const Rule &rule : chain.rules) {
+		const auto *masq = std::get_if<Masquerade>(&rule.statement);
+		if (!masq || !masq->toPorts)
+			continue;
+		const double p = masq->sample ? double(masq->sample->below) / masq->sample->modulus : 1.0;
+		shares.push_back(undecided * p);
+		undecided -= undecided * p;
+	}
+	REQUIRE(shares.size() == 3);
+	CHECK(shares[0] == Approx(10.0 / 100));
+	CHECK(shares[1] == Approx(30.0 / 100));
+	CHECK(shares[2] == Approx(60.0 / 100));
+	CHECK(undecided == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("chain priority: parsed from numbers or nft names, printed as nft lists it")
+{
+	CHECK(parseChainPriority("110").value() == 110);
+	CHECK(parseChainPriority("srcnat").value() == 100);
+	CHECK(parseChainPriority("srcnat + 10").value() == 110);
+	CHECK(parseChainPriority("srcnat+10").value() == 110);
+	CHECK(parseChainPriority("srcnat-5").value() == 95);
+	CHECK(parseChainPriority("filter").value() == 0);
+	CHECK(parseChainPriority("-150").value() == -150);
+	CHECK_THAT(parseChainPriority("-200").error().message, Catch::Contains("at least -199"));
+	CHECK_THAT(parseChainPriority("dstnat").error().message, Catch::Contains("\"dstnat\""));
+	CHECK_THAT(parseChainPriority("srcnat + x").error().message, Catch::Contains("offset"));
+
+	CHECK(formatChainPriority(100) == "srcnat");
+	CHECK(formatChainPriority(110) == "srcnat + 10");
+	CHECK(formatChainPriority(90) == "srcnat - 10");
+	CHECK(formatChainPriority(111) == "111");
+	CHECK(formatChainPriority(0) == "filter");
+	CHECK(formatChainPriority(-5) == "filter - 5");
+	CHECK(formatChainPriority(60) == "security + 10");
+	CHECK(formatChainPriority(-150) == "mangle");
+	CHECK(formatChainPriority(-100) == "-100");
+	CHECK(formatChainPriority(200) == "200");
+}
+
+TEST_CASE("table and chain names must be nft identifiers")
+{
+	CHECK(validateName("--masq-chain", "IP-MASQ-AGENT"));
+	CHECK(validateName("--table", "ip-masq-agent"));
+	CHECK(validateName("--table", "_x.y"));
+	CHECK_THAT(validateName("--masq-chain", "bad name").error().message,
+		   Catch::Contains("--masq-chain \"bad name\""));
+	CHECK_FALSE(validateName("--table", ""));
+	CHECK_FALSE(validateName("--table", "1abc"));
+	CHECK_FALSE(validateName("--table", "a\"b"));
+	CHECK_FALSE(validateName("--table", std::string(256, 'a')));
+	RulesetOptions clash;
+	clash.masqChain = "postrouting";
+	CHECK_THAT(validateRulesetOptions(clash).error().message, Catch::Contains("base chain"));
+}
+
+TEST_CASE("buildRuleset is a pure function of its inputs")
+{
+	const Config config = configWith({"10.0.0.0/8", "192.0.2.0/24"});
+	RulesetOptions options;
+	options.toPorts = {{1024, 65535}};
+	CHECK(buildRuleset(config, options) == buildRuleset(config, options));
+	RulesetOptions other = options;
+	other.masqChain = "OTHER";
+	CHECK_FALSE(buildRuleset(config, options) == buildRuleset(config, other));
+}

@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The agent's config file: YAML/JSON parsing with upstream's semantics and precise errors.
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/unique_fd.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <fcntl.h>
 #include <regex>
-#include <sstream>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -282,25 +283,55 @@ Result<LoadedConfig> parseConfig(std::string_view text, const std::string &sourc
 	return Parser(source, flags).parse(text);
 }
 
-Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &flags)
+Result<std::optional<std::string>> readConfigText(const std::string &path)
 {
-	std::ifstream in(path, std::ios::binary);
-	if (!in) {
-		const int err = errno;
-		if (err == ENOENT) {
-			LoadedConfig loaded;
-			loaded.config = defaultConfig(flags);
-			return loaded;
-		}
+	const auto cannotRead = [&](int err) {
 		return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(err)),
 			    err);
+	};
+	UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+	if (!fd.isValid())
+		return errno == ENOENT ? Result<std::optional<std::string>>(std::nullopt)
+				       : cannotRead(errno);
+	struct stat st {};
+	if (fstat(fd.get(), &st) != 0)
+		return cannotRead(errno);
+	if (S_ISDIR(st.st_mode))
+		return fail(fmt::format("{}: is a directory; --config must name the file itself "
+					"(for a ConfigMap volume, the key's file inside it)", path),
+			    EISDIR);
+	std::string text;
+	char buf[65536];
+	for (;;) {
+		const ssize_t n = read(fd.get(), buf, sizeof(buf));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return cannotRead(errno);
+		if (n == 0)
+			break;
+		text.append(buf, static_cast<size_t>(n));
 	}
-	std::ostringstream text;
-	text << in.rdbuf();
-	if (in.bad())
-		return fail(fmt::format("{}: cannot read the config file: {}", path,
-					std::strerror(errno)), errno);
-	return parseConfig(text.str(), path, flags);
+	return std::optional<std::string>(std::move(text));
+}
+
+Result<LoadedConfig> parseConfigText(const std::optional<std::string> &text, const std::string &path,
+				     const ConfigFlags &flags)
+{
+	if (!text) {
+		LoadedConfig loaded;
+		loaded.config = defaultConfig(flags);
+		return loaded;
+	}
+	return parseConfig(*text, path, flags);
+}
+
+Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &flags)
+{
+	auto text = readConfigText(path);
+	if (!text)
+		return fail(text.error());
+	return parseConfigText(*text, path, flags);
 }
 
 std::string describeConfig(const Config &config)

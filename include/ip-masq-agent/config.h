@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,13 @@ Config defaultConfig(const ConfigFlags &flags);
 // Keys absent keep their defaults; an empty document means all defaults.
 Result<LoadedConfig> parseConfig(std::string_view text, const std::string &source,
 				 const ConfigFlags &flags);
+
+// The file's bytes, or nullopt if it does not exist (which means all defaults).
+Result<std::optional<std::string>> readConfigText(const std::string &path);
+
+// Parse what readConfigText returned: nullopt gives the defaults.
+Result<LoadedConfig> parseConfigText(const std::optional<std::string> &text, const std::string &path,
+				     const ConfigFlags &flags);
 
 // Read and parse a file. A missing file means all defaults (as upstream).
 Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &flags);

@@ -238,6 +238,11 @@ TEST_CASE("loadConfigFile: a missing file means defaults, a present one is parse
 	REQUIRE_FALSE(bad);
 	CHECK_THAT(bad.error().message, Catch::StartsWith(path + ":1:"));
 
+	// A directory is not a config (a ConfigMap volume path without the key's file name).
+	auto directory = loadConfigFile(dir, {});
+	REQUIRE_FALSE(directory);
+	CHECK_THAT(directory.error().message, Catch::Contains("is a directory"));
+
 	std::remove(path.c_str());
 	rmdir(dir);
 }

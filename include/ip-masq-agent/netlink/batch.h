@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// One nf_tables transaction: netlink messages between BATCH_BEGIN and BATCH_END, each
+// sequence number tied to a description of the model object it carries.
+//
+// The kernel applies a batch all or nothing and reports errors by sequence number;
+// describe() turns such a number back into "set nomasq-v4", so that an error reads as
+// "set nomasq-v4: File exists" rather than a bare EEXIST.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <sys/uio.h>
+#include <vector>
+
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/netlink/handles.h"
+#include "ip-masq-agent/netlink/objects.h"
+
+struct nlmsghdr;
+
+namespace ipmasq::netlink {
+
+class Batch
+{
+public:
+	// Messages are numbered consecutively from `firstSeq`.
+	explicit Batch(uint32_t firstSeq);
+
+	Batch(Batch &&) = default;
+	Batch &operator=(Batch &&) = default;
+
+	// BATCH_BEGIN. With `echoGeneration` the kernel unicasts the NEWGEN message of
+	// the commit back to us, which carries the new ruleset generation id.
+	void begin(bool echoGeneration);
+	// BATCH_END: without it the kernel checks every message and then aborts, which is
+	// how `nft -c` validates a ruleset without changing anything.
+	void end();
+
+	// Each of these appends one message that asks for an acknowledgement.
+	Status addTable(uint16_t type, uint16_t flags, const nftnl_table *table,
+			std::string description);
+	Status addChain(const nftnl_chain *chain, std::string description);
+	Status addSet(const nftnl_set *set, std::string description);
+	Status addSetElements(const nftnl_set *elements, std::string description);
+	Status addRule(const nftnl_rule *rule, std::string description);
+
+	// Everything in `table`: NEWTABLE, then chains, sets with their elements, and
+	// rules with the anonymous sets they bind, in the order nft sends them.
+	Status addEncodedTable(const EncodedTable &table);
+
+	uint32_t firstSequence() const { return firstSeq_; }
+	uint32_t nextSequence() const
+	{
+		return firstSeq_ + static_cast<uint32_t>(descriptions_.size());
+	}
+	// How many messages ask for an acknowledgement (all but BEGIN and END).
+	size_t acknowledgedMessages() const { return acknowledged_; }
+	size_t bytes() const;
+	bool commits() const { return ended_; }
+
+	// The model object a message carries, or an empty string for a foreign number.
+	std::string describe(uint32_t seq) const;
+
+	// The batch's pages, ready for sendmsg(): the kernel must get it in one datagram.
+	std::vector<iovec> iovecs() const;
+
+private:
+	nlmsghdr *startMessage(uint16_t type, uint16_t flags, std::string description);
+	Status finishMessage(nlmsghdr *nlh);
+
+	BatchPtr batch_;
+	uint32_t firstSeq_;
+	std::vector<std::string> descriptions_;
+	size_t acknowledged_ = 0;
+	bool ended_ = false;
+};
+
+// The transaction that replaces the table atomically, as the dry-run script does:
+// NEWTABLE (creates it if missing, no NLM_F_EXCL), DELTABLE, NEWTABLE with everything.
+Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq);
+
+// The transaction that deletes one table (ENOENT when it is absent).
+Result<Batch> deleteTableBatch(const std::string &table, uint32_t firstSeq);
+
+// A check-only batch (no BATCH_END) that adds `table`: the kernel validates and aborts.
+Result<Batch> checkTableBatch(const EncodedTable &table, uint32_t firstSeq);
+
+} // namespace ipmasq::netlink

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// Watches nf_tables for changes by anyone, so the daemon can heal its table at once.
+//
+// The daemon polls fd() alongside its other descriptors and calls drain() when it is
+// readable. Only "something changed" matters: the daemon then compares its table with
+// the desired one (NetlinkBackend::matches), which stays the one source of truth.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/netlink/socket.h"
+
+namespace ipmasq {
+
+class NftablesMonitor
+{
+public:
+	// A socket subscribed to NFNLGRP_NFTABLES.
+	static Result<NftablesMonitor> open();
+
+	int fd() const { return socket_.fd(); }
+
+	// Notifications caused by this port id (the agent's own backend, see
+	// NetlinkBackend::portId()) do not count as changes.
+	void ignoreChangesFrom(uint32_t portId) { ignoredPortId_ = portId; }
+
+	// Reads every pending notification without blocking. True if any change arrived;
+	// a receive-queue overrun (ENOBUFS: notifications were lost) counts as a change.
+	Result<bool> drain();
+
+private:
+	explicit NftablesMonitor(netlink::Socket socket);
+
+	netlink::Socket socket_;
+	std::optional<uint32_t> ignoredPortId_;
+};
+
+} // namespace ipmasq

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: Apache-2.0
+// A netfilter netlink socket: sequence numbers, port id, buffer sizing, requests,
+// dumps and batches with every acknowledgement collected.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/netlink/batch.h"
+#include "ip-masq-agent/netlink/handles.h"
+
+struct nlmsghdr;
+
+namespace ipmasq::netlink {
+
+// What the kernel answered to one batch.
+struct BatchAnswer {
+	struct Failure {
+		uint32_t seq; // the failed message
+		int error; // a positive errno
+		std::string detail; // the kernel's extended ack message, if it gave one
+	};
+	std::vector<Failure> failures; // in batch order: the first is usually the cause
+	size_t acknowledged = 0; // messages the kernel accepted
+	std::optional<uint32_t> generation; // from the commit's NEWGEN, when echoed
+};
+
+// Called for every reply message of a request or dump; an error stops the exchange.
+using ReplyHandler = std::function<Status(const nlmsghdr *)>;
+// Fills in the payload of a request after its header.
+using RequestBuilder = std::function<void(nlmsghdr *)>;
+
+class Socket
+{
+public:
+	// A socket bound to an automatic port id, with extended acks (the kernel's own
+	// words on errors) and capped acks (errors do not echo whole messages back).
+	static Result<Socket> open();
+
+	int fd() const;
+	uint32_t portId() const { return portId_; }
+	// The next sequence number this socket will use.
+	uint32_t sequence() const { return seq_; }
+
+	// Grow the socket buffers to at least these sizes. The send buffer must hold a
+	// whole batch, which the kernel only takes as one datagram; the receive buffer must
+	// hold every acknowledgement, which the kernel queues before we read any.
+	// CAP_NET_ADMIN may exceed the sysctl limits (SO_*BUFFORCE); without it we try
+	// the plain options.
+	Status reserveBuffers(size_t sendBytes, size_t receiveBytes);
+
+	// Receive the multicast group's notifications (e.g. NFNLGRP_NFTABLES).
+	Status joinGroup(unsigned group);
+
+	// Sends the batch in one sendmsg() and collects all acknowledgements and errors.
+	// Fails only if the exchange itself failed (the answer then is unknown).
+	Result<BatchAnswer> sendBatch(const Batch &batch);
+
+	// One request: NLM_F_ACK is added unless `flags` has NLM_F_DUMP. Each reply goes
+	// to `onReply`; returns once the kernel acknowledged or finished the dump. A kernel
+	// error comes back as an Error with its errno (EINTR: a dump was interrupted by a
+	// concurrent change).
+	Status query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
+		     const ReplyHandler &onReply);
+
+	// Reads one datagram without blocking into the internal buffer and passes each
+	// message to `onMessage`. Returns false when nothing was pending.
+	Result<bool> receivePending(const std::function<void(const nlmsghdr *)> &onMessage);
+
+private:
+	Socket(MnlSocketPtr socket, uint32_t portId, uint32_t seq);
+
+	// Drops replies to earlier exchanges that ended early, so that they cannot be
+	// mistaken for answers to the next one.
+	void discardPending();
+	Status growBuffer(int option, int forceOption, size_t bytes);
+
+	MnlSocketPtr socket_;
+	uint32_t portId_;
+	uint32_t seq_;
+	std::vector<char> buffer_;
+};
+
+} // namespace ipmasq::netlink

@@ -1,0 +1,343 @@
+// SPDX-License-Identifier: Apache-2.0
+// The netlink backend: transactions on the agent's table, its verification and feature probes.
+#include "ip-masq-agent/netlink/backend.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netlink.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/log.h"
+#include "ip-masq-agent/netlink/batch.h"
+#include "ip-masq-agent/netlink/objects.h"
+#include "ip-masq-agent/netlink/snapshot.h"
+
+namespace ipmasq {
+
+using namespace netlink;
+
+namespace {
+
+// A name no administrator would pick; probes never commit it anyway.
+constexpr const char *kProbeTable = "ip-masq-agent-feature-probe";
+
+// How often matches() re-reads a table that changed while it was being read.
+constexpr int kSnapshotAttempts = 3;
+
+constexpr uint16_t nftType(uint8_t message)
+{
+	return (NFNL_SUBSYS_NFTABLES << 8) | message;
+}
+
+Error withPermissionHint(Error error)
+{
+	if (error.errnum == EPERM)
+		error.message += " (ip-masq-agent needs CAP_NET_ADMIN in the network namespace "
+				 "it manages: run it as root, or grant the capability)";
+	return error;
+}
+
+// "<object>: <strerror>[ (<kernel's text>)]" for the first failure of a batch, which is
+// the cause; later ones are often just consequences (rules of a chain that failed).
+Error batchError(const Batch &batch, const BatchAnswer &answer)
+{
+	const BatchAnswer::Failure &first = answer.failures.front();
+	std::string object = batch.describe(first.seq);
+	if (object.empty())
+		object = "transaction";
+	std::string message = fmt::format("{}: {}", object, std::strerror(first.error));
+	if (!first.detail.empty())
+		message += fmt::format(" ({})", first.detail);
+	for (size_t i = 1; i < answer.failures.size(); i++)
+		log::debug("nf_tables also refused {}: {}", batch.describe(answer.failures[i].seq),
+			   std::strerror(answer.failures[i].error));
+	return withPermissionHint(Error(message, first.error));
+}
+
+// A parse callback's result: libnftnl's parsers return < 0 on malformed messages.
+Status parsed(int ret, const char *what)
+{
+	if (ret < 0)
+		return fail(fmt::format("cannot parse the kernel's {} message", what), EPROTO);
+	return {};
+}
+
+// The first differing line is usually all it takes to see what drifted.
+void logFirstDifference(const std::string &table, const std::string &desired,
+			const std::string &actual)
+{
+	size_t i = 0;
+	while (i < actual.size() && i < desired.size() && actual[i] == desired[i])
+		i++;
+	const size_t lineStart = i == 0 ? std::string::npos : desired.rfind('\n', i - 1);
+	const size_t from = lineStart == std::string::npos ? 0 : lineStart + 1;
+	const auto line = [from](const std::string &text) {
+		return text.substr(from, text.find('\n', from) - from);
+	};
+	log::debug("table inet {} differs from the desired one; desired: \"{}\", kernel: \"{}\"",
+		   table, line(desired), line(actual));
+}
+
+} // namespace
+
+NetlinkBackend::NetlinkBackend(Socket socket) : socket_(std::move(socket)) {}
+
+Result<std::unique_ptr<NetlinkBackend>> NetlinkBackend::open()
+{
+	auto socket = Socket::open();
+	if (!socket)
+		return fail(socket.error());
+	std::unique_ptr<NetlinkBackend> backend(new NetlinkBackend(std::move(*socket)));
+	// nfnetlink refuses everything, reads included, without CAP_NET_ADMIN.
+	if (auto gen = backend->generation(); !gen)
+		return fail(gen.error().withContext("cannot talk to nf_tables: "));
+	return backend;
+}
+
+Result<BatchAnswer> NetlinkBackend::transact(const Batch &batch)
+{
+	auto answer = socket_.sendBatch(batch);
+	if (!answer)
+		return fail(withPermissionHint(answer.error()));
+	return answer;
+}
+
+Result<uint32_t> NetlinkBackend::apply(const Ruleset &ruleset)
+{
+	auto encoded = encodeRuleset(ruleset);
+	if (!encoded)
+		return fail(encoded.error());
+	auto batch = replaceTableBatch(*encoded, socket_.sequence());
+	if (!batch)
+		return fail(batch.error());
+	auto answer = transact(*batch);
+	if (!answer)
+		return fail(answer.error());
+	if (!answer->failures.empty())
+		return fail(batchError(*batch, *answer));
+	log::debug("applied table inet {}: {} messages, {} bytes", ruleset.table,
+		   batch->acknowledgedMessages(), batch->bytes());
+	if (answer->generation)
+		return *answer->generation;
+	// A kernel that does not echo the commit's generation: ask. Someone else may have
+	// committed in between, which only makes the caller check once more.
+	return generation();
+}
+
+Status NetlinkBackend::remove(const std::string &table)
+{
+	auto batch = deleteTableBatch(table, socket_.sequence());
+	if (!batch)
+		return fail(batch.error());
+	auto answer = transact(*batch);
+	if (!answer)
+		return fail(answer.error());
+	if (!answer->failures.empty() && answer->failures.front().error != ENOENT)
+		return fail(batchError(*batch, *answer));
+	return {};
+}
+
+Result<uint32_t> NetlinkBackend::generation()
+{
+	std::optional<uint32_t> id;
+	const auto onReply = [&id](const nlmsghdr *nlh) -> Status {
+		GenPtr gen = newGen();
+		if (auto p = parsed(nftnl_gen_nlmsg_parse(nlh, gen.get()), "generation"); !p)
+			return p;
+		id = nftnl_gen_get_u32(gen.get(), NFTNL_GEN_ID);
+		return {};
+	};
+	Status s = socket_.query(nftType(NFT_MSG_GETGEN), NFPROTO_UNSPEC, 0, nullptr, onReply);
+	if (!s)
+		return fail(withPermissionHint(
+			s.error().withContext("reading the ruleset generation: ")));
+	if (!id)
+		return fail("reading the ruleset generation: the kernel sent none", EPROTO);
+	return *id;
+}
+
+Result<bool> NetlinkBackend::matches(const Ruleset &ruleset)
+{
+	auto encoded = encodeRuleset(ruleset);
+	if (!encoded)
+		return fail(encoded.error());
+	const std::string desired = canonicalForm(*encoded);
+	// The table is read with several dumps; a commit in between could make a mix of
+	// two versions. The generation id tells, and then we read again.
+	for (int attempt = 1;; attempt++) {
+		auto before = generation();
+		if (!before)
+			return fail(before.error());
+		auto result = matchesOnce(desired, ruleset.table);
+		const bool interrupted = !result && result.error().errnum == EINTR;
+		if (!result && !interrupted)
+			return result;
+		auto after = generation();
+		if (!after)
+			return fail(after.error());
+		if (!interrupted && *after == *before)
+			return result;
+		if (attempt == kSnapshotAttempts)
+			return fail(fmt::format("table inet {} kept changing while it was being read",
+						ruleset.table), EAGAIN);
+	}
+}
+
+Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::string &table)
+{
+	const auto context = [&table](const std::string &what) {
+		return fmt::format("reading the {} of table inet {}: ", what, table);
+	};
+	TableSnapshot snapshot;
+
+	TablePtr request = tableHandle(table, false);
+	Status s = socket_.query(
+		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
+		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
+		[&](const nlmsghdr *nlh) {
+			snapshot.table = newTable();
+			return parsed(nftnl_table_nlmsg_parse(nlh, snapshot.table.get()), "table");
+		});
+	if (!s) {
+		if (s.error().errnum == ENOENT)
+			return false;
+		return fail(withPermissionHint(s.error().withContext(context("table"))));
+	}
+	if (!snapshot.table)
+		return fail(context("table") + "the kernel sent no table", EPROTO);
+
+	// The kernel filters set and rule dumps by the table attribute, but dumps the chains
+	// of every table of the family: we keep only our table's objects in any case.
+	const auto dump = [&](uint8_t message, const RequestBuilder &build,
+			      const ReplyHandler &onReply) {
+		return socket_.query(nftType(message), NFPROTO_INET, NLM_F_DUMP, build, onReply);
+	};
+	const auto ours = [&table](const char *owner) { return owner && table == owner; };
+
+	ChainPtr chainFilter = newChain();
+	nftnl_chain_set_str(chainFilter.get(), NFTNL_CHAIN_TABLE, table.c_str());
+	s = dump(
+		NFT_MSG_GETCHAIN,
+		[&](nlmsghdr *nlh) { nftnl_chain_nlmsg_build_payload(nlh, chainFilter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			ChainPtr chain = newChain();
+			if (auto p = parsed(nftnl_chain_nlmsg_parse(nlh, chain.get()), "chain"); !p)
+				return p;
+			if (ours(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_TABLE)))
+				snapshot.chains.push_back(std::move(chain));
+			return {};
+		});
+	if (!s)
+		return fail(s.error().withContext(context("chains")));
+
+	SetPtr setFilter = newSet();
+	nftnl_set_set_str(setFilter.get(), NFTNL_SET_TABLE, table.c_str());
+	s = dump(
+		NFT_MSG_GETSET,
+		[&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, setFilter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			SetPtr set = newSet();
+			if (auto p = parsed(nftnl_set_nlmsg_parse(nlh, set.get()), "set"); !p)
+				return p;
+			if (ours(nftnl_set_get_str(set.get(), NFTNL_SET_TABLE)))
+				snapshot.sets.push_back(std::move(set));
+			return {};
+		});
+	if (!s)
+		return fail(s.error().withContext(context("sets")));
+
+	for (SetPtr &set : snapshot.sets) {
+		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
+		SetPtr elementFilter = newSet();
+		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_TABLE, table.c_str());
+		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_NAME, name.c_str());
+		s = dump(
+			NFT_MSG_GETSETELEM,
+			[&](nlmsghdr *nlh) {
+				nftnl_set_elems_nlmsg_build_payload(nlh, elementFilter.get());
+			},
+			[&](const nlmsghdr *nlh) {
+				// Appends the message's elements to the set.
+				return parsed(nftnl_set_elems_nlmsg_parse(nlh, set.get()),
+					      "set element");
+			});
+		if (!s)
+			return fail(s.error().withContext(context("elements of set " + name)));
+	}
+
+	RulePtr ruleFilter = newRule();
+	nftnl_rule_set_str(ruleFilter.get(), NFTNL_RULE_TABLE, table.c_str());
+	s = dump(
+		NFT_MSG_GETRULE,
+		[&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, ruleFilter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			RulePtr rule = newRule();
+			if (auto p = parsed(nftnl_rule_nlmsg_parse(nlh, rule.get()), "rule"); !p)
+				return p;
+			if (ours(nftnl_rule_get_str(rule.get(), NFTNL_RULE_TABLE)))
+				snapshot.rules.push_back(std::move(rule));
+			return {};
+		});
+	if (!s)
+		return fail(s.error().withContext(context("rules")));
+
+	const std::string actual = canonicalForm(snapshot);
+	if (actual == desired)
+		return true;
+	if (log::debugEnabled())
+		logFirstDifference(table, desired, actual);
+	return false;
+}
+
+Result<NetlinkBackend::KernelFeatures> NetlinkBackend::probeFeatures()
+{
+	KernelFeatures features;
+	// Each probe is a check-only batch: the kernel validates every message, reports
+	// what it refuses, and aborts. The probes are separate so that one missing
+	// feature cannot hide another.
+	const auto probe = [this](const Ruleset &ruleset) -> Result<bool> {
+		auto encoded = encodeRuleset(ruleset);
+		if (!encoded)
+			return fail(encoded.error());
+		auto batch = checkTableBatch(*encoded, socket_.sequence());
+		if (!batch)
+			return fail(batch.error());
+		auto answer = transact(*batch);
+		if (!answer)
+			return fail(answer.error());
+		if (answer->failures.empty())
+			return true;
+		const Error error = batchError(*batch, *answer);
+		if (error.errnum == EPERM)
+			return fail(error);
+		log::debug("feature probe: {}", error.message);
+		return false;
+	};
+
+	Ruleset ruleset;
+	ruleset.table = kProbeTable;
+	ruleset.chains.push_back(Chain{kBaseChainName, BaseChainHook{kSrcnatPriority}, {}, {}});
+	auto inetNat = probe(ruleset);
+	if (!inetNat)
+		return fail(inetNat.error().withContext("probing kernel features: "));
+	features.inetNat = *inetNat;
+
+	// The agent masquerades in an inet table only, so without inet NAT there is no
+	// place where fully-random could be used.
+	if (features.inetNat) {
+		ruleset.chains.front().rules.push_back(
+			Rule{Masquerade{std::nullopt, std::nullopt, true}, {}});
+		auto fullyRandom = probe(ruleset);
+		if (!fullyRandom)
+			return fail(fullyRandom.error().withContext("probing kernel features: "));
+		features.fullyRandomMasquerade = *fullyRandom;
+	}
+	return features;
+}
+
+} // namespace ipmasq

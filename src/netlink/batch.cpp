@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: Apache-2.0
+// Serializing libnftnl objects into one nf_tables batch with per-message descriptions.
+#include "ip-masq-agent/netlink/batch.h"
+
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netlink.h>
+
+#include <fmt/format.h>
+#include <libnftnl/common.h>
+
+namespace ipmasq::netlink {
+
+namespace {
+
+// Pages of the batch buffer, as nft sizes them. A message may start anywhere in a
+// page and run into the overrun area, so the overrun bounds one message's size.
+constexpr uint32_t kPageSize = 128 * 1024;
+constexpr uint32_t kMaxMessageSize = 64 * 1024 + 4096;
+
+} // namespace
+
+Batch::Batch(uint32_t firstSeq)
+	: batch_(nftnl_batch_alloc(kPageSize, kMaxMessageSize)), firstSeq_(firstSeq)
+{
+	if (!batch_)
+		throw std::bad_alloc();
+}
+
+nlmsghdr *Batch::startMessage(uint16_t type, uint16_t flags, std::string description)
+{
+	const uint32_t seq = nextSequence();
+	descriptions_.push_back(std::move(description));
+	auto *buf = static_cast<char *>(nftnl_batch_buffer(batch_.get()));
+	acknowledged_++;
+	return nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq);
+}
+
+Status Batch::finishMessage(nlmsghdr *nlh)
+{
+	// Everything we encode is bounded far below this (names, comments, element
+	// chunks); a message past it would already have overrun the page.
+	if (nlh->nlmsg_len > kMaxMessageSize)
+		return fail(fmt::format("{}: netlink message of {} bytes is too large (internal "
+					"error)", describe(nlh->nlmsg_seq), nlh->nlmsg_len));
+	if (nftnl_batch_update(batch_.get()) < 0)
+		throw std::bad_alloc();
+	return {};
+}
+
+void Batch::begin(bool echoGeneration)
+{
+	descriptions_.push_back("transaction start");
+	nlmsghdr *nlh = nftnl_batch_begin(static_cast<char *>(nftnl_batch_buffer(batch_.get())),
+					  nextSequence() - 1);
+	if (echoGeneration)
+		nlh->nlmsg_flags |= NLM_F_ECHO;
+	if (nftnl_batch_update(batch_.get()) < 0)
+		throw std::bad_alloc();
+}
+
+void Batch::end()
+{
+	descriptions_.push_back("transaction commit");
+	nftnl_batch_end(static_cast<char *>(nftnl_batch_buffer(batch_.get())), nextSequence() - 1);
+	if (nftnl_batch_update(batch_.get()) < 0)
+		throw std::bad_alloc();
+	ended_ = true;
+}
+
+Status Batch::addTable(uint16_t type, uint16_t flags, const nftnl_table *table,
+		       std::string description)
+{
+	nlmsghdr *nlh = startMessage(type, flags, std::move(description));
+	nftnl_table_nlmsg_build_payload(nlh, table);
+	return finishMessage(nlh);
+}
+
+Status Batch::addChain(const nftnl_chain *chain, std::string description)
+{
+	nlmsghdr *nlh = startMessage(NFT_MSG_NEWCHAIN, NLM_F_CREATE, std::move(description));
+	nftnl_chain_nlmsg_build_payload(nlh, chain);
+	return finishMessage(nlh);
+}
+
+Status Batch::addSet(const nftnl_set *set, std::string description)
+{
+	nlmsghdr *nlh = startMessage(NFT_MSG_NEWSET, NLM_F_CREATE, std::move(description));
+	// libnftnl takes a non-const set but only reads it.
+	nftnl_set_nlmsg_build_payload(nlh, const_cast<nftnl_set *>(set));
+	return finishMessage(nlh);
+}
+
+Status Batch::addSetElements(const nftnl_set *elements, std::string description)
+{
+	nlmsghdr *nlh = startMessage(NFT_MSG_NEWSETELEM, NLM_F_CREATE, std::move(description));
+	nftnl_set_elems_nlmsg_build_payload(nlh, const_cast<nftnl_set *>(elements));
+	return finishMessage(nlh);
+}
+
+Status Batch::addRule(const nftnl_rule *rule, std::string description)
+{
+	// APPEND: rules keep the order of the model.
+	nlmsghdr *nlh = startMessage(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND,
+				     std::move(description));
+	nftnl_rule_nlmsg_build_payload(nlh, const_cast<nftnl_rule *>(rule));
+	return finishMessage(nlh);
+}
+
+Status Batch::addEncodedTable(const EncodedTable &table)
+{
+	const auto addSetWithElements = [this](const EncodedSet &set) -> Status {
+		if (auto s = addSet(set.set.get(), set.description); !s)
+			return s;
+		for (const ElementChunk &chunk : set.elements)
+			if (auto s = addSetElements(chunk.elements.get(), chunk.description); !s)
+				return s;
+		return {};
+	};
+
+	if (auto s = addTable(NFT_MSG_NEWTABLE, 0, table.table.get(), table.description); !s)
+		return s;
+	// Chains first, so that a jump can name a chain declared later in the model.
+	for (const EncodedChain &chain : table.chains)
+		if (auto s = addChain(chain.chain.get(), chain.description); !s)
+			return s;
+	for (const EncodedSet &set : table.sets)
+		if (auto s = addSetWithElements(set); !s)
+			return s;
+	for (const EncodedChain &chain : table.chains) {
+		for (const EncodedRule &rule : chain.rules) {
+			for (const EncodedSet &set : rule.anonymousSets)
+				if (auto s = addSetWithElements(set); !s)
+					return s;
+			if (auto s = addRule(rule.rule.get(), rule.description); !s)
+				return s;
+		}
+	}
+	return {};
+}
+
+size_t Batch::bytes() const
+{
+	size_t total = 0;
+	for (const iovec &iov : iovecs())
+		total += iov.iov_len;
+	return total;
+}
+
+std::string Batch::describe(uint32_t seq) const
+{
+	const uint32_t index = seq - firstSeq_; // wraps for numbers before the batch
+	return index < descriptions_.size() ? descriptions_[index] : std::string();
+}
+
+std::vector<iovec> Batch::iovecs() const
+{
+	const int count = nftnl_batch_iovec_len(batch_.get());
+	std::vector<iovec> out(count > 0 ? count : 0);
+	if (!out.empty())
+		nftnl_batch_iovec(batch_.get(), out.data(), out.size());
+	return out;
+}
+
+Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq)
+{
+	Batch batch(firstSeq);
+	batch.begin(true);
+	const std::string name = nftnl_table_get_str(table.table.get(), NFTNL_TABLE_NAME);
+	// "table inet NAME" then "delete table inet NAME": the delete cannot fail, and the
+	// whole replacement is one transaction, so no packet sees a missing table.
+	TablePtr handle = tableHandle(name, true);
+	if (auto s = batch.addTable(NFT_MSG_NEWTABLE, 0, handle.get(),
+				    fmt::format("{} (created if missing)", table.description));
+	    !s)
+		return fail(s.error());
+	handle = tableHandle(name, false);
+	const std::string deleting = fmt::format("{} (deleting the previous one)", table.description);
+	if (auto s = batch.addTable(NFT_MSG_DELTABLE, 0, handle.get(), deleting); !s)
+		return fail(s.error());
+	if (auto s = batch.addEncodedTable(table); !s)
+		return fail(s.error());
+	batch.end();
+	return batch;
+}
+
+Result<Batch> deleteTableBatch(const std::string &table, uint32_t firstSeq)
+{
+	Batch batch(firstSeq);
+	batch.begin(true);
+	TablePtr handle = tableHandle(table, false);
+	if (auto s = batch.addTable(NFT_MSG_DELTABLE, 0, handle.get(),
+				    fmt::format("table {} (deleting it)", table));
+	    !s)
+		return fail(s.error());
+	batch.end();
+	return batch;
+}
+
+Result<Batch> checkTableBatch(const EncodedTable &table, uint32_t firstSeq)
+{
+	Batch batch(firstSeq);
+	batch.begin(false);
+	if (auto s = batch.addEncodedTable(table); !s)
+		return fail(s.error());
+	return batch;
+}
+
+} // namespace ipmasq::netlink

@@ -1,0 +1,461 @@
+// SPDX-License-Identifier: Apache-2.0
+// Encoding the ruleset model into libnftnl objects exactly as nft 1.0.x encodes its text.
+#include "ip-masq-agent/netlink/objects.h"
+
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_nat.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/rtnetlink.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/netlink/expressions.h"
+#include "ip-masq-agent/nft_text.h"
+
+namespace ipmasq::netlink {
+
+namespace {
+
+// nft's own numbering, which it stores in the kernel for `nft list` to read back:
+// datatype ids (nft's enum datatypes), byte orders (enum byteorder) and the expression
+// kind plus meta key of a set's "typeof" (enum expr_types, NFTNL_UDATA_META_KEY).
+constexpr uint32_t kTypeIpv4Address = 7;
+constexpr uint32_t kTypeIpv6Address = 8;
+constexpr uint32_t kTypeInetProtocol = 12;
+constexpr uint32_t kByteorderHost = 1;
+constexpr uint32_t kByteorderBig = 2;
+constexpr uint32_t kExprKindMeta = 9;
+constexpr uint8_t kUdataMetaKey = 0;
+
+// nft 1.0.x still uses the 16-byte registers.
+constexpr uint32_t kReg1 = NFT_REG_1;
+constexpr uint32_t kReg2 = NFT_REG_2;
+
+// Userdata: nft's small TLV format (one byte type, one byte length) stored verbatim by
+// the kernel. Built with libnftnl's encoder, then copied out as plain bytes.
+class UserData
+{
+public:
+	UserData() : buf_(nftnl_udata_buf_alloc(kCapacity))
+	{
+		if (!buf_)
+			throw std::bad_alloc();
+	}
+
+	void putU32(uint8_t type, uint32_t value)
+	{
+		ok_ &= nftnl_udata_put_u32(buf_.get(), type, value);
+	}
+	void putString(uint8_t type, const std::string &value)
+	{
+		ok_ &= nftnl_udata_put_strz(buf_.get(), type, value.c_str());
+	}
+	nftnl_udata *nestStart(uint8_t type)
+	{
+		nftnl_udata *nest = nftnl_udata_nest_start(buf_.get(), type);
+		ok_ &= nest != nullptr;
+		return nest;
+	}
+	void nestEnd(nftnl_udata *nest)
+	{
+		if (nest)
+			nftnl_udata_nest_end(buf_.get(), nest);
+	}
+
+	bool empty() const { return nftnl_udata_buf_len(buf_.get()) == 0; }
+	// Only the comment can be long, and its length is checked before: a failed put
+	// here is a bug, which the caller reports instead of sending truncated data.
+	bool ok() const { return ok_; }
+	const void *data() const { return nftnl_udata_buf_data(buf_.get()); }
+	uint32_t size() const { return nftnl_udata_buf_len(buf_.get()); }
+
+private:
+	static constexpr uint32_t kCapacity = 512;
+	UdataBufPtr buf_;
+	bool ok_ = true;
+};
+
+Status checkComment(const std::string &what, const std::string &comment)
+{
+	if (comment.size() > kMaxCommentLength)
+		return fail(fmt::format("the comment of {} is {} characters long; nftables allows "
+					"at most {}", what, comment.size(), kMaxCommentLength));
+	return {};
+}
+
+std::vector<uint8_t> u32Bytes(uint32_t hostValue)
+{
+	const auto *p = reinterpret_cast<const uint8_t *>(&hostValue);
+	return {p, p + sizeof(hostValue)};
+}
+
+// One element of an interval set as nft sends it.
+struct ElementSpec {
+	std::vector<uint8_t> key;
+	bool intervalEnd = false; // NFT_SET_ELEM_INTERVAL_END: the first address after a range
+	bool openInterval = false; // the range runs to the last address: no end element
+};
+
+// The elements nft 1.0.x sends for an interval set: a start element per range and an
+// end element at last+1. Two details decide whether `nft list` prints the same text:
+// a set whose first range does not start at 0 gets a leading end element at 0, and a
+// range that ends at the top address has no end element (last+1 would wrap) but
+// carries NFTNL_SET_ELEM_F_INTERVAL_OPEN in its userdata instead.
+std::vector<ElementSpec> intervalElements(const IntervalSet &elements)
+{
+	std::vector<ElementSpec> out;
+	const auto &ranges = elements.ranges();
+	if (ranges.empty())
+		return out;
+	const Family family = elements.family();
+	if (ranges.front().first.value != 0)
+		out.push_back({Address{family, 0}.bytes(), true, false});
+	for (const AddressRange &range : ranges) {
+		const bool open = range.last == Address::max(family);
+		out.push_back({range.first.bytes(), false, open});
+		if (!open)
+			out.push_back({Address{family, range.last.value + 1}.bytes(), true, false});
+	}
+	return out;
+}
+
+SetElemPtr buildElement(const ElementSpec &spec)
+{
+	SetElemPtr elem = newSetElem();
+	if (spec.intervalEnd)
+		nftnl_set_elem_set_u32(elem.get(), NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
+	nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_KEY, spec.key.data(), spec.key.size());
+	if (spec.openInterval) {
+		UserData udata;
+		udata.putU32(NFTNL_UDATA_SET_ELEM_FLAGS, NFTNL_SET_ELEM_F_INTERVAL_OPEN);
+		nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_USERDATA, udata.data(), udata.size());
+	}
+	return elem;
+}
+
+// A set object addressing an existing (or same-batch) set, to carry elements.
+SetPtr elementCarrier(const std::string &table, const std::string &set, uint32_t setId)
+{
+	SetPtr carrier = newSet();
+	nftnl_set_set_u32(carrier.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
+	nftnl_set_set_str(carrier.get(), NFTNL_SET_TABLE, table.c_str());
+	nftnl_set_set_str(carrier.get(), NFTNL_SET_NAME, set.c_str());
+	nftnl_set_set_u32(carrier.get(), NFTNL_SET_ID, setId);
+	return carrier;
+}
+
+// Upper bound of the bytes one range takes in a message: a start element (nest, key
+// nest, key) and an end element (the same plus flags), or the open-interval userdata.
+size_t rangeBytes(size_t keyLen)
+{
+	const size_t key = 4 + 4 + ((keyLen + 3) & ~size_t(3));
+	return (4 + key) + (4 + 8 + key) + 12;
+}
+
+// Room for the message header and the table and set names (each at most 256 bytes).
+constexpr size_t kElementMessageOverhead = 16 + 4 + 2 * (4 + 256) + 8 + 4 + 64;
+
+class Encoder
+{
+public:
+	explicit Encoder(const Ruleset &ruleset) : ruleset_(ruleset) {}
+
+	Result<EncodedTable> encode();
+
+private:
+	Result<EncodedSet> encodeAddressSet(const AddressSet &set);
+	Result<EncodedChain> encodeChain(const Chain &chain);
+	Result<EncodedRule> encodeRule(const Chain &chain, const Rule &rule);
+	EncodedSet encodeProtocolSet(const std::string &ruleDescription);
+
+	void encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement);
+	void encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &statement);
+	void encodeStatement(EncodedRule &out, const Masquerade &statement);
+
+	uint32_t setIdOf(const std::string &name) const;
+
+	const Ruleset &ruleset_;
+	// nft numbers the sets of a batch 1, 2, ... in the order it declares them; rules
+	// and element messages refer to a set of the same batch by that id.
+	uint32_t nextSetId_ = 1;
+	std::vector<std::pair<std::string, uint32_t>> setIds_;
+};
+
+Result<EncodedTable> Encoder::encode()
+{
+	EncodedTable out;
+	out.description = fmt::format("table {}", ruleset_.table);
+	if (auto s = checkComment(out.description, ruleset_.comment); !s)
+		return fail(s.error());
+	out.table = tableHandle(ruleset_.table, true);
+	if (!ruleset_.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_TABLE_COMMENT, ruleset_.comment);
+		nftnl_table_set_data(out.table.get(), NFTNL_TABLE_USERDATA, udata.data(),
+				     udata.size());
+	}
+
+	for (const AddressSet &set : ruleset_.sets) {
+		auto encoded = encodeAddressSet(set);
+		if (!encoded)
+			return fail(encoded.error());
+		out.sets.push_back(std::move(*encoded));
+	}
+	for (const Chain &chain : ruleset_.chains) {
+		auto encoded = encodeChain(chain);
+		if (!encoded)
+			return fail(encoded.error());
+		out.chains.push_back(std::move(*encoded));
+	}
+	return out;
+}
+
+Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
+{
+	EncodedSet out;
+	out.description = fmt::format("set {}", set.name);
+	if (auto s = checkComment(out.description, set.comment); !s)
+		return fail(s.error());
+
+	const bool v4 = set.family() == Family::ipv4;
+	const uint32_t keyLen = familyBits(set.family()) / 8;
+	const uint32_t id = nextSetId_++;
+	setIds_.emplace_back(set.name, id);
+
+	out.set = newSet();
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_NAME, set.name.c_str());
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FLAGS, NFT_SET_INTERVAL);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE,
+			  v4 ? kTypeIpv4Address : kTypeIpv6Address);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, keyLen);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
+	UserData udata;
+	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderBig);
+	if (!set.comment.empty())
+		udata.putString(NFTNL_UDATA_SET_COMMENT, set.comment);
+	if (!udata.ok())
+		return fail(fmt::format("{}: userdata does not fit", out.description));
+	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
+
+	// Elements go in chunks of whole ranges, each chunk one NEWSETELEM message.
+	const std::vector<ElementSpec> specs = intervalElements(set.elements);
+	const size_t totalRanges = set.elements.size();
+	const size_t rangesPerChunk =
+		(kElementMessageBudget - kElementMessageOverhead) / rangeBytes(keyLen);
+	size_t index = 0;
+	size_t rangesDone = 0;
+	while (index < specs.size()) {
+		ElementChunk chunk;
+		chunk.elements = elementCarrier(ruleset_.table, set.name, id);
+		const size_t firstRange = rangesDone + 1;
+		size_t ranges = 0;
+		while (index < specs.size()) {
+			const ElementSpec &spec = specs[index];
+			// A range starts at each start element: stop before one that would
+			// not fit, so that a range is never split across messages.
+			if (!spec.intervalEnd) {
+				if (ranges == rangesPerChunk)
+					break;
+				ranges++;
+			}
+			nftnl_set_elem_add(chunk.elements.get(), buildElement(spec).release());
+			index++;
+		}
+		rangesDone += ranges;
+		chunk.description = fmt::format("elements of set {} (ranges {}-{} of {})", set.name,
+						firstRange, rangesDone, totalRanges);
+		out.elements.push_back(std::move(chunk));
+	}
+	return out;
+}
+
+Result<EncodedChain> Encoder::encodeChain(const Chain &chain)
+{
+	EncodedChain out;
+	out.description = fmt::format("chain {}", chain.name);
+	if (auto s = checkComment(out.description, chain.comment); !s)
+		return fail(s.error());
+
+	out.chain = newChain();
+	nftnl_chain_set_u32(out.chain.get(), NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+	nftnl_chain_set_str(out.chain.get(), NFTNL_CHAIN_TABLE, ruleset_.table.c_str());
+	nftnl_chain_set_str(out.chain.get(), NFTNL_CHAIN_NAME, chain.name.c_str());
+	if (chain.hook) {
+		nftnl_chain_set_str(out.chain.get(), NFTNL_CHAIN_TYPE, "nat");
+		nftnl_chain_set_u32(out.chain.get(), NFTNL_CHAIN_HOOKNUM, NF_INET_POST_ROUTING);
+		nftnl_chain_set_s32(out.chain.get(), NFTNL_CHAIN_PRIO, chain.hook->priority);
+		nftnl_chain_set_u32(out.chain.get(), NFTNL_CHAIN_POLICY, NF_ACCEPT);
+	}
+	if (!chain.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_CHAIN_COMMENT, chain.comment);
+		nftnl_chain_set_data(out.chain.get(), NFTNL_CHAIN_USERDATA, udata.data(),
+				     udata.size());
+	}
+
+	for (const Rule &rule : chain.rules) {
+		auto encoded = encodeRule(chain, rule);
+		if (!encoded)
+			return fail(encoded.error());
+		out.rules.push_back(std::move(*encoded));
+	}
+	return out;
+}
+
+Result<EncodedRule> Encoder::encodeRule(const Chain &chain, const Rule &rule)
+{
+	EncodedRule out;
+	out.description = fmt::format("rule in chain {}: {}", chain.name,
+				      renderStatement(rule.statement));
+	if (auto s = checkComment(out.description, rule.comment); !s)
+		return fail(s.error());
+
+	out.rule = newRule();
+	nftnl_rule_set_u32(out.rule.get(), NFTNL_RULE_FAMILY, NFPROTO_INET);
+	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_TABLE, ruleset_.table.c_str());
+	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_CHAIN, chain.name.c_str());
+	std::visit([&](const auto &statement) { encodeStatement(out, statement); },
+		   rule.statement);
+	if (!rule.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_RULE_COMMENT, rule.comment);
+		nftnl_rule_set_data(out.rule.get(), NFTNL_RULE_USERDATA, udata.data(),
+				    udata.size());
+	}
+	return out;
+}
+
+void addNfprotoMatch(nftnl_rule *rule, Family family)
+{
+	const uint8_t nfproto = family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6;
+	addMetaLoad(rule, NFT_META_NFPROTO, kReg1);
+	addCmp(rule, NFT_CMP_EQ, kReg1, std::span(&nfproto, 1));
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement)
+{
+	nftnl_rule *rule = out.rule.get();
+	if (statement.onlyFamily)
+		addNfprotoMatch(rule, *statement.onlyFamily);
+	// fib's address type is a host-endian u32 (enum rtn_type).
+	addFibLoad(rule, NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1);
+	addCmp(rule, NFT_CMP_NEQ, kReg1, u32Bytes(RTN_LOCAL));
+	addVerdict(rule, NFT_JUMP, statement.target);
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &statement)
+{
+	nftnl_rule *rule = out.rule.get();
+	// "ip daddr" in an inet table: nft adds the implicit "meta nfproto ipv4" dependency.
+	addNfprotoMatch(rule, statement.family);
+	if (statement.family == Family::ipv4)
+		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, 16, 4, kReg1);
+	else
+		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, 24, 16, kReg1);
+	addLookup(rule, kReg1, statement.set, setIdOf(statement.set));
+	addVerdict(rule, NFT_RETURN);
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
+{
+	nftnl_rule *rule = out.rule.get();
+	if (statement.toPorts) {
+		// meta l4proto { tcp, udp, sctp }: an anonymous constant set per rule.
+		EncodedSet protocols = encodeProtocolSet(out.description);
+		const uint32_t id = nftnl_set_get_u32(protocols.set.get(), NFTNL_SET_ID);
+		const std::string name = nftnl_set_get_str(protocols.set.get(), NFTNL_SET_NAME);
+		out.anonymousSets.push_back(std::move(protocols));
+		addMetaLoad(rule, NFT_META_L4PROTO, kReg1);
+		addLookup(rule, kReg1, name, id);
+	}
+	if (statement.sample) {
+		// numgen random mod M < B: the random number is host-endian, nft converts it
+		// to big endian and compares it with a big-endian constant.
+		addNumgen(rule, NFT_NG_RANDOM, statement.sample->modulus, kReg1);
+		addByteorder(rule, NFT_BYTEORDER_HTON, kReg1, kReg1, 4, 4);
+		const uint32_t below = htonl(statement.sample->below);
+		addCmp(rule, NFT_CMP_LT, kReg1,
+		       std::span(reinterpret_cast<const uint8_t *>(&below), sizeof(below)));
+	}
+	uint32_t flags = 0, minReg = 0, maxReg = 0;
+	if (statement.toPorts) {
+		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
+		minReg = kReg1;
+		if (addPortRangeRegisters(rule, statement.toPorts->first, statement.toPorts->last,
+					  kReg1, kReg2))
+			maxReg = kReg2;
+	}
+	if (statement.fullyRandom)
+		flags |= NF_NAT_RANGE_PROTO_RANDOM_FULLY;
+	addMasq(rule, flags, minReg, maxReg);
+}
+
+EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
+{
+	// The kernel turns "__set%d" into a free name (__set0, ...); until then the set is
+	// known by its id within the batch.
+	static constexpr const char *kAnonymousName = "__set%d";
+	const uint32_t id = nextSetId_++;
+	EncodedSet out;
+	out.description = fmt::format("anonymous set {{ tcp, udp, sctp }} of {}", ruleDescription);
+	out.set = newSet();
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_NAME, kAnonymousName);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FLAGS, NFT_SET_ANONYMOUS | NFT_SET_CONSTANT);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE, kTypeInetProtocol);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, 1);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_DESC_SIZE, std::size(kPortProtocols));
+	// nft records the key's byte order and its "typeof" (meta l4proto) for listing.
+	UserData udata;
+	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderHost);
+	nftnl_udata *typeOf = udata.nestStart(NFTNL_UDATA_SET_KEY_TYPEOF);
+	udata.putU32(NFTNL_UDATA_SET_TYPEOF_EXPR, kExprKindMeta);
+	nftnl_udata *typeOfData = udata.nestStart(NFTNL_UDATA_SET_TYPEOF_DATA);
+	udata.putU32(kUdataMetaKey, NFT_META_L4PROTO);
+	udata.nestEnd(typeOfData);
+	udata.nestEnd(typeOf);
+	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
+
+	ElementChunk chunk;
+	chunk.elements = elementCarrier(ruleset_.table, kAnonymousName, id);
+	for (uint8_t protocol : kPortProtocols)
+		nftnl_set_elem_add(chunk.elements.get(),
+				   buildElement({{protocol}, false, false}).release());
+	chunk.description = fmt::format("elements of {}", out.description);
+	out.elements.push_back(std::move(chunk));
+	return out;
+}
+
+uint32_t Encoder::setIdOf(const std::string &name) const
+{
+	for (const auto &[set, id] : setIds_)
+		if (set == name)
+			return id;
+	// A lookup of a set this batch does not declare: the kernel finds it by name, or
+	// rejects the rule, and that error names the rule.
+	return 0;
+}
+
+} // namespace
+
+TablePtr tableHandle(const std::string &name, bool withFlags)
+{
+	TablePtr table = newTable();
+	nftnl_table_set_u32(table.get(), NFTNL_TABLE_FAMILY, NFPROTO_INET);
+	nftnl_table_set_str(table.get(), NFTNL_TABLE_NAME, name.c_str());
+	if (withFlags)
+		nftnl_table_set_u32(table.get(), NFTNL_TABLE_FLAGS, 0);
+	return table;
+}
+
+Result<EncodedTable> encodeRuleset(const Ruleset &ruleset)
+{
+	return Encoder(ruleset).encode();
+}
+
+} // namespace ipmasq::netlink

@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: Apache-2.0
+// The netfilter netlink socket: requests, dumps and batches over libmnl.
+#include "ip-masq-agent/netlink/socket.h"
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netlink.h>
+
+#include <fmt/format.h>
+#include <libnftnl/common.h>
+
+#include "ip-masq-agent/log.h"
+
+namespace ipmasq::netlink {
+
+namespace {
+
+// Large enough for any datagram the kernel sends us: dump skbs are at most 32 KiB,
+// and acknowledgements are capped.
+constexpr size_t kReceiveBufferSize = 64 * 1024 + 4096;
+
+// How long to wait for the rest of a batch's answers. The kernel processes a batch
+// inside our sendmsg() call, so they are normally all queued before we look.
+constexpr int kAnswerTimeoutMs = 10000;
+
+Error systemError(const std::string &what, int errnum)
+{
+	return Error(fmt::format("{}: {}", what, std::strerror(errnum)), errnum);
+}
+
+struct CallbackContext {
+	const ReplyHandler *handler;
+	std::optional<Error> error;
+};
+
+// libmnl calls this for every data message. No exception may unwind through C.
+int dataCallback(const nlmsghdr *nlh, void *data)
+{
+	auto *context = static_cast<CallbackContext *>(data);
+	try {
+		if (Status s = (*context->handler)(nlh); !s) {
+			context->error = s.error();
+			return MNL_CB_ERROR;
+		}
+		return MNL_CB_OK;
+	} catch (const std::exception &e) {
+		context->error = Error(fmt::format("handling a netlink reply: {}", e.what()));
+	} catch (...) {
+		context->error = Error("handling a netlink reply: unknown exception");
+	}
+	return MNL_CB_ERROR;
+}
+
+// The kernel's extended-ack text of an NLMSG_ERROR message, if any.
+std::string extackMessage(const nlmsghdr *nlh)
+{
+	if (!(nlh->nlmsg_flags & NLM_F_ACK_TLVS))
+		return {};
+	const auto *err = static_cast<const nlmsgerr *>(mnl_nlmsg_get_payload(nlh));
+	// Capped acks carry only the failed message's header; otherwise all of it.
+	size_t offset = sizeof(nlmsgerr);
+	if (!(nlh->nlmsg_flags & NLM_F_CAPPED))
+		offset = sizeof(int) + err->msg.nlmsg_len;
+	if (mnl_nlmsg_get_payload_len(nlh) <= offset)
+		return {};
+	// libmnl's mnl_attr_for_each() relies on C's implicit void* conversion.
+	const auto *tail = static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh));
+	for (auto *attr = static_cast<const nlattr *>(mnl_nlmsg_get_payload_offset(nlh, offset));
+	     mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char *>(attr)));
+	     attr = mnl_attr_next(attr)) {
+		if (mnl_attr_get_type(attr) == NLMSGERR_ATTR_MSG &&
+		    mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) >= 0)
+			return static_cast<const char *>(mnl_attr_get_str(attr));
+	}
+	return {};
+}
+
+} // namespace
+
+Socket::Socket(MnlSocketPtr socket, uint32_t portId, uint32_t seq)
+	: socket_(std::move(socket)), portId_(portId), seq_(seq), buffer_(kReceiveBufferSize)
+{
+}
+
+Result<Socket> Socket::open()
+{
+	MnlSocketPtr nl(mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC));
+	if (!nl)
+		return fail(systemError("cannot open a netfilter netlink socket", errno));
+	if (mnl_socket_bind(nl.get(), 0, MNL_SOCKET_AUTOPID) < 0)
+		return fail(systemError("cannot bind the netfilter netlink socket", errno));
+	// Both are optional (older kernels): errors then come without the kernel's text,
+	// or with the failed message echoed, which the answer parsing handles too.
+	int on = 1;
+	mnl_socket_setsockopt(nl.get(), NETLINK_EXT_ACK, &on, sizeof(on));
+	mnl_socket_setsockopt(nl.get(), NETLINK_CAP_ACK, &on, sizeof(on));
+	const uint32_t portId = mnl_socket_get_portid(nl.get());
+	// Start from the clock, as nft does, so that numbers differ between runs.
+	return Socket(std::move(nl), portId, static_cast<uint32_t>(std::time(nullptr)));
+}
+
+int Socket::fd() const
+{
+	return mnl_socket_get_fd(socket_.get());
+}
+
+Status Socket::growBuffer(int option, int forceOption, size_t bytes)
+{
+	int current = 0;
+	socklen_t len = sizeof(current);
+	// The kernel reports the doubled value it keeps for bookkeeping overhead.
+	if (getsockopt(fd(), SOL_SOCKET, option, &current, &len) == 0 &&
+	    static_cast<size_t>(current) / 2 >= bytes)
+		return {};
+	if (bytes > static_cast<size_t>(INT32_MAX / 2))
+		return fail(fmt::format("a socket buffer of {} bytes is too large", bytes), ENOBUFS);
+	const int value = static_cast<int>(bytes);
+	if (setsockopt(fd(), SOL_SOCKET, forceOption, &value, sizeof(value)) == 0)
+		return {};
+	if (setsockopt(fd(), SOL_SOCKET, option, &value, sizeof(value)) == 0)
+		return {};
+	return fail(systemError(fmt::format("cannot size a netlink socket buffer to {} bytes",
+					    bytes), errno));
+}
+
+Status Socket::reserveBuffers(size_t sendBytes, size_t receiveBytes)
+{
+	if (auto s = growBuffer(SO_SNDBUF, SO_SNDBUFFORCE, sendBytes); !s)
+		return s;
+	return growBuffer(SO_RCVBUF, SO_RCVBUFFORCE, receiveBytes);
+}
+
+Status Socket::joinGroup(unsigned group)
+{
+	int value = static_cast<int>(group);
+	if (mnl_socket_setsockopt(socket_.get(), NETLINK_ADD_MEMBERSHIP, &value, sizeof(value)) < 0)
+		return fail(systemError(fmt::format("cannot join netlink group {}", group), errno));
+	return {};
+}
+
+void Socket::discardPending()
+{
+	for (;;) {
+		const ssize_t n = recv(fd(), buffer_.data(), buffer_.size(), MSG_DONTWAIT);
+		if (n > 0)
+			continue;
+		if (n < 0 && (errno == EINTR || errno == ENOBUFS))
+			continue;
+		return;
+	}
+}
+
+Result<bool> Socket::receivePending(const std::function<void(const nlmsghdr *)> &onMessage)
+{
+	ssize_t n;
+	do
+		n = recv(fd(), buffer_.data(), buffer_.size(), MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return false;
+		return fail(systemError("cannot receive from the netfilter netlink socket", errno));
+	}
+	int len = static_cast<int>(n);
+	for (auto *nlh = reinterpret_cast<const nlmsghdr *>(buffer_.data()); mnl_nlmsg_ok(nlh, len);
+	     nlh = mnl_nlmsg_next(nlh, &len))
+		onMessage(nlh);
+	return true;
+}
+
+Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
+		     const ReplyHandler &onReply)
+{
+	discardPending();
+	const uint32_t seq = seq_++;
+	std::vector<char> request(MNL_SOCKET_BUFFER_SIZE);
+	if (!(flags & NLM_F_DUMP))
+		flags |= NLM_F_ACK;
+	nlmsghdr *nlh = nftnl_nlmsg_build_hdr(request.data(), type, family, flags, seq);
+	if (build)
+		build(nlh);
+	if (mnl_socket_sendto(socket_.get(), nlh, nlh->nlmsg_len) < 0)
+		return fail(systemError("cannot send a netlink request", errno));
+
+	CallbackContext context{&onReply, std::nullopt};
+	for (;;) {
+		const ssize_t n =
+			mnl_socket_recvfrom(socket_.get(), buffer_.data(), buffer_.size());
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return fail(systemError("cannot receive a netlink reply", errno));
+		}
+		const int ret = mnl_cb_run(buffer_.data(), n, seq, portId_, dataCallback, &context);
+		if (ret == MNL_CB_STOP)
+			return {};
+		if (ret == MNL_CB_ERROR) {
+			if (context.error)
+				return fail(*context.error);
+			const int err = errno;
+			if (err == EINTR) // NLM_F_DUMP_INTR
+				return fail("a concurrent ruleset change interrupted the dump", EINTR);
+			return fail(std::strerror(err), err);
+		}
+	}
+}
+
+Result<BatchAnswer> Socket::sendBatch(const Batch &batch)
+{
+	discardPending();
+	const size_t expected = batch.acknowledgedMessages();
+	// An acknowledgement costs about 1 KiB of receive buffer (its skb), twice that
+	// leaves room for the generation message and kernels with larger skbs.
+	if (auto s = reserveBuffers(batch.bytes() + 4096, expected * 2048 + 64 * 1024); !s)
+		return fail(s.error());
+
+	std::vector<iovec> iov = batch.iovecs();
+	sockaddr_nl kernel{};
+	kernel.nl_family = AF_NETLINK;
+	msghdr msg{};
+	msg.msg_name = &kernel;
+	msg.msg_namelen = sizeof(kernel);
+	msg.msg_iov = iov.data();
+	msg.msg_iovlen = iov.size();
+	ssize_t sent;
+	do
+		sent = sendmsg(fd(), &msg, 0);
+	while (sent < 0 && errno == EINTR);
+	if (sent < 0)
+		return fail(systemError(
+			fmt::format("cannot send a batch of {} bytes", batch.bytes()), errno));
+	seq_ = batch.nextSequence();
+
+	const uint32_t first = batch.firstSequence();
+	const uint32_t count = batch.nextSequence() - first;
+	const uint16_t kNewGenType = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN;
+	BatchAnswer answer;
+	size_t answered = 0;
+	const auto onMessage = [&](const nlmsghdr *nlh) {
+		if (nlh->nlmsg_type == NLMSG_ERROR) {
+			if (mnl_nlmsg_get_payload_len(nlh) < sizeof(nlmsgerr))
+				return;
+			const auto *err = static_cast<const nlmsgerr *>(mnl_nlmsg_get_payload(nlh));
+			if (err->msg.nlmsg_seq - first >= count)
+				return; // not ours: left over from an earlier exchange
+			answered++;
+			if (err->error == 0)
+				answer.acknowledged++;
+			else
+				answer.failures.push_back(
+					{err->msg.nlmsg_seq, -err->error, extackMessage(nlh)});
+		} else if (nlh->nlmsg_type == kNewGenType && nlh->nlmsg_seq - first < count) {
+			GenPtr gen = newGen();
+			if (nftnl_gen_nlmsg_parse(nlh, gen.get()) >= 0 &&
+			    nftnl_gen_is_set(gen.get(), NFTNL_GEN_ID))
+				answer.generation = nftnl_gen_get_u32(gen.get(), NFTNL_GEN_ID);
+		}
+	};
+
+	bool waited = false;
+	for (;;) {
+		auto got = receivePending(onMessage);
+		if (!got) {
+			if (got.error().errnum == ENOBUFS)
+				return fail("the kernel's answers to a batch overflowed the socket "
+					    "buffer, so its outcome is unknown", ENOBUFS);
+			return fail(got.error());
+		}
+		if (*got)
+			continue;
+		// Nothing pending. The kernel queues all answers before sendmsg() returns,
+		// so this is the end unless something is missing; then wait once, in case
+		// a kernel ever answers asynchronously.
+		if (answered >= expected || !answer.failures.empty() || waited)
+			break;
+		pollfd pfd{fd(), POLLIN, 0};
+		if (poll(&pfd, 1, kAnswerTimeoutMs) <= 0)
+			break;
+		waited = true;
+	}
+	if (answer.failures.empty() && answer.acknowledged < expected)
+		return fail(fmt::format("the kernel acknowledged {} of {} messages of a batch, so "
+					"its outcome is unknown", answer.acknowledged, expected),
+			    EPROTO);
+	return answer;
+}
+
+} // namespace ipmasq::netlink

@@ -1,0 +1,491 @@
+// SPDX-License-Identifier: Apache-2.0
+// The netlink backend against the real kernel, in this process's private network namespace.
+#include <catch2/catch.hpp>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <linux/capability.h>
+#include <linux/netlink.h>
+
+#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/batch.h"
+#include "ip-masq-agent/netlink/objects.h"
+#include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/ruleset.h"
+#include "netns.h"
+
+using namespace ipmasq;
+using ipmasq::test::run;
+using ipmasq::test::runOrFail;
+
+namespace {
+
+const std::string kListTable = "nft list table inet ip-masq-agent";
+
+// Every test starts from an empty ruleset: they share this process's namespace.
+std::unique_ptr<NetlinkBackend> freshBackend()
+{
+	runOrFail("nft flush ruleset");
+	auto backend = NetlinkBackend::open();
+	INFO((backend ? "" : backend.error().message));
+	REQUIRE(backend);
+	return std::move(*backend);
+}
+
+Config configWith(const std::vector<std::string> &cidrs)
+{
+	Config config;
+	for (const std::string &text : cidrs) {
+		auto prefix = parsePrefix(text);
+		INFO(text);
+		REQUIRE(prefix);
+		config.nonMasqueradeCIDRs.push_back(*prefix);
+	}
+	return config;
+}
+
+bool tableExists(const std::string &table = "ip-masq-agent")
+{
+	return run("nft list table inet " + table + " >/dev/null 2>&1") == 0;
+}
+
+// A file for `nft -f`, removed when the test is done with it.
+class TempFile
+{
+public:
+	explicit TempFile(const std::string &content)
+	{
+		char name[] = "/tmp/ip-masq-agent-test-XXXXXX";
+		const int fd = mkstemp(name);
+		REQUIRE(fd >= 0);
+		close(fd);
+		path_ = name;
+		std::ofstream(path_) << content;
+	}
+	~TempFile() { std::remove(path_.c_str()); }
+	const std::string &path() const { return path_; }
+
+private:
+	std::string path_;
+};
+
+void requireApplied(NetlinkBackend &backend, const Ruleset &ruleset)
+{
+	auto applied = backend.apply(ruleset);
+	INFO((applied ? "" : applied.error().message));
+	REQUIRE(applied);
+}
+
+bool matches(NetlinkBackend &backend, const Ruleset &ruleset)
+{
+	auto result = backend.matches(ruleset);
+	INFO((result ? "" : result.error().message));
+	REQUIRE(result);
+	return *result;
+}
+
+// Number of entries in the "elem" array of `nft -j list set`: counts the commas at
+// the array's top level, outside strings.
+size_t jsonElementCount(const std::string &json)
+{
+	const size_t start = json.find("\"elem\":");
+	if (start == std::string::npos)
+		return 0;
+	size_t i = json.find('[', start);
+	REQUIRE(i != std::string::npos);
+	int depth = 0;
+	size_t count = 0;
+	bool inString = false, any = false;
+	for (; i < json.size(); i++) {
+		const char c = json[i];
+		if (inString) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				inString = false;
+			continue;
+		}
+		if (c == '"') {
+			inString = true;
+		} else if (c == '[' || c == '{') {
+			depth++;
+		} else if (c == ']' || c == '}') {
+			if (--depth == 0)
+				break;
+		} else if (c == ',' && depth == 1) {
+			count++;
+		}
+		if (depth >= 1 && c != '[' && !std::isspace(static_cast<unsigned char>(c)))
+			any = true;
+	}
+	return any ? count + 1 : 0;
+}
+
+// The parity check: the backend's table and the one `nft -f` makes of the dry-run
+// script list identically, and matches() accepts both.
+void requireParity(const std::string &name, const Ruleset &ruleset)
+{
+	INFO("config: " << name);
+	auto backend = freshBackend();
+
+	requireApplied(*backend, ruleset);
+	const std::string viaNetlink = runOrFail(kListTable);
+	REQUIRE(matches(*backend, ruleset));
+	CHECK(viaNetlink.find("unknown") == std::string::npos);
+	CHECK(viaNetlink.find("[invalid") == std::string::npos);
+
+	REQUIRE(backend->remove(ruleset.table));
+	REQUIRE_FALSE(tableExists());
+
+	TempFile script(renderNftScript(ruleset));
+	runOrFail("nft -f " + script.path());
+	const std::string viaNft = runOrFail(kListTable);
+
+	REQUIRE(viaNetlink == viaNft);
+	// The kernel's dump of nft's table is canonically the same as our desired objects.
+	REQUIRE(matches(*backend, ruleset));
+}
+
+} // namespace
+
+TEST_CASE("apply creates, replaces and remove deletes the table, touching nothing else")
+{
+	auto backend = freshBackend();
+	runOrFail("nft add table inet other");
+	runOrFail("nft add chain inet other input '{ type filter hook input priority 0; }'");
+	runOrFail("nft add rule inet other input tcp dport 22 accept");
+	const std::string other = runOrFail("nft list table inet other");
+
+	RulesetOptions options;
+	const Ruleset first = buildRuleset(configWith({"10.0.0.0/8", "192.168.0.0/16"}), options);
+	requireApplied(*backend, first);
+	const std::string listed = runOrFail(kListTable);
+	CHECK(listed.find("10.0.0.0/8") != std::string::npos);
+	CHECK(listed.find("192.168.0.0/16") != std::string::npos);
+	CHECK(runOrFail("nft list table inet other") == other);
+
+	options.enableIpv6 = true;
+	options.randomFully = false;
+	const Ruleset second = buildRuleset(configWith({"172.16.0.0/12", "fd00::/8"}), options);
+	requireApplied(*backend, second);
+	const std::string replaced = runOrFail(kListTable);
+	CHECK(replaced.find("10.0.0.0/8") == std::string::npos);
+	CHECK(replaced.find("172.16.0.0/12") != std::string::npos);
+	CHECK(replaced.find("fd00::/8") != std::string::npos);
+	CHECK(replaced.find("fully-random") == std::string::npos);
+	CHECK(matches(*backend, second));
+	CHECK_FALSE(matches(*backend, first));
+	CHECK(runOrFail("nft list table inet other") == other);
+
+	REQUIRE(backend->remove(second.table));
+	CHECK_FALSE(tableExists());
+	CHECK(runOrFail("nft list table inet other") == other);
+
+	// Removing a table that is not there is not an error.
+	REQUIRE(backend->remove(second.table));
+	CHECK(runOrFail("nft list table inet other") == other);
+}
+
+TEST_CASE("the backend's table lists exactly like nft -f of the dry-run script")
+{
+	RulesetOptions defaults;
+
+	requireParity("defaults", buildRuleset(defaultConfig({}), defaults));
+	requireParity("--nomasq-all-reserved-ranges defaults",
+		      buildRuleset(defaultConfig({true, false}), defaults));
+
+	RulesetOptions ipv6 = defaults;
+	ipv6.enableIpv6 = true;
+	requireParity("IPv6 enabled",
+		      buildRuleset(configWith({"10.0.0.0/8", "2001:db8::/32", "fd00::/8"}), ipv6));
+
+	Config linkLocal = configWith({"10.0.0.0/8", "2001:db8::/32"});
+	linkLocal.masqLinkLocal = true;
+	requireParity("masqLinkLocal on", buildRuleset(linkLocal, ipv6));
+	linkLocal.masqLinkLocalIPv6 = true;
+	requireParity("masqLinkLocal and masqLinkLocalIPv6 on", buildRuleset(linkLocal, ipv6));
+	linkLocal.masqLinkLocal = false;
+	requireParity("masqLinkLocalIPv6 on only", buildRuleset(linkLocal, ipv6));
+
+	RulesetOptions notRandom = defaults;
+	notRandom.randomFully = false;
+	requireParity("randomFully off", buildRuleset(defaultConfig({}), notRandom));
+
+	RulesetOptions ports = defaults;
+	ports.toPorts = {PortRange{1024, 65535}};
+	requireParity("toPorts one range", buildRuleset(defaultConfig({}), ports));
+	ports.toPorts = {PortRange{1024, 29999}, PortRange{32768, 60999}, PortRange{61500, 61500}};
+	requireParity("toPorts several ranges", buildRuleset(defaultConfig({}), ports));
+	ports.toPorts = {PortRange{8080, 8080}};
+	ports.randomFully = false;
+	requireParity("toPorts one port, not fully random", buildRuleset(defaultConfig({}), ports));
+
+	// Interval edge cases: a range from address 0 (no leading end element), ranges to
+	// the top address (no end element, the open-interval flag instead), everything.
+	requireParity("ranges touching both ends",
+		      buildRuleset(configWith({"0.0.0.0/8", "10.0.0.0/8", "240.0.0.0/4",
+					       "192.0.2.1/32", "::/3", "ff00::/8"}),
+				   ipv6));
+	requireParity("everything", buildRuleset(configWith({"0.0.0.0/0", "::/0"}), ipv6));
+	requireParity("only the top address",
+		      buildRuleset(configWith({"255.255.255.255/32", "ffff:ffff:ffff:ffff:ffff:"
+						"ffff:ffff:ffff/128"}),
+				   ipv6));
+
+	Config large;
+	for (int i = 0; i < 10000; i++) { // /30s with gaps: no two of them merge
+		const auto text = fmt::format("10.{}.{}.{}/30", i >> 12, (i >> 4) & 255, (i & 15) * 16);
+		large.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
+	}
+	for (int i = 0; i < 500; i++)
+		large.nonMasqueradeCIDRs.push_back(
+			parsePrefix(fmt::format("2001:db8:{:x}::/48", i * 2)).value());
+	requireParity("10,000 IPv4 and 500 IPv6 CIDRs", buildRuleset(large, ipv6));
+}
+
+TEST_CASE("100,000 CIDRs go in one transaction")
+{
+	auto backend = freshBackend();
+	Config config;
+	for (int i = 0; i < 60000; i++) { // /32s with a gap between each two
+		const auto text = fmt::format("10.{}.{}.{}/32", i >> 15, (i >> 7) & 255, (i & 127) * 2);
+		config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
+	}
+	for (int i = 0; i < 40000; i++) {
+		const auto text = fmt::format("2001:db8:{:x}:{:x}::/64", i >> 15, (i & 0x7fff) * 2);
+		config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
+	}
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	const Ruleset ruleset = buildRuleset(config, options);
+	REQUIRE(ruleset.findSet(Family::ipv4)->elements.size() == 60001); // + link-local
+	REQUIRE(ruleset.findSet(Family::ipv6)->elements.size() == 40001);
+
+	auto before = backend->generation();
+	REQUIRE(before);
+	requireApplied(*backend, ruleset);
+	auto after = backend->generation();
+	REQUIRE(after);
+	// One transaction: one commit, so the generation moved by exactly one.
+	CHECK(*after == *before + 1);
+
+	CHECK(jsonElementCount(runOrFail("nft -j list set inet ip-masq-agent nomasq-v4")) == 60001);
+	CHECK(jsonElementCount(runOrFail("nft -j list set inet ip-masq-agent nomasq-v6")) == 40001);
+	CHECK(matches(*backend, ruleset));
+}
+
+TEST_CASE("element lists are split into small messages, each described by its ranges")
+{
+	Config config;
+	for (int i = 0; i < 3000; i++)
+		config.nonMasqueradeCIDRs.push_back(
+			parsePrefix(fmt::format("2001:db8:{:x}::/48", i * 2)).value());
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	auto encoded = netlink::encodeRuleset(buildRuleset(config, options));
+	REQUIRE(encoded);
+	const netlink::EncodedSet &v6 = encoded->sets.at(1);
+	REQUIRE(v6.description == "set nomasq-v6");
+	REQUIRE(v6.elements.size() > 1);
+	// The chunks cover ranges 1..3001 (with fe80::/10) without gap or overlap.
+	size_t next = 1;
+	const std::regex described(R"(elements of set nomasq-v6 \(ranges (\d+)-(\d+) of 3001\))");
+	for (const netlink::ElementChunk &chunk : v6.elements) {
+		std::smatch m;
+		REQUIRE(std::regex_match(chunk.description, m, described));
+		CHECK(std::stoul(m[1]) == next);
+		next = std::stoul(m[2]) + 1;
+	}
+	CHECK(next == 3002);
+
+	auto batch = netlink::replaceTableBatch(*encoded, 1000);
+	REQUIRE(batch);
+	CHECK(batch->describe(1000) == "transaction start");
+	CHECK(batch->describe(1001) == "table ip-masq-agent (created if missing)");
+	CHECK(batch->describe(1002) == "table ip-masq-agent (deleting the previous one)");
+	CHECK(batch->describe(1003) == "table ip-masq-agent");
+	CHECK(batch->describe(batch->nextSequence() - 1) == "transaction commit");
+	CHECK(batch->describe(999).empty());
+	CHECK(batch->describe(batch->nextSequence()).empty());
+	// Every message: numbered in order, well below the 64 KiB a netlink nest can span.
+	uint32_t seq = 1000;
+	size_t total = 0;
+	for (const iovec &page : batch->iovecs()) {
+		size_t offset = 0;
+		while (offset < page.iov_len) {
+			const auto *nlh = reinterpret_cast<const nlmsghdr *>(
+				static_cast<const char *>(page.iov_base) + offset);
+			CHECK(nlh->nlmsg_seq == seq++);
+			CHECK(nlh->nlmsg_len < 32 * 1024);
+			offset += NLMSG_ALIGN(nlh->nlmsg_len);
+			total++;
+		}
+	}
+	CHECK(seq == batch->nextSequence());
+	CHECK(total == batch->acknowledgedMessages() + 2);
+	std::string lastRule = "rule in chain IP-MASQ-AGENT: masquerade fully-random";
+	CHECK(batch->describe(batch->nextSequence() - 2) == lastRule);
+}
+
+TEST_CASE("a batch the kernel rejects changes nothing and the error names the object")
+{
+	auto backend = freshBackend();
+	const Ruleset good = buildRuleset(defaultConfig({}), RulesetOptions{});
+	requireApplied(*backend, good);
+	const std::string before = runOrFail(kListTable);
+	auto generation = backend->generation();
+	REQUIRE(generation);
+
+	const auto requireRejected = [&](const Ruleset &bad, const std::string &expected,
+					 int errnum) {
+		auto result = backend->apply(bad);
+		REQUIRE_FALSE(result);
+		INFO(result.error().message);
+		CHECK(result.error().message.find(expected) != std::string::npos);
+		CHECK(result.error().errnum == errnum);
+		CHECK(runOrFail(kListTable) == before);
+		CHECK(backend->generation().value() == *generation);
+		CHECK(matches(*backend, good));
+	};
+
+	SECTION("a nat chain before conntrack")
+	{
+		Ruleset bad = good;
+		bad.chains[0].hook->priority = -300;
+		requireRejected(bad, "chain postrouting: Operation not supported", EOPNOTSUPP);
+	}
+	SECTION("a jump to a chain that does not exist")
+	{
+		Ruleset bad = good;
+		std::get<JumpIfNotLocal>(bad.chains[0].rules[0].statement).target = "NO-SUCH-CHAIN";
+		requireRejected(bad,
+				"rule in chain postrouting: meta nfproto ipv4 fib daddr type != local "
+				"jump NO-SUCH-CHAIN: No such file or directory",
+				ENOENT);
+	}
+	SECTION("two different sets of one name")
+	{
+		Ruleset bad = good;
+		const Prefix ula = parsePrefix("fd00::/8").value();
+		AddressSet clash{"nomasq-v4", IntervalSet::fromPrefixes(Family::ipv6, {ula}), {}};
+		bad.sets.push_back(clash);
+		requireRejected(bad, "set nomasq-v4: File exists", EEXIST);
+	}
+	SECTION("a comment nft would refuse is refused before sending")
+	{
+		Ruleset bad = good;
+		bad.chains[1].rules[0].comment = std::string(200, 'x');
+		requireRejected(bad, "the comment of rule in chain IP-MASQ-AGENT: ip daddr @nomasq-v4 "
+				     "return is 200 characters long", 0);
+	}
+}
+
+TEST_CASE("matches() tells whether the kernel's table is exactly the desired one")
+{
+	auto backend = freshBackend();
+	RulesetOptions options;
+	options.toPorts = {PortRange{1024, 29999}, PortRange{32768, 65535}};
+	const Ruleset ruleset = buildRuleset(defaultConfig({}), options);
+
+	CHECK_FALSE(matches(*backend, ruleset)); // no table at all
+	runOrFail("nft add table inet other");
+	CHECK_FALSE(matches(*backend, ruleset));
+
+	requireApplied(*backend, ruleset);
+	CHECK(matches(*backend, ruleset));
+
+	SECTION("an element added by hand")
+	{
+		runOrFail("nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.7 }'");
+		CHECK_FALSE(matches(*backend, ruleset));
+		requireApplied(*backend, ruleset);
+		CHECK(matches(*backend, ruleset));
+	}
+	SECTION("a rule deleted by hand")
+	{
+		const std::string chain =
+			runOrFail("nft -a list chain inet ip-masq-agent IP-MASQ-AGENT");
+		std::smatch m;
+		REQUIRE(std::regex_search(chain, m, std::regex("masquerade.*# handle ([0-9]+)")));
+		runOrFail(fmt::format("nft delete rule inet ip-masq-agent IP-MASQ-AGENT handle {}",
+				      m[1].str()));
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	SECTION("a chain added by hand")
+	{
+		runOrFail("nft add chain inet ip-masq-agent extra");
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	SECTION("a rule inserted by hand")
+	{
+		runOrFail("nft insert rule inet ip-masq-agent IP-MASQ-AGENT counter");
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	SECTION("a different port split")
+	{
+		RulesetOptions other = options;
+		other.toPorts = {PortRange{1024, 29999}, PortRange{32768, 65534}};
+		CHECK_FALSE(matches(*backend, buildRuleset(defaultConfig({}), other)));
+	}
+	SECTION("the table removed")
+	{
+		REQUIRE(backend->remove(ruleset.table));
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	CHECK(runOrFail("nft list table inet other").find("table inet other") != std::string::npos);
+}
+
+TEST_CASE("generation() follows commits and probeFeatures() commits nothing")
+{
+	auto backend = freshBackend();
+	auto start = backend->generation();
+	REQUIRE(start);
+
+	auto applied = backend->apply(buildRuleset(defaultConfig({}), RulesetOptions{}));
+	REQUIRE(applied);
+	CHECK(*applied != *start);
+	CHECK(backend->generation().value() == *applied);
+
+	runOrFail("nft add table inet other");
+	CHECK(backend->generation().value() != *applied);
+
+	runOrFail("nft flush ruleset");
+	auto beforeProbe = backend->generation();
+	REQUIRE(beforeProbe);
+	auto features = backend->probeFeatures();
+	INFO((features ? "" : features.error().message));
+	REQUIRE(features);
+	CHECK(features->inetNat);
+	CHECK(features->fullyRandomMasquerade);
+	CHECK(runOrFail("nft list ruleset").empty());
+	CHECK(backend->generation().value() == *beforeProbe);
+}
+
+TEST_CASE("without CAP_NET_ADMIN, open() says what is missing")
+{
+	const pid_t child = fork();
+	REQUIRE(child >= 0);
+	if (child == 0) {
+		// Drop every capability of this child (root without capabilities).
+		__user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+		__user_cap_data_struct data[2]{};
+		if (syscall(SYS_capset, &header, data) != 0)
+			_exit(2);
+		auto backend = NetlinkBackend::open();
+		const bool ok = !backend && backend.error().errnum == EPERM &&
+				backend.error().message.find("CAP_NET_ADMIN") != std::string::npos;
+		_exit(ok ? 0 : 1);
+	}
+	int status = 0;
+	REQUIRE(waitpid(child, &status, 0) == child);
+	REQUIRE(WIFEXITED(status));
+	CHECK(WEXITSTATUS(status) == 0);
+}

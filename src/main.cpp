@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// ip-masq-agent's entry point: parse flags, then wire config -> ruleset -> renderer.
+// ip-masq-agent's entry point: parse flags, then wire config -> ruleset -> renderer or kernel.
 #include <cstdio>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/ruleset.h"
@@ -38,6 +43,65 @@ int dryRun(const AgentOptions &options)
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+// Adapt the options to what this kernel can do, as upstream does for --random-fully.
+Status adaptToKernel(NetlinkBackend &backend, RulesetOptions &options)
+{
+	auto features = backend.probeFeatures();
+	if (!features)
+		return fail(features.error());
+	if (!features->inetNat)
+		return fail("this kernel has no NAT in nftables' inet family (Linux 5.2 or later "
+			    "is needed); upgrade the kernel, or keep using the iptables-based agent");
+	if (options.randomFully && !features->fullyRandomMasquerade) {
+		log::warning("this kernel cannot masquerade with fully-random; masquerading "
+			     "without it (as upstream does when iptables lacks --random-fully)");
+		options.randomFully = false;
+	}
+	return {};
+}
+
+int runAgent(AgentOptions options)
+{
+	auto backend = NetlinkBackend::open();
+	if (!backend) {
+		log::error("{}", backend.error().message);
+		return EXIT_FAILURE;
+	}
+
+	if (options.cleanup) {
+		auto removed = (*backend)->remove(options.ruleset.table);
+		if (!removed) {
+			log::error("{}", removed.error().message);
+			return EXIT_FAILURE;
+		}
+		log::info("deleted table inet {} (if it existed); nothing else was touched",
+			  options.ruleset.table);
+		return EXIT_SUCCESS;
+	}
+
+	if (auto adapted = adaptToKernel(**backend, options.ruleset); !adapted) {
+		log::error("{}", adapted.error().message);
+		return EXIT_FAILURE;
+	}
+
+	if (options.once) {
+		Daemon daemon(std::move(options), **backend, nullptr);
+		return daemon.sync(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
+	}
+
+	// Without notifications the agent still heals, at the next resync.
+	std::optional<NftablesMonitor> monitor;
+	if (auto opened = NftablesMonitor::open()) {
+		monitor.emplace(std::move(*opened));
+		monitor->ignoreChangesFrom((*backend)->portId());
+	} else {
+		log::warning("{}; changes to the table are repaired at the next resync only",
+			     opened.error().message);
+	}
+	Daemon daemon(std::move(options), **backend, monitor ? &*monitor : nullptr);
+	return daemon.run();
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -65,7 +129,7 @@ int main(int argc, char **argv)
 	if (cl->options.dryRun)
 		return dryRun(cl->options);
 
-	log::error("only --dry-run is available in this build: the netlink backend is not "
-		   "part of it yet");
-	return EXIT_FAILURE;
+	log::info("ip-masq-agent {} starting; flags: {}", IP_MASQ_AGENT_VERSION,
+		  fmt::join(cl->effectiveFlags, " "));
+	return runAgent(std::move(cl->options));
 }

@@ -70,6 +70,10 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").")
 		("dry-run", po::bool_switch(&o.dryRun),
 		 "Print the ruleset as nft -f input and exit; needs no privileges.")
+		("once", po::bool_switch(&o.once),
+		 "Apply the ruleset once and exit; the exit status says whether it worked.")
+		("cleanup", po::bool_switch(&o.cleanup),
+		 "Delete the agent's table, and nothing else, and exit.")
 		("v", po::value(&o.verbosity)->default_value(0),
 		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")
 		("logtostderr", po::value(&logtostderr)->default_value(true, "true")->implicit_value(true, "true"),
@@ -127,6 +131,8 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	o.ruleset.enableIpv6 = o.configFlags.enableIpv6;
 	if (auto status = validateRulesetOptions(o.ruleset); !status)
 		return fail(status.error());
+	if (int(o.dryRun) + int(o.once) + int(o.cleanup) > 1)
+		return fail("--dry-run, --once and --cleanup exclude each other: pick one");
 	if (o.verbosity < 0)
 		return fail(fmt::format("--v {}: verbosity cannot be negative", o.verbosity));
 	if (!vm["logtostderr"].defaulted() && !logtostderr)
@@ -142,6 +148,8 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		fmt::format("--table={}", o.ruleset.table),
 		fmt::format("--priority={}", formatChainPriority(o.ruleset.priority)),
 		fmt::format("--dry-run={}", boolText(o.dryRun)),
+		fmt::format("--once={}", boolText(o.once)),
+		fmt::format("--cleanup={}", boolText(o.cleanup)),
 		fmt::format("--v={}", o.verbosity),
 	};
 	return cl;

@@ -16,6 +16,8 @@ struct AgentOptions {
 	ConfigFlags configFlags;
 	RulesetOptions ruleset;
 	bool dryRun = false;
+	bool once = false;    // apply once and exit; the exit status says whether it worked
+	bool cleanup = false; // delete the agent's table (and nothing else) and exit
 	int verbosity = 0;
 };
 

@@ -71,6 +71,9 @@ TEST_CASE("bool flags: bare, =true and =false")
 	CHECK_FALSE(parseOk({"-random-fully=false"}).ruleset.randomFully);
 	CHECK(parseOk({"--random-fully"}).ruleset.randomFully);
 	CHECK(parseOk({"--dry-run"}).dryRun);
+	CHECK(parseOk({"--once"}).once);
+	CHECK(parseOk({"-cleanup"}).cleanup);
+	CHECK_THAT(parseError({"--once", "--cleanup"}), Catch::Contains("exclude each other"));
 	CHECK(parseOk({"--logtostderr"}).configPath == "/etc/config/ip-masq-agent");
 	// "--flag false" means what it says (Go would silently stop parsing there).
 	CHECK_FALSE(parseOk({"--enable-ipv6", "false"}).configFlags.enableIpv6);
@@ -104,7 +107,7 @@ TEST_CASE("--help lists every flag with its default; --version")
 	REQUIRE(help);
 	CHECK(help->action == CommandLine::Action::help);
 	for (const char *flag : {"--config", "--masq-chain", "--nomasq-all-reserved-ranges", "--enable-ipv6",
-				 "--random-fully", "--to-ports", "--table", "--priority", "--dry-run", "--v",
+				 "--random-fully", "--to-ports", "--table", "--priority", "--dry-run", "--once", "--cleanup", "--v",
 				 "--version", "--help"})
 		CHECK_THAT(help->helpText, Catch::Contains(flag));
 	CHECK_THAT(help->helpText, Catch::Contains("IP-MASQ-AGENT") && Catch::Contains("srcnat + 10") &&

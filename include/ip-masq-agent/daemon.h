@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon: a single-threaded event loop that keeps the kernel holding the desired ruleset.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "ip-masq-agent/config_watcher.h"
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/options.h"
+#include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/unique_fd.h"
+
+namespace ipmasq {
+
+class NetlinkBackend;
+class NftablesMonitor;
+
+// Why a sync runs; named in logs.
+enum class SyncTrigger { startup, configChange, resync, nftablesChange, reload };
+const char *syncTriggerName(SyncTrigger trigger);
+
+class Daemon
+{
+public:
+	// `monitor` may be null (then drift is found at the next resync only).
+	// Blocks SIGTERM, SIGINT and SIGHUP: from here on they are read in run().
+	Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *monitor);
+	~Daemon();
+
+	// Read the config and make the kernel hold its ruleset, doing nothing when nothing
+	// changed. On a bad config the last good ruleset stays in force (and is healed).
+	// Fails if the config is bad and there is no good ruleset yet, or if the kernel
+	// rejected the batch.
+	Status sync(SyncTrigger trigger);
+
+	// Run until SIGTERM or SIGINT (exit status 0; the rules stay in place). SIGHUP
+	// reloads at once. Config changes and changes to nftables trigger a sync within
+	// milliseconds; the resync timer (resyncInterval) is the safety net.
+	int run();
+
+private:
+	Status loadConfig();
+	Status ensureApplied(SyncTrigger trigger);
+	void armResyncTimer();
+
+	AgentOptions options_;
+	NetlinkBackend &backend_;
+	NftablesMonitor *monitor_;
+	std::optional<ConfigWatcher> watcher_;
+	UniqueFd signalFd_;
+	UniqueFd timerFd_;
+	std::chrono::nanoseconds armedInterval_{0};
+
+	// The config as last read: its bytes (nullopt: file absent) and what they meant.
+	std::optional<std::optional<std::string>> lastText_;
+	std::string lastConfigError_;
+	std::chrono::nanoseconds resyncInterval_ = kDefaultResyncInterval;
+
+	// The last good desired ruleset, and what we know the kernel holds.
+	std::optional<Ruleset> desired_;
+	std::optional<Ruleset> applied_;
+	std::optional<uint32_t> appliedGeneration_;
+	std::string lastApplyError_;
+	bool watchWarned_ = false;
+};
+
+} // namespace ipmasq

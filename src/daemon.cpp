@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon: config watcher + resync timer + nftables monitor + signals, one poll() loop.
+#include "ip-masq-agent/daemon.h"
+
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/duration.h"
+#include "ip-masq-agent/log.h"
+#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/monitor.h"
+
+namespace ipmasq {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string summarize(const Ruleset &ruleset)
+{
+	std::string sets;
+	for (const AddressSet &set : ruleset.sets)
+		sets += fmt::format("{}{} {} intervals", sets.empty() ? "" : ", ",
+				    set.elements.size(), familyName(set.family()));
+	return sets.empty() ? "no sets" : sets;
+}
+
+double millisecondsSince(Clock::time_point start)
+{
+	return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+} // namespace
+
+const char *syncTriggerName(SyncTrigger trigger)
+{
+	switch (trigger) {
+	case SyncTrigger::startup: return "start-up";
+	case SyncTrigger::configChange: return "config change";
+	case SyncTrigger::resync: return "resync";
+	case SyncTrigger::nftablesChange: return "nftables change";
+	case SyncTrigger::reload: return "SIGHUP";
+	}
+	return "?";
+}
+
+Daemon::Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *monitor)
+	: options_(std::move(options)), backend_(backend), monitor_(monitor)
+{
+	// Block the signals first, so that one arriving during start-up is handled by the
+	// loop (a clean exit) instead of killing the process half-way.
+	sigset_t mask;
+	sigemptyset(&mask);
+	for (int sig : {SIGTERM, SIGINT, SIGHUP})
+		sigaddset(&mask, sig);
+	if (sigprocmask(SIG_BLOCK, &mask, nullptr) == 0)
+		signalFd_.reset(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+	timerFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+
+	auto watcher = ConfigWatcher::create(options_.configPath);
+	if (watcher)
+		watcher_.emplace(std::move(*watcher));
+	else
+		log::warning("{}", watcher.error().message);
+}
+
+Daemon::~Daemon() = default;
+
+Status Daemon::loadConfig()
+{
+	// Arm the watch before reading, so a change made while we read is not missed.
+	if (watcher_) {
+		auto armed = watcher_->arm();
+		if (!armed && !watchWarned_)
+			log::warning("{}", armed.error().message);
+		watchWarned_ = !armed;
+	}
+
+	auto text = readConfigText(options_.configPath);
+	if (text && lastText_ && *text == *lastText_)
+		return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
+
+	auto loaded = text ? parseConfigText(*text, options_.configPath, options_.configFlags)
+			   : Result<LoadedConfig>(tl::unexpected(text.error()));
+	if (text)
+		lastText_ = *text;
+	else
+		lastText_.reset(); // unreadable: try again next time
+
+	if (!loaded) {
+		// Say it once per change, not once per resync.
+		if (loaded.error().message != lastConfigError_)
+			log::error("{}; {}", loaded.error().message,
+				   desired_ ? "keeping the last good ruleset in force"
+					    : "nothing applied: an existing table of the agent is left as it is");
+		lastConfigError_ = loaded.error().message;
+		return fail(loaded.error());
+	}
+
+	for (const std::string &warning : loaded->warnings)
+		log::warning("{}", warning);
+	if (!lastConfigError_.empty())
+		log::info("the config is valid again");
+	lastConfigError_.clear();
+	log::info("config {}: {}",
+		  loaded->fromFile ? options_.configPath
+				   : fmt::format("(built-in defaults: {} not found)", options_.configPath),
+		  describeConfig(loaded->config));
+	resyncInterval_ = loaded->config.resyncInterval;
+	desired_ = buildRuleset(loaded->config, options_.ruleset);
+	return {};
+}
+
+Status Daemon::ensureApplied(SyncTrigger trigger)
+{
+	auto generation = backend_.generation();
+	if (!generation)
+		return fail(generation.error());
+
+	if (applied_ && *applied_ == *desired_) {
+		if (appliedGeneration_ == *generation) {
+			log::debug("{}: nothing changed (generation {})", syncTriggerName(trigger),
+				   *generation);
+			return {};
+		}
+		// Something changed nftables since our last commit: most often another table
+		// (kube-proxy's). Look at ours before writing anything.
+		auto same = backend_.matches(*desired_);
+		if (!same)
+			return fail(same.error());
+		if (*same) {
+			log::debug("{}: nftables changed elsewhere, table inet {} is intact "
+				   "(generation {})", syncTriggerName(trigger), desired_->table,
+				   *generation);
+			appliedGeneration_ = *generation;
+			return {};
+		}
+		log::warning("table inet {} was changed or deleted outside the agent; restoring it",
+			     desired_->table);
+	}
+
+	const auto start = Clock::now();
+	auto committed = backend_.apply(*desired_);
+	if (!committed) {
+		if (committed.error().message != lastApplyError_)
+			log::error("applying table inet {} failed, the previous ruleset stays in "
+				   "force: {}", desired_->table, committed.error().message);
+		lastApplyError_ = committed.error().message;
+		return fail(committed.error());
+	}
+	lastApplyError_.clear();
+	log::info("applied table inet {} ({}): {} in {:.1f} ms (generation {})", desired_->table,
+		  syncTriggerName(trigger), summarize(*desired_), millisecondsSince(start),
+		  *committed);
+	applied_ = desired_;
+	appliedGeneration_ = *committed;
+	return {};
+}
+
+Status Daemon::sync(SyncTrigger trigger)
+{
+	const Status config = loadConfig();
+	if (!desired_)
+		return config; // a bad config and nothing good yet: leave the kernel alone
+	const Status kernel = ensureApplied(trigger);
+	if (!kernel)
+		return kernel;
+	return config;
+}
+
+void Daemon::armResyncTimer()
+{
+	if (armedInterval_ == resyncInterval_)
+		return;
+	const auto ns = resyncInterval_.count();
+	itimerspec spec{};
+	spec.it_interval.tv_sec = ns / 1000000000;
+	spec.it_interval.tv_nsec = ns % 1000000000;
+	spec.it_value = spec.it_interval;
+	if (timerfd_settime(timerFd_.get(), 0, &spec, nullptr) != 0) {
+		log::error("cannot arm the resync timer: {}", std::strerror(errno));
+		return;
+	}
+	armedInterval_ = resyncInterval_;
+	log::debug("resync every {}", formatGoDuration(resyncInterval_));
+}
+
+int Daemon::run()
+{
+	if (!signalFd_.isValid() || !timerFd_.isValid()) {
+		log::error("cannot create the event loop's descriptors: {}", std::strerror(errno));
+		return EXIT_FAILURE;
+	}
+
+	(void)sync(SyncTrigger::startup);
+	armResyncTimer();
+
+	enum { kSignal, kTimer, kWatcher, kMonitor, kCount };
+	std::array<pollfd, kCount> fds{};
+	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
+	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
+	fds[kWatcher] = {watcher_ ? watcher_->fd() : -1, POLLIN, 0};
+	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
+
+	for (;;) {
+		if (poll(fds.data(), fds.size(), -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			log::error("poll: {}", std::strerror(errno));
+			return EXIT_FAILURE;
+		}
+
+		std::optional<SyncTrigger> trigger;
+		if (fds[kSignal].revents & POLLIN) {
+			signalfd_siginfo info{};
+			while (read(signalFd_.get(), &info, sizeof(info)) == sizeof(info)) {
+				if (info.ssi_signo == SIGHUP) {
+					log::info("SIGHUP: reloading");
+					trigger = SyncTrigger::reload;
+					continue;
+				}
+				log::info("{}: exiting; table inet {} stays in place",
+					  strsignal(static_cast<int>(info.ssi_signo)),
+					  options_.ruleset.table);
+				return EXIT_SUCCESS;
+			}
+		}
+		if ((fds[kWatcher].revents & POLLIN) && watcher_->readEvents())
+			trigger = SyncTrigger::configChange;
+		if (fds[kMonitor].revents & POLLIN) {
+			auto changed = monitor_->drain();
+			if (!changed || *changed)
+				trigger = trigger.value_or(SyncTrigger::nftablesChange);
+		}
+		if (fds[kTimer].revents & POLLIN) {
+			uint64_t expirations = 0;
+			(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
+			trigger = trigger.value_or(SyncTrigger::resync);
+		}
+		if (trigger) {
+			(void)sync(*trigger);
+			armResyncTimer();
+		}
+	}
+}
+
+} // namespace ipmasq

@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// Test support: the agent binary as a child process, its log, and bounded waiting.
+#include "agent_process.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "netns.h"
+
+namespace ipmasq::test {
+
+TempDir::TempDir()
+{
+	char tmpl[] = "/tmp/ipmasq-test-XXXXXX";
+	REQUIRE(mkdtemp(tmpl) != nullptr);
+	path_ = tmpl;
+}
+
+TempDir::~TempDir()
+{
+	run("rm -rf '" + path_ + "'");
+}
+
+void TempDir::write(const std::string &name, const std::string &content) const
+{
+	const std::string tmp = file("." + name + ".tmp");
+	std::ofstream(tmp) << content;
+	REQUIRE(std::rename(tmp.c_str(), file(name).c_str()) == 0);
+}
+
+void TempDir::overwrite(const std::string &name, const std::string &content) const
+{
+	std::ofstream out(file(name), std::ios::trunc);
+	out << content;
+}
+
+AgentProcess::AgentProcess(const std::vector<std::string> &args)
+{
+	char tmpl[] = "/tmp/ipmasq-agent-log-XXXXXX";
+	const int logFd = mkstemp(tmpl);
+	REQUIRE(logFd >= 0);
+	logPath_ = tmpl;
+
+	std::vector<std::string> argv{agentBinary()};
+	argv.insert(argv.end(), args.begin(), args.end());
+	pid_ = fork();
+	REQUIRE(pid_ >= 0);
+	if (pid_ == 0) {
+		dup2(logFd, STDERR_FILENO);
+		dup2(logFd, STDOUT_FILENO);
+		std::vector<char *> cargv;
+		for (std::string &a : argv)
+			cargv.push_back(a.data());
+		cargv.push_back(nullptr);
+		execv(cargv[0], cargv.data());
+		_exit(127);
+	}
+	close(logFd);
+}
+
+AgentProcess::~AgentProcess()
+{
+	if (pid_ > 0 && running()) {
+		kill(pid_, SIGKILL);
+		waitpid(pid_, nullptr, 0);
+	}
+	std::remove(logPath_.c_str());
+}
+
+std::string AgentProcess::log() const
+{
+	std::ifstream in(logPath_);
+	std::ostringstream out;
+	out << in.rdbuf();
+	return out.str();
+}
+
+bool AgentProcess::running()
+{
+	if (status_ != -1)
+		return false;
+	int status = 0;
+	const pid_t r = waitpid(pid_, &status, WNOHANG);
+	if (r == pid_) {
+		status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+		return false;
+	}
+	return r == 0;
+}
+
+int AgentProcess::wait(std::chrono::milliseconds timeout)
+{
+	waitFor([this] { return !running(); }, timeout);
+	return running() ? -1 : status_;
+}
+
+int AgentProcess::stop(int sig, std::chrono::milliseconds timeout)
+{
+	if (running())
+		kill(pid_, sig);
+	return wait(timeout);
+}
+
+std::optional<std::chrono::milliseconds> waitFor(const std::function<bool()> &condition,
+						 std::chrono::milliseconds timeout)
+{
+	const auto start = std::chrono::steady_clock::now();
+	const auto step = std::chrono::milliseconds(5);
+	for (auto n = timeout / step + 1; n > 0; n--) {
+		if (condition())
+			return std::chrono::duration_cast<std::chrono::milliseconds>(
+				std::chrono::steady_clock::now() - start);
+		if (std::chrono::steady_clock::now() - start > timeout)
+			break;
+		std::this_thread::sleep_for(step);
+	}
+	return std::nullopt;
+}
+
+std::string agentBinary()
+{
+	return AGENT_BINARY;
+}
+
+size_t countOf(const std::string &haystack, const std::string &needle)
+{
+	size_t n = 0;
+	for (size_t pos = haystack.find(needle); pos != std::string::npos;
+	     pos = haystack.find(needle, pos + needle.size()))
+		n++;
+	return n;
+}
+
+} // namespace ipmasq::test

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// Test support: the agent binary as a child process, its log, and bounded waiting.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace ipmasq::test {
+
+// A scratch directory removed (recursively) on destruction.
+class TempDir
+{
+public:
+	TempDir();
+	~TempDir();
+	TempDir(const TempDir &) = delete;
+	TempDir &operator=(const TempDir &) = delete;
+
+	const std::string &path() const { return path_; }
+	std::string file(const std::string &name) const { return path_ + "/" + name; }
+	// Write atomically (temp file + rename), as careful tools and kubelet do.
+	void write(const std::string &name, const std::string &content) const;
+	// Write in place (truncate + write), as a plain editor or shell redirection does.
+	void overwrite(const std::string &name, const std::string &content) const;
+
+private:
+	std::string path_;
+};
+
+// Runs the agent with `args`; stderr goes to a log file the test can read.
+// The destructor kills it (SIGKILL) if it is still running, so no test leaves one behind.
+class AgentProcess
+{
+public:
+	explicit AgentProcess(const std::vector<std::string> &args);
+	~AgentProcess();
+	AgentProcess(const AgentProcess &) = delete;
+	AgentProcess &operator=(const AgentProcess &) = delete;
+
+	pid_t pid() const { return pid_; }
+	std::string log() const;
+	// Send `sig` and wait (bounded) for exit; returns the exit status, or -1.
+	int stop(int sig, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+	// Wait (bounded) for the process to exit by itself; returns the exit status, or -1.
+	int wait(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+	bool running();
+
+private:
+	pid_t pid_ = -1;
+	std::string logPath_;
+	int status_ = -1;
+};
+
+// Polls `condition` every few milliseconds until it holds or `timeout` passes.
+// Returns how long it took, or nothing on timeout. Bounded in time and count.
+std::optional<std::chrono::milliseconds> waitFor(const std::function<bool()> &condition,
+						 std::chrono::milliseconds timeout);
+
+// The agent binary under test (set by meson).
+std::string agentBinary();
+
+// Count occurrences of `needle` in `haystack`.
+size_t countOf(const std::string &haystack, const std::string &needle);
+
+} // namespace ipmasq::test

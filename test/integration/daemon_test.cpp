@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon against the real kernel: config changes, ConfigMap swaps, self-healing,
+// bad configs, signals, --once and --cleanup. Runs in a private network namespace.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <regex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "agent_process.h"
+#include "netns.h"
+
+using namespace std::chrono_literals;
+using namespace ipmasq::test;
+
+namespace {
+
+// A long resync, so anything that happens faster was triggered by inotify or netlink.
+const std::string kSlowResync = "resyncInterval: 1h\n";
+
+std::string listing(const std::string &table = "ip-masq-agent")
+{
+	std::string out;
+	if (run("nft list table inet " + table + " 2>/dev/null", &out) != 0)
+		return {};
+	return out;
+}
+
+bool tableHas(const std::string &needle)
+{
+	return listing().find(needle) != std::string::npos;
+}
+
+// The kernel's handle of our table: it changes whenever the table is re-created,
+// so an unchanged handle proves the agent wrote nothing.
+long tableHandle()
+{
+	std::string out;
+	if (run("nft -j list table inet ip-masq-agent 2>/dev/null", &out) != 0)
+		return -1;
+	std::smatch m;
+	if (!std::regex_search(out, m, std::regex("\"table\": \\{[^}]*\"handle\": ([0-9]+)")))
+		return -1;
+	return std::stol(m[1]);
+}
+
+void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
+		   const AgentProcess &agent, const char *what)
+{
+	const auto took = waitFor(condition, timeout);
+	INFO(what << "\nagent log:\n" << agent.log() << "\ntable:\n" << listing());
+	REQUIRE(took);
+	WARN(what << ": " << took->count() << " ms");
+}
+
+void cleanTable()
+{
+	run("nft delete table inet ip-masq-agent 2>/dev/null");
+}
+
+} // namespace
+
+TEST_CASE("a config edit is applied at once, not at the next resync")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+	AgentProcess agent({"--config=" + dir.file("config")});
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "first apply");
+
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	requireWithin([] { return tableHas("192.0.2.0/24") && !tableHas("10.0.0.0/8"); }, 5s, agent,
+		      "atomic replace by rename");
+
+	dir.overwrite("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
+	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "in-place edit");
+
+	// Never a half-written file: the in-place edit must not have passed through defaults.
+	CHECK(countOf(agent.log(), "built-in defaults") == 0);
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("a Kubernetes ConfigMap update (the ..data symlink swap) is applied at once")
+{
+	TempDir dir;
+	// The layout kubelet's atomic writer makes for a ConfigMap volume.
+	runOrFail(fmt::format("cd {} && mkdir ..2026_11_21_a && "
+			      "printf '{}nonMasqueradeCIDRs: [10.0.0.0/8]\\n' > ..2026_11_21_a/ip-masq-agent && "
+			      "ln -s ..2026_11_21_a ..data && ln -s ..data/ip-masq-agent ip-masq-agent",
+			      dir.path(), kSlowResync));
+	AgentProcess agent({"--config=" + dir.file("ip-masq-agent")});
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "first apply");
+
+	runOrFail(fmt::format("cd {} && mkdir ..2026_11_21_b && "
+			      "printf '{}nonMasqueradeCIDRs: [203.0.113.0/24]\\n' > ..2026_11_21_b/ip-masq-agent && "
+			      "ln -s ..2026_11_21_b ..data_tmp && mv -T ..data_tmp ..data && rm -rf ..2026_11_21_a",
+			      dir.path(), kSlowResync));
+	requireWithin([] { return tableHas("203.0.113.0/24") && !tableHas("10.0.0.0/8"); }, 5s, agent,
+		      "ConfigMap swap");
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("deleting the file means defaults; creating it again applies it")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	AgentProcess agent({"--config=" + dir.file("config")});
+	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "first apply");
+
+	runOrFail("rm " + dir.file("config"));
+	requireWithin([] { return tableHas("172.16.0.0/12") && !tableHas("192.0.2.0/24"); }, 5s, agent,
+		      "deleted: back to defaults");
+
+	dir.overwrite("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
+	requireWithin([] { return tableHas("198.51.100.0/24") && !tableHas("172.16.0.0/12"); }, 5s,
+		      agent, "re-created");
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("a table deleted or flushed by hand is restored at once")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync);
+	AgentProcess agent({"--config=" + dir.file("config")});
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "first apply");
+
+	runOrFail("nft delete table inet ip-masq-agent");
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "restored after delete");
+
+	runOrFail("nft flush ruleset");
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "restored after flush ruleset");
+
+	runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 10.0.0.0/8 }'");
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "restored after an element edit");
+	CHECK_THAT(agent.log(), Catch::Contains("changed or deleted outside the agent"));
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("no work when nothing changed, also when other tables change")
+{
+	TempDir dir;
+	dir.write("config", "resyncInterval: 1s\n");
+	AgentProcess agent({"--config=" + dir.file("config"), "-v=1"});
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "first apply");
+	const long handle = tableHandle();
+	REQUIRE(handle > 0);
+
+	// Another component's table changes: the agent looks, and writes nothing.
+	runOrFail("nft add table inet bystander && nft add chain inet bystander c");
+	std::this_thread::sleep_for(2500ms); // two resyncs at 1s
+	const std::string log = agent.log();
+	INFO(log);
+	CHECK(tableHandle() == handle);
+	CHECK(countOf(log, "info: applied table") == 1);
+	CHECK(countOf(log, "nothing changed") >= 1);
+	CHECK(agent.stop(SIGTERM) == 0);
+	runOrFail("nft delete table inet bystander");
+	cleanTable();
+}
+
+TEST_CASE("a bad config keeps the last good table, logs once, and heals")
+{
+	TempDir dir;
+	dir.write("config", "resyncInterval: 1s\nnonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	AgentProcess agent({"--config=" + dir.file("config")});
+	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "first apply");
+
+	dir.write("config", "resyncInterval: 1s\nnonMasqueradeCIDRs: [192.0.2.1/24]\n");
+	requireWithin([&] { return agent.log().find("host bits are set") != std::string::npos; }, 5s,
+		      agent, "error reported");
+	std::this_thread::sleep_for(2500ms); // resyncs with the same bad file
+	CHECK(countOf(agent.log(), "host bits are set") == 1);
+	CHECK(tableHas("192.0.2.0/24"));
+
+	// Still healed while the config is bad.
+	runOrFail("nft delete table inet ip-masq-agent");
+	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "healed with a bad config");
+
+	dir.write("config", "resyncInterval: 1s\nnonMasqueradeCIDRs: [198.51.100.0/24]\n");
+	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "fixed config applied");
+	CHECK_THAT(agent.log(), Catch::Contains("valid again"));
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("started with a bad config, the agent leaves its existing table alone until fixed")
+{
+	TempDir dir;
+	// A table of ours from an earlier run, with content the new config would not have.
+	runOrFail("nft add table inet ip-masq-agent && "
+		  "nft add set inet ip-masq-agent nomasq-v4 '{ type ipv4_addr; flags interval; }' && "
+		  "nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }'");
+	const std::string before = listing();
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [abcdefg]\n");
+	AgentProcess agent({"--config=" + dir.file("config")});
+	requireWithin([&] { return agent.log().find("abcdefg") != std::string::npos; }, 5s, agent,
+		      "error reported");
+	std::this_thread::sleep_for(300ms);
+	CHECK(listing() == before);
+	CHECK(agent.running());
+
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+	requireWithin([] { return tableHas("10.0.0.0/8") && !tableHas("203.0.113.0/24"); }, 5s, agent,
+		      "applied once fixed");
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("SIGTERM and SIGINT exit cleanly and leave the table; SIGHUP reloads")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync);
+	{
+		AgentProcess agent({"--config=" + dir.file("config")});
+		requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "first apply");
+		kill(agent.pid(), SIGHUP);
+		requireWithin([&] { return agent.log().find("SIGHUP") != std::string::npos; }, 5s, agent,
+			      "SIGHUP seen");
+		CHECK(agent.stop(SIGTERM) == 0);
+		CHECK(tableHas("10.0.0.0/8"));
+	}
+	{
+		AgentProcess agent({"--config=" + dir.file("config")});
+		requireWithin([&] { return agent.log().find("info: applied table") != std::string::npos; },
+			      5s, agent, "started");
+		CHECK(agent.stop(SIGINT) == 0);
+		CHECK(tableHas("10.0.0.0/8"));
+	}
+	cleanTable();
+}
+
+TEST_CASE("--once applies and exits; --cleanup removes only the agent's table")
+{
+	TempDir dir;
+	runOrFail("nft add table inet bystander");
+	dir.write("config", "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	{
+		AgentProcess once({"--once", "--config=" + dir.file("config")});
+		CHECK(once.wait() == 0);
+		CHECK(tableHas("192.0.2.0/24"));
+	}
+	dir.write("config", "nonMasqueradeCIDRs: [192.0.2.1/24]\n");
+	{
+		AgentProcess bad({"--once", "--config=" + dir.file("config")});
+		CHECK(bad.wait() != 0);
+		CHECK_THAT(bad.log(), Catch::Contains("host bits are set"));
+		CHECK(tableHas("192.0.2.0/24"));
+	}
+	{
+		AgentProcess cleanup({"--cleanup"});
+		CHECK(cleanup.wait() == 0);
+		CHECK(listing().empty());
+		CHECK_FALSE(listing("bystander").empty());
+	}
+	{
+		AgentProcess again({"--cleanup"}); // nothing to delete is not an error
+		CHECK(again.wait() == 0);
+	}
+	runOrFail("nft delete table inet bystander");
+}
+
+TEST_CASE("the start-up log names the version and the effective flags")
+{
+	TempDir dir;
+	AgentProcess agent({"--once", "--config=" + dir.file("absent"), "--enable-ipv6"});
+	CHECK(agent.wait() == 0);
+	const std::string log = agent.log();
+	CHECK_THAT(log, Catch::Contains("ip-masq-agent 0.") && Catch::Contains("--enable-ipv6=true") &&
+				Catch::Contains("--masq-chain=IP-MASQ-AGENT"));
+	CHECK_THAT(log, Catch::Contains("built-in defaults"));
+	CHECK_THAT(log, Catch::Contains("applied table inet ip-masq-agent") &&
+				Catch::Contains("IPv4 intervals") && Catch::Contains(" ms"));
+	cleanTable();
+}

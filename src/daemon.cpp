@@ -51,8 +51,10 @@ const char *syncTriggerName(SyncTrigger trigger)
 	return "?";
 }
 
-Daemon::Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *monitor)
-	: options_(std::move(options)), backend_(backend), monitor_(monitor)
+Daemon::Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *monitor,
+	       SystemdNotifier notifier)
+	: options_(std::move(options)), backend_(backend), monitor_(monitor),
+	  notifier_(std::move(notifier))
 {
 	// Block the signals first, so that one arriving during start-up is handled by the
 	// loop (a clean exit) instead of killing the process half-way.
@@ -101,6 +103,7 @@ Status Daemon::loadConfig()
 				   desired_ ? "keeping the last good ruleset in force"
 					    : "nothing applied: an existing table of the agent is left as it is");
 		lastConfigError_ = loaded.error().message;
+		status_.configFailed(lastConfigError_);
 		return fail(loaded.error());
 	}
 
@@ -109,6 +112,7 @@ Status Daemon::loadConfig()
 	if (!lastConfigError_.empty())
 		log::info("the config is valid again");
 	lastConfigError_.clear();
+	status_.configLoaded();
 	log::info("config {}: {}",
 		  loaded->fromFile ? options_.configPath
 				   : fmt::format("(built-in defaults: {} not found)", options_.configPath),
@@ -121,29 +125,37 @@ Status Daemon::loadConfig()
 Status Daemon::ensureApplied(SyncTrigger trigger)
 {
 	auto generation = backend_.generation();
-	if (!generation)
+	if (!generation) {
+		status_.syncFailed(generation.error().message);
 		return fail(generation.error());
+	}
 
 	if (applied_ && *applied_ == *desired_) {
 		if (appliedGeneration_ == *generation) {
 			log::debug("{}: nothing changed (generation {})", syncTriggerName(trigger),
 				   *generation);
+			status_.noopResync();
 			return {};
 		}
 		// Something changed nftables since our last commit: most often another table
 		// (kube-proxy's). Look at ours before writing anything.
 		auto same = backend_.matches(*desired_);
-		if (!same)
+		if (!same) {
+			status_.syncFailed(same.error().message);
 			return fail(same.error());
+		}
 		if (*same) {
 			log::debug("{}: nftables changed elsewhere, table inet {} is intact "
 				   "(generation {})", syncTriggerName(trigger), desired_->table,
 				   *generation);
 			appliedGeneration_ = *generation;
+			status_.noopResync();
 			return {};
 		}
 		log::warning("table inet {} was changed or deleted outside the agent; restoring it",
 			     desired_->table);
+		drifted_ = true;
+		status_.tableDrifted();
 	}
 
 	const auto start = Clock::now();
@@ -153,9 +165,14 @@ Status Daemon::ensureApplied(SyncTrigger trigger)
 			log::error("applying table inet {} failed, the previous ruleset stays in "
 				   "force: {}", desired_->table, committed.error().message);
 		lastApplyError_ = committed.error().message;
+		status_.syncFailed(lastApplyError_);
 		return fail(committed.error());
 	}
 	lastApplyError_.clear();
+	status_.syncSucceeded(*desired_, Clock::now() - start);
+	if (drifted_)
+		status_.driftRepaired();
+	drifted_ = false;
 	log::info("applied table inet {} ({}): {} in {:.1f} ms (generation {})", desired_->table,
 		  syncTriggerName(trigger), summarize(*desired_), millisecondsSince(start),
 		  *committed);
@@ -192,6 +209,38 @@ void Daemon::armResyncTimer()
 	log::debug("resync every {}", formatGoDuration(resyncInterval_));
 }
 
+void Daemon::armWatchdogTimer()
+{
+	const auto period = notifier_.watchdogPeriod();
+	if (!period)
+		return;
+	watchdogFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	itimerspec spec{};
+	spec.it_interval.tv_sec = period->count() / 1000000;
+	spec.it_interval.tv_nsec = (period->count() % 1000000) * 1000;
+	spec.it_value = spec.it_interval;
+	if (!watchdogFd_.isValid() || timerfd_settime(watchdogFd_.get(), 0, &spec, nullptr) != 0)
+		log::error("cannot arm the systemd watchdog timer: {}", std::strerror(errno));
+	notifier_.notify("WATCHDOG=1");
+}
+
+void Daemon::reportToSystemd()
+{
+	if (!notifier_.enabled())
+		return;
+	const std::string line = status_.summary();
+	std::string message;
+	if (!readySent_ && status_.health().ok) {
+		message = "READY=1\n";
+		readySent_ = true;
+	}
+	if (line != lastStatusLine_)
+		message += "STATUS=" + line;
+	lastStatusLine_ = line;
+	if (!message.empty())
+		notifier_.notify(message);
+}
+
 int Daemon::run()
 {
 	if (!signalFd_.isValid() || !timerFd_.isValid()) {
@@ -201,13 +250,16 @@ int Daemon::run()
 
 	(void)sync(SyncTrigger::startup);
 	armResyncTimer();
+	armWatchdogTimer();
+	reportToSystemd();
 
-	enum { kSignal, kTimer, kWatcher, kMonitor, kCount };
+	enum { kSignal, kTimer, kWatcher, kMonitor, kWatchdog, kCount };
 	std::array<pollfd, kCount> fds{};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
 	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
 	fds[kWatcher] = {watcher_ ? watcher_->fd() : -1, POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
+	fds[kWatchdog] = {watchdogFd_.get(), POLLIN, 0};
 
 	for (;;) {
 		if (poll(fds.data(), fds.size(), -1) < 0) {
@@ -229,6 +281,7 @@ int Daemon::run()
 				log::info("{}: exiting; table inet {} stays in place",
 					  strsignal(static_cast<int>(info.ssi_signo)),
 					  options_.ruleset.table);
+				notifier_.notify("STOPPING=1");
 				return EXIT_SUCCESS;
 			}
 		}
@@ -244,9 +297,16 @@ int Daemon::run()
 			(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
 			trigger = trigger.value_or(SyncTrigger::resync);
 		}
+		if (fds[kWatchdog].revents & POLLIN) {
+			// Sent from the loop itself: if the loop hangs, systemd restarts us.
+			uint64_t expirations = 0;
+			(void)!read(watchdogFd_.get(), &expirations, sizeof(expirations));
+			notifier_.notify("WATCHDOG=1");
+		}
 		if (trigger) {
 			(void)sync(*trigger);
 			armResyncTimer();
+			reportToSystemd();
 		}
 	}
 }

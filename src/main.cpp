@@ -7,6 +7,7 @@
 
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/daemon.h"
+#include "ip-masq-agent/health_server.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
@@ -98,7 +99,22 @@ int runAgent(AgentOptions options)
 		log::warning("{}; changes to the table are repaired at the next resync only",
 			     opened.error().message);
 	}
-	Daemon daemon(std::move(options), **backend, monitor ? &*monitor : nullptr);
+	const std::string healthAddr = options.healthAddr;
+	Daemon daemon(std::move(options), **backend, monitor ? &*monitor : nullptr,
+		      SystemdNotifier::fromEnvironment());
+	std::unique_ptr<HealthServer> health;
+	if (!healthAddr.empty()) {
+		// A port that cannot be bound is fatal: probes would fail forever otherwise,
+		// and an exit makes the conflict visible at once.
+		auto server = HealthServer::start(parseListenAddress(healthAddr).value(),
+						  daemon.status());
+		if (!server) {
+			log::error("{}", server.error().message);
+			return EXIT_FAILURE;
+		}
+		health = std::move(*server);
+		log::info("serving /healthz and /metrics on {} (port {})", healthAddr, health->port());
+	}
 	return daemon.run();
 }
 

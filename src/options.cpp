@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Command-line flags with Boost.Program_options, accepting Go's flag spellings.
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/health_server.h"
 
 #include <sstream>
 
@@ -74,6 +75,9 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Apply the ruleset once and exit; the exit status says whether it worked.")
 		("cleanup", po::bool_switch(&o.cleanup),
 		 "Delete the agent's table, and nothing else, and exit.")
+		("health-addr", po::value(&o.healthAddr)->default_value(kDefaultHealthAddr),
+		 "Serve /healthz and /metrics on this host:port (\":port\" = every address); "
+		 "empty turns it off.")
 		("v", po::value(&o.verbosity)->default_value(0),
 		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")
 		("logtostderr", po::value(&logtostderr)->default_value(true, "true")->implicit_value(true, "true"),
@@ -133,6 +137,9 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		return fail(status.error());
 	if (int(o.dryRun) + int(o.once) + int(o.cleanup) > 1)
 		return fail("--dry-run, --once and --cleanup exclude each other: pick one");
+	if (!o.healthAddr.empty())
+		if (auto address = parseListenAddress(o.healthAddr); !address)
+			return fail(address.error());
 	if (o.verbosity < 0)
 		return fail(fmt::format("--v {}: verbosity cannot be negative", o.verbosity));
 	if (!vm["logtostderr"].defaulted() && !logtostderr)
@@ -150,6 +157,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		fmt::format("--dry-run={}", boolText(o.dryRun)),
 		fmt::format("--once={}", boolText(o.once)),
 		fmt::format("--cleanup={}", boolText(o.cleanup)),
+		fmt::format("--health-addr={}", o.healthAddr),
 		fmt::format("--v={}", o.verbosity),
 	};
 	return cl;

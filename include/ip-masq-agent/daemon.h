@@ -6,10 +6,12 @@
 #include <optional>
 #include <string>
 
+#include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config_watcher.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/systemd_notify.h"
 #include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq {
@@ -26,7 +28,10 @@ class Daemon
 public:
 	// `monitor` may be null (then drift is found at the next resync only).
 	// Blocks SIGTERM, SIGINT and SIGHUP: from here on they are read in run().
-	Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *monitor);
+	// `notifier` tells systemd READY=1 after the first good sync, STATUS= on changes,
+	// and sends WATCHDOG=1 from the loop.
+	Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *monitor,
+	       SystemdNotifier notifier = {});
 	~Daemon();
 
 	// Read the config and make the kernel hold its ruleset, doing nothing when nothing
@@ -40,10 +45,15 @@ public:
 	// milliseconds; the resync timer (resyncInterval) is the safety net.
 	int run();
 
+	// Health and counters, for the HTTP endpoint (which reads them from its thread).
+	const AgentStatus &status() const { return status_; }
+
 private:
 	Status loadConfig();
 	Status ensureApplied(SyncTrigger trigger);
 	void armResyncTimer();
+	void armWatchdogTimer();
+	void reportToSystemd();
 
 	AgentOptions options_;
 	NetlinkBackend &backend_;
@@ -51,6 +61,7 @@ private:
 	std::optional<ConfigWatcher> watcher_;
 	UniqueFd signalFd_;
 	UniqueFd timerFd_;
+	UniqueFd watchdogFd_;
 	std::chrono::nanoseconds armedInterval_{0};
 
 	// The config as last read: its bytes (nullopt: file absent) and what they meant.
@@ -64,6 +75,12 @@ private:
 	std::optional<uint32_t> appliedGeneration_;
 	std::string lastApplyError_;
 	bool watchWarned_ = false;
+	bool drifted_ = false; // the table was found changed; cleared by a successful apply
+
+	AgentStatus status_;
+	SystemdNotifier notifier_;
+	bool readySent_ = false;
+	std::string lastStatusLine_;
 };
 
 } // namespace ipmasq

@@ -19,6 +19,7 @@ struct AgentOptions {
 	bool once = false;    // apply once and exit; the exit status says whether it worked
 	bool cleanup = false; // delete the agent's table (and nothing else) and exit
 	int verbosity = 0;
+	std::string healthAddr; // "" turns the HTTP endpoint off
 };
 
 struct CommandLine {

@@ -43,7 +43,7 @@ void TempDir::overwrite(const std::string &name, const std::string &content) con
 	out << content;
 }
 
-AgentProcess::AgentProcess(const std::vector<std::string> &args)
+AgentProcess::AgentProcess(const std::vector<std::string> &args, const std::vector<std::string> &env)
 {
 	char tmpl[] = "/tmp/ipmasq-agent-log-XXXXXX";
 	const int logFd = mkstemp(tmpl);
@@ -57,6 +57,8 @@ AgentProcess::AgentProcess(const std::vector<std::string> &args)
 	if (pid_ == 0) {
 		dup2(logFd, STDERR_FILENO);
 		dup2(logFd, STDOUT_FILENO);
+		for (const std::string &entry : env)
+			putenv(const_cast<char *>(entry.c_str()));
 		std::vector<char *> cargv;
 		for (std::string &a : argv)
 			cargv.push_back(a.data());

@@ -36,7 +36,9 @@ private:
 class AgentProcess
 {
 public:
-	explicit AgentProcess(const std::vector<std::string> &args);
+	// `env` entries ("NAME=value") are added to the child's environment.
+	explicit AgentProcess(const std::vector<std::string> &args,
+			      const std::vector<std::string> &env = {});
 	~AgentProcess();
 	AgentProcess(const AgentProcess &) = delete;
 	AgentProcess &operator=(const AgentProcess &) = delete;

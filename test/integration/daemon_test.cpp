@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <cstdio>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <regex>
 #include <thread>
 
@@ -11,9 +14,11 @@
 
 #include "agent_process.h"
 #include "netns.h"
+#include "ip-masq-agent/unique_fd.h"
 
 using namespace std::chrono_literals;
 using namespace ipmasq::test;
+using ipmasq::UniqueFd;
 
 namespace {
 
@@ -275,5 +280,120 @@ TEST_CASE("the start-up log names the version and the effective flags")
 	CHECK_THAT(log, Catch::Contains("built-in defaults"));
 	CHECK_THAT(log, Catch::Contains("applied table inet ip-masq-agent") &&
 				Catch::Contains("IPv4 intervals") && Catch::Contains(" ms"));
+	cleanTable();
+}
+
+namespace {
+
+// A real HTTP client (curl) against the running daemon: "<status> <body>".
+std::string httpGet(const std::string &path, const std::string &method = "GET")
+{
+	std::string out;
+	run(fmt::format("curl -s -m 5 -X {} -w '\\n%{{http_code}}' http://127.0.0.1:10263{}", method,
+			path),
+	    &out);
+	const size_t nl = out.rfind('\n');
+	if (nl == std::string::npos)
+		return "curl failed: " + out;
+	return out.substr(nl + 1) + " " + out.substr(0, nl);
+}
+
+bool metricIs(const std::string &series, const std::string &value)
+{
+	return httpGet("/metrics").find("\n" + series + " " + value + "\n") != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("/healthz and /metrics follow the daemon's state, seen by curl")
+{
+	if (run("command -v curl >/dev/null") != 0)
+		FAIL("curl is needed for this test (apt-get install curl)");
+	TempDir dir;
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
+	requireWithin([] { return httpGet("/healthz") == "200 ok\n"; }, 5s, agent, "healthy");
+	CHECK(metricIs("ip_masq_agent_syncs_total", "1"));
+	CHECK(metricIs("ip_masq_agent_nonmasquerade_intervals{family=\"ipv4\"}", "2"));
+	CHECK(metricIs("ip_masq_agent_healthy", "1"));
+	CHECK_THAT(httpGet("/metrics"), Catch::StartsWith("200 # HELP"));
+	CHECK_THAT(httpGet("/nope"), Catch::StartsWith("404 "));
+	CHECK_THAT(httpGet("/healthz", "POST"), Catch::StartsWith("405 "));
+	CHECK_THAT(httpGet("/healthz", "HEAD"), Catch::StartsWith("200"));
+
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.1/24]\n");
+	requireWithin([] { return httpGet("/healthz").rfind("503 config invalid", 0) == 0; }, 5s, agent,
+		      "unhealthy on a bad config");
+	CHECK_THAT(httpGet("/healthz"), Catch::Contains(dir.file("config")) && Catch::Contains("host bits"));
+	CHECK(metricIs("ip_masq_agent_config_errors_total", "1"));
+	CHECK(metricIs("ip_masq_agent_healthy", "0"));
+	CHECK(tableHas("192.0.2.0/24"));
+
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24, 198.51.100.0/24]\n");
+	requireWithin([] { return httpGet("/healthz") == "200 ok\n"; }, 5s, agent, "healthy again");
+	CHECK(metricIs("ip_masq_agent_syncs_total", "2"));
+
+	runOrFail("nft delete table inet ip-masq-agent");
+	requireWithin([] { return metricIs("ip_masq_agent_drift_repairs_total", "1"); }, 5s, agent,
+		      "drift repaired and counted");
+	CHECK(httpGet("/healthz") == "200 ok\n");
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("a health port that cannot be bound is a clear start-up error")
+{
+	TempDir dir;
+	AgentProcess holder({"--config=" + dir.file("absent"), "--health-addr=127.0.0.1:10264"});
+	requireWithin([&] { return holder.log().find("serving /healthz") != std::string::npos; }, 5s,
+		      holder, "first agent serving");
+	AgentProcess second({"--config=" + dir.file("absent"), "--health-addr=127.0.0.1:10264"});
+	CHECK(second.wait() != 0);
+	CHECK_THAT(second.log(), Catch::Contains("cannot serve /healthz") &&
+					 Catch::Contains("--health-addr"));
+	CHECK(holder.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("under systemd: READY=1 after the first sync, STATUS= lines, WATCHDOG=1 pings")
+{
+	TempDir dir;
+	const std::string socketPath = dir.file("notify");
+	UniqueFd sock(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+	REQUIRE(sock.isValid());
+	sockaddr_un address{};
+	address.sun_family = AF_UNIX;
+	std::snprintf(address.sun_path, sizeof(address.sun_path), "%s", socketPath.c_str());
+	REQUIRE(bind(sock.get(), reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
+
+	std::vector<std::string> messages;
+	const auto receive = [&] {
+		char buf[4096];
+		ssize_t n;
+		while ((n = recv(sock.get(), buf, sizeof(buf), 0)) > 0)
+			messages.emplace_back(buf, static_cast<size_t>(n));
+	};
+	const auto count = [&](const std::string &needle) {
+		receive();
+		size_t n = 0;
+		for (const std::string &m : messages)
+			n += countOf(m, needle);
+		return n;
+	};
+
+	dir.write("config", kSlowResync);
+	AgentProcess agent({"--config=" + dir.file("config")},
+			   {"NOTIFY_SOCKET=" + socketPath, "WATCHDOG_USEC=200000"});
+	requireWithin([&] { return count("READY=1") == 1; }, 5s, agent, "READY=1");
+	CHECK(tableHas("10.0.0.0/8")); // ready means the rules are in force
+	CHECK(count("STATUS=table inet ip-masq-agent in force") >= 1);
+	// WatchdogSec=200ms: pings every 100ms from the loop.
+	requireWithin([&] { return count("WATCHDOG=1") >= 5; }, 5s, agent, "watchdog pings");
+
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [abcdefg]\n");
+	requireWithin([&] { return count("STATUS=config invalid") >= 1; }, 5s, agent, "STATUS on error");
+	CHECK(agent.stop(SIGTERM) == 0);
+	CHECK(count("STOPPING=1") == 1);
+	CHECK(count("READY=1") == 1);
 	cleanTable();
 }

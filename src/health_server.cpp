@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0
+// The HTTP endpoint with Boost.Beast: one I/O thread, asynchronous sessions with timeouts.
+#include "ip-masq-agent/health_server.h"
+
+#include <charconv>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+
+#include "ip-masq-agent/log.h"
+
+namespace ipmasq {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+Result<ListenAddress> parseListenAddress(std::string_view text)
+{
+	const auto invalid = [&](std::string_view why) {
+		return fail(fmt::format("--health-addr \"{}\": {} (write host:port, :port or "
+					"[ipv6]:port, e.g. \"{}\"; an empty value turns it off)",
+					text, why, kDefaultHealthAddr));
+	};
+	const size_t colon = text.rfind(':');
+	if (colon == std::string_view::npos)
+		return invalid("no port");
+	std::string_view host = text.substr(0, colon);
+	const std::string_view portText = text.substr(colon + 1);
+	if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+		host = host.substr(1, host.size() - 2);
+	else if (host.find(':') != std::string_view::npos)
+		return invalid("an IPv6 address needs brackets");
+
+	unsigned port = 0;
+	const auto [end, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
+	if (portText.empty() || ec != std::errc() || end != portText.data() + portText.size() ||
+	    port > 65535)
+		return invalid("the port is not a number from 0 to 65535");
+	ListenAddress address{std::string(host), static_cast<uint16_t>(port)};
+	if (!address.host.empty()) {
+		boost::system::error_code error;
+		asio::ip::make_address(address.host, error);
+		if (error)
+			return invalid(fmt::format("\"{}\" is not an IP address", address.host));
+	}
+	return address;
+}
+
+namespace {
+
+constexpr auto kClientTimeout = std::chrono::seconds(5);
+
+// One request per connection: probes and scrapes are small and infrequent.
+class Session : public std::enable_shared_from_this<Session>
+{
+public:
+	Session(tcp::socket socket, const AgentStatus &status)
+		: stream_(std::move(socket)), status_(status) {}
+
+	void start()
+	{
+		stream_.expires_after(kClientTimeout);
+		http::async_read(stream_, buffer_, request_,
+				 [self = shared_from_this()](beast::error_code ec, size_t) {
+					 if (!ec)
+						 self->respond();
+				 });
+	}
+
+private:
+	void respond()
+	{
+		response_.version(request_.version());
+		response_.keep_alive(false);
+		response_.set(http::field::server, "ip-masq-agent");
+		response_.set(http::field::content_type, "text/plain; charset=utf-8");
+		const bool get = request_.method() == http::verb::get;
+		const bool head = request_.method() == http::verb::head;
+		const std::string_view target(request_.target().data(), request_.target().size());
+		const std::string_view path = target.substr(0, target.find('?'));
+		if (!get && !head) {
+			response_.result(http::status::method_not_allowed);
+			response_.set(http::field::allow, "GET, HEAD");
+			response_.body() = "only GET and HEAD\n";
+		} else if (path == "/healthz") {
+			const AgentStatus::Health health = status_.health();
+			response_.result(health.ok ? http::status::ok : http::status::service_unavailable);
+			response_.body() = health.ok ? "ok\n" : health.reason + "\n";
+		} else if (path == "/metrics") {
+			response_.result(http::status::ok);
+			response_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+			response_.body() = status_.prometheusText();
+		} else {
+			response_.result(http::status::not_found);
+			response_.body() = "not found: try /healthz or /metrics\n";
+		}
+		response_.prepare_payload();
+		if (head)
+			response_.body().clear(); // Content-Length stays that of the GET body
+		stream_.expires_after(kClientTimeout);
+		http::async_write(stream_, response_,
+				  [self = shared_from_this()](beast::error_code, size_t) {
+					  beast::error_code ignored;
+					  self->stream_.socket().shutdown(tcp::socket::shutdown_send,
+									 ignored);
+				  });
+	}
+
+	beast::tcp_stream stream_;
+	beast::flat_buffer buffer_;
+	http::request<http::string_body> request_;
+	http::response<http::string_body> response_;
+	const AgentStatus &status_;
+};
+
+} // namespace
+
+struct HealthServer::Impl {
+	Impl(const AgentStatus &s) : status(s) {}
+
+	void accept()
+	{
+		acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+			if (ec == asio::error::operation_aborted)
+				return;
+			if (!ec)
+				std::make_shared<Session>(std::move(socket), status)->start();
+			accept();
+		});
+	}
+
+	const AgentStatus &status;
+	asio::io_context io{1};
+	tcp::acceptor acceptor{io};
+	std::thread thread;
+};
+
+Result<std::unique_ptr<HealthServer>> HealthServer::start(const ListenAddress &address,
+							  const AgentStatus &status)
+{
+	auto impl = std::make_unique<Impl>(status);
+	const auto ip = address.host.empty() ? asio::ip::address(asio::ip::address_v4::any())
+					     : asio::ip::make_address(address.host);
+	const tcp::endpoint endpoint(ip, address.port);
+	boost::system::error_code ec;
+	impl->acceptor.open(endpoint.protocol(), ec);
+	if (!ec)
+		impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+	if (!ec)
+		impl->acceptor.bind(endpoint, ec);
+	if (!ec)
+		impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+	if (ec)
+		return fail(fmt::format("cannot serve /healthz and /metrics on {}:{}: {} (choose "
+					"another --health-addr, or turn it off with --health-addr=\"\")",
+					address.host.empty() ? "*" : address.host, address.port,
+					ec.message()), ec.value());
+	impl->accept();
+	Impl *raw = impl.get();
+	impl->thread = std::thread([raw] {
+		// Nothing here may throw across the thread's edge: log and stop serving.
+		try {
+			raw->io.run();
+		} catch (const std::exception &e) {
+			log::error("the health endpoint stopped: {}", e.what());
+		}
+	});
+	return std::unique_ptr<HealthServer>(new HealthServer(std::move(impl)));
+}
+
+HealthServer::HealthServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HealthServer::~HealthServer()
+{
+	impl_->io.stop();
+	if (impl_->thread.joinable())
+		impl_->thread.join();
+}
+
+uint16_t HealthServer::port() const
+{
+	return impl_->acceptor.local_endpoint().port();
+}
+
+} // namespace ipmasq

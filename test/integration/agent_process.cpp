@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <fstream>
 #include <sstream>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -55,6 +56,8 @@ AgentProcess::AgentProcess(const std::vector<std::string> &args, const std::vect
 	pid_ = fork();
 	REQUIRE(pid_ >= 0);
 	if (pid_ == 0) {
+		// If the test dies outright, the agent must not outlive it.
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(logFd, STDERR_FILENO);
 		dup2(logFd, STDOUT_FILENO);
 		for (const std::string &entry : env)

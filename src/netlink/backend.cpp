@@ -251,20 +251,27 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	if (!s)
 		return fail(s.error().withContext(context("sets")));
 
-	for (SetPtr &set : snapshot.sets) {
+	for (const SetPtr &set : snapshot.sets) {
 		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
 		SetPtr elementFilter = newSet();
 		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_TABLE, table.c_str());
 		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_NAME, name.c_str());
+		std::vector<std::string> &lines = snapshot.elements[name];
 		s = dump(
 			NFT_MSG_GETSETELEM,
 			[&](nlmsghdr *nlh) {
 				nftnl_set_elems_nlmsg_build_payload(nlh, elementFilter.get());
 			},
-			[&](const nlmsghdr *nlh) {
-				// Appends the message's elements to the set.
-				return parsed(nftnl_set_elems_nlmsg_parse(nlh, set.get()),
-					      "set element");
+			[&](const nlmsghdr *nlh) -> Status {
+				// Each message's elements become lines at once: the libnftnl
+				// objects of a 100,000-range set would take 60 MB.
+				SetPtr part = newSet();
+				if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()),
+						    "set element");
+				    !p)
+					return p;
+				appendElementLines(part.get(), lines);
+				return {};
 			});
 		if (!s)
 			return fail(s.error().withContext(context("elements of set " + name)));

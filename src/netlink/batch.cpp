@@ -112,8 +112,9 @@ Status Batch::addEncodedTable(const EncodedTable &table)
 	const auto addSetWithElements = [this](const EncodedSet &set) -> Status {
 		if (auto s = addSet(set.set.get(), set.description); !s)
 			return s;
+		// One chunk's libnftnl objects at a time: serialized, then freed.
 		for (const ElementChunk &chunk : set.elements)
-			if (auto s = addSetElements(chunk.elements.get(), chunk.description); !s)
+			if (auto s = addSetElements(chunk.build().get(), chunk.description); !s)
 				return s;
 		return {};
 	};

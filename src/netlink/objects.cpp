@@ -90,12 +90,19 @@ std::vector<uint8_t> u32Bytes(uint32_t hostValue)
 	return {p, p + sizeof(hostValue)};
 }
 
-// One element of an interval set as nft sends it.
-struct ElementSpec {
-	std::vector<uint8_t> key;
-	bool intervalEnd = false; // NFT_SET_ELEM_INTERVAL_END: the first address after a range
-	bool openInterval = false; // the range runs to the last address: no end element
-};
+// An address as an element key: network byte order, no allocation (see ElementSpec).
+ElementSpec addressElement(Family family, AddressValue value, bool intervalEnd, bool openInterval)
+{
+	ElementSpec spec;
+	spec.keyLen = static_cast<uint8_t>(familyBits(family) / 8);
+	for (unsigned i = spec.keyLen; i-- > 0;) {
+		spec.key[i] = static_cast<uint8_t>(value & 0xff);
+		value >>= 8;
+	}
+	spec.intervalEnd = intervalEnd;
+	spec.openInterval = openInterval;
+	return spec;
+}
 
 // The elements nft 1.0.x sends for an interval set: a start element per range and an
 // end element at last+1. Two details decide whether `nft list` prints the same text:
@@ -109,13 +116,14 @@ std::vector<ElementSpec> intervalElements(const IntervalSet &elements)
 	if (ranges.empty())
 		return out;
 	const Family family = elements.family();
+	out.reserve(2 * ranges.size() + 1);
 	if (ranges.front().first.value != 0)
-		out.push_back({Address{family, 0}.bytes(), true, false});
+		out.push_back(addressElement(family, 0, true, false));
 	for (const AddressRange &range : ranges) {
 		const bool open = range.last == Address::max(family);
-		out.push_back({range.first.bytes(), false, open});
+		out.push_back(addressElement(family, range.first.value, false, open));
 		if (!open)
-			out.push_back({Address{family, range.last.value + 1}.bytes(), true, false});
+			out.push_back(addressElement(family, range.last.value + 1, true, false));
 	}
 	return out;
 }
@@ -125,7 +133,7 @@ SetElemPtr buildElement(const ElementSpec &spec)
 	SetElemPtr elem = newSetElem();
 	if (spec.intervalEnd)
 		nftnl_set_elem_set_u32(elem.get(), NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
-	nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_KEY, spec.key.data(), spec.key.size());
+	nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_KEY, spec.key.data(), spec.keyLen);
 	if (spec.openInterval) {
 		UserData udata;
 		udata.putU32(NFTNL_UDATA_SET_ELEM_FLAGS, NFTNL_SET_ELEM_F_INTERVAL_OPEN);
@@ -249,7 +257,9 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 	size_t rangesDone = 0;
 	while (index < specs.size()) {
 		ElementChunk chunk;
-		chunk.elements = elementCarrier(ruleset_.table, set.name, id);
+		chunk.table = ruleset_.table;
+		chunk.set = set.name;
+		chunk.setId = id;
 		const size_t firstRange = rangesDone + 1;
 		size_t ranges = 0;
 		while (index < specs.size()) {
@@ -261,7 +271,7 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 					break;
 				ranges++;
 			}
-			nftnl_set_elem_add(chunk.elements.get(), buildElement(spec).release());
+			chunk.elements.push_back(spec);
 			index++;
 		}
 		rangesDone += ranges;
@@ -422,10 +432,15 @@ EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
 	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
 
 	ElementChunk chunk;
-	chunk.elements = elementCarrier(ruleset_.table, kAnonymousName, id);
-	for (uint8_t protocol : kPortProtocols)
-		nftnl_set_elem_add(chunk.elements.get(),
-				   buildElement({{protocol}, false, false}).release());
+	chunk.table = ruleset_.table;
+	chunk.set = kAnonymousName;
+	chunk.setId = id;
+	for (uint8_t protocol : kPortProtocols) {
+		ElementSpec spec;
+		spec.key[0] = protocol;
+		spec.keyLen = 1;
+		chunk.elements.push_back(spec);
+	}
 	chunk.description = fmt::format("elements of {}", out.description);
 	out.elements.push_back(std::move(chunk));
 	return out;
@@ -442,6 +457,14 @@ uint32_t Encoder::setIdOf(const std::string &name) const
 }
 
 } // namespace
+
+SetPtr ElementChunk::build() const
+{
+	SetPtr carrier = elementCarrier(table, set, setId);
+	for (const ElementSpec &spec : elements)
+		nftnl_set_elem_add(carrier.get(), buildElement(spec).release());
+	return carrier;
+}
 
 TablePtr tableHandle(const std::string &name, bool withFlags)
 {

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string_view>
 
 #include <linux/netfilter/nf_tables.h>
 
@@ -15,13 +16,16 @@ namespace ipmasq::netlink {
 
 namespace {
 
+// Called for every element of a set, twice per comparison: no formatting machinery.
 std::string hex(const void *data, uint32_t len)
 {
-	std::string out;
-	out.reserve(len * 2);
+	static constexpr char kDigits[] = "0123456789abcdef";
+	std::string out(static_cast<size_t>(len) * 2, '\0');
 	const auto *bytes = static_cast<const uint8_t *>(data);
-	for (uint32_t i = 0; i < len; i++)
-		out += fmt::format("{:02x}", bytes[i]);
+	for (uint32_t i = 0; i < len; i++) {
+		out[2 * i] = kDigits[bytes[i] >> 4];
+		out[2 * i + 1] = kDigits[bytes[i] & 0xf];
+	}
 	return out;
 }
 
@@ -72,9 +76,10 @@ int collectElement(nftnl_set_elem *elem, void *data)
 	}
 }
 
-// A set's declaration and elements. Elements are sorted: the kernel dumps interval
-// sets in its own tree order, and order carries no meaning in a set.
-std::string setText(const nftnl_set *set, const std::vector<const nftnl_set *> &holders,
+// A set's declaration and its elements' lines (see appendElementLines). The lines are
+// printed sorted: the kernel dumps interval sets in its own tree order, and order
+// carries no meaning in a set.
+std::string setText(const nftnl_set *set, const std::vector<std::string> &elements,
 		    bool withName)
 {
 	std::string out = fmt::format(
@@ -87,15 +92,16 @@ std::string setText(const nftnl_set *set, const std::vector<const nftnl_set *> &
 		nftnl_set_is_set(set, NFTNL_SET_TIMEOUT) ? nftnl_set_get_u64(set, NFTNL_SET_TIMEOUT)
 							 : 0,
 		setUserdata(set));
-	std::vector<std::string> lines;
-	for (const nftnl_set *holder : holders) {
-		auto *elements = const_cast<nftnl_set *>(holder); // only read
-		if (nftnl_set_elem_foreach(elements, collectElement, &lines) < 0)
-			throw std::bad_alloc(); // the only way collectElement fails
+	std::vector<std::string_view> sorted(elements.begin(), elements.end());
+	std::sort(sorted.begin(), sorted.end());
+	size_t bytes = out.size();
+	for (std::string_view line : sorted)
+		bytes += line.size() + 1;
+	out.reserve(bytes);
+	for (std::string_view line : sorted) {
+		out += line;
+		out += '\n';
 	}
-	std::sort(lines.begin(), lines.end());
-	for (const std::string &line : lines)
-		out += line + "\n";
 	return out;
 }
 
@@ -224,15 +230,33 @@ private:
 	std::map<std::string, std::pair<std::string, std::vector<std::string>>> chains_;
 };
 
-std::vector<const nftnl_set *> holdersOf(const EncodedSet &set)
+// The desired elements, one chunk's libnftnl objects at a time.
+std::vector<std::string> elementLines(const EncodedSet &set)
 {
-	std::vector<const nftnl_set *> out;
-	for (const ElementChunk &chunk : set.elements)
-		out.push_back(chunk.elements.get());
-	return out;
+	std::vector<std::string> lines;
+	for (const ElementChunk &chunk : set.elements) {
+		const SetPtr carrier = chunk.build();
+		appendElementLines(carrier.get(), lines);
+	}
+	return lines;
+}
+
+const std::vector<std::string> &dumpedElements(const TableSnapshot &snapshot,
+					       const std::string &set)
+{
+	static const std::vector<std::string> kNone;
+	const auto it = snapshot.elements.find(set);
+	return it == snapshot.elements.end() ? kNone : it->second;
 }
 
 } // namespace
+
+void appendElementLines(const nftnl_set *holder, std::vector<std::string> &lines)
+{
+	auto *elements = const_cast<nftnl_set *>(holder); // only read
+	if (nftnl_set_elem_foreach(elements, collectElement, &lines) < 0)
+		throw std::bad_alloc(); // the only way collectElement fails
+}
 
 std::string canonicalForm(const EncodedTable &desired)
 {
@@ -240,7 +264,7 @@ std::string canonicalForm(const EncodedTable &desired)
 	form.table(tableText(desired.table.get()));
 	for (const EncodedSet &set : desired.sets)
 		form.set(str(nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME)),
-			 setText(set.set.get(), holdersOf(set), true));
+			 setText(set.set.get(), elementLines(set), true));
 	for (const EncodedChain &chain : desired.chains) {
 		const nftnl_chain *object = chain.chain.get();
 		const std::string name = str(nftnl_chain_get_str(object, NFTNL_CHAIN_NAME));
@@ -255,7 +279,8 @@ std::string canonicalForm(const EncodedTable &desired)
 				for (const EncodedSet &set : rule.anonymousSets) {
 					const nftnl_set *object = set.set.get();
 					if (setU32(object, NFTNL_SET_ID) == id)
-						return setText(object, holdersOf(set), false);
+						return setText(object, elementLines(set),
+							       false);
 				}
 				return std::nullopt;
 			};
@@ -275,16 +300,16 @@ std::string canonicalForm(const TableSnapshot &snapshot)
 		if (setU32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS)
 			anonymous[name] = set.get();
 		else
-			form.set(name, setText(set.get(), {set.get()}, true));
+			form.set(name, setText(set.get(), dumpedElements(snapshot, name), true));
 	}
 	// In the kernel, a lookup names an anonymous set by the name the kernel gave it.
-	const SetResolver resolve = [&anonymous](const nftnl_expr *lookup)
+	const SetResolver resolve = [&anonymous, &snapshot](const nftnl_expr *lookup)
 		-> std::optional<std::string> {
 		const std::string name = str(nftnl_expr_get_str(lookup, NFTNL_EXPR_LOOKUP_SET));
 		const auto it = anonymous.find(name);
 		if (it == anonymous.end())
 			return std::nullopt;
-		return setText(it->second, {it->second}, false);
+		return setText(it->second, dumpedElements(snapshot, name), false);
 	};
 	for (const ChainPtr &chain : snapshot.chains)
 		form.chain(str(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_NAME)),

@@ -6,6 +6,7 @@
 // send and what we expect to find can never drift apart.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,10 +26,27 @@ inline constexpr size_t kMaxCommentLength = 128;
 // under it so that no estimate can ever overflow it.
 inline constexpr size_t kElementMessageBudget = 16 * 1024;
 
+// One set element as nft sends it, as plain bytes: a large set has hundreds of
+// thousands of them, and libnftnl's element objects take about 300 bytes each.
+struct ElementSpec {
+	std::array<uint8_t, 16> key{}; // network byte order; the first keyLen bytes count
+	uint8_t keyLen = 0;
+	bool intervalEnd = false; // NFT_SET_ELEM_INTERVAL_END: the first address after a range
+	bool openInterval = false; // the range runs to the last address: no end element
+};
+
 // Some of one set's elements: what one NEWSETELEM message carries.
 struct ElementChunk {
-	SetPtr elements; // table, set name and set id, plus the elements
+	std::string table;
+	std::string set; // the set's name ("__set%d" for an anonymous set of the batch)
+	uint32_t setId = 0;
+	std::vector<ElementSpec> elements;
 	std::string description; // "elements of set nomasq-v4 (ranges 1-315 of 1200)"
+
+	// The libnftnl object that carries these elements (table, set name and id, one
+	// element each). Built when a message is serialized or compared, one chunk at a
+	// time: building a whole set at once would take 60 MB for 100,000 ranges.
+	SetPtr build() const;
 };
 
 struct EncodedSet {

@@ -9,6 +9,7 @@
 // objects and the dumped ones print identically exactly when they are the same table.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,10 +20,17 @@ namespace ipmasq::netlink {
 
 struct TableSnapshot {
 	TablePtr table;
-	std::vector<SetPtr> sets; // named and anonymous, each holding its elements
+	std::vector<SetPtr> sets; // named and anonymous: the declarations
+	// Each set's elements as canonical lines (appendElementLines), by set name. A
+	// dump is converted message by message, so that a set's elements never all
+	// exist as libnftnl objects (about 300 bytes each) at once.
+	std::map<std::string, std::vector<std::string>> elements;
 	std::vector<ChainPtr> chains;
 	std::vector<RulePtr> rules; // in kernel order: grouped by chain, in position order
 };
+
+// Appends one canonical line per element that `holder` carries, in its order.
+void appendElementLines(const nftnl_set *holder, std::vector<std::string> &lines);
 
 // One line per table, set, element, chain and rule, in a stable order.
 std::string canonicalForm(const EncodedTable &desired);

@@ -1,0 +1,862 @@
+// SPDX-License-Identifier: Apache-2.0
+// Performance benchmark: apply time, no-op resync CPU, config-swap latency and the daemon's
+// peak RSS for 10 to 100,000 non-masquerade CIDRs, all inside a private network namespace.
+//
+// Run it with `meson test -C <builddir> --benchmark --verbose`, or run the executable
+// (`--quick`: only the two smallest sizes). It needs root (CAP_SYS_ADMIN for the
+// namespace, CAP_NET_ADMIN inside it) and exits 77 ("skipped") without.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <poll.h>
+#include <sstream>
+#include <string>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/daemon.h"
+#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/monitor.h"
+#include "ip-masq-agent/netlink/objects.h"
+#include "ip-masq-agent/options.h"
+#include "ip-masq-agent/ruleset.h"
+#include "netns.h"
+
+#ifndef BENCH_BUILD_TYPE
+#define BENCH_BUILD_TYPE "unknown"
+#endif
+
+using namespace ipmasq;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Millis = std::chrono::duration<double, std::milli>;
+
+// The whole run is bounded: a watchdog ends it (and the agent) after this long.
+constexpr unsigned kWatchdogSeconds = 600;
+// Bounds for waiting on the agent: start-up or one swap.
+constexpr auto kLiveTimeout = std::chrono::seconds(60);
+
+// --- Cleanup on every exit path -------------------------------------------------------
+//
+// The agent child is killed by: its destructor, exit() (atexit), a terminating signal
+// (handler), and, if this process dies any other way, the kernel (PR_SET_PDEATHSIG).
+
+volatile pid_t g_agentPid = -1;
+std::string g_tmpDir;
+// The scratch directory and every file the benchmark puts in it, as C strings made
+// before any signal can arrive: the signal handler may only unlink() and rmdir().
+constexpr const char *kScratchFiles[] = {"config", ".config.new", "agent.log"};
+char g_scratchPaths[std::size(kScratchFiles) + 1][256];
+
+void killAgentNow()
+{
+	const pid_t pid = g_agentPid;
+	if (pid > 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, nullptr, 0);
+		g_agentPid = -1;
+	}
+}
+
+void cleanupAtExit()
+{
+	killAgentNow();
+	if (!g_tmpDir.empty()) {
+		std::error_code ec;
+		std::filesystem::remove_all(g_tmpDir, ec);
+	}
+}
+
+extern "C" void onTerminatingSignal(int sig)
+{
+	// Async-signal-safe only: kill the child and leave. The namespace (and with it any
+	// table we made) disappears with the last process in it.
+	const pid_t pid = g_agentPid;
+	if (pid > 0)
+		kill(pid, SIGKILL);
+	for (size_t i = 0; i < std::size(kScratchFiles); i++)
+		if (g_scratchPaths[i][0] != '\0')
+			unlink(g_scratchPaths[i]);
+	if (g_scratchPaths[std::size(kScratchFiles)][0] != '\0')
+		rmdir(g_scratchPaths[std::size(kScratchFiles)]);
+	_exit(128 + sig);
+}
+
+void installSignalHandlers()
+{
+	struct sigaction sa {};
+	sa.sa_handler = onTerminatingSignal;
+	sigemptyset(&sa.sa_mask);
+	for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGALRM, SIGPIPE})
+		sigaction(sig, &sa, nullptr);
+	alarm(kWatchdogSeconds);
+}
+
+[[noreturn]] void die(const std::string &message)
+{
+	std::fflush(stdout);
+	std::fprintf(stderr, "bench: %s\n", message.c_str());
+	std::exit(EXIT_FAILURE); // atexit: the agent is killed, the scratch dir removed
+}
+
+template<typename T>
+T require(Result<T> result, const std::string &what)
+{
+	if (!result)
+		die(what + ": " + result.error().message);
+	return std::move(*result);
+}
+
+void require(const Status &status, const std::string &what)
+{
+	if (!status)
+		die(what + ": " + status.error().message);
+}
+
+// --- Measuring ------------------------------------------------------------------------
+
+double processCpuMs()
+{
+	timespec ts {};
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+struct Samples {
+	std::vector<double> ms;
+
+	bool empty() const { return ms.empty(); }
+	double median() const
+	{
+		if (ms.empty())
+			return 0;
+		std::vector<double> v = ms;
+		std::sort(v.begin(), v.end());
+		const size_t n = v.size();
+		return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	}
+	double min() const { return ms.empty() ? 0 : *std::min_element(ms.begin(), ms.end()); }
+	double max() const { return ms.empty() ? 0 : *std::max_element(ms.begin(), ms.end()); }
+};
+
+// Runs `once` (which returns the milliseconds to record) at least `minRuns` and at most
+// `maxRuns` times, stopping early once `budget` has passed: bounded in count and time.
+Samples repeat(size_t minRuns, size_t maxRuns, std::chrono::milliseconds budget,
+	       const std::function<double()> &once)
+{
+	Samples out;
+	const auto start = Clock::now();
+	for (size_t i = 0; i < maxRuns; i++) {
+		out.ms.push_back(once());
+		if (i + 1 >= minRuns && Clock::now() - start > budget)
+			break;
+	}
+	return out;
+}
+
+template<typename F>
+double wallMs(F &&f)
+{
+	const auto start = Clock::now();
+	f();
+	return Millis(Clock::now() - start).count();
+}
+
+// --- The workload ---------------------------------------------------------------------
+
+struct Case {
+	size_t cidrs;
+	bool mixed; // half IPv4 /24s, half IPv6 /64s, with --enable-ipv6
+};
+
+std::string thousands(size_t n)
+{
+	std::string digits = std::to_string(n), out;
+	for (size_t i = 0; i < digits.size(); i++) {
+		if (i > 0 && (digits.size() - i) % 3 == 0)
+			out += ',';
+		out += digits[i];
+	}
+	return out;
+}
+
+std::string caseLabel(const Case &c)
+{
+	return thousands(c.cidrs) + (c.mixed ? " v4+v6" : "");
+}
+
+// Non-mergeable CIDRs: every other /24 (IPv4, from 20.0.0.0) or /64 (IPv6, in
+// 2001:db8::/32), so that each one stays an interval of its own. `phase` 1 takes the
+// slots in between: a list of the same size with no CIDR in common.
+std::vector<std::string> cidrList(const Case &c, unsigned phase)
+{
+	const size_t v4 = c.mixed ? c.cidrs / 2 : c.cidrs;
+	std::vector<std::string> out;
+	out.reserve(c.cidrs);
+	for (size_t i = 0; i < v4; i++) {
+		const uint32_t net = 0x14000000u + ((static_cast<uint32_t>(2 * i) + phase) << 8);
+		out.push_back(fmt::format("{}.{}.{}.0/24", net >> 24, (net >> 16) & 0xff,
+					  (net >> 8) & 0xff));
+	}
+	for (size_t i = 0; i < c.cidrs - v4; i++) {
+		const uint32_t slot = static_cast<uint32_t>(2 * i) + phase;
+		out.push_back(fmt::format("2001:db8:{:x}:{:x}::/64", slot >> 16, slot & 0xffff));
+	}
+	return out;
+}
+
+// The config as an operator writes it: YAML, one CIDR per line, cidrLimit raised.
+std::string configText(const std::vector<std::string> &cidrs)
+{
+	std::string out = "nonMasqueradeCIDRs:\n";
+	out.reserve(cidrs.size() * 24 + 64);
+	for (const std::string &cidr : cidrs)
+		out += "  - " + cidr + "\n";
+	out += fmt::format("cidrLimit: {}\nresyncInterval: 60s\n", cidrs.size());
+	return out;
+}
+
+// How many repetitions, scaled down for large tables so that the whole run stays short.
+struct Runs {
+	size_t parse, apply, noopResync, movedResync, swaps;
+};
+
+Runs runsFor(size_t cidrs)
+{
+	if (cidrs <= 1000)
+		return {21, 21, 2000, 200, 15};
+	if (cidrs <= 10000)
+		return {9, 11, 500, 30, 11};
+	return {3, 7, 100, 5, 5};
+}
+
+// Lets the previous commit's aftermath finish before the next timed one, as between real
+// config edits: the kernel frees a replaced table in a worker after the commit, and the
+// agent reads its own commit's notifications. Back to back, they would compete for the
+// CPU with the commit being timed.
+void settle(const Case &c)
+{
+	std::this_thread::sleep_for(std::chrono::milliseconds(c.cidrs >= 100000 ? 100 : 20));
+}
+
+// --- Files and the agent process ------------------------------------------------------
+
+void writeFile(const std::string &path, const std::string &content)
+{
+	std::ofstream out(path, std::ios::trunc | std::ios::binary);
+	out << content;
+	out.close();
+	if (!out)
+		die("cannot write " + path);
+}
+
+// The new file is complete on disk before the timed rename(), as kubelet and careful
+// tools do it.
+void stageFile(const std::string &dir, const std::string &content)
+{
+	writeFile(dir + "/.config.new", content);
+}
+
+void swapInStaged(const std::string &dir)
+{
+	if (std::rename((dir + "/.config.new").c_str(), (dir + "/config").c_str()) != 0)
+		die(fmt::format("rename into {}/config: {}", dir, std::strerror(errno)));
+}
+
+std::string readFile(const std::string &path)
+{
+	std::ifstream in(path);
+	std::ostringstream out;
+	out << in.rdbuf();
+	return out.str();
+}
+
+std::string tail(const std::string &text, size_t lines)
+{
+	size_t pos = text.size();
+	for (size_t n = 0; n <= lines && pos > 0; n++)
+		pos = text.rfind('\n', pos - 1);
+	std::string out = pos == std::string::npos ? text : text.substr(pos + 1);
+	// A config line lists every CIDR: keep the excerpt readable.
+	std::string clipped;
+	std::istringstream in(out);
+	for (std::string line; std::getline(in, line);)
+		clipped += (line.size() > 300 ? line.substr(0, 300) + "..." : line) + "\n";
+	return clipped;
+}
+
+class AgentChild
+{
+public:
+	AgentChild(const std::vector<std::string> &args, std::string logPath)
+		: logPath_(std::move(logPath))
+	{
+		std::vector<std::string> argv{AGENT_BINARY};
+		argv.insert(argv.end(), args.begin(), args.end());
+		const pid_t parent = getpid();
+		const pid_t pid = fork();
+		if (pid < 0)
+			die(fmt::format("fork: {}", std::strerror(errno)));
+		if (pid == 0) {
+			// Die with the benchmark, whatever kills it.
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != parent)
+				_exit(127);
+			sigset_t none;
+			sigemptyset(&none);
+			sigprocmask(SIG_SETMASK, &none, nullptr);
+			const int fd = open(logPath_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+			if (fd >= 0) {
+				dup2(fd, STDOUT_FILENO);
+				dup2(fd, STDERR_FILENO);
+			}
+			std::vector<char *> cargv;
+			for (std::string &a : argv)
+				cargv.push_back(a.data());
+			cargv.push_back(nullptr);
+			execv(cargv[0], cargv.data());
+			_exit(127);
+		}
+		g_agentPid = pid;
+	}
+
+	~AgentChild() { stop(); }
+	AgentChild(const AgentChild &) = delete;
+	AgentChild &operator=(const AgentChild &) = delete;
+
+	pid_t pid() const { return g_agentPid; }
+
+	bool running()
+	{
+		if (g_agentPid <= 0)
+			return false;
+		int status = 0;
+		const pid_t r = waitpid(g_agentPid, &status, WNOHANG);
+		if (r == g_agentPid) {
+			g_agentPid = -1;
+			return false;
+		}
+		return r == 0;
+	}
+
+	// SIGTERM (the agent leaves its table in place, which the namespace then drops),
+	// bounded wait, then SIGKILL.
+	void stop()
+	{
+		if (!running())
+			return;
+		kill(g_agentPid, SIGTERM);
+		for (int i = 0; i < 500 && running(); i++)
+			std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		killAgentNow();
+	}
+
+	std::string logTail() const { return tail(readFile(logPath_), 15); }
+
+private:
+	std::string logPath_;
+};
+
+// A "Vm..." or "Rss..." line of /proc/<pid>/status (VmHWM: the peak resident set), in KiB.
+long procStatusKiB(pid_t pid, const std::string &key)
+{
+	std::istringstream in(readFile(fmt::format("/proc/{}/status", pid)));
+	for (std::string line; std::getline(in, line);)
+		if (line.rfind(key + ":", 0) == 0)
+			return std::strtol(line.c_str() + key.size() + 1, nullptr, 10);
+	return -1;
+}
+
+// Waits until the kernel holds `expected`. Returns when the committing change was first
+// seen (the notification's arrival), after NetlinkBackend::matches() confirmed it; a
+// notification that did not bring the table to `expected` does not count. Bounded.
+std::optional<Clock::time_point> waitUntilLive(NftablesMonitor &monitor, NetlinkBackend &backend,
+					       const Ruleset &expected, AgentChild &agent,
+					       std::chrono::milliseconds timeout)
+{
+	const auto deadline = Clock::now() + timeout;
+	auto lastCheck = Clock::now();
+	for (int i = 0; i < 1000000 && Clock::now() < deadline; i++) {
+		pollfd pfd{monitor.fd(), POLLIN, 0};
+		const int ready = poll(&pfd, 1, 100);
+		const auto seen = Clock::now();
+		bool check = false;
+		if (ready > 0) {
+			check = require(monitor.drain(), "reading nftables notifications");
+		} else {
+			if (!agent.running())
+				die("the agent exited; its log ends with:\n" + agent.logTail());
+			// Notifications cannot be lost unnoticed (an overrun counts as a
+			// change), but look anyway now and then.
+			check = seen - lastCheck > std::chrono::seconds(2);
+		}
+		if (!check)
+			continue;
+		lastCheck = Clock::now();
+		if (require(backend.matches(expected), "comparing the kernel's table"))
+			return seen;
+	}
+	return std::nullopt;
+}
+
+// --- One row of figures ---------------------------------------------------------------
+
+struct Row {
+	Case c;
+	size_t intervals = 0;
+	Samples parse, build, encode, apply, applyCpu, applyListened, matches;
+	Samples noopCpu, movedCpu;
+	size_t noopRuns = 0, movedRuns = 0;
+	Samples startLive, swapLive;
+	long rssStartKiB = -1, rssAfterKiB = -1, rssFileKiB = -1;
+};
+
+AgentOptions agentOptions(const Case &c, const std::string &configPath, bool randomFully)
+{
+	AgentOptions options;
+	options.configPath = configPath;
+	options.configFlags.enableIpv6 = c.mixed;
+	options.ruleset.enableIpv6 = c.mixed;
+	options.ruleset.randomFully = randomFully;
+	return options;
+}
+
+// 1. Config parsing, ruleset building, encoding and apply, in this process.
+void measureApply(Row &row, NetlinkBackend &backend, const std::string &text,
+		  const AgentOptions &options)
+{
+	const Runs runs = runsFor(row.c.cidrs);
+	const auto budget = std::chrono::seconds(4);
+	std::optional<LoadedConfig> loaded;
+	row.parse = repeat(1, runs.parse, budget, [&] {
+		return wallMs([&] {
+			loaded = require(parseConfig(text, options.configPath, options.configFlags),
+					 "parsing the config");
+		});
+	});
+	if (loaded->config.nonMasqueradeCIDRs.size() != row.c.cidrs)
+		die("the config parsed to the wrong number of CIDRs");
+
+	Ruleset ruleset;
+	row.build = repeat(1, runs.parse, budget, [&] {
+		return wallMs([&] { ruleset = buildRuleset(loaded->config, options.ruleset); });
+	});
+	for (const AddressSet &set : ruleset.sets)
+		row.intervals += set.elements.size();
+
+	row.encode = repeat(1, runs.apply, budget, [&] {
+		return wallMs([&] { require(netlink::encodeRuleset(ruleset), "encoding"); });
+	});
+
+	// The first apply creates the table; the timed ones replace it, as a config change
+	// does (the old table, elements and all, is deleted in the same transaction).
+	require(backend.apply(ruleset), "applying the ruleset");
+	row.apply = repeat(3, runs.apply, budget, [&] {
+		settle(row.c);
+		const double cpuStart = processCpuMs();
+		const double ms =
+			wallMs([&] { require(backend.apply(ruleset), "applying the ruleset"); });
+		// The kernel does the work inside our sendmsg(): CPU time counts it too,
+		// and unlike wall time it does not grow while other processes hold the CPU.
+		row.applyCpu.ms.push_back(processCpuMs() - cpuStart);
+		return ms;
+	});
+	{
+		// With a socket in NFNLGRP_NFTABLES (as the daemon's own monitor is), the kernel
+		// builds a notification per element at commit. It is never read here: the
+		// kernel drops what does not fit, the cost of building stays.
+		NftablesMonitor listener = require(NftablesMonitor::open(), "opening a listener");
+		row.applyListened = repeat(3, runs.apply, budget, [&] {
+			settle(row.c);
+			return wallMs(
+				[&] { require(backend.apply(ruleset), "applying the ruleset"); });
+		});
+	}
+	row.matches = repeat(1, 3, budget, [&] {
+		bool same = false;
+		const double ms = wallMs([&] {
+			same = require(backend.matches(ruleset), "comparing the kernel's table");
+		});
+		if (!same)
+			die("after apply, the kernel's table differs from the ruleset");
+		return ms;
+	});
+	require(backend.remove(ruleset.table), "removing the table");
+}
+
+// 2. CPU per Daemon::sync(resync) when nothing changed, and when another table changed.
+void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgram,
+		   const std::string &dir, const std::string &text, const AgentOptions &options)
+{
+	const Runs runs = runsFor(row.c.cidrs);
+	writeFile(dir + "/config", text);
+
+	// Another program's NAT table, re-applied to move the ruleset generation.
+	RulesetOptions otherOptions;
+	otherOptions.table = "bench-other-nat";
+	otherOptions.randomFully = options.ruleset.randomFully;
+	const Ruleset other = buildRuleset(defaultConfig({}), otherOptions);
+
+	sigset_t mask;
+	sigprocmask(SIG_SETMASK, nullptr, &mask);
+	// The daemon logs each apply at info; keep that off the figures' output.
+	std::fflush(stderr);
+	const int savedStderr = dup(STDERR_FILENO);
+	const int devNull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	dup2(devNull, STDERR_FILENO);
+	close(devNull);
+
+	std::string failure;
+	{
+		// Blocks SIGTERM, SIGINT and SIGHUP (for its signalfd); restored below.
+		Daemon daemon(options, backend, nullptr);
+		const auto sync = [&](SyncTrigger trigger) {
+			if (!failure.empty())
+				return;
+			if (Status s = daemon.sync(trigger); !s)
+				failure = "Daemon::sync: " + s.error().message;
+		};
+		const auto generation = [&] {
+			auto g = backend.generation();
+			return g ? *g : 0u;
+		};
+		sync(SyncTrigger::startup);
+
+		const uint32_t before = generation();
+		row.noopCpu = repeat(20, runs.noopResync, std::chrono::seconds(3), [&] {
+			const double start = processCpuMs();
+			sync(SyncTrigger::resync);
+			return processCpuMs() - start;
+		});
+		row.noopRuns = row.noopCpu.ms.size();
+		if (failure.empty() && generation() != before)
+			failure = "a no-op resync committed something";
+
+		row.movedCpu = repeat(3, runs.movedResync, std::chrono::seconds(5), [&] {
+			if (auto applied = otherProgram.apply(other); !applied && failure.empty())
+				failure = "applying the other table: " + applied.error().message;
+			const uint32_t moved = generation();
+			const double start = processCpuMs();
+			sync(SyncTrigger::resync);
+			const double ms = processCpuMs() - start;
+			// The daemon must have found its table intact, not re-applied it.
+			if (failure.empty() && generation() != moved)
+				failure = "a resync after another table changed re-applied the table";
+			return ms;
+		});
+		row.movedRuns = row.movedCpu.ms.size();
+	}
+	std::fflush(stderr);
+	dup2(savedStderr, STDERR_FILENO);
+	close(savedStderr);
+	sigprocmask(SIG_SETMASK, &mask, nullptr);
+
+	if (!failure.empty())
+		die(failure);
+	require(otherProgram.remove(other.table), "removing the other table");
+	require(backend.remove(options.ruleset.table), "removing the table");
+}
+
+// 3 and 4. The agent as a child process: start-up, config swaps, peak RSS.
+void measureDaemon(Row &row, NetlinkBackend &backend, const std::string &dir,
+		   const std::string &textA, const std::string &textB, const AgentOptions &options)
+{
+	const Runs runs = runsFor(row.c.cidrs);
+	// Only now: a listener makes every commit in the namespace slower (see 1.).
+	NftablesMonitor monitor = require(NftablesMonitor::open(), "opening the nftables monitor");
+	const auto expectedFor = [&](const std::string &text) {
+		auto loaded = require(parseConfig(text, options.configPath, options.configFlags),
+				      "parsing the config");
+		return buildRuleset(loaded.config, options.ruleset);
+	};
+	const Ruleset expectedA = expectedFor(textA);
+	const Ruleset expectedB = expectedFor(textB);
+
+	stageFile(dir, textA);
+	swapInStaged(dir);
+	(void)monitor.drain();
+
+	std::vector<std::string> args{"--config=" + options.configPath};
+	if (row.c.mixed)
+		args.push_back("--enable-ipv6");
+	const auto spawned = Clock::now();
+	AgentChild agent(args, dir + "/agent.log");
+	auto live = waitUntilLive(monitor, backend, expectedA, agent, kLiveTimeout);
+	if (!live)
+		die("the agent did not apply its table in time; its log ends with:\n" +
+		    agent.logTail());
+	row.startLive.ms.push_back(Millis(*live - spawned).count());
+	row.rssStartKiB = procStatusKiB(agent.pid(), "VmHWM");
+	row.rssFileKiB = procStatusKiB(agent.pid(), "RssFile");
+
+	bool useB = true;
+	row.swapLive = repeat(3, runs.swaps, std::chrono::seconds(12), [&] {
+		const Ruleset &expected = useB ? expectedB : expectedA;
+		stageFile(dir, useB ? textB : textA);
+		settle(row.c);
+		(void)require(monitor.drain(), "reading nftables notifications");
+		const auto start = Clock::now();
+		swapInStaged(dir);
+		auto committed = waitUntilLive(monitor, backend, expected, agent, kLiveTimeout);
+		if (!committed)
+			die("a config swap did not reach the kernel in time; the agent's log "
+			    "ends with:\n" + agent.logTail());
+		useB = !useB;
+		return Millis(*committed - start).count();
+	});
+	row.rssAfterKiB = procStatusKiB(agent.pid(), "VmHWM");
+	if (!agent.running())
+		die("the agent exited; its log ends with:\n" + agent.logTail());
+	agent.stop();
+	require(backend.remove(options.ruleset.table), "removing the table");
+}
+
+// --- Reporting ------------------------------------------------------------------------
+
+std::string cpuModel()
+{
+	std::istringstream in(readFile("/proc/cpuinfo"));
+	for (std::string line; std::getline(in, line);)
+		if (line.rfind("model name", 0) == 0) {
+			const size_t colon = line.find(':');
+			return colon == std::string::npos ? line : line.substr(colon + 2);
+		}
+	return "unknown";
+}
+
+std::string loadAverage()
+{
+	std::string text = readFile("/proc/loadavg");
+	std::istringstream in(text);
+	std::string one, five, fifteen;
+	in >> one >> five >> fifteen;
+	return fmt::format("{} {} {}", one, five, fifteen);
+}
+
+std::string compiler()
+{
+#if defined(__clang__)
+	return "clang " __clang_version__;
+#elif defined(__GNUC__)
+	return "g++ " __VERSION__;
+#else
+	return "unknown";
+#endif
+}
+
+std::string verdict(bool ok) { return ok ? "ok" : "MISSED"; }
+
+std::string ms(double v)
+{
+	if (v < 0.1)
+		return fmt::format("{:.3f}", v);
+	if (v < 10)
+		return fmt::format("{:.2f}", v);
+	return fmt::format("{:.1f}", v);
+}
+
+struct Target {
+	std::string what;
+	std::string figure;
+	std::string limit;
+	bool ok;
+};
+
+} // namespace
+
+int main(int argc, char *argv[])
+{
+	bool quick = false;
+	for (int i = 1; i < argc; i++) {
+		if (std::strcmp(argv[i], "--quick") == 0) {
+			quick = true;
+		} else {
+			std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+			return 2;
+		}
+	}
+
+	// Safety first: nothing below may run in the host's network namespace.
+	if (const std::string why = ipmasq::test::enterPrivateNetns(); !why.empty()) {
+		std::fprintf(stderr, "SKIP: %s\n", why.c_str());
+		return 77;
+	}
+	std::atexit(cleanupAtExit);
+	installSignalHandlers();
+
+	char tmpl[] = "/tmp/ipmasq-bench-XXXXXX";
+	if (!mkdtemp(tmpl))
+		die(fmt::format("mkdtemp: {}", std::strerror(errno)));
+	g_tmpDir = tmpl;
+	const std::string configPath = g_tmpDir + "/config";
+	{
+		sigset_t all, old;
+		sigfillset(&all);
+		sigprocmask(SIG_BLOCK, &all, &old);
+		for (size_t i = 0; i < std::size(kScratchFiles); i++)
+			std::snprintf(g_scratchPaths[i], sizeof(g_scratchPaths[i]), "%s/%s", tmpl,
+				      kScratchFiles[i]);
+		std::snprintf(g_scratchPaths[std::size(kScratchFiles)],
+			      sizeof(g_scratchPaths[0]), "%s", tmpl);
+		sigprocmask(SIG_SETMASK, &old, nullptr);
+	}
+
+	utsname uts {};
+	uname(&uts);
+	fmt::print("ip-masq-agent benchmark (in a private network namespace)\n");
+	fmt::print("machine:  {}, {} cores, Linux {}\n", cpuModel(), sysconf(_SC_NPROCESSORS_ONLN),
+		   uts.release);
+	fmt::print("build:    {}, buildtype {}{}\n", compiler(), BENCH_BUILD_TYPE,
+#ifdef NDEBUG
+		   ", NDEBUG"
+#else
+		   ", assertions on"
+#endif
+	);
+	fmt::print("load:     {} (loadavg at start; other processes' CPU inflates wall times)\n",
+		   loadAverage());
+	fmt::print("workload: non-mergeable CIDRs (every other IPv4 /24; v4+v6: half IPv6 /64s "
+		   "with --enable-ipv6), link-local added by the agent\n\n");
+	std::fflush(stdout);
+
+	auto backend = require(NetlinkBackend::open(), "opening the netlink backend");
+	auto otherProgram = require(NetlinkBackend::open(), "opening a second netlink socket");
+	// As the agent does (main.cpp): masquerade fully-random only where the kernel can.
+	const auto features = require(backend->probeFeatures(), "probing kernel features");
+	if (!features.inetNat)
+		die("this kernel has no NAT in the inet family; the agent cannot run here");
+
+	std::vector<Case> cases{{10, false}, {1000, false}};
+	if (!quick) {
+		cases.push_back({10000, false});
+		cases.push_back({100000, false});
+		cases.push_back({100000, true});
+	}
+
+	std::vector<Row> rows;
+	const auto started = Clock::now();
+	for (const Case &c : cases) {
+		Row row;
+		row.c = c;
+		const std::string textA = configText(cidrList(c, 0));
+		const std::string textB = configText(cidrList(c, 1));
+		const AgentOptions options = agentOptions(c, configPath, features.fullyRandomMasquerade);
+
+		const auto caseStart = Clock::now();
+		measureApply(row, *backend, textA, options);
+		measureResync(row, *backend, *otherProgram, g_tmpDir, textA, options);
+		measureDaemon(row, *backend, g_tmpDir, textA, textB, options);
+		fmt::print("measured {:>14} CIDRs ({} set intervals) in {:.1f} s\n", caseLabel(c),
+			   thousands(row.intervals),
+			   std::chrono::duration<double>(Clock::now() - caseStart).count());
+		std::fflush(stdout);
+		rows.push_back(std::move(row));
+	}
+	const double totalSeconds = std::chrono::duration<double>(Clock::now() - started).count();
+
+	std::vector<Target> targets;
+	const auto applyTarget = [](const Row &r) -> std::optional<double> {
+		if (r.c.cidrs == 10000)
+			return 30;
+		if (r.c.cidrs == 100000)
+			return 300;
+		return std::nullopt;
+	};
+	constexpr double kResyncTargetMs = 0.1;
+	constexpr double kSwapTargetMs = 50;
+	constexpr double kRssTargetKiB = 4 * 1024;
+
+	fmt::print("\n1. In this process, wall time in ms (median of the runs). apply replaces the "
+		   "whole table in one transaction;\n   cpu: its CPU time (user + kernel); "
+		   "+listener: apply while a socket listens to nftables notifications\n");
+	fmt::print("{:>15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>13} {:>10} {:>9}\n", "CIDRs",
+		   "parse", "build", "encode", "apply", "cpu", "runs", "apply target",
+		   "+listener", "matches");
+	for (const Row &r : rows) {
+		std::string target = "-";
+		if (auto limit = applyTarget(r)) {
+			const bool ok = r.apply.median() < *limit;
+			target = fmt::format("<{:g} {}", *limit, verdict(ok));
+			targets.push_back({fmt::format("apply, {} CIDRs", caseLabel(r.c)),
+					   ms(r.apply.median()) + " ms", fmt::format("< {:g} ms", *limit), ok});
+		}
+		fmt::print("{:>15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>13} {:>10} {:>9}\n",
+			   caseLabel(r.c), ms(r.parse.median()), ms(r.build.median()),
+			   ms(r.encode.median()), ms(r.apply.median()), ms(r.applyCpu.median()),
+			   r.apply.ms.size(), target, ms(r.applyListened.median()),
+			   ms(r.matches.median()));
+	}
+
+	fmt::print("\n2. CPU per Daemon::sync(resync), CLOCK_PROCESS_CPUTIME_ID in ms (median; "
+		   "user + system)\n");
+	fmt::print("{:>15} {:>11} {:>6} {:>12} {:>22} {:>6}\n", "CIDRs", "no-op", "runs",
+		   "target", "other table changed", "runs");
+	for (const Row &r : rows) {
+		const bool ok = r.noopCpu.median() < kResyncTargetMs;
+		targets.push_back({fmt::format("no-op resync CPU, {} CIDRs", caseLabel(r.c)),
+				   ms(r.noopCpu.median()) + " ms", "< 0.1 ms", ok});
+		fmt::print("{:>15} {:>11} {:>6} {:>12} {:>22} {:>6}\n", caseLabel(r.c),
+			   ms(r.noopCpu.median()), r.noopRuns,
+			   fmt::format("<0.1 {}", verdict(ok)), ms(r.movedCpu.median()),
+			   r.movedRuns);
+	}
+
+	fmt::print("\n3./4. The agent as a process: start and config swap (rename) to table "
+		   "committed, in ms;\n   peak RSS (VmHWM) in MiB after start and after the swaps; "
+		   "file: the part of RSS that is mapped files (code of the binary and libraries)\n");
+	fmt::print("{:>15} {:>8} {:>8} {:>17} {:>5} {:>11} {:>10} {:>6} {:>11} {:>10}\n", "CIDRs",
+		   "start", "swap", "(min-max)", "runs", "target", "RSS start", "file", "target",
+		   "RSS after");
+	for (const Row &r : rows) {
+		const bool swapOk = r.swapLive.median() < kSwapTargetMs;
+		targets.push_back({fmt::format("config swap live, {} CIDRs", caseLabel(r.c)),
+				   ms(r.swapLive.median()) + " ms", "< 50 ms", swapOk});
+		std::string rssTarget = "-";
+		if (r.c.cidrs == 10000 && !r.c.mixed) {
+			const bool ok = r.rssStartKiB >= 0 && r.rssStartKiB < kRssTargetKiB;
+			rssTarget = fmt::format("<4 {}", verdict(ok));
+			targets.push_back({"peak RSS, 10,000 CIDRs",
+					   fmt::format("{:.2f} MiB", r.rssStartKiB / 1024.0), "< 4 MiB",
+					   ok});
+		}
+		fmt::print("{:>15} {:>8} {:>8} {:>17} {:>5} {:>11} {:>10.2f} {:>6.2f} {:>11} {:>10.2f}\n",
+			   caseLabel(r.c), ms(r.startLive.median()), ms(r.swapLive.median()),
+			   fmt::format("({}-{})", ms(r.swapLive.min()), ms(r.swapLive.max())),
+			   r.swapLive.ms.size(), fmt::format("<50 {}", verdict(swapOk)),
+			   r.rssStartKiB / 1024.0, r.rssFileKiB / 1024.0, rssTarget,
+			   r.rssAfterKiB / 1024.0);
+	}
+
+	fmt::print("\nTargets\n");
+	size_t missed = 0;
+	for (const Target &t : targets) {
+		fmt::print("  {:<36} {:>12}  {:<10} {}\n", t.what, t.figure, t.limit, verdict(t.ok));
+		missed += t.ok ? 0 : 1;
+	}
+	fmt::print("\n{} of {} targets met; measured in {:.1f} s; loadavg now {}\n",
+		   targets.size() - missed, targets.size(), totalSeconds, loadAverage());
+	// A benchmark reports; a missed target is a finding, not a failed run.
+	return EXIT_SUCCESS;
+}

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <poll.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 
 #include <fmt/format.h>
@@ -38,6 +39,19 @@ double millisecondsSince(Clock::time_point start)
 }
 
 } // namespace
+
+std::optional<FileStamp> FileStamp::of(const std::string &path)
+{
+	struct stat st {};
+	if (stat(path.c_str(), &st) != 0)
+		return errno == ENOENT ? std::optional(FileStamp{}) : std::nullopt;
+	return FileStamp{true,
+			 st.st_dev,
+			 st.st_ino,
+			 st.st_size,
+			 {st.st_mtim.tv_sec, st.st_mtim.tv_nsec},
+			 {st.st_ctim.tv_sec, st.st_ctim.tv_nsec}};
+}
 
 const char *syncTriggerName(SyncTrigger trigger)
 {
@@ -75,7 +89,7 @@ Daemon::Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *m
 
 Daemon::~Daemon() = default;
 
-Status Daemon::loadConfig()
+Status Daemon::loadConfig(SyncTrigger trigger)
 {
 	// Arm the watch before reading, so a change made while we read is not missed.
 	if (watcher_) {
@@ -84,6 +98,15 @@ Status Daemon::loadConfig()
 			log::warning("{}", armed.error().message);
 		watchWarned_ = !armed;
 	}
+
+	// The resync timer is only the safety net behind inotify: when the file is the same
+	// file with the same size and timestamps, do not read it again (100,000 CIDRs are
+	// 2 MB). Every other trigger reads it. Stat before reading, so a change racing the
+	// read is seen next time.
+	const std::optional<FileStamp> stamp = FileStamp::of(options_.configPath);
+	if (trigger == SyncTrigger::resync && lastText_ && stamp && stamp == lastStamp_)
+		return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
+	lastStamp_ = stamp;
 
 	auto text = readConfigText(options_.configPath);
 	if (text && lastText_ && *text == *lastText_)
@@ -118,11 +141,16 @@ Status Daemon::loadConfig()
 				   : fmt::format("(built-in defaults: {} not found)", options_.configPath),
 		  describeConfig(loaded->config));
 	resyncInterval_ = loaded->config.resyncInterval;
-	desired_ = buildRuleset(loaded->config, options_.ruleset);
+	Ruleset next = buildRuleset(loaded->config, options_.ruleset);
+	// Compare rulesets once per config change, not on every sync.
+	if (!desired_ || next != *desired_) {
+		desired_ = std::move(next);
+		desiredVersion_++;
+	}
 	return {};
 }
 
-Status Daemon::ensureApplied(SyncTrigger trigger)
+Status Daemon::ensureApplied(SyncTrigger trigger, bool recheck)
 {
 	auto generation = backend_.generation();
 	if (!generation) {
@@ -130,7 +158,7 @@ Status Daemon::ensureApplied(SyncTrigger trigger)
 		return fail(generation.error());
 	}
 
-	if (applied_ && *applied_ == *desired_) {
+	if (appliedVersion_ == desiredVersion_) {
 		if (appliedGeneration_ == *generation) {
 			log::debug("{}: nothing changed (generation {})", syncTriggerName(trigger),
 				   *generation);
@@ -159,7 +187,17 @@ Status Daemon::ensureApplied(SyncTrigger trigger)
 	}
 
 	const auto start = Clock::now();
+	// Nobody listening means the kernel builds no per-element notifications for this
+	// commit, which would double its cost for large sets. The generation check below
+	// catches what others commit meanwhile.
+	if (monitor_)
+		(void)monitor_->pause();
 	auto committed = backend_.apply(*desired_);
+	const double took = millisecondsSince(start);
+	if (monitor_)
+		if (auto resumed = monitor_->resume(); !resumed)
+			log::warning("{}; outside changes are repaired at the next resync only",
+				     resumed.error().message);
 	if (!committed) {
 		if (committed.error().message != lastApplyError_)
 			log::error("applying table inet {} failed, the previous ruleset stays in "
@@ -169,21 +207,25 @@ Status Daemon::ensureApplied(SyncTrigger trigger)
 		return fail(committed.error());
 	}
 	lastApplyError_.clear();
-	status_.syncSucceeded(*desired_, Clock::now() - start);
+	status_.syncSucceeded(*desired_, std::chrono::duration<double, std::milli>(took));
 	if (drifted_)
 		status_.driftRepaired();
 	drifted_ = false;
 	log::info("applied table inet {} ({}): {} in {:.1f} ms (generation {})", desired_->table,
-		  syncTriggerName(trigger), summarize(*desired_), millisecondsSince(start),
-		  *committed);
-	applied_ = desired_;
+		  syncTriggerName(trigger), summarize(*desired_), took, *committed);
+	appliedVersion_ = desiredVersion_;
 	appliedGeneration_ = *committed;
+
+	// Someone committed while we were not listening: look at our table now, once.
+	if (monitor_ && recheck)
+		if (auto now = backend_.generation(); now && *now != *committed)
+			return ensureApplied(SyncTrigger::nftablesChange, false);
 	return {};
 }
 
 Status Daemon::sync(SyncTrigger trigger)
 {
-	const Status config = loadConfig();
+	const Status config = loadConfig(trigger);
 	if (!desired_)
 		return config; // a bad config and nothing good yet: leave the kernel alone
 	const Status kernel = ensureApplied(trigger);

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <optional>
+#include <sys/types.h>
+#include <utility>
 #include <string>
 
 #include "ip-masq-agent/agent_status.h"
@@ -18,6 +20,22 @@ namespace ipmasq {
 
 class NetlinkBackend;
 class NftablesMonitor;
+
+// What identifies a file's content without reading it: which file (a ConfigMap swap
+// changes the inode behind the symlink), its size and its timestamps.
+struct FileStamp {
+	bool exists = false;
+	dev_t device = 0;
+	ino_t inode = 0;
+	off_t size = 0;
+	std::pair<time_t, long> modified{};
+	std::pair<time_t, long> changed{};
+
+	// The stamp of `path` (following symlinks); an absent file has a stamp too.
+	// nullopt when it cannot be stat()ed for another reason.
+	static std::optional<FileStamp> of(const std::string &path);
+	bool operator==(const FileStamp &) const = default;
+};
 
 // Why a sync runs; named in logs.
 enum class SyncTrigger { startup, configChange, resync, nftablesChange, reload };
@@ -49,8 +67,9 @@ public:
 	const AgentStatus &status() const { return status_; }
 
 private:
-	Status loadConfig();
-	Status ensureApplied(SyncTrigger trigger);
+	Status loadConfig(SyncTrigger trigger);
+	// `recheck`: after a commit, look again if someone else committed meanwhile.
+	Status ensureApplied(SyncTrigger trigger, bool recheck = true);
 	void armResyncTimer();
 	void armWatchdogTimer();
 	void reportToSystemd();
@@ -66,12 +85,15 @@ private:
 
 	// The config as last read: its bytes (nullopt: file absent) and what they meant.
 	std::optional<std::optional<std::string>> lastText_;
+	std::optional<FileStamp> lastStamp_;
 	std::string lastConfigError_;
 	std::chrono::nanoseconds resyncInterval_ = kDefaultResyncInterval;
 
-	// The last good desired ruleset, and what we know the kernel holds.
+	// The last good desired ruleset, and what we know the kernel holds: the version of
+	// the desired ruleset last committed, and the generation of that commit.
 	std::optional<Ruleset> desired_;
-	std::optional<Ruleset> applied_;
+	uint64_t desiredVersion_ = 0;
+	uint64_t appliedVersion_ = 0;
 	std::optional<uint32_t> appliedGeneration_;
 	std::string lastApplyError_;
 	bool watchWarned_ = false;

@@ -21,6 +21,16 @@ Result<NftablesMonitor> NftablesMonitor::open()
 	return NftablesMonitor(std::move(*socket));
 }
 
+Status NftablesMonitor::pause()
+{
+	return socket_.leaveGroup(NFNLGRP_NFTABLES);
+}
+
+Status NftablesMonitor::resume()
+{
+	return socket_.joinGroup(NFNLGRP_NFTABLES);
+}
+
 Result<bool> NftablesMonitor::drain()
 {
 	bool changed = false;

@@ -144,6 +144,14 @@ Status Socket::joinGroup(unsigned group)
 	return {};
 }
 
+Status Socket::leaveGroup(unsigned group)
+{
+	int value = static_cast<int>(group);
+	if (mnl_socket_setsockopt(socket_.get(), NETLINK_DROP_MEMBERSHIP, &value, sizeof(value)) < 0)
+		return fail(systemError(fmt::format("cannot leave netlink group {}", group), errno));
+	return {};
+}
+
 void Socket::discardPending()
 {
 	for (;;) {

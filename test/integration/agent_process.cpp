@@ -33,7 +33,7 @@ TempDir::~TempDir()
 
 void TempDir::write(const std::string &name, const std::string &content) const
 {
-	const std::string tmp = file("." + name + ".tmp");
+	const std::string tmp = file(name) + ".tmp"; // same directory: rename is atomic
 	std::ofstream(tmp) << content;
 	REQUIRE(std::rename(tmp.c_str(), file(name).c_str()) == 0);
 }

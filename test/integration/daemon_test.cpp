@@ -397,3 +397,24 @@ TEST_CASE("under systemd: READY=1 after the first sync, STATUS= lines, WATCHDOG=
 	CHECK(count("READY=1") == 1);
 	cleanTable();
 }
+
+TEST_CASE("a config directory that appears later is watched from then on")
+{
+	TempDir dir;
+	const std::string configDir = dir.file("later");
+	AgentProcess agent({"--config=" + configDir + "/config", "-v=1"});
+	requireWithin([] { return tableHas("172.16.0.0/12"); }, 5s, agent, "defaults while absent");
+
+	// Without a watch, the resync (default 60s, but 1s once this file is read) finds it;
+	// a file whose timestamps change is always read again.
+	runOrFail("mkdir " + configDir);
+	dir.write("later/config", "resyncInterval: 1s\nnonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	kill(agent.pid(), SIGHUP); // the first resync would be 60s away
+	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "found on SIGHUP");
+
+	// The directory is watched now: an edit is applied without waiting for a resync.
+	dir.write("later/config", "resyncInterval: 1h\nnonMasqueradeCIDRs: [198.51.100.0/24]\n");
+	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "edit seen by inotify");
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}

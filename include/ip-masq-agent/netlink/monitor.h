@@ -26,6 +26,13 @@ public:
 	// NetlinkBackend::portId()) do not count as changes.
 	void ignoreChangesFrom(uint32_t portId) { ignoredPortId_ = portId; }
 
+	// Leave the group while the agent commits, and join it again afterwards. While
+	// anyone listens, the kernel builds one notification per set element of a commit,
+	// which doubles the cost of applying a large set. Changes made by others while
+	// paused are not reported: the caller compares ruleset generations instead.
+	Status pause();
+	Status resume();
+
 	// Reads every pending notification without blocking. True if any change arrived;
 	// a receive-queue overrun (ENOBUFS: notifications were lost) counts as a change.
 	Result<bool> drain();

@@ -56,6 +56,7 @@ public:
 
 	// Receive the multicast group's notifications (e.g. NFNLGRP_NFTABLES).
 	Status joinGroup(unsigned group);
+	Status leaveGroup(unsigned group);
 
 	// Sends the batch in one sendmsg() and collects all acknowledgements and errors.
 	// Fails only if the exchange itself failed (the answer then is unknown).

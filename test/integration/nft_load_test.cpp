@@ -28,7 +28,8 @@ std::string unwrapElements(const std::string &text)
 	bool inElements = false;
 	while (std::getline(in, line)) {
 		if (inElements) {
-			out += " " + line.substr(line.find_first_not_of(" \t"));
+			out += ' ';
+			out += line.substr(line.find_first_not_of(" \t"));
 		} else {
 			if (!out.empty())
 				out += "\n";

@@ -95,6 +95,7 @@ int runAgent(AgentOptions options)
 	if (auto opened = NftablesMonitor::open()) {
 		monitor.emplace(std::move(*opened));
 		monitor->ignoreChangesFrom((*backend)->portId());
+		monitor->watchOnlyTable(options.ruleset.table);
 	} else {
 		log::warning("{}; changes to the table are repaired at the next resync only",
 			     opened.error().message);

@@ -4,7 +4,10 @@
 
 #include <cerrno>
 
+#include <libmnl/libmnl.h>
+#include <linux/netfilter.h>
 #include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nf_tables.h>
 #include <linux/netlink.h>
 
 namespace ipmasq {
@@ -19,6 +22,31 @@ Result<NftablesMonitor> NftablesMonitor::open()
 	if (auto s = socket->joinGroup(NFNLGRP_NFTABLES); !s)
 		return fail(s.error().withContext("cannot watch nf_tables for changes: "));
 	return NftablesMonitor(std::move(*socket));
+}
+
+bool NftablesMonitor::concernsWatchedTable(const nlmsghdr *nlh) const
+{
+	const uint8_t type = NFNL_MSG_TYPE(nlh->nlmsg_type);
+	if (type == NFT_MSG_NEWGEN)
+		return false; // closes every commit, names no table
+	if (nlh->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg)))
+		return true; // cannot tell: assume it is ours
+	const auto *gen = static_cast<const nfgenmsg *>(mnl_nlmsg_get_payload(nlh));
+	if (gen->nfgen_family != NFPROTO_INET)
+		return false;
+	// In every nf_tables object message (table, chain, rule, set, element list,
+	// object, flowtable) attribute 1 is the name of the table it belongs to.
+	const auto *tail = static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh));
+	for (auto *attr = static_cast<const nlattr *>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
+	     mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char *>(attr)));
+	     attr = mnl_attr_next(attr)) {
+		if (mnl_attr_get_type(attr) != 1)
+			continue;
+		if (mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) < 0)
+			return true;
+		return *table_ == mnl_attr_get_str(attr);
+	}
+	return true;
 }
 
 Status NftablesMonitor::pause()
@@ -38,6 +66,8 @@ Result<bool> NftablesMonitor::drain()
 		// Every message in this group reports a change, down to the NEWGEN that
 		// closes each commit; the sender's port id is in the header.
 		if (ignoredPortId_ && nlh->nlmsg_pid == *ignoredPortId_)
+			return;
+		if (table_ && !concernsWatchedTable(nlh))
 			return;
 		changed = true;
 	};

@@ -96,3 +96,34 @@ TEST_CASE("lost notifications count as a change")
 	CHECK(drain(monitor));
 	CHECK_FALSE(drain(monitor));
 }
+
+TEST_CASE("watchOnlyTable: other tables' changes do not count, any change to ours does")
+{
+	runOrFail("nft flush ruleset");
+	NftablesMonitor monitor = openMonitor();
+	monitor.watchOnlyTable("ip-masq-agent");
+
+	runOrFail("nft add table inet bystander && nft add chain inet bystander c && "
+		  "nft add rule inet bystander c counter");
+	runOrFail("nft add table ip ip-masq-agent"); // same name, another family
+	CHECK_FALSE(drain(monitor));
+
+	const struct {
+		const char *what;
+		const char *command;
+	} ours[] = {
+		{"table created", "nft add table inet ip-masq-agent"},
+		{"set", "nft add set inet ip-masq-agent s '{ type ipv4_addr; flags interval; }'"},
+		{"element", "nft add element inet ip-masq-agent s '{ 192.0.2.0/24 }'"},
+		{"element deleted", "nft delete element inet ip-masq-agent s '{ 192.0.2.0/24 }'"},
+		{"chain", "nft add chain inet ip-masq-agent c"},
+		{"rule", "nft add rule inet ip-masq-agent c counter"},
+		{"flush ruleset", "nft flush ruleset"},
+	};
+	for (const auto &change : ours) {
+		INFO(change.what);
+		runOrFail(change.command);
+		CHECK(drain(monitor));
+		CHECK_FALSE(drain(monitor));
+	}
+}

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <linux/netlink.h>
 
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/socket.h"
@@ -26,6 +28,11 @@ public:
 	// NetlinkBackend::portId()) do not count as changes.
 	void ignoreChangesFrom(uint32_t portId) { ignoredPortId_ = portId; }
 
+	// Count only changes to this inet table (its sets, elements, chains and rules, or
+	// the table itself, as `nft flush ruleset` deletes it): other components' churn,
+	// kube-proxy's for one, then costs the agent nothing. Lost notifications still count.
+	void watchOnlyTable(std::string table) { table_ = std::move(table); }
+
 	// Leave the group while the agent commits, and join it again afterwards. While
 	// anyone listens, the kernel builds one notification per set element of a commit,
 	// which doubles the cost of applying a large set. Changes made by others while
@@ -41,7 +48,10 @@ private:
 	explicit NftablesMonitor(netlink::Socket socket);
 
 	netlink::Socket socket_;
+	bool concernsWatchedTable(const nlmsghdr *nlh) const;
+
 	std::optional<uint32_t> ignoredPortId_;
+	std::optional<std::string> table_;
 };
 
 } // namespace ipmasq

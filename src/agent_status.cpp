@@ -55,6 +55,7 @@ void AgentStatus::noopResync()
 {
 	std::lock_guard lock(mutex_);
 	started_ = true;
+	syncError_.clear(); // the kernel was just seen to hold the desired table
 	noopResyncs_++;
 }
 

@@ -120,13 +120,14 @@ Status Daemon::loadConfig(SyncTrigger trigger)
 		lastText_.reset(); // unreadable: try again next time
 
 	if (!loaded) {
-		// Say it once per change, not once per resync.
-		if (loaded.error().message != lastConfigError_)
+		// Say it (and count it) once per change, not once per resync.
+		if (loaded.error().message != lastConfigError_) {
 			log::error("{}; {}", loaded.error().message,
 				   desired_ ? "keeping the last good ruleset in force"
 					    : "nothing applied: an existing table of the agent is left as it is");
+			status_.configFailed(loaded.error().message);
+		}
 		lastConfigError_ = loaded.error().message;
-		status_.configFailed(lastConfigError_);
 		return fail(loaded.error());
 	}
 
@@ -135,7 +136,6 @@ Status Daemon::loadConfig(SyncTrigger trigger)
 	if (!lastConfigError_.empty())
 		log::info("the config is valid again");
 	lastConfigError_.clear();
-	status_.configLoaded();
 	log::info("config {}: {}",
 		  loaded->fromFile ? options_.configPath
 				   : fmt::format("(built-in defaults: {} not found)", options_.configPath),
@@ -229,6 +229,9 @@ Status Daemon::sync(SyncTrigger trigger)
 	if (!desired_)
 		return config; // a bad config and nothing good yet: leave the kernel alone
 	const Status kernel = ensureApplied(trigger);
+	// Healthy only once the new config's ruleset is in force, not when it was read.
+	if (config)
+		status_.configLoaded();
 	if (!kernel)
 		return kernel;
 	return config;

@@ -59,8 +59,8 @@ constexpr auto kClientTimeout = std::chrono::seconds(5);
 class Session : public std::enable_shared_from_this<Session>
 {
 public:
-	Session(tcp::socket socket, const AgentStatus &status)
-		: stream_(std::move(socket)), status_(status) {}
+	Session(tcp::socket socket, const AgentStatus &status, std::shared_ptr<int> count)
+		: stream_(std::move(socket)), status_(status), count_(std::move(count)) {}
 
 	void start()
 	{
@@ -116,6 +116,7 @@ private:
 	http::request<http::string_body> request_;
 	http::response<http::string_body> response_;
 	const AgentStatus &status_;
+	std::shared_ptr<int> count_; // held while the session lives
 };
 
 } // namespace
@@ -128,36 +129,78 @@ struct HealthServer::Impl {
 		acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
 			if (ec == asio::error::operation_aborted)
 				return;
-			if (!ec)
-				std::make_shared<Session>(std::move(socket), status)->start();
+			if (ec) {
+				// Out of descriptors or the like: retry later, never spin.
+				retry.expires_after(std::chrono::milliseconds(100));
+				retry.async_wait([this](beast::error_code waited) {
+					if (!waited)
+						accept();
+				});
+				return;
+			}
+			// Probes and scrapes need a few connections at most; anything beyond
+			// the cap is closed at once rather than held for its timeout.
+			if (sessions.use_count() <= kMaxSessions)
+				std::make_shared<Session>(std::move(socket), status, sessions)->start();
 			accept();
 		});
 	}
 
+	static constexpr long kMaxSessions = 16;
+
 	const AgentStatus &status;
 	asio::io_context io{1};
 	tcp::acceptor acceptor{io};
+	asio::steady_timer retry{io};
+	// Each live session holds a copy: use_count() - 1 sessions are open.
+	std::shared_ptr<int> sessions = std::make_shared<int>(0);
 	std::thread thread;
 };
+
+namespace {
+
+// ":port" means every address: IPv6 and IPv4 on one dual-stack socket where the node
+// has IPv6 (the kubelet probes an IPv6-only node on its IPv6 address), IPv4 otherwise.
+boost::system::error_code openAndBind(tcp::acceptor &acceptor, const ListenAddress &address)
+{
+	boost::system::error_code ec;
+	const auto bindTo = [&](const asio::ip::address &ip, bool dualStack) {
+		ec.clear();
+		const tcp::endpoint endpoint(ip, address.port);
+		acceptor.open(endpoint.protocol(), ec);
+		if (!ec && dualStack)
+			acceptor.set_option(asio::ip::v6_only(false), ec);
+		if (!ec)
+			acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+		if (!ec)
+			acceptor.bind(endpoint, ec);
+		if (!ec)
+			acceptor.listen(asio::socket_base::max_listen_connections, ec);
+		if (ec && acceptor.is_open()) {
+			boost::system::error_code ignored;
+			acceptor.close(ignored);
+		}
+	};
+	if (!address.host.empty()) {
+		bindTo(asio::ip::make_address(address.host), false);
+		return ec;
+	}
+	bindTo(asio::ip::address_v6::any(), true);
+	if (ec == asio::error::address_family_not_supported ||
+	    ec == boost::system::errc::address_not_available)
+		bindTo(asio::ip::address_v4::any(), false);
+	return ec;
+}
+
+} // namespace
 
 Result<std::unique_ptr<HealthServer>> HealthServer::start(const ListenAddress &address,
 							  const AgentStatus &status)
 {
 	auto impl = std::make_unique<Impl>(status);
-	const auto ip = address.host.empty() ? asio::ip::address(asio::ip::address_v4::any())
-					     : asio::ip::make_address(address.host);
-	const tcp::endpoint endpoint(ip, address.port);
-	boost::system::error_code ec;
-	impl->acceptor.open(endpoint.protocol(), ec);
-	if (!ec)
-		impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-	if (!ec)
-		impl->acceptor.bind(endpoint, ec);
-	if (!ec)
-		impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-	if (ec)
+	if (const auto ec = openAndBind(impl->acceptor, address))
 		return fail(fmt::format("cannot serve /healthz and /metrics on {}:{}: {} (choose "
-					"another --health-addr, or turn it off with --health-addr=\"\")",
+					"another --health-addr, or turn it off with --health-addr=)",
 					address.host.empty() ? "*" : address.host, address.port,
 					ec.message()), ec.value());
 	impl->accept();

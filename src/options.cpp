@@ -27,6 +27,14 @@ std::vector<std::string> goStyleArguments(int argc, const char *const argv[])
 		if (!positional && arg.size() >= 2 && arg[0] == '-' && arg[1] != '-' &&
 		    !(arg[1] >= '0' && arg[1] <= '9') && !(arg.size() == 2 && arg[1] == 'h'))
 			arg = "-" + arg;
+		// Go takes "--flag=" as an empty value ("--health-addr=" turns the endpoint
+		// off); Boost wants the empty value as a word of its own.
+		if (!positional && arg.size() > 3 && arg.rfind("--", 0) == 0 && arg.back() == '=' &&
+		    arg.find('=') == arg.size() - 1) {
+			args.push_back(arg.substr(0, arg.size() - 1));
+			args.emplace_back();
+			continue;
+		}
 		args.push_back(arg);
 	}
 	return args;
@@ -44,7 +52,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	CommandLine cl;
 	AgentOptions &o = cl.options;
 	std::string toPorts, priority = formatChainPriority(kDefaultPriority);
-	bool logtostderr = true;
+	std::string version;
 
 	po::options_description desc("Usage: ip-masq-agent [flags]\n\n"
 				     "Keeps pod traffic to non-masquerade destinations un-NATed and "
@@ -69,31 +77,57 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Name of the agent's own nftables table (family inet).")
 		("priority", po::value(&priority)->default_value(priority),
 		 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").")
-		("dry-run", po::bool_switch(&o.dryRun),
+		("dry-run", po::value(&o.dryRun)->default_value(false, "false")->implicit_value(true, "true"),
 		 "Print the ruleset as nft -f input and exit; needs no privileges.")
-		("once", po::bool_switch(&o.once),
+		("once", po::value(&o.once)->default_value(false, "false")->implicit_value(true, "true"),
 		 "Apply the ruleset once and exit; the exit status says whether it worked.")
-		("cleanup", po::bool_switch(&o.cleanup),
+		("cleanup", po::value(&o.cleanup)->default_value(false, "false")->implicit_value(true, "true"),
 		 "Delete the agent's table, and nothing else, and exit.")
 		("health-addr", po::value(&o.healthAddr)->default_value(kDefaultHealthAddr),
 		 "Serve /healthz and /metrics on this host:port (\":port\" = every address); "
 		 "empty turns it off.")
 		("v", po::value(&o.verbosity)->default_value(0),
 		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")
-		("logtostderr", po::value(&logtostderr)->default_value(true, "true")->implicit_value(true, "true"),
-		 "Accepted for compatibility with upstream manifests; logs always go to stderr.")
-		("version", "Print the version and exit.")
+		("version", po::value(&version)->implicit_value("true"),
+		 "Print the version and exit (upstream's --version=raw works too).")
 		("help,h", "Print this help and exit.");
 	// clang-format on
 
+	// Upstream registers klog's flags, and manifests written for it carry some of them.
+	// They are accepted and ignored (logs always go to stderr), with a warning.
+	po::options_description klog("Accepted for upstream (klog) compatibility and ignored");
+	std::vector<std::string> klogGiven;
+	const auto klogBool = [&](const char *name) {
+		klog.add_options()(name, po::value<bool>()->implicit_value(true, "true")->notifier(
+						 [&klogGiven, name](bool) { klogGiven.push_back(name); }),
+				   "");
+	};
+	const auto klogString = [&](const char *name) {
+		klog.add_options()(name, po::value<std::string>()->notifier(
+						 [&klogGiven, name](const std::string &) { klogGiven.push_back(name); }),
+				   "");
+	};
+	for (const char *name : {"logtostderr", "alsologtostderr", "skip_headers", "skip_log_headers",
+				 "add_dir_header", "one_output"})
+		klogBool(name);
+	for (const char *name : {"stderrthreshold", "log_dir", "log_file", "log_file_max_size",
+				 "vmodule", "log_backtrace_at"})
+		klogString(name);
+
 	std::ostringstream help;
 	help << desc;
+	help << "\nAlso accepted and ignored, for manifests written for upstream: --logtostderr, "
+		"--alsologtostderr,\n--stderrthreshold, --log_dir, --log_file, --log_file_max_size, "
+		"--vmodule, --log_backtrace_at,\n--skip_headers, --skip_log_headers, --add_dir_header, "
+		"--one_output. Logs always go to stderr.\n";
 	cl.helpText = help.str();
+	po::options_description all;
+	all.add(desc).add(klog);
 
 	po::variables_map vm;
 	try {
 		const auto parsed = po::command_line_parser(goStyleArguments(argc, argv))
-					    .options(desc)
+					    .options(all)
 					    .style(po::command_line_style::default_style &
 						   ~po::command_line_style::allow_guessing)
 					    .run();
@@ -119,7 +153,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		cl.action = CommandLine::Action::help;
 		return cl;
 	}
-	if (vm.count("version")) {
+	if (vm.count("version") && version != "false") {
 		cl.action = CommandLine::Action::version;
 		return cl;
 	}
@@ -142,8 +176,9 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 			return fail(address.error());
 	if (o.verbosity < 0)
 		return fail(fmt::format("--v {}: verbosity cannot be negative", o.verbosity));
-	if (!vm["logtostderr"].defaulted() && !logtostderr)
-		cl.warnings.push_back("--logtostderr=false is ignored: logs always go to stderr");
+	if (!klogGiven.empty())
+		cl.warnings.push_back(fmt::format("ignoring upstream's klog flags --{}: logs always go "
+						  "to stderr", fmt::join(klogGiven, ", --")));
 
 	cl.effectiveFlags = {
 		fmt::format("--config={}", o.configPath),

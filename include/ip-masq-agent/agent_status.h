@@ -29,6 +29,7 @@ public:
 	void configFailed(const std::string &error);
 	void syncSucceeded(const Ruleset &applied, std::chrono::duration<double> took);
 	void syncFailed(const std::string &error);
+	// Nothing to write: the kernel holds the desired table (clears a sync error).
 	void noopResync();
 	void tableDrifted(); // missing or edited: not ok until the next successful sync
 	void driftRepaired();

@@ -418,3 +418,28 @@ TEST_CASE("a config directory that appears later is watched from then on")
 	CHECK(agent.stop(SIGTERM) == 0);
 	cleanTable();
 }
+
+TEST_CASE("the default --health-addr serves IPv4 and IPv6; an empty one serves nothing")
+{
+	TempDir dir;
+	{
+		AgentProcess agent({"--config=" + dir.file("absent")});
+		requireWithin([&] { return agent.log().find("info: applied table") != std::string::npos; },
+			      5s, agent, "applied");
+		std::string v4, v6;
+		CHECK(run("curl -s -m 5 http://127.0.0.1:10263/healthz", &v4) == 0);
+		CHECK(run("curl -s -m 5 'http://[::1]:10263/healthz'", &v6) == 0);
+		CHECK(v4 == "ok\n");
+		CHECK(v6 == "ok\n");
+		CHECK(agent.stop(SIGTERM) == 0);
+	}
+	{
+		AgentProcess agent({"--config=" + dir.file("absent"), "--health-addr="});
+		requireWithin([&] { return agent.log().find("info: applied table") != std::string::npos; },
+			      5s, agent, "applied");
+		CHECK(run("curl -s -m 2 http://127.0.0.1:10263/healthz") != 0);
+		CHECK(agent.log().find("serving /healthz") == std::string::npos);
+		CHECK(agent.stop(SIGTERM) == 0);
+	}
+	cleanTable();
+}

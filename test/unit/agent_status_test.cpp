@@ -61,6 +61,13 @@ TEST_CASE("/healthz: not ok until a sync, then ok; every failure names its reaso
 	CHECK_THAT(status.health().reason, Catch::Contains("kernel rejected") && Catch::Contains("File exists"));
 	status.syncSucceeded(sampleRuleset(), 1ms);
 	CHECK(status.health().ok);
+
+	// A transient failure (a dump that kept changing) ends with the next sync that
+	// finds the table intact, not only with a commit.
+	status.syncFailed("table ip-masq-agent kept changing while it was read");
+	CHECK_FALSE(status.health().ok);
+	status.noopResync();
+	CHECK(status.health().ok);
 }
 
 TEST_CASE("/metrics: counters, histogram, gauges and build info in Prometheus text")

@@ -74,11 +74,14 @@ TEST_CASE("bool flags: bare, =true and =false")
 	CHECK(parseOk({"--once"}).once);
 	CHECK(parseOk({"-cleanup"}).cleanup);
 	CHECK_THAT(parseError({"--once", "--cleanup"}), Catch::Contains("exclude each other"));
-	CHECK(parseOk({"--logtostderr"}).configPath == "/etc/config/ip-masq-agent");
+	CHECK(parseOk({"--dry-run=true"}).dryRun);
+	CHECK_FALSE(parseOk({"--once=false"}).once);
+	CHECK(parseOk({"-cleanup=true"}).cleanup);
 	// "--flag false" means what it says (Go would silently stop parsing there).
 	CHECK_FALSE(parseOk({"--enable-ipv6", "false"}).configFlags.enableIpv6);
 	CHECK(parseOk({"--enable-ipv6", "--dry-run"}).configFlags.enableIpv6);
-	CHECK_THAT(parseError({"--dry-run", "extra"}), Catch::Contains("unexpected argument \"extra\""));
+	CHECK_THAT(parseError({"--config=x", "extra"}), Catch::Contains("unexpected argument \"extra\""));
+	CHECK_THAT(parseError({"--dry-run", "extra"}), Catch::Contains("extra") && Catch::Contains("--dry-run"));
 	CHECK_THAT(parseError({"--random-fully=maybe"}), Catch::Contains("random-fully"));
 }
 
@@ -124,4 +127,30 @@ TEST_CASE("effective flags are listed for the start-up log")
 	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--enable-ipv6=true")));
 	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--to-ports=1024-2047")));
 	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--masq-chain=IP-MASQ-AGENT")));
+}
+
+TEST_CASE("an empty value is a value: --health-addr= turns the endpoint off")
+{
+	CHECK(parseOk({}).healthAddr == ":10263");
+	CHECK(parseOk({"--health-addr="}).healthAddr.empty());
+	CHECK(parseOk({"-health-addr="}).healthAddr.empty());
+	CHECK(parseOk({"--health-addr", ""}).healthAddr.empty());
+	CHECK(parseOk({"--health-addr=127.0.0.1:9000"}).healthAddr == "127.0.0.1:9000");
+	CHECK(parseOk({"--to-ports="}).ruleset.toPorts.empty());
+	CHECK_THAT(parseError({"--health-addr=nonsense"}), Catch::Contains("--health-addr"));
+}
+
+TEST_CASE("upstream's klog flags and --version=raw are accepted, the klog ones with a warning")
+{
+	auto cl = parse({"--logtostderr", "--alsologtostderr=true", "--stderrthreshold=INFO",
+			 "-log_dir=/tmp", "--vmodule=x=2", "--skip_headers", "--v=2"});
+	REQUIRE(cl);
+	CHECK(cl->options.verbosity == 2);
+	REQUIRE(cl->warnings.size() == 1);
+	CHECK_THAT(cl->warnings[0], Catch::Contains("--alsologtostderr") && Catch::Contains("--log_dir") &&
+					    Catch::Contains("--logtostderr"));
+	CHECK(parse({})->warnings.empty());
+	CHECK(parse({"--version=raw"})->action == CommandLine::Action::version);
+	CHECK(parse({"--version=false"})->action == CommandLine::Action::run);
+	CHECK_THAT(parse({"--help"})->helpText, Catch::Contains("--alsologtostderr"));
 }

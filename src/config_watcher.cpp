@@ -14,10 +14,14 @@ namespace ipmasq {
 
 namespace {
 
-// No IN_MODIFY: a file being written in place is read once it is closed (IN_CLOSE_WRITE),
-// never half-written or truncated, which would briefly mean "empty file = defaults".
-constexpr uint32_t kEvents = IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO |
-			     IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+// IN_MODIFY only marks a write in progress: a file written in place is read once it is
+// closed (IN_CLOSE_WRITE), never half-written or truncated, which would briefly mean
+// "empty file = defaults" or a list cut short.
+constexpr uint32_t kEvents = IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM |
+			     IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR;
+
+// A writer that stays silent this long has crashed or wedged: read the file anyway.
+constexpr auto kWriteTimeout = std::chrono::seconds(2);
 
 // Kubernetes' atomic writer renames a new "..data" symlink into place on every update.
 constexpr const char *kConfigMapDataLink = "..data";
@@ -49,22 +53,41 @@ Status ConfigWatcher::arm()
 	return {};
 }
 
-bool ConfigWatcher::concernsConfig(const char *name, uint32_t mask) const
+bool ConfigWatcher::concernsConfig(const char *name) const
 {
+	// Another file in a shared directory such as /etc does not matter.
 	if (name == nullptr || *name == '\0')
 		return false;
-	if (name_ != name && std::strcmp(name, kConfigMapDataLink) != 0)
-		return false; // another file in a shared directory such as /etc
+	return name_ == name || std::strcmp(name, kConfigMapDataLink) == 0;
+}
+
+bool ConfigWatcher::noteEvent(const char *name, uint32_t mask)
+{
+	if (mask & IN_MODIFY) {
+		writing_ = true;
+		lastWrite_ = std::chrono::steady_clock::now();
+		return false;
+	}
 	if (mask & IN_CREATE) {
-		// A new regular file is still empty: wait for IN_CLOSE_WRITE. A new symlink
-		// (or hard link) is complete at once.
+		// A new regular file is still empty: its writer's IN_CLOSE_WRITE follows. A
+		// new symlink (or hard link) is complete at once.
 		struct stat st {};
 		const std::string path = fmt::format("{}/{}", dir_, name);
 		if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
-		    st.st_size == 0)
+		    st.st_size == 0) {
+			writing_ = true;
+			lastWrite_ = std::chrono::steady_clock::now();
 			return false;
+		}
 	}
+	// Closed, renamed, deleted, re-linked: whatever was being written is settled.
+	writing_ = false;
 	return true;
+}
+
+bool ConfigWatcher::writeInProgress() const
+{
+	return writing_ && std::chrono::steady_clock::now() - lastWrite_ < kWriteTimeout;
 }
 
 bool ConfigWatcher::readEvents()
@@ -86,8 +109,8 @@ bool ConfigWatcher::readEvents()
 					inotify_rm_watch(fd_.get(), wd_);
 				wd_ = -1;
 				changed = true;
-			} else if (concernsConfig(ev->len ? ev->name : nullptr, ev->mask)) {
-				changed = true;
+			} else if (concernsConfig(ev->len ? ev->name : nullptr)) {
+				changed |= noteEvent(ev->name, ev->mask);
 			}
 		}
 	}

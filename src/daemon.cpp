@@ -24,6 +24,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr auto kConfigSettle = std::chrono::milliseconds(30);
+constexpr auto kConfigSettleLimit = std::chrono::milliseconds(300);
+
 std::string summarize(const Ruleset &ruleset)
 {
 	std::string sets;
@@ -79,6 +82,7 @@ Daemon::Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *m
 	if (sigprocmask(SIG_BLOCK, &mask, nullptr) == 0)
 		signalFd_.reset(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
 	timerFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	debounceFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
 
 	auto watcher = ConfigWatcher::create(options_.configPath);
 	if (watcher)
@@ -97,6 +101,14 @@ Status Daemon::loadConfig(SyncTrigger trigger)
 		if (!armed && !watchWarned_)
 			log::warning("{}", armed.error().message);
 		watchWarned_ = !armed;
+	}
+
+	// Never read a file someone is still writing: the watcher reports the close, and
+	// the sync that follows reads it whole. Until then the current ruleset stays.
+	if (watcher_ && watcher_->writeInProgress()) {
+		log::debug("{}: {} is being written; reading it once it is closed",
+			   syncTriggerName(trigger), options_.configPath);
+		return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
 	}
 
 	// The resync timer is only the safety net behind inotify: when the file is the same
@@ -254,6 +266,14 @@ void Daemon::armResyncTimer()
 	log::debug("resync every {}", formatGoDuration(resyncInterval_));
 }
 
+void Daemon::armOneShot(const UniqueFd &timer, std::chrono::nanoseconds after)
+{
+	itimerspec spec{};
+	spec.it_value.tv_sec = after.count() / 1000000000;
+	spec.it_value.tv_nsec = after.count() % 1000000000;
+	(void)timerfd_settime(timer.get(), 0, &spec, nullptr); // zero disarms
+}
+
 void Daemon::armWatchdogTimer()
 {
 	const auto period = notifier_.watchdogPeriod();
@@ -288,7 +308,7 @@ void Daemon::reportToSystemd()
 
 int Daemon::run()
 {
-	if (!signalFd_.isValid() || !timerFd_.isValid()) {
+	if (!signalFd_.isValid() || !timerFd_.isValid() || !debounceFd_.isValid()) {
 		log::error("cannot create the event loop's descriptors: {}", std::strerror(errno));
 		return EXIT_FAILURE;
 	}
@@ -298,13 +318,14 @@ int Daemon::run()
 	armWatchdogTimer();
 	reportToSystemd();
 
-	enum { kSignal, kTimer, kWatcher, kMonitor, kWatchdog, kCount };
+	enum { kSignal, kTimer, kWatcher, kMonitor, kWatchdog, kDebounce, kCount };
 	std::array<pollfd, kCount> fds{};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
 	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
 	fds[kWatcher] = {watcher_ ? watcher_->fd() : -1, POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
 	fds[kWatchdog] = {watchdogFd_.get(), POLLIN, 0};
+	fds[kDebounce] = {debounceFd_.get(), POLLIN, 0};
 
 	for (;;) {
 		if (poll(fds.data(), fds.size(), -1) < 0) {
@@ -330,8 +351,28 @@ int Daemon::run()
 				return EXIT_SUCCESS;
 			}
 		}
-		if ((fds[kWatcher].revents & POLLIN) && watcher_->readEvents())
+		if ((fds[kWatcher].revents & POLLIN) && watcher_->readEvents()) {
+			// Let a burst of events settle (an editor renames the old file away,
+			// then writes the new one): one read after 30 ms of quiet, so the
+			// file is never seen missing in between. A burst that goes on is cut
+			// short after 300 ms.
+			const auto now = Clock::now();
+			if (!configPendingSince_)
+				configPendingSince_ = now;
+			if (now - *configPendingSince_ >= kConfigSettleLimit)
+				trigger = SyncTrigger::configChange;
+			else
+				armOneShot(debounceFd_, kConfigSettle);
+		}
+		if (fds[kDebounce].revents & POLLIN) {
+			uint64_t expirations = 0;
+			(void)!read(debounceFd_.get(), &expirations, sizeof(expirations));
 			trigger = SyncTrigger::configChange;
+		}
+		if (trigger == SyncTrigger::configChange) {
+			configPendingSince_.reset();
+			armOneShot(debounceFd_, std::chrono::nanoseconds(0)); // disarm
+		}
 		if (fds[kMonitor].revents & POLLIN) {
 			auto changed = monitor_->drain();
 			if (!changed || *changed)

@@ -72,6 +72,7 @@ private:
 	Status ensureApplied(SyncTrigger trigger, bool recheck = true);
 	void armResyncTimer();
 	void armWatchdogTimer();
+	static void armOneShot(const UniqueFd &timer, std::chrono::nanoseconds after);
 	void reportToSystemd();
 
 	AgentOptions options_;
@@ -81,6 +82,8 @@ private:
 	UniqueFd signalFd_;
 	UniqueFd timerFd_;
 	UniqueFd watchdogFd_;
+	UniqueFd debounceFd_; // config events settle before the file is read
+	std::optional<std::chrono::steady_clock::time_point> configPendingSince_;
 	std::chrono::nanoseconds armedInterval_{0};
 
 	// The config as last read: its bytes (nullopt: file absent) and what they meant.

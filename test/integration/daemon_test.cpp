@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <fstream>
 #include <cstdio>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -81,8 +82,51 @@ TEST_CASE("a config edit is applied at once, not at the next resync")
 	dir.overwrite("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
 	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "in-place edit");
 
-	// Never a half-written file: the in-place edit must not have passed through defaults.
-	CHECK(countOf(agent.log(), "built-in defaults") == 0);
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("an editor's save (rename away, write anew) never passes through defaults")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	AgentProcess agent({"--config=" + dir.file("config"), "-v=1"});
+	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "first apply");
+
+	// vim's default: move the old file away, then create and write the new one.
+	runOrFail(fmt::format("cd {} && mv config config~ && sleep 0.005 && "
+			      "printf '{}nonMasqueradeCIDRs: [198.51.100.0/24]\\n' > config",
+			      dir.path(), kSlowResync));
+	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "saved config applied");
+	const std::string log = agent.log();
+	INFO(log);
+	CHECK(countOf(log, "built-in defaults") == 0);
+	CHECK(countOf(log, "info: applied table") == 2);
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("a file still being written is not read, whatever triggers the sync")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	AgentProcess agent({"--config=" + dir.file("config"), "-v=1"});
+	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "first apply");
+
+	{
+		// Truncate and write the first line only; the rest comes later.
+		std::ofstream out(dir.file("config"), std::ios::trunc);
+		out << kSlowResync << std::flush;
+		std::this_thread::sleep_for(50ms);
+		kill(agent.pid(), SIGHUP); // a reload in the middle of the write
+		requireWithin([&] { return agent.log().find("is being written") != std::string::npos; },
+			      5s, agent, "write in progress seen");
+		CHECK(tableHas("192.0.2.0/24"));
+		CHECK_FALSE(tableHas("172.16.0.0/12")); // the half file would mean defaults
+		out << "nonMasqueradeCIDRs: [198.51.100.0/24]\n";
+	}
+	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "complete file applied");
+	CHECK(countOf(agent.log(), "info: applied table") == 2);
 	CHECK(agent.stop(SIGTERM) == 0);
 	cleanTable();
 }

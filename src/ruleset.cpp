@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <regex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -103,6 +104,21 @@ Status validateName(std::string_view what, std::string_view name)
 	    !std::regex_match(name.begin(), name.end(), identifier))
 		return fail(fmt::format("{} \"{}\" is not a valid nftables name: use 1 to 255 letters, "
 					"digits, '_', '.' or '-', starting with a letter or '_'",
+					what, name));
+	// The kernel would take a keyword as a name, but nft (1.0.x cannot quote chain
+	// names) could then neither list nor load the table: refuse the likely ones.
+	// (Each of these was checked to break nft 1.0.6 as a table or chain name.)
+	static const std::set<std::string_view> keywords{
+		"accept", "add", "arp", "bridge", "chain", "comment", "counter", "create", "ct",
+		"define", "delete", "dnat", "drop", "elements", "ether", "fib", "flags", "flush",
+		"goto", "hook", "icmp", "icmpv6", "include", "inet", "insert", "interval", "ip",
+		"ip6", "jump", "limit", "list", "log", "map", "mark", "masquerade", "meta",
+		"monitor", "netdev", "numgen", "policy", "priority", "queue", "random", "redirect",
+		"reject", "replace", "reset", "return", "rule", "sctp", "set", "snat", "table",
+		"tcp", "type", "udp"};
+	if (keywords.count(name))
+		return fail(fmt::format("{} \"{}\" is an nft keyword: nft could not list or load a "
+					"table using it as a name; choose another (e.g. in capitals)",
 					what, name));
 	return {};
 }

@@ -178,6 +178,9 @@ TEST_CASE("table and chain names must be nft identifiers")
 	CHECK_FALSE(validateName("--table", "1abc"));
 	CHECK_FALSE(validateName("--table", "a\"b"));
 	CHECK_FALSE(validateName("--table", std::string(256, 'a')));
+	CHECK_THAT(validateName("--masq-chain", "masquerade").error().message, Catch::Contains("nft keyword"));
+	CHECK_FALSE(validateName("--table", "ip"));
+	CHECK(validateName("--masq-chain", "MASQUERADE"));
 	RulesetOptions clash;
 	clash.masqChain = "postrouting";
 	CHECK_THAT(validateRulesetOptions(clash).error().message, Catch::Contains("base chain"));

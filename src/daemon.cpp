@@ -373,8 +373,16 @@ int Daemon::run()
 			configPendingSince_.reset();
 			armOneShot(debounceFd_, std::chrono::nanoseconds(0)); // disarm
 		}
-		if (fds[kMonitor].revents & POLLIN) {
+		// POLLERR on a netlink socket is an overrun (ENOBUFS), which drain() reads
+		// and reports as a change; anything else it cannot read would make poll()
+		// return at once forever, so the monitor is dropped and resyncs remain.
+		if (fds[kMonitor].revents & (POLLIN | POLLERR | POLLHUP)) {
 			auto changed = monitor_->drain();
+			if (!changed) {
+				log::warning("{}; changes to the table are repaired at the next "
+					     "resync only", changed.error().message);
+				fds[kMonitor].fd = -1;
+			}
 			if (!changed || *changed)
 				trigger = trigger.value_or(SyncTrigger::nftablesChange);
 		}

@@ -93,6 +93,12 @@ Daemon::Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *m
 
 Daemon::~Daemon() = default;
 
+// The config was not read again: whatever it last meant still holds.
+Status Daemon::unchangedConfig() const
+{
+	return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
+}
+
 Status Daemon::loadConfig(SyncTrigger trigger)
 {
 	// Arm the watch before reading, so a change made while we read is not missed.
@@ -108,7 +114,7 @@ Status Daemon::loadConfig(SyncTrigger trigger)
 	if (watcher_ && watcher_->writeInProgress()) {
 		log::debug("{}: {} is being written; reading it once it is closed",
 			   syncTriggerName(trigger), options_.configPath);
-		return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
+		return unchangedConfig();
 	}
 
 	// The resync timer is only the safety net behind inotify: when the file is the same
@@ -117,12 +123,12 @@ Status Daemon::loadConfig(SyncTrigger trigger)
 	// read is seen next time.
 	const std::optional<FileStamp> stamp = FileStamp::of(options_.configPath);
 	if (trigger == SyncTrigger::resync && lastText_ && stamp && stamp == lastStamp_)
-		return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
+		return unchangedConfig();
 	lastStamp_ = stamp;
 
 	auto text = readConfigText(options_.configPath);
 	if (text && lastText_ && *text == *lastText_)
-		return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
+		return unchangedConfig();
 
 	auto loaded = text ? parseConfigText(*text, options_.configPath, options_.configFlags)
 			   : Result<LoadedConfig>(tl::unexpected(text.error()));

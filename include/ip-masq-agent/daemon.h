@@ -68,6 +68,7 @@ public:
 
 private:
 	Status loadConfig(SyncTrigger trigger);
+	Status unchangedConfig() const;
 	// `recheck`: after a commit, look again if someone else committed meanwhile.
 	Status ensureApplied(SyncTrigger trigger, bool recheck = true);
 	void armResyncTimer();

@@ -94,9 +94,11 @@ TEST_CASE("an editor's save (rename away, write anew) never passes through defau
 	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "first apply");
 
 	// vim's default: move the old file away, then create and write the new one.
-	runOrFail(fmt::format("cd {} && mv config config~ && sleep 0.005 && "
-			      "printf '{}nonMasqueradeCIDRs: [198.51.100.0/24]\\n' > config",
-			      dir.path(), kSlowResync));
+	// The 5 ms gap is longer than the agent takes to react to the rename, and well
+	// inside the 30 ms the agent lets config events settle.
+	REQUIRE(std::rename(dir.file("config").c_str(), dir.file("config~").c_str()) == 0);
+	std::this_thread::sleep_for(5ms);
+	dir.overwrite("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
 	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "saved config applied");
 	const std::string log = agent.log();
 	INFO(log);

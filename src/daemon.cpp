@@ -36,6 +36,19 @@ std::string summarize(const Ruleset &ruleset)
 	return sets.empty() ? "no sets" : sets;
 }
 
+timespec toTimespec(std::chrono::nanoseconds d)
+{
+	return timespec{static_cast<time_t>(d.count() / 1000000000),
+			static_cast<long>(d.count() % 1000000000)};
+}
+
+// First expiry after `first` (zero: disarmed), then every `every` (zero: once).
+bool armTimer(const UniqueFd &timer, std::chrono::nanoseconds first, std::chrono::nanoseconds every)
+{
+	const itimerspec spec{toTimespec(every), toTimespec(first)};
+	return timerfd_settime(timer.get(), 0, &spec, nullptr) == 0;
+}
+
 double millisecondsSince(Clock::time_point start)
 {
 	return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -259,12 +272,7 @@ void Daemon::armResyncTimer()
 {
 	if (armedInterval_ == resyncInterval_)
 		return;
-	const auto ns = resyncInterval_.count();
-	itimerspec spec{};
-	spec.it_interval.tv_sec = ns / 1000000000;
-	spec.it_interval.tv_nsec = ns % 1000000000;
-	spec.it_value = spec.it_interval;
-	if (timerfd_settime(timerFd_.get(), 0, &spec, nullptr) != 0) {
+	if (!armTimer(timerFd_, resyncInterval_, resyncInterval_)) {
 		log::error("cannot arm the resync timer: {}", std::strerror(errno));
 		return;
 	}
@@ -274,10 +282,7 @@ void Daemon::armResyncTimer()
 
 void Daemon::armOneShot(const UniqueFd &timer, std::chrono::nanoseconds after)
 {
-	itimerspec spec{};
-	spec.it_value.tv_sec = after.count() / 1000000000;
-	spec.it_value.tv_nsec = after.count() % 1000000000;
-	(void)timerfd_settime(timer.get(), 0, &spec, nullptr); // zero disarms
+	(void)armTimer(timer, after, std::chrono::nanoseconds(0)); // zero disarms
 }
 
 void Daemon::armWatchdogTimer()
@@ -286,11 +291,7 @@ void Daemon::armWatchdogTimer()
 	if (!period)
 		return;
 	watchdogFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-	itimerspec spec{};
-	spec.it_interval.tv_sec = period->count() / 1000000;
-	spec.it_interval.tv_nsec = (period->count() % 1000000) * 1000;
-	spec.it_value = spec.it_interval;
-	if (!watchdogFd_.isValid() || timerfd_settime(watchdogFd_.get(), 0, &spec, nullptr) != 0)
+	if (!watchdogFd_.isValid() || !armTimer(watchdogFd_, *period, *period))
 		log::error("cannot arm the systemd watchdog timer: {}", std::strerror(errno));
 	notifier_.notify("WATCHDOG=1");
 }

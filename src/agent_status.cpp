@@ -71,6 +71,21 @@ void AgentStatus::driftRepaired()
 	driftRepairs_++;
 }
 
+void AgentStatus::loopTurned()
+{
+	// Zero means "never": a monotonic clock read is never zero after boot.
+	lastLoopTurn_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+			    std::memory_order_relaxed);
+}
+
+std::optional<std::chrono::steady_clock::time_point> AgentStatus::lastLoopTurn() const
+{
+	const auto ticks = lastLoopTurn_.load(std::memory_order_relaxed);
+	if (ticks == 0)
+		return std::nullopt;
+	return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ticks));
+}
+
 AgentStatus::Health AgentStatus::health() const
 {
 	std::lock_guard lock(mutex_);

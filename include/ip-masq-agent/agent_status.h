@@ -3,9 +3,11 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "ip-masq-agent/ruleset.h"
@@ -34,6 +36,14 @@ public:
 	void tableDrifted(); // missing or edited: not ok until the next successful sync
 	void driftRepaired();
 
+	// The loop's heartbeat, for liveness (/livez): the loop calls loopTurned() on every
+	// turn and wakes at least every kHeartbeatPeriod to do so, so a heartbeat older than
+	// a few periods means the loop is stuck (a hung kernel call, a deadlock), not idle.
+	static constexpr std::chrono::seconds kHeartbeatPeriod{5};
+	void loopTurned();
+	// When the loop last turned; nullopt before its first turn.
+	std::optional<std::chrono::steady_clock::time_point> lastLoopTurn() const;
+
 	Health health() const;
 	std::string prometheusText() const;
 	// One line for systemd's STATUS=.
@@ -41,6 +51,8 @@ public:
 
 private:
 	mutable std::mutex mutex_;
+	// Lock-free: the loop beats on every turn, and must never wait for a scrape.
+	std::atomic<std::chrono::steady_clock::rep> lastLoopTurn_{0};
 	bool started_ = false; // a sync has completed
 	std::string configError_;
 	std::string syncError_;

@@ -116,6 +116,18 @@ TEST_CASE("/metrics: counters, histogram, gauges and build info in Prometheus te
 	}
 }
 
+TEST_CASE("the loop's heartbeat: none before the first turn, then the time of the last")
+{
+	AgentStatus status;
+	CHECK_FALSE(status.lastLoopTurn().has_value());
+	const auto before = std::chrono::steady_clock::now();
+	status.loopTurned();
+	const auto beat = status.lastLoopTurn();
+	REQUIRE(beat.has_value());
+	CHECK(*beat >= before);
+	CHECK(*beat <= std::chrono::steady_clock::now());
+}
+
 TEST_CASE("--health-addr forms")
 {
 	CHECK(parseListenAddress(":10263").value().host.empty());

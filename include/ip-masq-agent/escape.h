@@ -1,0 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
+// Escaping of untrusted text (config values, flag values, file names) for logs and errors.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace ipmasq {
+
+// `text` in double quotes, with backslash, quote and every control or non-ASCII byte
+// escaped (\n, \t, \", \\, \xNN), so that no config or flag value can end a log line,
+// forge another one, or smuggle terminal escape sequences into an operator's screen.
+// Use it for every value that came from outside when it goes into a message.
+std::string quoted(std::string_view text);
+
+// The same escaping without the quotes, for text that is already delimited.
+std::string escaped(std::string_view text);
+
+} // namespace ipmasq

@@ -1,18 +1,26 @@
 // SPDX-License-Identifier: Apache-2.0
-// The agent's config file: YAML/JSON parsing with upstream's semantics and precise errors.
+// The agent's config file: read bounded, streamed through yaml-cpp's event API into the model,
+// with upstream's semantics and errors that name file, line, key, value and fix.
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/unique_fd.h"
 
 #include <algorithm>
-#include <cctype>
+#include <array>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fcntl.h>
-#include <regex>
+#include <istream>
+#include <limits>
+#include <streambuf>
 #include <sys/stat.h>
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/exceptions.h>
+#include <yaml-cpp/mark.h>
+#include <yaml-cpp/parser.h>
 
 namespace ipmasq {
 
@@ -30,231 +38,781 @@ const char *const kOtherReserved[] = {
 	"240.0.0.0/4",     // RFC 1112, former class E
 };
 
+// The first pass keeps at most this many prefixes. A longer list is only counted and
+// validated, and, if it is within cidrLimit, collected by a second pass that reserves the
+// exact size: so a list far beyond cidrLimit never costs more than this, and an accepted
+// one costs its model once, without a vector's doubling slack.
+constexpr size_t kFirstPassKeptCidrs = 65536;
+// A value quoted into a message is cut after this many bytes (and its length said).
+constexpr size_t kShownBytes = 64;
+// CIDRs and durations longer than this are refused before they are parsed: the longest
+// CIDR is 49 bytes, and the parsers below would quote the whole text into their message.
+constexpr size_t kMaxValueBytes = 100;
+// describeConfig lists a list of up to this many entries in full, else the first few.
+constexpr size_t kDescribedInFull = 16;
+constexpr size_t kDescribedFirst = 8;
+
 Prefix builtinPrefix(const char *text)
 {
 	// Built-in constants are valid by construction; a failure here is a programming error.
 	return parsePrefix(text).value();
 }
 
+bool isLowerAscii(char c) { return c >= 'a' && c <= 'z'; }
+bool isUpperAscii(char c) { return c >= 'A' && c <= 'Z'; }
+bool isDigit(char c) { return c >= '0' && c <= '9'; }
+
 std::string lower(std::string_view s)
 {
 	std::string out(s);
-	std::transform(out.begin(), out.end(), out.begin(),
-		       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+	for (char &c : out)
+		if (isUpperAscii(c))
+			c = static_cast<char>(c - 'A' + 'a');
 	return out;
 }
 
-const char *nodeKind(const YAML::Node &node)
+// A user's value for a message: escaped, in quotes, and cut short if long.
+std::string shown(std::string_view text)
 {
-	switch (node.Type()) {
-	case YAML::NodeType::Map: return "a mapping";
-	case YAML::NodeType::Sequence: return "a list";
-	case YAML::NodeType::Null: return "null";
-	case YAML::NodeType::Scalar: return node.Tag() == "!" ? "a quoted string" : "a scalar";
-	default: return "nothing";
+	if (text.size() <= kShownBytes)
+		return quoted(text);
+	return fmt::format("{}... ({} bytes)", quoted(text.substr(0, kShownBytes)), text.size());
+}
+
+// True if quoted() would print the text unchanged: printable ASCII without quote or
+// backslash. Only such text is handed to parsers that put it into messages verbatim.
+bool printsVerbatim(std::string_view text)
+{
+	return std::all_of(text.begin(), text.end(), [](char c) {
+		const auto byte = static_cast<unsigned char>(c);
+		return byte >= 0x20 && byte < 0x7f && c != '"' && c != '\\';
+	});
+}
+
+enum class IntegerParse { ok, notAnInteger, outOfRange };
+
+// What Go's decoder takes for an int: an optional sign and decimal digits. The bound is
+// checked digit by digit before anything can overflow, so a 20,000-digit value costs
+// 20,000 steps and no more.
+IntegerParse parseBoundedInteger(std::string_view text, uint64_t max, uint64_t &out)
+{
+	bool negative = false;
+	if (!text.empty() && (text[0] == '+' || text[0] == '-')) {
+		negative = text[0] == '-';
+		text.remove_prefix(1);
 	}
+	if (text.empty())
+		return IntegerParse::notAnInteger;
+	uint64_t value = 0;
+	bool tooLarge = false;
+	for (const char c : text) {
+		if (!isDigit(c))
+			return IntegerParse::notAnInteger;
+		if (!tooLarge) {
+			value = value * 10 + static_cast<uint64_t>(c - '0');
+			tooLarge = value > max; // max < 2^63, so value * 10 cannot wrap next time
+		}
+	}
+	if (tooLarge || (negative && value != 0))
+		return IntegerParse::outOfRange;
+	out = value;
+	return IntegerParse::ok;
 }
 
-// Go's JSON decoder (which upstream feeds YAML through) treats a quoted scalar as a
-// string: `cidrLimit: "64"` fails there, so it fails here too, instead of guessing.
-bool isPlainScalar(const YAML::Node &node)
+// A number as Go's JSON decoder would read it ([+-]digits[.digits][e[+-]digits]): for
+// resyncInterval this is the mistake of leaving out the unit.
+bool isBareNumber(std::string_view s)
 {
-	return node.IsScalar() && node.Tag() != "!";
+	size_t i = 0;
+	const auto digits = [&] {
+		const size_t start = i;
+		while (i < s.size() && isDigit(s[i]))
+			i++;
+		return i - start;
+	};
+	if (i < s.size() && (s[i] == '+' || s[i] == '-'))
+		i++;
+	if (digits() == 0)
+		return false;
+	if (i < s.size() && s[i] == '.') {
+		i++;
+		digits();
+	}
+	if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+		i++;
+		if (i < s.size() && (s[i] == '+' || s[i] == '-'))
+			i++;
+		if (digits() == 0)
+			return false;
+	}
+	return i == s.size();
 }
 
-class Parser
+// YAML 1.1 booleans exactly as yaml-cpp's convert<bool> reads them (the decisions of the
+// earlier Node-based parser): y/n, yes/no, true/false, on/off, written in lower case,
+// UPPER CASE or Capitalized.
+std::optional<bool> parseYamlBool(std::string_view s)
+{
+	if (s.empty() || s.size() > 5)
+		return std::nullopt;
+	const auto all = [](std::string_view t, bool (*pred)(char)) {
+		return std::all_of(t.begin(), t.end(), pred);
+	};
+	const bool flexibleCase = all(s, isLowerAscii) ||
+		(isUpperAscii(s[0]) && (all(s.substr(1), isLowerAscii) || all(s.substr(1), isUpperAscii)));
+	if (!flexibleCase)
+		return std::nullopt;
+	static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kNames{{
+		{"y", "n"}, {"yes", "no"}, {"true", "false"}, {"on", "off"}}};
+	const std::string l = lower(s);
+	for (const auto &[yes, no] : kNames) {
+		if (l == yes)
+			return true;
+		if (l == no)
+			return false;
+	}
+	return std::nullopt;
+}
+
+// The text of a file already in memory as a read-only stream for yaml-cpp, which reads
+// from a std::istream: copying it into a stringstream would double the peak.
+class TextStreamBuf final : public std::streambuf
 {
 public:
-	Parser(const std::string &source, const ConfigFlags &flags) : source_(source), flags_(flags) {}
-
-	Result<LoadedConfig> parse(std::string_view text);
-
-private:
-	// "file:line:col: key: " for a node, so every message points at what to edit.
-	std::string where(const YAML::Node &node, std::string_view key) const
+	explicit TextStreamBuf(std::string_view text)
 	{
-		const YAML::Mark mark = node.Mark();
-		if (mark.is_null())
-			return fmt::format("{}: {}: ", source_, key);
-		return fmt::format("{}:{}:{}: {}: ", source_, mark.line + 1, mark.column + 1, key);
+		// The get area is only ever read (there is no put area), so dropping const is safe.
+		char *begin = const_cast<char *>(text.data());
+		setg(begin, begin, begin + text.size());
+	}
+};
+
+enum class Key { nonMasqueradeCIDRs, cidrLimit, masqLinkLocal, masqLinkLocalIPv6, resyncInterval };
+constexpr std::array<const char *, 5> kKeyNames{"nonMasqueradeCIDRs", "cidrLimit", "masqLinkLocal",
+						"masqLinkLocalIPv6", "resyncInterval"};
+constexpr const char *kKnownKeys = "nonMasqueradeCIDRs, cidrLimit, masqLinkLocal, masqLinkLocalIPv6, "
+				   "resyncInterval";
+
+const char *keyName(Key key) { return kKeyNames[static_cast<size_t>(key)]; }
+
+std::optional<Key> knownKey(std::string_view spelling)
+{
+	if (spelling.size() > 32)
+		return std::nullopt;
+	const std::string l = lower(spelling);
+	for (size_t i = 0; i < kKeyNames.size(); i++)
+		if (l == lower(kKeyNames[i]))
+			return static_cast<Key>(i);
+	return std::nullopt;
+}
+
+// What a key's value must be, for "expected ..., got ..." messages.
+const char *expectation(Key key)
+{
+	switch (key) {
+	case Key::nonMasqueradeCIDRs: return "expected a list of CIDR strings such as [\"10.0.0.0/8\"]";
+	case Key::cidrLimit: return "expected a whole number such as 64";
+	case Key::masqLinkLocal:
+	case Key::masqLinkLocalIPv6: return "expected true or false";
+	case Key::resyncInterval: return "expected a duration string such as \"60s\"";
+	}
+	return "";
+}
+
+enum class Kind { null, scalar, list, mapping };
+
+// One value as the handler sees it. An alias arrives as the value its anchor recorded
+// (a scalar's text, or only the kind of a collection): nothing is ever expanded.
+struct Value {
+	Kind kind = Kind::null;
+	std::string_view text; // a scalar's text
+	bool plain = true;     // not quoted: Go's decoder reads a quoted scalar as a string
+	YAML::Mark mark;
+	std::string_view alias; // the anchor's name, when the value is an alias
+
+	std::string describe() const
+	{
+		switch (kind) {
+		case Kind::null: return "null";
+		case Kind::list: return alias.empty() ? "a list" : fmt::format("*{}, an alias of a list",
+									 escaped(alias));
+		case Kind::mapping:
+			return alias.empty() ? "a mapping"
+					     : fmt::format("*{}, an alias of a mapping", escaped(alias));
+		case Kind::scalar: return fmt::format("{} {}", plain ? "a scalar" : "a quoted string",
+						      shown(text));
+		}
+		return "";
+	}
+};
+
+// A user error found while parsing, thrown inside the event handler and caught at its
+// event boundary: from then on the handler builds nothing and only lets yaml-cpp finish
+// the document, so that a syntax error further on is what gets reported, as the
+// Node-based parser did (a misparse's consequences only confuse). Never leaves this file.
+struct Refusal {
+	Error error;
+};
+
+// A user error that stops yaml-cpp at once: where going on would cost memory or
+// recursion in yaml-cpp itself (anchors, nesting), or read a second document. Thrown
+// through yaml-cpp (C++ throughout, made to unwind) and caught in parsePass().
+struct Abort {
+	Error error;
+};
+
+struct PassResult {
+	LoadedConfig loaded;
+	size_t cidrCount = 0;
+	bool cidrsComplete = true; // false: the list outgrew the first pass's budget
+};
+
+// Builds the Config from yaml-cpp's events. The config is one mapping of scalars and one
+// list of scalars, so the state is a handful of positions plus a depth counter for the
+// values of unknown keys, which are skipped without being looked at: no recursion, and
+// memory is the model plus what the anchors recorded.
+class ConfigHandler final : public YAML::EventHandler
+{
+public:
+	ConfigHandler(const std::string &source, const ConfigFlags &flags, size_t keepCidrs,
+		      size_t reserveCidrs)
+		: source_(source), flags_(flags), keepCidrs_(keepCidrs), reserveCidrs_(reserveCidrs)
+	{
+		result_.loaded.config = defaultConfig(flags);
+		result_.loaded.fromFile = true;
 	}
 
-	Status readCidrs(const YAML::Node &node, Config &config);
-	Status readInt(const YAML::Node &node, const char *key, int &out);
-	Status readBool(const YAML::Node &node, const char *key, bool &out);
-	Status readDuration(const YAML::Node &node, LoadedConfig &loaded);
-	Status validate(const YAML::Node &cidrsNode, const Config &config);
+	Result<PassResult> finish();
+	// The first refusal, if any: it precedes an abort in the file.
+	const std::optional<Error> &refusal() const { return refusal_; }
+
+	void OnDocumentStart(const YAML::Mark &mark) override;
+	void OnDocumentEnd() override {}
+	void OnNull(const YAML::Mark &mark, YAML::anchor_t anchor) override;
+	void OnAlias(const YAML::Mark &mark, YAML::anchor_t anchor) override;
+	void OnScalar(const YAML::Mark &mark, const std::string &tag, YAML::anchor_t anchor,
+		      const std::string &value) override;
+	void OnSequenceStart(const YAML::Mark &mark, const std::string &tag, YAML::anchor_t anchor,
+			     YAML::EmitterStyle::value style) override;
+	void OnSequenceEnd() override
+	{
+		guarded([&] { onCollectionEnd(); });
+	}
+	void OnMapStart(const YAML::Mark &mark, const std::string &tag, YAML::anchor_t anchor,
+			YAML::EmitterStyle::value style) override;
+	void OnMapEnd() override
+	{
+		guarded([&] { onCollectionEnd(); });
+	}
+	void OnAnchor(const YAML::Mark &mark, const std::string &name) override;
+
+private:
+	// Where the handler is: before the root, at a key or a value of the root mapping, in
+	// the CIDR list, inside a skipped value (skipDepth_ deep), or after the root.
+	enum class State { root, key, value, cidrs, skip, done };
+
+	struct Anchor {
+		std::string name;
+		Kind kind = Kind::null;
+		std::string text;
+		bool plain = true;
+	};
+
+	struct SeenKey {
+		std::string spelling;
+		YAML::Mark mark;
+	};
+
+	std::string at(const YAML::Mark &mark) const
+	{
+		if (mark.is_null())
+			return fmt::format("{}: ", escaped(source_));
+		return fmt::format("{}:{}:{}: ", escaped(source_), mark.line + 1, mark.column + 1);
+	}
+	// "file:line:col: key: ", so that every message points at what to edit.
+	std::string where(const YAML::Mark &mark, std::string_view key) const
+	{
+		return fmt::format("{}{}: ", at(mark), key);
+	}
+	[[noreturn]] static void refuse(std::string message) { throw Refusal{Error(std::move(message))}; }
+	[[noreturn]] static void abort(std::string message) { throw Abort{Error(std::move(message))}; }
+
+	// Runs one event's handling; a refusal is kept, and every later event ignored.
+	template<typename Handling>
+	void guarded(Handling &&handling)
+	{
+		if (refusal_)
+			return;
+		try {
+			handling();
+		} catch (Refusal &refusal) {
+			refusal_ = std::move(refusal.error);
+			std::vector<Prefix>().swap(cidrs_);
+			anchors_.clear();
+		}
+	}
+
+	void recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_view text = {}, bool plain = true);
+	void onValue(const Value &value);
+	void onCollectionStart(Kind kind, const YAML::Mark &mark);
+	void onCollectionEnd();
+
+	void onKey(const Value &key);
+	void onKnownValue(Key key, const Value &value);
+	void onCidrListStart(const YAML::Mark &mark);
+	void onCidr(const Value &item);
+	void readInt(const Value &value, Key key, int &out);
+	void readBool(const Value &value, Key key, bool &out);
+	void readDuration(const Value &value);
+	[[noreturn]] void refuseAliasOfCollection(const Value &value, std::string_view key) const;
+	std::string depthError(const YAML::Mark &mark) const;
 
 	const std::string &source_;
 	const ConfigFlags &flags_;
+	const size_t keepCidrs_;
+	const size_t reserveCidrs_;
+	PassResult result_;
+	std::optional<Error> refusal_;
+
+	State state_ = State::root;
+	int documents_ = 0;
+	int skipDepth_ = 0;
+	std::optional<Key> valueKey_; // in State::value: the key, or nullopt for an unknown one
+
+	std::array<std::optional<SeenKey>, kKeyNames.size()> seenKeys_;
+	std::vector<SeenKey> unknownKeys_;
+	std::vector<Anchor> anchors_; // yaml-cpp numbers anchors 1, 2, ... per document
+	std::string pendingAnchorName_;
+	size_t anchorNames_ = 0;
+
+	// The CIDR list, if the file has one.
+	bool cidrListSeen_ = false;
+	YAML::Mark cidrListMark_ = YAML::Mark::null_mark();
+	std::vector<Prefix> cidrs_;
+	bool cidrLimitFinal_ = false; // the cidrLimit key was read: the limit cannot change
 };
 
-Result<LoadedConfig> Parser::parse(std::string_view text)
+void ConfigHandler::OnDocumentStart(const YAML::Mark &mark)
 {
-	LoadedConfig loaded;
-	loaded.config = defaultConfig(flags_);
-	loaded.fromFile = true;
+	if (++documents_ > 1)
+		abort(fmt::format("{}a second YAML document starts here; the config must be one "
+				   "document: remove this \"---\" and what follows it, or merge the two",
+				   at(mark)));
+}
 
-	YAML::Node root;
-	try {
-		root = YAML::Load(std::string(text));
-	} catch (const YAML::ParserException &e) {
-		return fail(fmt::format("{}:{}:{}: YAML syntax error: {} (the file must be YAML or JSON "
-					"with keys such as nonMasqueradeCIDRs)",
-					source_, e.mark.line + 1, e.mark.column + 1, e.msg));
+void ConfigHandler::OnAnchor(const YAML::Mark &mark, const std::string &name)
+{
+	// yaml-cpp keeps every anchor name itself: stop before that can grow with the file.
+	if (++anchorNames_ > kMaxConfigAnchors)
+		abort(fmt::format("{}more than {} anchors (&name); an ip-masq-agent config needs "
+				   "few if any: write the values out", at(mark), kMaxConfigAnchors));
+	pendingAnchorName_ = name;
+}
+
+void ConfigHandler::recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_view text, bool plain)
+{
+	if (anchor == YAML::NullAnchor)
+		return;
+	if (anchors_.size() < anchor)
+		anchors_.resize(anchor);
+	Anchor &slot = anchors_[anchor - 1];
+	slot.name = std::move(pendingAnchorName_);
+	pendingAnchorName_.clear();
+	slot.kind = kind;
+	// Only scalars keep their text: an alias of a collection is refused where it matters
+	// (and ignored where it does not), so no collection is ever copied.
+	slot.text = std::string(text);
+	slot.plain = plain;
+}
+
+void ConfigHandler::OnNull(const YAML::Mark &mark, YAML::anchor_t anchor)
+{
+	guarded([&] {
+		recordAnchor(anchor, Kind::null);
+		onValue(Value{Kind::null, {}, true, mark, {}});
+	});
+}
+
+void ConfigHandler::OnScalar(const YAML::Mark &mark, const std::string &tag, YAML::anchor_t anchor,
+			     const std::string &text)
+{
+	// yaml-cpp tags a quoted scalar "!" and a plain one "?" (or with an explicit tag).
+	const bool plain = tag != "!";
+	guarded([&] {
+		recordAnchor(anchor, Kind::scalar, text, plain);
+		onValue(Value{Kind::scalar, text, plain, mark, {}});
+	});
+}
+
+void ConfigHandler::OnAlias(const YAML::Mark &mark, YAML::anchor_t anchor)
+{
+	guarded([&] {
+		if (state_ == State::skip)
+			return; // aliases inside an ignored value cost nothing: they are not followed
+		if (anchor == YAML::NullAnchor || anchor > anchors_.size())
+			refuse(fmt::format("{}an alias refers to an anchor that is not defined before it",
+					   at(mark)));
+		const Anchor &target = anchors_[anchor - 1];
+		onValue(Value{target.kind, target.text, target.plain, mark, target.name});
+	});
+}
+
+void ConfigHandler::OnSequenceStart(const YAML::Mark &mark, const std::string &, YAML::anchor_t anchor,
+				    YAML::EmitterStyle::value)
+{
+	guarded([&] {
+		recordAnchor(anchor, Kind::list);
+		onCollectionStart(Kind::list, mark);
+	});
+}
+
+void ConfigHandler::OnMapStart(const YAML::Mark &mark, const std::string &, YAML::anchor_t anchor,
+			       YAML::EmitterStyle::value)
+{
+	guarded([&] {
+		recordAnchor(anchor, Kind::mapping);
+		onCollectionStart(Kind::mapping, mark);
+	});
+}
+
+std::string ConfigHandler::depthError(const YAML::Mark &mark) const
+{
+	return fmt::format("{}nested more than {} levels deep; an ip-masq-agent config is one "
+			   "mapping with one list in it: check the indentation", at(mark),
+			   kMaxConfigDepth);
+}
+
+// A scalar, null or alias: a whole value in one event.
+void ConfigHandler::onValue(const Value &value)
+{
+	switch (state_) {
+	case State::root:
+		if (value.kind == Kind::null)
+			return; // an empty document: all defaults
+		refuse(fmt::format("{}the config must be a mapping of keys such as "
+				   "nonMasqueradeCIDRs and cidrLimit, but it is {}",
+				   at(value.mark), value.describe()));
+	case State::key: onKey(value); return;
+	case State::value:
+		state_ = State::key;
+		if (valueKey_)
+			onKnownValue(*valueKey_, value);
+		return; // an unknown key's scalar value: ignored
+	case State::cidrs: onCidr(value); return;
+	case State::skip:
+	case State::done: return;
 	}
-	if (!root || root.IsNull())
-		return loaded; // an empty file, or only comments: all defaults
-	if (!root.IsMap())
-		return fail(fmt::format("{}: the config must be a mapping of keys such as "
-					"nonMasqueradeCIDRs and cidrLimit, but it is {}",
-					source_, nodeKind(root)));
+}
 
-	YAML::Node cidrsNode;
-	try {
-		for (const auto &entry : root) {
-			const std::string key = entry.first.as<std::string>();
-			const YAML::Node &value = entry.second;
-			const std::string k = lower(key);
-			const char *canonical = nullptr;
-			Status status;
-			if (k == "nonmasqueradecidrs") {
-				canonical = "nonMasqueradeCIDRs";
-				cidrsNode = value;
-				status = readCidrs(value, loaded.config);
-			} else if (k == "cidrlimit") {
-				canonical = "cidrLimit";
-				status = readInt(value, canonical, loaded.config.cidrLimit);
-			} else if (k == "masqlinklocal") {
-				canonical = "masqLinkLocal";
-				status = readBool(value, canonical, loaded.config.masqLinkLocal);
-			} else if (k == "masqlinklocalipv6") {
-				canonical = "masqLinkLocalIPv6";
-				status = readBool(value, canonical, loaded.config.masqLinkLocalIPv6);
-			} else if (k == "resyncinterval") {
-				canonical = "resyncInterval";
-				status = readDuration(value, loaded);
-			} else {
-				loaded.warnings.push_back(fmt::format(
-					"{}ignoring unknown key (known keys: nonMasqueradeCIDRs, "
-					"cidrLimit, masqLinkLocal, masqLinkLocalIPv6, resyncInterval)",
-					where(entry.first, key)));
-				continue;
-			}
-			if (!status)
-				return fail(status.error());
-			// Upstream matches keys case-insensitively (Go's encoding/json); so do we,
-			// but point out the spelling that every other tool expects.
-			if (key != canonical)
-				loaded.warnings.push_back(fmt::format(
-					"{}read as \"{}\"; please spell it exactly so",
-					where(entry.first, key), canonical));
+void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
+{
+	switch (state_) {
+	case State::root:
+		if (kind != Kind::mapping)
+			refuse(fmt::format("{}the config must be a mapping of keys such as "
+					   "nonMasqueradeCIDRs and cidrLimit, but it is a list",
+					   at(mark)));
+		state_ = State::key;
+		return;
+	case State::key:
+		refuse(fmt::format("{}a key must be a name such as nonMasqueradeCIDRs, but this one is "
+				   "{} (a complex key): write the key as plain text", at(mark),
+				   kind == Kind::list ? "a list" : "a mapping"));
+	case State::value:
+		if (!valueKey_) {
+			state_ = State::skip; // an unknown key's value: counted through, not read
+			skipDepth_ = 1;
+			return;
 		}
-	} catch (const YAML::Exception &e) {
-		return fail(fmt::format("{}:{}:{}: {}", source_, e.mark.line + 1,
-					e.mark.column + 1, e.msg));
+		if (*valueKey_ == Key::nonMasqueradeCIDRs && kind == Kind::list) {
+			onCidrListStart(mark);
+			return;
+		}
+		refuse(fmt::format("{}{}, got {}", where(mark, keyName(*valueKey_)), expectation(*valueKey_),
+				   kind == Kind::list ? "a list" : "a mapping"));
+	case State::cidrs:
+		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
+				   where(mark, fmt::format("nonMasqueradeCIDRs[{}]", result_.cidrCount)),
+				   kind == Kind::list ? "a list" : "a mapping"));
+	case State::skip:
+		// The root mapping and the unknown key's value are two levels already.
+		if (++skipDepth_ + 1 > kMaxConfigDepth)
+			abort(depthError(mark));
+		return;
+	case State::done: return;
+	}
+}
+
+void ConfigHandler::onCollectionEnd()
+{
+	switch (state_) {
+	case State::key: state_ = State::done; return; // the root mapping ends
+	case State::cidrs: state_ = State::key; return;
+	case State::skip:
+		if (--skipDepth_ == 0)
+			state_ = State::key;
+		return;
+	default: return;
+	}
+}
+
+void ConfigHandler::onKey(const Value &key)
+{
+	if (!key.alias.empty())
+		refuse(fmt::format("{}an alias (*{}) cannot be a key: write the key itself",
+				   at(key.mark), escaped(key.alias)));
+	if (key.kind == Kind::list || key.kind == Kind::mapping)
+		refuse(fmt::format("{}a key must be a name such as nonMasqueradeCIDRs, but this one is {}",
+				   at(key.mark), key.describe()));
+	if (key.kind == Kind::scalar && key.plain && key.text == "<<")
+		refuse(fmt::format("{}merge keys (<<) are not supported: write the keys out in the "
+				   "config's mapping", at(key.mark)));
+	// yaml-cpp's Node API read a null key as the text "null": keep that (an unknown key).
+	const std::string_view spelling = key.kind == Kind::null ? std::string_view("null") : key.text;
+
+	state_ = State::value;
+	valueKey_ = knownKey(spelling);
+	if (valueKey_) {
+		const char *canonical = keyName(*valueKey_);
+		auto &seen = seenKeys_[static_cast<size_t>(*valueKey_)];
+		// Upstream matches keys case-insensitively (Go's encoding/json), so "cidrLimit"
+		// and "CIDRLimit" are one key: a second one would silently win there.
+		if (seen)
+			refuse(fmt::format("{}{}: duplicate key: it is already set at line {}, column {}{}; "
+					   "keys match case-insensitively, as in upstream: keep one of them",
+					   at(key.mark), canonical, seen->mark.line + 1, seen->mark.column + 1,
+					   seen->spelling == spelling ? ""
+								      : fmt::format(" (as {})", shown(seen->spelling))));
+		seen = SeenKey{std::string(spelling), key.mark};
+		// Point out the spelling that every other tool expects.
+		if (spelling != canonical)
+			result_.loaded.warnings.push_back(fmt::format(
+				"{}{}: read as \"{}\"; please spell it exactly so", at(key.mark),
+				escaped(spelling), canonical));
+		return;
 	}
 
-	if (auto status = validate(cidrsNode, loaded.config); !status)
-		return fail(status.error());
-	return loaded;
+	for (const SeenKey &seen : unknownKeys_)
+		if (seen.spelling == spelling)
+			refuse(fmt::format("{}duplicate key {}: it is already set at line {}, column {}: "
+					   "keep one of them", at(key.mark), shown(spelling),
+					   seen.mark.line + 1, seen.mark.column + 1));
+	if (unknownKeys_.size() >= kMaxUnknownConfigKeys)
+		refuse(fmt::format("{}more than {} unknown keys; is this the ip-masq-agent config? "
+				   "(known keys: {})", at(key.mark), kMaxUnknownConfigKeys, kKnownKeys));
+	unknownKeys_.push_back(SeenKey{std::string(spelling), key.mark});
+	result_.loaded.warnings.push_back(fmt::format("{}ignoring unknown key {} (known keys: {})",
+						      at(key.mark), shown(spelling), kKnownKeys));
 }
 
-Status Parser::readCidrs(const YAML::Node &node, Config &config)
+[[noreturn]] void ConfigHandler::refuseAliasOfCollection(const Value &value, std::string_view key) const
 {
-	config.nonMasqueradeCIDRs.clear();
-	if (node.IsNull())
-		return {}; // an explicit null empties the list, as in upstream
-	if (!node.IsSequence())
-		return fail(fmt::format("{}expected a list of CIDR strings such as [\"10.0.0.0/8\"], "
-					"got {}", where(node, "nonMasqueradeCIDRs"), nodeKind(node)));
-	for (size_t i = 0; i < node.size(); i++) {
-		const YAML::Node item = node[i];
-		const std::string key = fmt::format("nonMasqueradeCIDRs[{}]", i);
-		if (!item.IsScalar())
-			return fail(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
-						where(item, key), nodeKind(item)));
-		auto prefix = parsePrefix(item.Scalar());
-		if (!prefix)
-			return fail(prefix.error().withContext(where(item, key)));
-		if (prefix->network.family == Family::ipv6 && !flags_.enableIpv6)
-			return fail(fmt::format("{}\"{}\" is an IPv6 CIDR but IPv6 is not enabled: start "
-						"the agent with --enable-ipv6, or remove this entry",
-						where(item, key), item.Scalar()));
-		config.nonMasqueradeCIDRs.push_back(std::move(*prefix));
+	refuse(fmt::format("{}*{} is an alias of {}; aliases of lists and mappings are not "
+			   "supported (only of single values): write the {} here",
+			   where(value.mark, key), escaped(value.alias),
+			   value.kind == Kind::list ? "a list" : "a mapping",
+			   value.kind == Kind::list ? "list" : "mapping"));
+}
+
+void ConfigHandler::onKnownValue(Key key, const Value &value)
+{
+	if (!value.alias.empty() && (value.kind == Kind::list || value.kind == Kind::mapping))
+		refuseAliasOfCollection(value, keyName(key));
+	switch (key) {
+	case Key::nonMasqueradeCIDRs:
+		if (value.kind != Kind::null)
+			refuse(fmt::format("{}{}, got {}", where(value.mark, keyName(key)), expectation(key),
+					   value.describe()));
+		onCidrListStart(value.mark); // an explicit null empties the list, as in upstream
+		state_ = State::key;
+		return;
+	case Key::cidrLimit:
+		readInt(value, key, result_.loaded.config.cidrLimit);
+		cidrLimitFinal_ = true;
+		// A list before cidrLimit was only checked against the largest limit so far.
+		if (result_.cidrCount > static_cast<size_t>(result_.loaded.config.cidrLimit))
+			refuse(fmt::format("{}{} entries, more than cidrLimit ({}; link-local is not "
+					   "counted). Remove entries, or raise cidrLimit in the same file",
+					   where(cidrListMark_, "nonMasqueradeCIDRs"), result_.cidrCount,
+					   result_.loaded.config.cidrLimit));
+		return;
+	case Key::masqLinkLocal: readBool(value, key, result_.loaded.config.masqLinkLocal); return;
+	case Key::masqLinkLocalIPv6: readBool(value, key, result_.loaded.config.masqLinkLocalIPv6); return;
+	case Key::resyncInterval: readDuration(value); return;
 	}
-	return {};
 }
 
-Status Parser::readInt(const YAML::Node &node, const char *key, int &out)
+void ConfigHandler::onCidrListStart(const YAML::Mark &mark)
 {
-	if (node.IsNull())
-		return {}; // null keeps the default, as Go's decoder does
-	static const std::regex integer("[+-]?[0-9]+");
-	if (!isPlainScalar(node) || !std::regex_match(node.Scalar(), integer))
-		return fail(fmt::format("{}expected a whole number such as 64, got {} \"{}\"",
-					where(node, key), nodeKind(node),
-					node.IsScalar() ? node.Scalar() : ""));
-	errno = 0;
-	const long value = std::strtol(node.Scalar().c_str(), nullptr, 10);
-	if (errno == ERANGE || value < 0 || value > 1000000000)
-		return fail(fmt::format("{}{} is out of range (use a number from 0 to 1000000000)",
-					where(node, key), node.Scalar()));
-	out = static_cast<int>(value);
-	return {};
+	cidrListSeen_ = true;
+	cidrListMark_ = mark;
+	state_ = State::cidrs;
+	cidrs_.reserve(reserveCidrs_);
 }
 
-Status Parser::readBool(const YAML::Node &node, const char *key, bool &out)
+void ConfigHandler::onCidr(const Value &item)
 {
-	if (node.IsNull())
-		return {};
-	bool value = false;
-	if (!isPlainScalar(node) || !YAML::convert<bool>::decode(node, value))
-		return fail(fmt::format("{}expected true or false, got {} \"{}\"", where(node, key),
-					nodeKind(node), node.IsScalar() ? node.Scalar() : ""));
-	out = value;
-	return {};
+	const std::string key = fmt::format("nonMasqueradeCIDRs[{}]", result_.cidrCount);
+	if (!item.alias.empty() && (item.kind == Kind::list || item.kind == Kind::mapping))
+		refuseAliasOfCollection(item, key);
+	if (item.kind != Kind::scalar)
+		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
+				   where(item.mark, key), item.describe()));
+	const std::string_view text = item.text;
+	// parsePrefix quotes its input into its messages as it is: give it only short text
+	// that prints as itself.
+	if (text.size() > kMaxValueBytes || !printsVerbatim(text))
+		refuse(fmt::format("{}CIDR {} could not be parsed: a CIDR is an address, \"/\" and a "
+				   "length, such as \"10.0.0.0/8\" or \"2001:db8::/32\"",
+				   where(item.mark, key), shown(text)));
+	auto prefix = parsePrefix(text);
+	if (!prefix)
+		throw Refusal{prefix.error().withContext(where(item.mark, key))};
+	if (prefix->network.family == Family::ipv6 && !flags_.enableIpv6)
+		refuse(fmt::format("{}{} is an IPv6 CIDR but IPv6 is not enabled: start the agent with "
+				   "--enable-ipv6, or remove this entry", where(item.mark, key), shown(text)));
+
+	const size_t count = ++result_.cidrCount;
+	// Stop as soon as the list is too long: when cidrLimit came first it is final, else
+	// it may still come, but never above kMaxCidrLimit.
+	const size_t limit = static_cast<size_t>(cidrLimitFinal_ ? result_.loaded.config.cidrLimit
+								 : kMaxCidrLimit);
+	if (count > limit)
+		refuse(fmt::format("{}{} entries or more, more than cidrLimit ({}{}; link-local is not "
+				   "counted). Remove entries, or raise cidrLimit in the same file",
+				   where(item.mark, key), count, limit,
+				   cidrLimitFinal_ ? "" : ", the largest accepted"));
+
+	if (!result_.cidrsComplete)
+		return;
+	if (cidrs_.size() >= keepCidrs_) {
+		result_.cidrsComplete = false; // counted and checked on; the second pass collects
+		std::vector<Prefix>().swap(cidrs_);
+		return;
+	}
+	prefix->spelling = std::string(); // see Config::nonMasqueradeCIDRs
+	cidrs_.push_back(std::move(*prefix));
 }
 
-Status Parser::readDuration(const YAML::Node &node, LoadedConfig &loaded)
+void ConfigHandler::readInt(const Value &value, Key key, int &out)
 {
-	if (node.IsNull())
-		return {};
-	if (!node.IsScalar())
-		return fail(fmt::format("{}expected a duration string such as \"60s\", got {}",
-					where(node, "resyncInterval"), nodeKind(node)));
-	const std::string &text = node.Scalar();
-	static const std::regex number("[+-]?[0-9]+(\\.[0-9]*)?([eE][+-]?[0-9]+)?");
-	if (isPlainScalar(node) && std::regex_match(text, number))
-		return fail(fmt::format("{}{} is a bare number; like upstream, the agent needs a "
-					"duration with a unit: write \"{}s\" for {} seconds",
-					where(node, "resyncInterval"), text, text, text));
+	if (value.kind == Kind::null)
+		return; // null keeps the default, as Go's decoder does
+	uint64_t number = 0;
+	// Go's JSON decoder (which upstream feeds YAML through) treats a quoted scalar as a
+	// string: `cidrLimit: "64"` fails there, so it fails here too, instead of guessing.
+	const IntegerParse parsed = value.kind == Kind::scalar
+		? parseBoundedInteger(value.text, kMaxCidrLimit, number)
+		: IntegerParse::notAnInteger;
+	if (parsed == IntegerParse::notAnInteger || !value.plain)
+		refuse(fmt::format("{}{}, got {}{}", where(value.mark, keyName(key)), expectation(key),
+				   value.describe(),
+				   parsed == IntegerParse::notAnInteger ? "" : " (write it without quotes)"));
+	if (parsed == IntegerParse::outOfRange)
+		refuse(fmt::format("{}{} is out of range: use a number from 0 to {}",
+				   where(value.mark, keyName(key)), shown(value.text), kMaxCidrLimit));
+	out = static_cast<int>(number);
+}
+
+void ConfigHandler::readBool(const Value &value, Key key, bool &out)
+{
+	if (value.kind == Kind::null)
+		return;
+	const std::optional<bool> parsed =
+		value.kind == Kind::scalar ? parseYamlBool(value.text) : std::nullopt;
+	if (!parsed || !value.plain)
+		refuse(fmt::format("{}{}, got {}{}", where(value.mark, keyName(key)), expectation(key),
+				   value.describe(), parsed ? " (write it without quotes)" : ""));
+	out = *parsed;
+}
+
+void ConfigHandler::readDuration(const Value &value)
+{
+	const char *key = keyName(Key::resyncInterval);
+	if (value.kind == Kind::null)
+		return;
+	if (value.kind != Kind::scalar)
+		refuse(fmt::format("{}{}, got {}", where(value.mark, key), expectation(Key::resyncInterval),
+				   value.describe()));
+	const std::string_view text = value.text;
+	if (value.plain && isBareNumber(text))
+		refuse(fmt::format("{}{} is a bare number; like upstream, the agent needs a duration "
+				   "with a unit: write \"{}s\" for {} seconds", where(value.mark, key),
+				   shown(text), escaped(text.substr(0, kShownBytes)),
+				   escaped(text.substr(0, kShownBytes))));
+	// parseGoDuration quotes its input into its messages as it is (see onCidr): give it
+	// only short text, and use its message only if the text prints as itself.
+	const auto notADuration = [&] {
+		refuse(fmt::format("{}{} is not a duration (write e.g. \"60s\", \"1m30s\", \"1.5h\" "
+				   "or \"300ms\")", where(value.mark, key), shown(text)));
+	};
+	if (text.size() > kMaxValueBytes)
+		notADuration();
 	auto duration = parseGoDuration(text);
+	if (!duration && !printsVerbatim(text))
+		notADuration();
 	if (!duration)
-		return fail(duration.error().withContext(where(node, "resyncInterval")));
+		throw Refusal{duration.error().withContext(where(value.mark, key))};
 	if (*duration < kMinResyncInterval) {
-		loaded.warnings.push_back(fmt::format(
+		result_.loaded.warnings.push_back(fmt::format(
 			"{}{} is below the minimum; using {} (a shorter interval would only burn CPU: "
 			"config changes are picked up at once anyway)",
-			where(node, "resyncInterval"), text, formatGoDuration(kMinResyncInterval)));
+			where(value.mark, key), shown(text), formatGoDuration(kMinResyncInterval)));
 		*duration = kMinResyncInterval;
 	}
-	loaded.config.resyncInterval = *duration;
-	return {};
+	result_.loaded.config.resyncInterval = *duration;
 }
 
-Status Parser::validate(const YAML::Node &cidrsNode, const Config &config)
+Result<PassResult> ConfigHandler::finish()
 {
-	// Upstream's guard against really bad mistakes: link-local is not counted.
-	const size_t n = config.nonMasqueradeCIDRs.size();
-	if (n > static_cast<size_t>(config.cidrLimit)) {
-		const std::string at = cidrsNode ? where(cidrsNode, "nonMasqueradeCIDRs")
-						 : fmt::format("{}: nonMasqueradeCIDRs: ", source_);
+	if (refusal_)
+		return fail(*refusal_);
+	Config &config = result_.loaded.config;
+	const size_t limit = static_cast<size_t>(config.cidrLimit);
+	if (!cidrListSeen_) {
+		// Upstream's guard against really bad mistakes applies to the defaults too.
+		if (config.nonMasqueradeCIDRs.size() > limit)
+			return fail(fmt::format("{}: nonMasqueradeCIDRs: {} entries (the defaults), more "
+						"than cidrLimit ({}; link-local is not counted). Remove "
+						"entries, or raise cidrLimit in the same file",
+						escaped(source_), config.nonMasqueradeCIDRs.size(), limit));
+		return std::move(result_);
+	}
+	if (result_.cidrCount > limit)
 		return fail(fmt::format("{}{} entries, more than cidrLimit ({}; link-local is not "
 					"counted). Remove entries, or raise cidrLimit in the same file",
-					at, n, config.cidrLimit));
+					where(cidrListMark_, "nonMasqueradeCIDRs"), result_.cidrCount, limit));
+	config.nonMasqueradeCIDRs = std::move(cidrs_);
+	return std::move(result_);
+}
+
+// One pass over the text. keepCidrs: how many prefixes to keep at most (past that, only
+// count and validate); reserveCidrs: the list's size, when a first pass found it.
+Result<PassResult> parsePass(std::string_view text, const std::string &source, const ConfigFlags &flags,
+			     size_t keepCidrs, size_t reserveCidrs)
+{
+	ConfigHandler handler(source, flags, keepCidrs, reserveCidrs);
+	TextStreamBuf buffer(text);
+	std::istream stream(&buffer);
+	// yaml-cpp's messages may hold the text of an anchor or tag: escape them like values.
+	const auto syntaxError = [&](const YAML::Mark &mark, const std::string &what) {
+		return fail(fmt::format("{}:{}:{}: YAML syntax error: {} (the file must be YAML or JSON "
+					"with keys such as nonMasqueradeCIDRs)",
+					escaped(source), mark.line + 1, mark.column + 1, escaped(what)));
+	};
+	try {
+		YAML::Parser parser(stream);
+		// A second document is refused in OnDocumentStart, as soon as it starts.
+		while (parser.HandleNextDocument(handler)) {
+		}
+	} catch (const Abort &abort) {
+		return fail(handler.refusal() ? *handler.refusal() : abort.error);
+	} catch (const YAML::ParserException &e) {
+		return syntaxError(e.mark, e.msg);
+	} catch (const YAML::Exception &e) {
+		return syntaxError(e.mark, e.msg);
 	}
-	return {};
+	return handler.finish();
 }
 
 } // namespace
@@ -280,39 +838,105 @@ Config defaultConfig(const ConfigFlags &flags)
 Result<LoadedConfig> parseConfig(std::string_view text, const std::string &source,
 				 const ConfigFlags &flags)
 {
-	return Parser(source, flags).parse(text);
+	auto first = parsePass(text, source, flags, kFirstPassKeptCidrs, 0);
+	if (!first)
+		return fail(first.error());
+	if (first->cidrsComplete)
+		return std::move(first->loaded);
+	// A long list within cidrLimit: the first pass validated it all and counted it; now
+	// collect it into a vector of exactly that size. Same text, same result.
+	auto second = parsePass(text, source, flags, std::numeric_limits<size_t>::max(),
+				first->cidrCount);
+	if (!second)
+		return fail(second.error());
+	return std::move(second->loaded);
 }
+
+namespace {
+
+// What a path that is not a regular file is, for the message.
+const char *fileKind(mode_t mode)
+{
+	if (S_ISFIFO(mode))
+		return "a FIFO (named pipe)";
+	if (S_ISCHR(mode))
+		return "a character device";
+	if (S_ISBLK(mode))
+		return "a block device";
+	if (S_ISSOCK(mode))
+		return "a socket";
+	return "not a regular file";
+}
+
+Status requireRegularFile(const std::string &path, const struct stat &st)
+{
+	if (S_ISREG(st.st_mode))
+		return {};
+	if (S_ISDIR(st.st_mode))
+		return fail(fmt::format("{}: is a directory; --config must name the file itself "
+					"(for a ConfigMap volume, the key's file inside it)", escaped(path)),
+			    EISDIR);
+	return fail(fmt::format("{}: is {}, not a regular file (symlinks followed); --config must "
+				"name a regular file, such as the key's file in a ConfigMap volume",
+				escaped(path), fileKind(st.st_mode)),
+		    EINVAL);
+}
+
+tl::unexpected<Error> tooLarge(const std::string &path, const std::string &size)
+{
+	return fail(fmt::format("{}: the file is {}, more than the {} MiB ({} bytes) a config file "
+				"may have; check that --config names the agent's config, and shorten the "
+				"list: adjacent and overlapping CIDRs can be merged into fewer",
+				escaped(path), size, kMaxConfigFileBytes / (1024 * 1024), kMaxConfigFileBytes),
+		    EFBIG);
+}
+
+} // namespace
 
 Result<std::optional<std::string>> readConfigText(const std::string &path)
 {
+	using Text = Result<std::optional<std::string>>;
 	const auto cannotRead = [&](int err) {
-		return fail(fmt::format("{}: cannot read the config file: {}", path, std::strerror(err)),
+		return fail(fmt::format("{}: cannot read the config file: {}", escaped(path),
+					std::strerror(err)),
 			    err);
 	};
-	UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-	if (!fd.isValid())
-		return errno == ENOENT ? Result<std::optional<std::string>>(std::nullopt)
-				       : cannotRead(errno);
+	// Look before opening: opening a device can have effects of its own (a tape rewinds,
+	// a watchdog arms), and a FIFO would block the open until someone writes.
 	struct stat st {};
+	if (stat(path.c_str(), &st) != 0)
+		return errno == ENOENT ? Text(std::nullopt) : cannotRead(errno);
+	if (auto regular = requireRegularFile(path, st); !regular)
+		return fail(regular.error());
+
+	// The path may have been swapped since: O_NONBLOCK keeps the open of a FIFO from
+	// blocking, and fstat() checks what was really opened.
+	UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+	if (!fd.isValid())
+		return errno == ENOENT ? Text(std::nullopt) : cannotRead(errno);
 	if (fstat(fd.get(), &st) != 0)
 		return cannotRead(errno);
-	if (S_ISDIR(st.st_mode))
-		return fail(fmt::format("{}: is a directory; --config must name the file itself "
-					"(for a ConfigMap volume, the key's file inside it)", path),
-			    EISDIR);
+	if (auto regular = requireRegularFile(path, st); !regular)
+		return fail(regular.error());
+	if (st.st_size > static_cast<off_t>(kMaxConfigFileBytes))
+		return tooLarge(path, fmt::format("{} bytes", st.st_size));
+
+	// Read one byte past the cap, so that a file growing while it is read is caught.
 	std::string text;
+	text.reserve(static_cast<size_t>(st.st_size) + 1);
 	char buf[65536];
-	for (;;) {
-		const ssize_t n = read(fd.get(), buf, sizeof(buf));
+	while (text.size() <= kMaxConfigFileBytes) {
+		const size_t want = std::min(sizeof(buf), kMaxConfigFileBytes + 1 - text.size());
+		const ssize_t n = read(fd.get(), buf, want);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
 			return cannotRead(errno);
 		if (n == 0)
-			break;
+			return std::optional<std::string>(std::move(text));
 		text.append(buf, static_cast<size_t>(n));
 	}
-	return std::optional<std::string>(std::move(text));
+	return tooLarge(path, "growing while it is read and now larger than that");
 }
 
 Result<LoadedConfig> parseConfigText(const std::optional<std::string> &text, const std::string &path,
@@ -336,13 +960,18 @@ Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &
 
 std::string describeConfig(const Config &config)
 {
-	std::vector<std::string> cidrs;
-	for (const Prefix &prefix : config.nonMasqueradeCIDRs)
-		cidrs.push_back(prefix.toString());
+	// One log line, whatever the size of the list: a long one is summarized.
+	const std::vector<Prefix> &list = config.nonMasqueradeCIDRs;
+	const size_t listed = list.size() <= kDescribedInFull ? list.size() : kDescribedFirst;
+	std::string cidrs;
+	for (size_t i = 0; i < listed; i++)
+		cidrs += (i ? "," : "") + list[i].toString();
+	if (listed < list.size())
+		cidrs += fmt::format(",... ({} entries)", list.size());
 	return fmt::format("nonMasqueradeCIDRs=[{}] cidrLimit={} masqLinkLocal={} "
 			   "masqLinkLocalIPv6={} resyncInterval={}",
-			   fmt::join(cidrs, ","), config.cidrLimit, config.masqLinkLocal,
-			   config.masqLinkLocalIPv6, formatGoDuration(config.resyncInterval));
+			   cidrs, config.cidrLimit, config.masqLinkLocal, config.masqLinkLocalIPv6,
+			   formatGoDuration(config.resyncInterval));
 }
 
 } // namespace ipmasq

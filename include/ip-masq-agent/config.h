@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +21,19 @@ inline constexpr Duration kDefaultResyncInterval = std::chrono::seconds(60);
 // Upstream sleeps resyncInterval between syncs, so "0s" spins a core. We never go below this.
 inline constexpr Duration kMinResyncInterval = std::chrono::seconds(1);
 
+// Limits that keep a hostile or mistaken file from costing more than its size
+// (docs/configuration.md, "Limits"). A config file larger than this is refused unread:
+// 16 MiB holds about a million CIDRs, 16 times what a Kubernetes ConfigMap can carry.
+inline constexpr size_t kMaxConfigFileBytes = 16 * 1024 * 1024;
+// The largest cidrLimit accepted. Upstream has none; the file cap bounds the real count
+// (about 3.3 million of the shortest CIDRs), so any larger value only means "no limit".
+inline constexpr int kMaxCidrLimit = 1000000000;
+// Nesting deeper than this (under an unknown key: the known keys allow one level) is refused.
+inline constexpr int kMaxConfigDepth = 64;
+// More anchors, or more distinct unknown keys, than this: not an ip-masq-agent config.
+inline constexpr size_t kMaxConfigAnchors = 1000;
+inline constexpr size_t kMaxUnknownConfigKeys = 100;
+
 // The command-line flags that change how the file is read.
 struct ConfigFlags {
 	bool nomasqAllReservedRanges = false;
@@ -27,6 +41,8 @@ struct ConfigFlags {
 };
 
 struct Config {
+	// From a file these hold no `spelling`: every message about an entry is made while
+	// parsing, where the text is at hand, and a million spellings would cost 30 MB.
 	std::vector<Prefix> nonMasqueradeCIDRs;
 	int cidrLimit = kDefaultCidrLimit;
 	bool masqLinkLocal = false;
@@ -49,11 +65,15 @@ std::vector<Prefix> defaultNonMasqueradeCIDRs(const ConfigFlags &flags);
 Config defaultConfig(const ConfigFlags &flags);
 
 // Parse and validate config text. `source` names it in messages (usually the path).
-// Keys absent keep their defaults; an empty document means all defaults.
+// Keys absent keep their defaults; an empty document means all defaults. Streams the
+// text through yaml-cpp's event API: memory is the text plus the model, whatever the input
+// (aliases are looked up, never expanded; see docs/configuration.md for the policy).
 Result<LoadedConfig> parseConfig(std::string_view text, const std::string &source,
 				 const ConfigFlags &flags);
 
-// The file's bytes, or nullopt if it does not exist (which means all defaults).
+// The file's bytes, or nullopt if it does not exist (which means all defaults). The path
+// (symlinks followed) must be a regular file of at most kMaxConfigFileBytes: a FIFO, a
+// device, a socket or a directory is an error that says which, and never blocks.
 Result<std::optional<std::string>> readConfigText(const std::string &path);
 
 // Parse what readConfigText returned: nullopt gives the defaults.
@@ -63,7 +83,8 @@ Result<LoadedConfig> parseConfigText(const std::optional<std::string> &text, con
 // Read and parse a file. A missing file means all defaults (as upstream).
 Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &flags);
 
-// One line for logs: "nonMasqueradeCIDRs=[...] cidrLimit=64 ...".
+// One line for logs: "nonMasqueradeCIDRs=[...] cidrLimit=64 ...". Long lists are
+// summarized: the first few entries and the count.
 std::string describeConfig(const Config &config);
 
 } // namespace ipmasq

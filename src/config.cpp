@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <fcntl.h>
 #include <istream>
 #include <limits>
@@ -38,11 +39,6 @@ const char *const kOtherReserved[] = {
 	"240.0.0.0/4",     // RFC 1112, former class E
 };
 
-// The first pass keeps at most this many prefixes. A longer list is only counted and
-// validated, and, if it is within cidrLimit, collected by a second pass that reserves the
-// exact size: so a list far beyond cidrLimit never costs more than this, and an accepted
-// one costs its model once, without a vector's doubling slack.
-constexpr size_t kFirstPassKeptCidrs = 65536;
 // A value quoted into a message is cut after this many bytes (and its length said).
 constexpr size_t kShownBytes = 64;
 // CIDRs and durations longer than this are refused before they are parsed: the longest
@@ -256,16 +252,39 @@ struct Refusal {
 
 // A user error that stops yaml-cpp at once: where going on would cost memory or
 // recursion in yaml-cpp itself (anchors, nesting), or read a second document. Thrown
-// through yaml-cpp (C++ throughout, made to unwind) and caught in parsePass().
+// through yaml-cpp (C++ throughout, made to unwind) and caught in parseText().
 struct Abort {
 	Error error;
 };
 
-struct PassResult {
-	LoadedConfig loaded;
-	size_t cidrCount = 0;
-	bool cidrsComplete = true; // false: the list outgrew the first pass's budget
+// A parsed CIDR while the list is read: 24 bytes where a Prefix takes 80. cidrLimit may
+// come after the list, so the list is kept until the end of the file, and a list that
+// turns out to be over the limit (the hostile case) must cost little. Kept in a deque,
+// which grows by blocks: no vector doubling, so the peak is this plus the final vector.
+struct StagedPrefix {
+	uint64_t high = 0;
+	uint64_t low = 0;
+	uint8_t length = 0;
+	bool ipv6 = false;
+
+	static StagedPrefix of(const Prefix &prefix)
+	{
+		return StagedPrefix{static_cast<uint64_t>(prefix.network.value >> 64),
+				    static_cast<uint64_t>(prefix.network.value),
+				    static_cast<uint8_t>(prefix.length),
+				    prefix.network.family == Family::ipv6};
+	}
+	// Without `spelling`: see Config::nonMasqueradeCIDRs.
+	Prefix toPrefix() const
+	{
+		Prefix prefix;
+		prefix.network.family = ipv6 ? Family::ipv6 : Family::ipv4;
+		prefix.network.value = (static_cast<AddressValue>(high) << 64) | low;
+		prefix.length = length;
+		return prefix;
+	}
 };
+static_assert(sizeof(StagedPrefix) == 24);
 
 // Builds the Config from yaml-cpp's events. The config is one mapping of scalars and one
 // list of scalars, so the state is a handful of positions plus a depth counter for the
@@ -274,15 +293,14 @@ struct PassResult {
 class ConfigHandler final : public YAML::EventHandler
 {
 public:
-	ConfigHandler(const std::string &source, const ConfigFlags &flags, size_t keepCidrs,
-		      size_t reserveCidrs)
-		: source_(source), flags_(flags), keepCidrs_(keepCidrs), reserveCidrs_(reserveCidrs)
+	ConfigHandler(const std::string &source, const ConfigFlags &flags)
+		: source_(source), flags_(flags)
 	{
-		result_.loaded.config = defaultConfig(flags);
-		result_.loaded.fromFile = true;
+		loaded_.config = defaultConfig(flags);
+		loaded_.fromFile = true;
 	}
 
-	Result<PassResult> finish();
+	Result<LoadedConfig> finish();
 	// The first refusal, if any: it precedes an abort in the file.
 	const std::optional<Error> &refusal() const { return refusal_; }
 
@@ -347,11 +365,12 @@ private:
 			handling();
 		} catch (Refusal &refusal) {
 			refusal_ = std::move(refusal.error);
-			std::vector<Prefix>().swap(cidrs_);
+			std::deque<StagedPrefix>().swap(staged_);
 			anchors_.clear();
 		}
 	}
 
+	void countValue(const YAML::Mark &mark);
 	void recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_view text = {}, bool plain = true);
 	void onValue(const Value &value);
 	void onCollectionStart(Kind kind, const YAML::Mark &mark);
@@ -369,14 +388,13 @@ private:
 
 	const std::string &source_;
 	const ConfigFlags &flags_;
-	const size_t keepCidrs_;
-	const size_t reserveCidrs_;
-	PassResult result_;
+	LoadedConfig loaded_;
 	std::optional<Error> refusal_;
 
 	State state_ = State::root;
 	int documents_ = 0;
 	int skipDepth_ = 0;
+	size_t values_ = 0;
 	std::optional<Key> valueKey_; // in State::value: the key, or nullopt for an unknown one
 
 	std::array<std::optional<SeenKey>, kKeyNames.size()> seenKeys_;
@@ -388,7 +406,8 @@ private:
 	// The CIDR list, if the file has one.
 	bool cidrListSeen_ = false;
 	YAML::Mark cidrListMark_ = YAML::Mark::null_mark();
-	std::vector<Prefix> cidrs_;
+	std::deque<StagedPrefix> staged_;
+	size_t cidrCount_ = 0;
 	bool cidrLimitFinal_ = false; // the cidrLimit key was read: the limit cannot change
 };
 
@@ -409,6 +428,16 @@ void ConfigHandler::OnAnchor(const YAML::Mark &mark, const std::string &name)
 	pendingAnchorName_ = name;
 }
 
+// Every value counts, read or skipped, before and after a refusal: this is what bounds
+// the time and yaml-cpp's own memory on a file of millions of tiny values.
+void ConfigHandler::countValue(const YAML::Mark &mark)
+{
+	if (++values_ > kMaxConfigValues)
+		abort(fmt::format("{}more than {} values (scalars, lists and mappings) in the file; "
+				  "a config holds at most {} CIDRs and a few keys: is this the right "
+				  "file?", at(mark), kMaxConfigValues, kMaxNonMasqueradeCIDRs));
+}
+
 void ConfigHandler::recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_view text, bool plain)
 {
 	if (anchor == YAML::NullAnchor)
@@ -427,6 +456,7 @@ void ConfigHandler::recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_v
 
 void ConfigHandler::OnNull(const YAML::Mark &mark, YAML::anchor_t anchor)
 {
+	countValue(mark);
 	guarded([&] {
 		recordAnchor(anchor, Kind::null);
 		onValue(Value{Kind::null, {}, true, mark, {}});
@@ -438,6 +468,7 @@ void ConfigHandler::OnScalar(const YAML::Mark &mark, const std::string &tag, YAM
 {
 	// yaml-cpp tags a quoted scalar "!" and a plain one "?" (or with an explicit tag).
 	const bool plain = tag != "!";
+	countValue(mark);
 	guarded([&] {
 		recordAnchor(anchor, Kind::scalar, text, plain);
 		onValue(Value{Kind::scalar, text, plain, mark, {}});
@@ -446,6 +477,7 @@ void ConfigHandler::OnScalar(const YAML::Mark &mark, const std::string &tag, YAM
 
 void ConfigHandler::OnAlias(const YAML::Mark &mark, YAML::anchor_t anchor)
 {
+	countValue(mark);
 	guarded([&] {
 		if (state_ == State::skip)
 			return; // aliases inside an ignored value cost nothing: they are not followed
@@ -460,6 +492,7 @@ void ConfigHandler::OnAlias(const YAML::Mark &mark, YAML::anchor_t anchor)
 void ConfigHandler::OnSequenceStart(const YAML::Mark &mark, const std::string &, YAML::anchor_t anchor,
 				    YAML::EmitterStyle::value)
 {
+	countValue(mark);
 	guarded([&] {
 		recordAnchor(anchor, Kind::list);
 		onCollectionStart(Kind::list, mark);
@@ -469,6 +502,7 @@ void ConfigHandler::OnSequenceStart(const YAML::Mark &mark, const std::string &,
 void ConfigHandler::OnMapStart(const YAML::Mark &mark, const std::string &, YAML::anchor_t anchor,
 			       YAML::EmitterStyle::value)
 {
+	countValue(mark);
 	guarded([&] {
 		recordAnchor(anchor, Kind::mapping);
 		onCollectionStart(Kind::mapping, mark);
@@ -532,7 +566,7 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 				   kind == Kind::list ? "a list" : "a mapping"));
 	case State::cidrs:
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
-				   where(mark, fmt::format("nonMasqueradeCIDRs[{}]", result_.cidrCount)),
+				   where(mark, fmt::format("nonMasqueradeCIDRs[{}]", cidrCount_)),
 				   kind == Kind::list ? "a list" : "a mapping"));
 	case State::skip:
 		// The root mapping and the unknown key's value are two levels already.
@@ -586,7 +620,7 @@ void ConfigHandler::onKey(const Value &key)
 		seen = SeenKey{std::string(spelling), key.mark};
 		// Point out the spelling that every other tool expects.
 		if (spelling != canonical)
-			result_.loaded.warnings.push_back(fmt::format(
+			loaded_.warnings.push_back(fmt::format(
 				"{}{}: read as \"{}\"; please spell it exactly so", at(key.mark),
 				escaped(spelling), canonical));
 		return;
@@ -601,7 +635,7 @@ void ConfigHandler::onKey(const Value &key)
 		refuse(fmt::format("{}more than {} unknown keys; is this the ip-masq-agent config? "
 				   "(known keys: {})", at(key.mark), kMaxUnknownConfigKeys, kKnownKeys));
 	unknownKeys_.push_back(SeenKey{std::string(spelling), key.mark});
-	result_.loaded.warnings.push_back(fmt::format("{}ignoring unknown key {} (known keys: {})",
+	loaded_.warnings.push_back(fmt::format("{}ignoring unknown key {} (known keys: {})",
 						      at(key.mark), shown(spelling), kKnownKeys));
 }
 
@@ -627,17 +661,17 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 		state_ = State::key;
 		return;
 	case Key::cidrLimit:
-		readInt(value, key, result_.loaded.config.cidrLimit);
+		readInt(value, key, loaded_.config.cidrLimit);
 		cidrLimitFinal_ = true;
 		// A list before cidrLimit was only checked against the largest limit so far.
-		if (result_.cidrCount > static_cast<size_t>(result_.loaded.config.cidrLimit))
+		if (cidrCount_ > static_cast<size_t>(loaded_.config.cidrLimit))
 			refuse(fmt::format("{}{} entries, more than cidrLimit ({}; link-local is not "
 					   "counted). Remove entries, or raise cidrLimit in the same file",
-					   where(cidrListMark_, "nonMasqueradeCIDRs"), result_.cidrCount,
-					   result_.loaded.config.cidrLimit));
+					   where(cidrListMark_, "nonMasqueradeCIDRs"), cidrCount_,
+					   loaded_.config.cidrLimit));
 		return;
-	case Key::masqLinkLocal: readBool(value, key, result_.loaded.config.masqLinkLocal); return;
-	case Key::masqLinkLocalIPv6: readBool(value, key, result_.loaded.config.masqLinkLocalIPv6); return;
+	case Key::masqLinkLocal: readBool(value, key, loaded_.config.masqLinkLocal); return;
+	case Key::masqLinkLocalIPv6: readBool(value, key, loaded_.config.masqLinkLocalIPv6); return;
 	case Key::resyncInterval: readDuration(value); return;
 	}
 }
@@ -647,12 +681,11 @@ void ConfigHandler::onCidrListStart(const YAML::Mark &mark)
 	cidrListSeen_ = true;
 	cidrListMark_ = mark;
 	state_ = State::cidrs;
-	cidrs_.reserve(reserveCidrs_);
 }
 
 void ConfigHandler::onCidr(const Value &item)
 {
-	const std::string key = fmt::format("nonMasqueradeCIDRs[{}]", result_.cidrCount);
+	const std::string key = fmt::format("nonMasqueradeCIDRs[{}]", cidrCount_);
 	if (!item.alias.empty() && (item.kind == Kind::list || item.kind == Kind::mapping))
 		refuseAliasOfCollection(item, key);
 	if (item.kind != Kind::scalar)
@@ -672,26 +705,18 @@ void ConfigHandler::onCidr(const Value &item)
 		refuse(fmt::format("{}{} is an IPv6 CIDR but IPv6 is not enabled: start the agent with "
 				   "--enable-ipv6, or remove this entry", where(item.mark, key), shown(text)));
 
-	const size_t count = ++result_.cidrCount;
-	// Stop as soon as the list is too long: when cidrLimit came first it is final, else
-	// it may still come, but never above kMaxCidrLimit.
-	const size_t limit = static_cast<size_t>(cidrLimitFinal_ ? result_.loaded.config.cidrLimit
-								 : kMaxCidrLimit);
-	if (count > limit)
-		refuse(fmt::format("{}{} entries or more, more than cidrLimit ({}{}; link-local is not "
+	const size_t count = ++cidrCount_;
+	// Stop as soon as the list is too long: past the hard maximum, or past cidrLimit when
+	// that came first (it is final then; else it may still come, and is checked then).
+	if (count > kMaxNonMasqueradeCIDRs)
+		refuse(fmt::format("{}more than {} entries, the most the agent takes whatever "
+				   "cidrLimit says. Merge adjacent CIDRs into shorter prefixes",
+				   where(item.mark, key), kMaxNonMasqueradeCIDRs));
+	if (cidrLimitFinal_ && count > static_cast<size_t>(loaded_.config.cidrLimit))
+		refuse(fmt::format("{}{} entries or more, more than cidrLimit ({}; link-local is not "
 				   "counted). Remove entries, or raise cidrLimit in the same file",
-				   where(item.mark, key), count, limit,
-				   cidrLimitFinal_ ? "" : ", the largest accepted"));
-
-	if (!result_.cidrsComplete)
-		return;
-	if (cidrs_.size() >= keepCidrs_) {
-		result_.cidrsComplete = false; // counted and checked on; the second pass collects
-		std::vector<Prefix>().swap(cidrs_);
-		return;
-	}
-	prefix->spelling = std::string(); // see Config::nonMasqueradeCIDRs
-	cidrs_.push_back(std::move(*prefix));
+				   where(item.mark, key), count, loaded_.config.cidrLimit));
+	staged_.push_back(StagedPrefix::of(*prefix));
 }
 
 void ConfigHandler::readInt(const Value &value, Key key, int &out)
@@ -737,9 +762,10 @@ void ConfigHandler::readDuration(const Value &value)
 	const std::string_view text = value.text;
 	if (value.plain && isBareNumber(text))
 		refuse(fmt::format("{}{} is a bare number; like upstream, the agent needs a duration "
-				   "with a unit: write \"{}s\" for {} seconds", where(value.mark, key),
-				   shown(text), escaped(text.substr(0, kShownBytes)),
-				   escaped(text.substr(0, kShownBytes))));
+				   "with a unit: {}", where(value.mark, key), shown(text),
+				   text.size() <= kShownBytes
+					   ? fmt::format("write \"{}s\" for {} seconds", text, text)
+					   : std::string("write the seconds followed by \"s\", such as \"60s\"")));
 	// parseGoDuration quotes its input into its messages as it is (see onCidr): give it
 	// only short text, and use its message only if the text prints as itself.
 	const auto notADuration = [&] {
@@ -754,20 +780,20 @@ void ConfigHandler::readDuration(const Value &value)
 	if (!duration)
 		throw Refusal{duration.error().withContext(where(value.mark, key))};
 	if (*duration < kMinResyncInterval) {
-		result_.loaded.warnings.push_back(fmt::format(
+		loaded_.warnings.push_back(fmt::format(
 			"{}{} is below the minimum; using {} (a shorter interval would only burn CPU: "
 			"config changes are picked up at once anyway)",
 			where(value.mark, key), shown(text), formatGoDuration(kMinResyncInterval)));
 		*duration = kMinResyncInterval;
 	}
-	result_.loaded.config.resyncInterval = *duration;
+	loaded_.config.resyncInterval = *duration;
 }
 
-Result<PassResult> ConfigHandler::finish()
+Result<LoadedConfig> ConfigHandler::finish()
 {
 	if (refusal_)
 		return fail(*refusal_);
-	Config &config = result_.loaded.config;
+	Config &config = loaded_.config;
 	const size_t limit = static_cast<size_t>(config.cidrLimit);
 	if (!cidrListSeen_) {
 		// Upstream's guard against really bad mistakes applies to the defaults too.
@@ -776,22 +802,24 @@ Result<PassResult> ConfigHandler::finish()
 						"than cidrLimit ({}; link-local is not counted). Remove "
 						"entries, or raise cidrLimit in the same file",
 						escaped(source_), config.nonMasqueradeCIDRs.size(), limit));
-		return std::move(result_);
+		return std::move(loaded_);
 	}
-	if (result_.cidrCount > limit)
+	if (cidrCount_ > limit)
 		return fail(fmt::format("{}{} entries, more than cidrLimit ({}; link-local is not "
 					"counted). Remove entries, or raise cidrLimit in the same file",
-					where(cidrListMark_, "nonMasqueradeCIDRs"), result_.cidrCount, limit));
-	config.nonMasqueradeCIDRs = std::move(cidrs_);
-	return std::move(result_);
+					where(cidrListMark_, "nonMasqueradeCIDRs"), cidrCount_, limit));
+	// The model, allocated once at its exact size.
+	config.nonMasqueradeCIDRs.clear();
+	config.nonMasqueradeCIDRs.reserve(staged_.size());
+	for (const StagedPrefix &staged : staged_)
+		config.nonMasqueradeCIDRs.push_back(staged.toPrefix());
+	std::deque<StagedPrefix>().swap(staged_);
+	return std::move(loaded_);
 }
 
-// One pass over the text. keepCidrs: how many prefixes to keep at most (past that, only
-// count and validate); reserveCidrs: the list's size, when a first pass found it.
-Result<PassResult> parsePass(std::string_view text, const std::string &source, const ConfigFlags &flags,
-			     size_t keepCidrs, size_t reserveCidrs)
+Result<LoadedConfig> parseText(std::string_view text, const std::string &source, const ConfigFlags &flags)
 {
-	ConfigHandler handler(source, flags, keepCidrs, reserveCidrs);
+	ConfigHandler handler(source, flags);
 	TextStreamBuf buffer(text);
 	std::istream stream(&buffer);
 	// yaml-cpp's messages may hold the text of an anchor or tag: escape them like values.
@@ -838,18 +866,7 @@ Config defaultConfig(const ConfigFlags &flags)
 Result<LoadedConfig> parseConfig(std::string_view text, const std::string &source,
 				 const ConfigFlags &flags)
 {
-	auto first = parsePass(text, source, flags, kFirstPassKeptCidrs, 0);
-	if (!first)
-		return fail(first.error());
-	if (first->cidrsComplete)
-		return std::move(first->loaded);
-	// A long list within cidrLimit: the first pass validated it all and counted it; now
-	// collect it into a vector of exactly that size. Same text, same result.
-	auto second = parsePass(text, source, flags, std::numeric_limits<size_t>::max(),
-				first->cidrCount);
-	if (!second)
-		return fail(second.error());
-	return std::move(second->loaded);
+	return parseText(text, source, flags);
 }
 
 namespace {

@@ -25,11 +25,18 @@ inline constexpr Duration kMinResyncInterval = std::chrono::seconds(1);
 // (docs/configuration.md, "Limits"). A config file larger than this is refused unread:
 // 16 MiB holds about a million CIDRs, 16 times what a Kubernetes ConfigMap can carry.
 inline constexpr size_t kMaxConfigFileBytes = 16 * 1024 * 1024;
-// The largest cidrLimit accepted. Upstream has none; the file cap bounds the real count
-// (about 3.3 million of the shortest CIDRs), so any larger value only means "no limit".
+// The most nonMasqueradeCIDRs entries taken, whatever cidrLimit says: the bound on the
+// model's memory (80 bytes an entry) and on the kernel's set. Link-local is not counted.
+inline constexpr size_t kMaxNonMasqueradeCIDRs = 1000000;
+// The largest cidrLimit accepted. Upstream has no maximum; kept high so that manifests
+// that "turn the limit off" with a large number keep working (the list is still capped).
 inline constexpr int kMaxCidrLimit = 1000000000;
 // Nesting deeper than this (under an unknown key: the known keys allow one level) is refused.
 inline constexpr int kMaxConfigDepth = 64;
+// Values (scalars, lists, mappings) in the whole file: a full list and room for the rest.
+// This bounds yaml-cpp too, whose scanner keeps ~48 bytes per block-style scalar until
+// the end of the file (so 4 bytes of "- a\n" would cost 48).
+inline constexpr size_t kMaxConfigValues = kMaxNonMasqueradeCIDRs + 100000;
 // More anchors, or more distinct unknown keys, than this: not an ip-masq-agent config.
 inline constexpr size_t kMaxConfigAnchors = 1000;
 inline constexpr size_t kMaxUnknownConfigKeys = 100;

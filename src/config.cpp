@@ -253,7 +253,7 @@ struct Refusal {
 // A user error that stops yaml-cpp at once: where going on would cost memory or
 // recursion in yaml-cpp itself (anchors, nesting), or read a second document. Thrown
 // through yaml-cpp (C++ throughout, made to unwind) and caught in parseText().
-struct Abort {
+struct StopParsing {
 	Error error;
 };
 
@@ -301,7 +301,7 @@ public:
 	}
 
 	Result<LoadedConfig> finish();
-	// The first refusal, if any: it precedes an abort in the file.
+	// The first refusal, if any: it precedes a StopParsing in the file.
 	const std::optional<Error> &refusal() const { return refusal_; }
 
 	void OnDocumentStart(const YAML::Mark &mark) override;
@@ -353,7 +353,10 @@ private:
 		return fmt::format("{}{}: ", at(mark), key);
 	}
 	[[noreturn]] static void refuse(std::string message) { throw Refusal{Error(std::move(message))}; }
-	[[noreturn]] static void abort(std::string message) { throw Abort{Error(std::move(message))}; }
+	[[noreturn]] static void stopParsing(std::string message)
+	{
+		throw StopParsing{Error(std::move(message))};
+	}
 
 	// Runs one event's handling; a refusal is kept, and every later event ignored.
 	template<typename Handling>
@@ -414,17 +417,18 @@ private:
 void ConfigHandler::OnDocumentStart(const YAML::Mark &mark)
 {
 	if (++documents_ > 1)
-		abort(fmt::format("{}a second YAML document starts here; the config must be one "
-				   "document: remove this \"---\" and what follows it, or merge the two",
-				   at(mark)));
+		stopParsing(fmt::format("{}a second YAML document starts here; the config must be "
+					"one document: remove this \"---\" and what follows it, or "
+					"merge the two", at(mark)));
 }
 
 void ConfigHandler::OnAnchor(const YAML::Mark &mark, const std::string &name)
 {
 	// yaml-cpp keeps every anchor name itself: stop before that can grow with the file.
 	if (++anchorNames_ > kMaxConfigAnchors)
-		abort(fmt::format("{}more than {} anchors (&name); an ip-masq-agent config needs "
-				   "few if any: write the values out", at(mark), kMaxConfigAnchors));
+		stopParsing(fmt::format("{}more than {} anchors (&name); an ip-masq-agent config "
+					"needs few if any: write the values out", at(mark),
+					kMaxConfigAnchors));
 	pendingAnchorName_ = name;
 }
 
@@ -433,9 +437,10 @@ void ConfigHandler::OnAnchor(const YAML::Mark &mark, const std::string &name)
 void ConfigHandler::countValue(const YAML::Mark &mark)
 {
 	if (++values_ > kMaxConfigValues)
-		abort(fmt::format("{}more than {} values (scalars, lists and mappings) in the file; "
-				  "a config holds at most {} CIDRs and a few keys: is this the right "
-				  "file?", at(mark), kMaxConfigValues, kMaxNonMasqueradeCIDRs));
+		stopParsing(fmt::format("{}more than {} values (scalars, lists and mappings) in the "
+					"file; a config holds at most {} CIDRs and a few keys: is this "
+					"the right file?", at(mark), kMaxConfigValues,
+					kMaxNonMasqueradeCIDRs));
 }
 
 void ConfigHandler::recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_view text, bool plain)
@@ -571,7 +576,7 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 	case State::skip:
 		// The root mapping and the unknown key's value are two levels already.
 		if (++skipDepth_ + 1 > kMaxConfigDepth)
-			abort(depthError(mark));
+			stopParsing(depthError(mark));
 		return;
 	case State::done: return;
 	}
@@ -833,8 +838,8 @@ Result<LoadedConfig> parseText(std::string_view text, const std::string &source,
 		// A second document is refused in OnDocumentStart, as soon as it starts.
 		while (parser.HandleNextDocument(handler)) {
 		}
-	} catch (const Abort &abort) {
-		return fail(handler.refusal() ? *handler.refusal() : abort.error);
+	} catch (const StopParsing &stop) {
+		return fail(handler.refusal() ? *handler.refusal() : stop.error);
 	} catch (const YAML::ParserException &e) {
 		return syntaxError(e.mark, e.msg);
 	} catch (const YAML::Exception &e) {

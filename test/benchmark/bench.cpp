@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Performance benchmark: apply time, no-op resync CPU, config-swap latency and the daemon's
-// peak RSS for 10 to 100,000 non-masquerade CIDRs, all inside a private network namespace.
+// peak RSS for 10 to 100,000 non-masquerade CIDRs, all inside a private network namespace;
+// and the config loader's time and peak RSS up to the largest file it accepts.
 //
 // Run it with `meson test -C <builddir> --benchmark --verbose`, or run the executable
 // (`--quick`: only the two smallest sizes). It needs root (CAP_SYS_ADMIN for the
@@ -633,6 +634,109 @@ void measureDaemon(Row &row, NetlinkBackend &backend, const std::string &dir,
 	require(backend.remove(options.ruleset.table), "removing the table");
 }
 
+// 5. Loading the config file (loadConfigFile: read and parse), each in a fresh process
+// (this executable with --measure-load), so that its peak RSS is the load's own and not
+// this process's heap: VmHWM minus VmRSS just before, next to what the model itself takes.
+struct LoadRow {
+	std::string label;
+	size_t fileBytes = 0;
+	size_t cidrs = 0;
+	double ms = 0;
+	long baseKiB = -1, peakKiB = -1;
+
+	double modelKiB() const { return static_cast<double>(cidrs * sizeof(Prefix)) / 1024; }
+	double ratio() const
+	{
+		return cidrs == 0 || peakKiB < 0 ? 0 : static_cast<double>(peakKiB - baseKiB) / modelKiB();
+	}
+};
+
+// The child's side: load, print "ms baseKiB peakKiB cidrs" or "error <message>".
+int measureLoadChild(const std::string &path)
+{
+	// VmHWM := VmRSS now, so the peak is measured from here (Linux >= 4.0).
+	std::ofstream clear("/proc/self/clear_refs");
+	clear << "5";
+	clear.close();
+	const long base = clear ? procStatusKiB(getpid(), "VmRSS") : -1;
+	std::optional<LoadedConfig> loaded;
+	std::string error;
+	const double ms = wallMs([&] {
+		auto result = loadConfigFile(path, {});
+		if (result)
+			loaded = std::move(*result);
+		else
+			error = result.error().message;
+	});
+	const long peak = procStatusKiB(getpid(), "VmHWM");
+	if (!loaded) {
+		fmt::print("error {}\n", error);
+		return EXIT_FAILURE;
+	}
+	fmt::print("{} {} {} {}\n", ms, base, peak, loaded->config.nonMasqueradeCIDRs.size());
+	return EXIT_SUCCESS;
+}
+
+LoadRow measureLoad(const std::string &label, const std::string &path, const std::string &text)
+{
+	writeFile(path, text);
+	LoadRow row;
+	row.label = label;
+	row.fileBytes = text.size();
+	int out[2];
+	if (pipe2(out, O_CLOEXEC) != 0)
+		die(fmt::format("pipe2: {}", std::strerror(errno)));
+	const pid_t pid = fork();
+	if (pid < 0)
+		die(fmt::format("fork: {}", std::strerror(errno)));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(out[1], STDOUT_FILENO);
+		std::string self = "/proc/self/exe", flag = "--measure-load";
+		std::string target = path;
+		char *argv[] = {self.data(), flag.data(), target.data(), nullptr};
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(out[1]);
+	std::string reply;
+	char buf[4096];
+	for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) != 0;) {
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			break;
+		reply.append(buf, static_cast<size_t>(n));
+	}
+	close(out[0]);
+	int status = 0;
+	waitpid(pid, &status, 0);
+	std::istringstream in(reply);
+	if (!(in >> row.ms >> row.baseKiB >> row.peakKiB >> row.cidrs) || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) != 0)
+		die(fmt::format("loading {} failed: {}", label, reply));
+	std::remove(path.c_str());
+	return row;
+}
+
+// The largest file the agent accepts: the 16 MiB cap full of CIDRs as operators write
+// them (block YAML, one per line), with cidrLimit after the list.
+std::string largestAcceptedText()
+{
+	const std::string tail = fmt::format("cidrLimit: {}\n", kMaxNonMasqueradeCIDRs);
+	std::string out = "nonMasqueradeCIDRs:\n";
+	out.reserve(kMaxConfigFileBytes);
+	for (size_t i = 0; i < kMaxNonMasqueradeCIDRs; i++) {
+		const uint32_t net = 0x14000000u + (static_cast<uint32_t>(2 * i) << 8);
+		const std::string line = fmt::format("  - {}.{}.{}.0/24\n", net >> 24, (net >> 16) & 0xff,
+						     (net >> 8) & 0xff);
+		if (out.size() + line.size() + tail.size() > kMaxConfigFileBytes)
+			break;
+		out += line;
+	}
+	return out + tail;
+}
+
 // --- Reporting ------------------------------------------------------------------------
 
 std::string cpuModel()
@@ -688,6 +792,10 @@ struct Target {
 
 int main(int argc, char *argv[])
 {
+	// The child of measureLoad(), before anything else: a fresh process that only loads.
+	if (argc == 3 && std::strcmp(argv[1], "--measure-load") == 0)
+		return measureLoadChild(argv[2]);
+
 	bool quick = false;
 	for (int i = 1; i < argc; i++) {
 		if (std::strcmp(argv[i], "--quick") == 0) {
@@ -774,6 +882,13 @@ int main(int argc, char *argv[])
 		std::fflush(stdout);
 		rows.push_back(std::move(row));
 	}
+	std::vector<LoadRow> loads;
+	for (const size_t n : quick ? std::vector<size_t>{10000} : std::vector<size_t>{10000, 100000}) {
+		const Case c{n, false};
+		loads.push_back(measureLoad(caseLabel(c), configPath, configText(cidrList(c, 0))));
+	}
+	if (!quick)
+		loads.push_back(measureLoad("largest (16 MiB)", configPath, largestAcceptedText()));
 	const double totalSeconds = std::chrono::duration<double>(Clock::now() - started).count();
 
 	std::vector<Target> targets;
@@ -847,6 +962,32 @@ int main(int argc, char *argv[])
 			   r.swapLive.ms.size(), fmt::format("<50 {}", verdict(swapOk)),
 			   r.rssStartKiB / 1024.0, r.rssFileKiB / 1024.0, rssTarget,
 			   r.rssAfterKiB / 1024.0);
+	}
+
+	fmt::print("\n5. Loading the config file (read + parse, block YAML, cidrLimit after the list), "
+		   "in a fresh process;\n   peak: VmHWM minus VmRSS before the load, in MiB; model: "
+		   "CIDRs x sizeof(Prefix) ({} bytes)\n", sizeof(Prefix));
+	fmt::print("{:>17} {:>9} {:>10} {:>10} {:>8} {:>8} {:>7} {:>12}\n", "file", "MiB", "CIDRs",
+		   "load ms", "peak", "model", "ratio", "target");
+	constexpr double kLoadRatioTarget = 3;
+	constexpr double kLargestLoadTargetMs = 10000;
+	for (const LoadRow &r : loads) {
+		std::string target = "-";
+		if (r.cidrs == 100000) {
+			const bool ok = r.peakKiB >= 0 && r.ratio() <= kLoadRatioTarget;
+			target = fmt::format("<=3x {}", verdict(ok));
+			targets.push_back({"load peak RSS / model, 100,000 CIDRs",
+					   fmt::format("{:.2f}x", r.ratio()), "<= 3x", ok});
+		} else if (r.label.rfind("largest", 0) == 0) {
+			const bool ok = r.ms < kLargestLoadTargetMs;
+			target = fmt::format("<10 s {}", verdict(ok));
+			targets.push_back({fmt::format("load largest file, {} CIDRs", thousands(r.cidrs)),
+					   fmt::format("{:.2f} s", r.ms / 1000), "< 10 s", ok});
+		}
+		fmt::print("{:>17} {:>9.2f} {:>10} {:>10} {:>8.2f} {:>8.2f} {:>7.2f} {:>12}\n", r.label,
+			   static_cast<double>(r.fileBytes) / (1024 * 1024), thousands(r.cidrs), ms(r.ms),
+			   r.peakKiB < 0 ? -1.0 : (r.peakKiB - r.baseKiB) / 1024.0, r.modelKiB() / 1024,
+			   r.ratio(), target);
 	}
 
 	fmt::print("\nTargets\n");

@@ -386,7 +386,6 @@ private:
 	void readInt(const Value &value, Key key, int &out);
 	void readBool(const Value &value, Key key, bool &out);
 	void readDuration(const Value &value);
-	[[noreturn]] void refuseAliasOfCollection(const Value &value, std::string_view key) const;
 	std::string depthError(const YAML::Mark &mark) const;
 
 	const std::string &source_;
@@ -644,19 +643,14 @@ void ConfigHandler::onKey(const Value &key)
 						      at(key.mark), shown(spelling), kKnownKeys));
 }
 
-[[noreturn]] void ConfigHandler::refuseAliasOfCollection(const Value &value, std::string_view key) const
-{
-	refuse(fmt::format("{}*{} is an alias of {}; aliases of lists and mappings are not "
-			   "supported (only of single values): write the {} here",
-			   where(value.mark, key), escaped(value.alias),
-			   value.kind == Kind::list ? "a list" : "a mapping",
-			   value.kind == Kind::list ? "list" : "mapping"));
-}
-
 void ConfigHandler::onKnownValue(Key key, const Value &value)
 {
-	if (!value.alias.empty() && (value.kind == Kind::list || value.kind == Kind::mapping))
-		refuseAliasOfCollection(value, keyName(key));
+	// An alias of anything but a single value is refused (with the other wrong types
+	// below): following it would copy, and an alias can repeat a list without end.
+	if (key == Key::nonMasqueradeCIDRs && value.kind == Kind::list)
+		refuse(fmt::format("{}*{} is an alias of a list; aliases of lists and mappings are "
+				   "not supported (only of single values): write the list here",
+				   where(value.mark, keyName(key)), escaped(value.alias)));
 	switch (key) {
 	case Key::nonMasqueradeCIDRs:
 		if (value.kind != Kind::null)
@@ -691,8 +685,6 @@ void ConfigHandler::onCidrListStart(const YAML::Mark &mark)
 void ConfigHandler::onCidr(const Value &item)
 {
 	const std::string key = fmt::format("nonMasqueradeCIDRs[{}]", cidrCount_);
-	if (!item.alias.empty() && (item.kind == Kind::list || item.kind == Kind::mapping))
-		refuseAliasOfCollection(item, key);
 	if (item.kind != Kind::scalar)
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
 				   where(item.mark, key), item.describe()));

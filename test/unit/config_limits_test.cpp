@@ -302,7 +302,10 @@ TEST_CASE("aliases: single values are looked up, lists and mappings are refused,
 		   Catch::StartsWith(kSource + ":2:21: nonMasqueradeCIDRs: *list is an alias of a list") &&
 			   Catch::Contains("write the list here"));
 	CHECK_THAT(parseError("m: &m {a: 1}\nnonMasqueradeCIDRs: [*m]\n"),
-		   Catch::Contains("nonMasqueradeCIDRs[0]: *m is an alias of a mapping"));
+		   Catch::Contains("nonMasqueradeCIDRs[0]: expected a CIDR string such as \"10.0.0.0/8\", "
+				   "got *m, an alias of a mapping"));
+	CHECK_THAT(parseError("l: &l [1]\ncidrLimit: *l\n"),
+		   Catch::Contains("cidrLimit: expected a whole number such as 64, got *l, an alias of a list"));
 
 	// "Billion laughs" under an unknown key: the aliases are not followed, so it costs
 	// what its text costs; it is ignored with a warning.

@@ -13,7 +13,6 @@
 #include <deque>
 #include <fcntl.h>
 #include <istream>
-#include <limits>
 #include <streambuf>
 #include <sys/stat.h>
 
@@ -662,7 +661,7 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 	case Key::cidrLimit:
 		readInt(value, key, loaded_.config.cidrLimit);
 		cidrLimitFinal_ = true;
-		// A list before cidrLimit was only checked against the largest limit so far.
+		// A list before cidrLimit was only checked against the hard maximum.
 		if (cidrCount_ > static_cast<size_t>(loaded_.config.cidrLimit))
 			refuse(fmt::format("{}{} entries, more than cidrLimit ({}; link-local is not "
 					   "counted). Remove entries, or raise cidrLimit in the same file",

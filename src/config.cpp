@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include <fmt/format.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/exceptions.h>
 #include <yaml-cpp/mark.h>
@@ -831,6 +832,13 @@ Result<LoadedConfig> parseText(std::string_view text, const std::string &source,
 		}
 	} catch (const StopParsing &stop) {
 		return fail(handler.refusal() ? *handler.refusal() : stop.error);
+	} catch (const YAML::DeepRecursion &e) {
+		// yaml-cpp's own guard, for nesting where the handler does not count (a key, or
+		// after a refusal): its message is only "bad file".
+		return fail(fmt::format("{}:{}:{}: nested {} levels deep or more, more than the YAML "
+					"parser takes; an ip-masq-agent config is one mapping with one "
+					"list in it: check the brackets and the indentation",
+					escaped(source), e.mark.line + 1, e.mark.column + 1, e.depth()));
 	} catch (const YAML::ParserException &e) {
 		return syntaxError(e.mark, e.msg);
 	} catch (const YAML::Exception &e) {

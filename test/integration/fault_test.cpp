@@ -125,16 +125,19 @@ TEST_CASE("kill -9 during --once leaves exactly the old table or exactly the new
 			applyMs = std::stod(m[1]);
 	}
 	const double runSeconds = secondsSince(started);
+	const auto checkStart = Clock::now();
 	REQUIRE(held(1) == 1);
+	const double checkSeconds = secondsSince(checkStart);
 	int current = 1;
 
 	// Kill at a random moment of a run: half of the kills anywhere within the time one
 	// run took, half around its commit (most of a run is spent parsing the config).
 	const uint64_t seed = faultSeed();
 	std::printf("fault loop: seed %llu (IPMASQ_FAULT_SEED=%llu replays it); one run of --once "
-		    "takes %.3f s, commits after %.3f s, its apply takes %.1f ms\n",
+		    "takes %.3f s, commits after %.3f s, its apply takes %.1f ms; reading the "
+		    "table back takes %.3f s\n",
 		    static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed),
-		    runSeconds, commitSeconds, applyMs);
+		    runSeconds, commitSeconds, applyMs, checkSeconds);
 	std::mt19937_64 random(seed);
 	const double applySeconds = std::max(applyMs / 1000, 0.02);
 	std::uniform_real_distribution<double> anywhere(0, runSeconds);
@@ -143,12 +146,15 @@ TEST_CASE("kill -9 during --once leaves exactly the old table or exactly the new
 
 	int keptOld = 0, tookNew = 0, finished = 0, commits = 0;
 	const auto loopStart = Clock::now();
-	for (int kill = 0; kill < kKills; kill++) {
+	for (int round = 0; round < kKills; round++) {
 		const int next = 1 - current;
-		const double delay = kill % 2 == 0 ? anywhere(random) : aroundCommit(random);
+		const double delay = round % 2 == 0 ? anywhere(random) : aroundCommit(random);
 		const uint32_t generationBefore = generation();
 		AgentProcess once({"--once", "--config=" + configs[next]});
-		std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+		// Sleep (in steps of a few ms), unless the run ends first.
+		waitFor([&] { return !once.running(); },
+			std::chrono::duration_cast<std::chrono::milliseconds>(
+				std::chrono::duration<double>(delay)));
 		const int status = once.stop(SIGKILL, 30s);
 		REQUIRE(status >= 0);
 		// Nobody committed since the kernel was seen to hold `current` exactly: it
@@ -158,7 +164,7 @@ TEST_CASE("kill -9 during --once leaves exactly the old table or exactly the new
 		const int now = committed ? held(next) : current;
 		INFO(fmt::format("kill {} of {} after {:.3f} s (seed {}): the kernel held version {} "
 				 "before, --once applied version {}, exit status {}; agent log:\n{}",
-				 kill + 1, kKills, delay, seed, current, next, status, once.log()));
+				 round + 1, kKills, delay, seed, current, next, status, once.log()));
 		REQUIRE(now != -1); // neither version: a partial or mixed table, or none
 		if (status == 0)
 			finished++;

@@ -45,13 +45,16 @@ public:
 
 	// How long the kernel may take to answer, per reply (SO_RCVTIMEO) and for the
 	// rest of a batch's answers. nf_tables answers inside our own send and receive
-	// calls: 100,000 CIDRs commit in about 0.25 s, and a dump of them takes about as
-	// long, so 10 s only ever expires on a kernel that is stuck. Then the exchange
-	// fails with ETIMEDOUT ("nf_tables did not answer within 10 s") instead of
-	// blocking the daemon's loop forever, and the socket stays usable: whatever the
-	// kernel sends later to the abandoned exchange is discarded.
+	// calls: a batch of 100,000 CIDRs is committed within the sendmsg() (about 0.25 s,
+	// under 1 s on a loaded node), and a dump comes as datagrams of at most 32 KiB,
+	// each built in the recv() that asks for it. So 10 s only ever expires on a
+	// kernel that is stuck. Then the exchange fails with ETIMEDOUT ("nf_tables did
+	// not answer within 10 s") instead of blocking the daemon's loop forever, and the
+	// socket stays usable: whatever the kernel sends later to the abandoned exchange
+	// is discarded.
 	static constexpr std::chrono::milliseconds kDefaultReplyTimeout{10000};
 	// Sets SO_RCVTIMEO and SO_SNDTIMEO (open() sets kDefaultReplyTimeout). Positive.
+	// Reads that never block (receivePending(), the change monitor's) are unaffected.
 	Status setReplyTimeout(std::chrono::milliseconds timeout);
 
 	int fd() const;

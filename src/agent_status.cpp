@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Health and counters, and their Prometheus text exposition.
+// Liveness, readiness, counters, and their Prometheus text exposition.
 #include "ip-masq-agent/agent_status.h"
 
 #include <fmt/format.h>
@@ -8,148 +8,168 @@
 
 namespace ipmasq {
 
+AgentStatus::AgentStatus(Clock::time_point startedAt) : startedAt_(startedAt) {}
+
 void AgentStatus::configLoaded()
 {
 	std::lock_guard lock(mutex_);
-	configError_.clear();
+	state_.configError.clear();
 }
 
 void AgentStatus::configFailed(const std::string &error)
 {
 	std::lock_guard lock(mutex_);
-	configError_ = error;
-	configErrors_++;
+	state_.configError = error;
+	state_.configErrors++;
 }
 
 void AgentStatus::syncSucceeded(const Ruleset &applied, std::chrono::duration<double> took)
 {
-	std::lock_guard lock(mutex_);
-	started_ = true;
-	syncError_.clear();
-	tableDrifted_ = false;
-	syncs_++;
-	lastSuccessUnixSeconds_ =
+	const AddressSet *v4 = applied.findSet(Family::ipv4);
+	const AddressSet *v6 = applied.findSet(Family::ipv6);
+	const double unixNow =
 		std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+	std::lock_guard lock(mutex_);
+	Snapshot &s = state_;
+	s.started = true;
+	s.syncError.clear();
+	s.tableDrifted = false;
+	s.syncs++;
+	s.lastSuccessUnixSeconds = unixNow;
 	const double seconds = took.count();
 	for (size_t i = 0; i < kDurationBuckets.size(); i++)
 		if (seconds <= kDurationBuckets[i])
-			durationBucketCounts_[i]++;
-	durationCount_++;
-	durationSum_ += seconds;
-	const AddressSet *v4 = applied.findSet(Family::ipv4);
-	const AddressSet *v6 = applied.findSet(Family::ipv6);
-	intervalsV4_ = v4 ? v4->elements.size() : 0;
-	intervalsV6_ = v6 ? v6->elements.size() : 0;
-	table_ = applied.table;
+			s.durationBucketCounts[i]++;
+	s.durationCount++;
+	s.durationSum += seconds;
+	s.intervalsV4 = v4 ? v4->elements.size() : 0;
+	s.intervalsV6 = v6 ? v6->elements.size() : 0;
+	s.table = applied.table;
 }
 
 void AgentStatus::syncFailed(const std::string &error)
 {
 	std::lock_guard lock(mutex_);
-	started_ = true;
-	syncError_ = error;
-	syncFailures_++;
+	state_.started = true;
+	state_.syncError = error;
+	state_.syncFailures++;
 }
 
 void AgentStatus::noopResync()
 {
 	std::lock_guard lock(mutex_);
-	started_ = true;
-	syncError_.clear(); // the kernel was just seen to hold the desired table
-	noopResyncs_++;
+	state_.started = true;
+	state_.syncError.clear(); // the kernel was just seen to hold the desired table
+	state_.noopResyncs++;
 }
 
 void AgentStatus::tableDrifted()
 {
 	std::lock_guard lock(mutex_);
-	tableDrifted_ = true;
+	state_.tableDrifted = true;
 }
 
 void AgentStatus::driftRepaired()
 {
 	std::lock_guard lock(mutex_);
-	driftRepairs_++;
+	state_.driftRepairs++;
 }
 
-void AgentStatus::loopTurned()
+AgentStatus::Snapshot AgentStatus::snapshot() const
+{
+	std::lock_guard lock(mutex_);
+	return state_;
+}
+
+void AgentStatus::loopTurned(Clock::time_point now)
 {
 	// Zero means "never": a monotonic clock read is never zero after boot.
-	lastLoopTurn_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
-			    std::memory_order_relaxed);
+	lastLoopTurn_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
 }
 
-std::optional<std::chrono::steady_clock::time_point> AgentStatus::lastLoopTurn() const
+std::optional<AgentStatus::Clock::time_point> AgentStatus::lastLoopTurn() const
 {
 	const auto ticks = lastLoopTurn_.load(std::memory_order_relaxed);
 	if (ticks == 0)
 		return std::nullopt;
-	return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ticks));
+	return Clock::time_point(Clock::duration(ticks));
 }
 
-AgentStatus::Health AgentStatus::health() const
+AgentStatus::Health AgentStatus::liveness(Clock::time_point now) const
 {
-	std::lock_guard lock(mutex_);
-	if (!configError_.empty())
-		return {false, "config invalid (the last good ruleset stays in force): " + configError_};
-	if (!syncError_.empty())
-		return {false, "the kernel rejected the ruleset: " + syncError_};
-	if (tableDrifted_)
+	const std::optional<Clock::time_point> beat = lastLoopTurn();
+	// Whole seconds, rounded down: "has not turned for 17 s".
+	const auto age = std::chrono::duration_cast<std::chrono::seconds>(now - beat.value_or(startedAt_));
+	if (age <= kLivenessLimit)
+		return {true, {}};
+	if (!beat)
+		return {false, fmt::format("the event loop has not started {} s after start-up "
+					   "(the limit is {} s)", age.count(), kLivenessLimit.count())};
+	return {false, fmt::format("the event loop has not turned for {} s (the limit is {} s): "
+				   "it is stuck, for example in a kernel call", age.count(),
+				   kLivenessLimit.count())};
+}
+
+AgentStatus::Health AgentStatus::Snapshot::health() const
+{
+	if (!configError.empty())
+		return {false, "config invalid (the last good ruleset stays in force): " + configError};
+	if (!syncError.empty())
+		return {false, "the kernel rejected the ruleset: " + syncError};
+	if (tableDrifted)
 		return {false, fmt::format("table inet {} is missing or was changed, and is not yet "
-					   "restored", table_)};
-	if (!started_)
+					   "restored", table)};
+	if (!started)
 		return {false, "no sync has completed yet"};
 	return {true, {}};
 }
 
-std::string AgentStatus::summary() const
+std::string AgentStatus::Snapshot::summary() const
 {
-	const Health h = health();
-	std::lock_guard lock(mutex_);
-	if (!h.ok)
+	if (const Health h = health(); !h.ok)
 		return h.reason;
 	return fmt::format("table inet {} in force: {} IPv4 and {} IPv6 non-masquerade intervals",
-			   table_, intervalsV4_, intervalsV6_);
+			   table, intervalsV4, intervalsV6);
 }
 
-std::string AgentStatus::prometheusText() const
+std::string AgentStatus::Snapshot::prometheusText() const
 {
-	const bool healthy = health().ok;
-	std::lock_guard lock(mutex_);
 	std::string out;
 	const auto metric = [&](const char *name, const char *type, const char *help, auto value) {
 		out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name,
 				   value);
 	};
 	metric("ip_masq_agent_syncs_total", "counter",
-	       "Rulesets committed to the kernel.", syncs_);
+	       "Rulesets committed to the kernel.", syncs);
 	metric("ip_masq_agent_sync_failures_total", "counter",
-	       "Syncs that failed (kernel rejected the batch, or netlink failed).", syncFailures_);
+	       "Syncs that failed (kernel rejected the batch, or netlink failed).", syncFailures);
 	metric("ip_masq_agent_noop_resyncs_total", "counter",
-	       "Syncs skipped because nothing had changed.", noopResyncs_);
+	       "Syncs skipped because nothing had changed.", noopResyncs);
 	metric("ip_masq_agent_drift_repairs_total", "counter",
 	       "Times the table was restored after being deleted or changed outside the agent.",
-	       driftRepairs_);
+	       driftRepairs);
 	metric("ip_masq_agent_config_errors_total", "counter",
-	       "Config loads that failed (counted once per change of the file).", configErrors_);
+	       "Config loads that failed (counted once per change of the file).", configErrors);
 	metric("ip_masq_agent_last_successful_sync_timestamp_seconds", "gauge",
-	       "Unix time of the last successful sync.", fmt::format("{:.3f}", lastSuccessUnixSeconds_));
-	metric("ip_masq_agent_healthy", "gauge", "1 when /healthz reports ok.", healthy ? 1 : 0);
+	       "Unix time of the last successful sync.", fmt::format("{:.3f}", lastSuccessUnixSeconds));
+	metric("ip_masq_agent_healthy", "gauge", "1 when /readyz (and /healthz) report ok.",
+	       health().ok ? 1 : 0);
 
 	out += "# HELP ip_masq_agent_sync_duration_seconds Time to commit a ruleset to the kernel.\n"
 	       "# TYPE ip_masq_agent_sync_duration_seconds histogram\n";
 	for (size_t i = 0; i < kDurationBuckets.size(); i++)
 		out += fmt::format("ip_masq_agent_sync_duration_seconds_bucket{{le=\"{}\"}} {}\n",
-				   kDurationBuckets[i], durationBucketCounts_[i]);
+				   kDurationBuckets[i], durationBucketCounts[i]);
 	out += fmt::format("ip_masq_agent_sync_duration_seconds_bucket{{le=\"+Inf\"}} {}\n"
 			   "ip_masq_agent_sync_duration_seconds_sum {}\n"
 			   "ip_masq_agent_sync_duration_seconds_count {}\n",
-			   durationCount_, durationSum_, durationCount_);
+			   durationCount, durationSum, durationCount);
 
 	out += "# HELP ip_masq_agent_nonmasquerade_intervals Intervals in the non-masquerade sets "
 	       "in force.\n# TYPE ip_masq_agent_nonmasquerade_intervals gauge\n";
 	out += fmt::format("ip_masq_agent_nonmasquerade_intervals{{family=\"ipv4\"}} {}\n"
 			   "ip_masq_agent_nonmasquerade_intervals{{family=\"ipv6\"}} {}\n",
-			   intervalsV4_, intervalsV6_);
+			   intervalsV4, intervalsV6);
 	out += fmt::format("# HELP ip_masq_agent_build_info The agent's version.\n"
 			   "# TYPE ip_masq_agent_build_info gauge\n"
 			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",

@@ -320,12 +320,22 @@ int Daemon::run()
 		return EXIT_FAILURE;
 	}
 
+	// The loop's heartbeat for /livez: it wakes at least this often, so a stale
+	// heartbeat means stuck, not idle.
+	UniqueFd heartbeatFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	if (!heartbeatFd.isValid() ||
+	    !armTimer(heartbeatFd, AgentStatus::kHeartbeatPeriod, AgentStatus::kHeartbeatPeriod)) {
+		log::error("cannot arm the heartbeat timer: {}", std::strerror(errno));
+		return EXIT_FAILURE;
+	}
+	status_.loopTurned();
+
 	(void)sync(SyncTrigger::startup);
 	armResyncTimer();
 	armWatchdogTimer();
 	reportToSystemd();
 
-	enum { kSignal, kTimer, kWatcher, kMonitor, kWatchdog, kDebounce, kCount };
+	enum { kSignal, kTimer, kWatcher, kMonitor, kWatchdog, kDebounce, kHeartbeat, kCount };
 	std::array<pollfd, kCount> fds{};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
 	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
@@ -333,6 +343,7 @@ int Daemon::run()
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
 	fds[kWatchdog] = {watchdogFd_.get(), POLLIN, 0};
 	fds[kDebounce] = {debounceFd_.get(), POLLIN, 0};
+	fds[kHeartbeat] = {heartbeatFd.get(), POLLIN, 0};
 
 	for (;;) {
 		if (poll(fds.data(), fds.size(), -1) < 0) {
@@ -340,6 +351,11 @@ int Daemon::run()
 				continue;
 			log::error("poll: {}", std::strerror(errno));
 			return EXIT_FAILURE;
+		}
+		status_.loopTurned();
+		if (fds[kHeartbeat].revents & POLLIN) {
+			uint64_t expirations = 0;
+			(void)!read(heartbeatFd.get(), &expirations, sizeof(expirations));
 		}
 
 		std::optional<SyncTrigger> trigger;

@@ -73,6 +73,13 @@ public:
 	}
 
 private:
+	// 200 "ok", or 503 with the reason.
+	void answerHealth(const AgentStatus::Health &health)
+	{
+		response_.result(health.ok ? http::status::ok : http::status::service_unavailable);
+		response_.body() = health.ok ? "ok\n" : health.reason + "\n";
+	}
+
 	void respond()
 	{
 		response_.version(request_.version());
@@ -87,17 +94,20 @@ private:
 			response_.result(http::status::method_not_allowed);
 			response_.set(http::field::allow, "GET, HEAD");
 			response_.body() = "only GET and HEAD\n";
-		} else if (path == "/healthz") {
-			const AgentStatus::Health health = status_.health();
-			response_.result(health.ok ? http::status::ok : http::status::service_unavailable);
-			response_.body() = health.ok ? "ok\n" : health.reason + "\n";
+		} else if (path == "/livez") {
+			// Only the heartbeat's atomic: never waits for the loop, which is what it
+			// judges.
+			answerHealth(status_.liveness(AgentStatus::Clock::now()));
+		} else if (path == "/readyz" || path == "/healthz") {
+			// /healthz is /readyz under its old name, for existing scripts.
+			answerHealth(status_.health());
 		} else if (path == "/metrics") {
 			response_.result(http::status::ok);
 			response_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
 			response_.body() = status_.prometheusText();
 		} else {
 			response_.result(http::status::not_found);
-			response_.body() = "not found: try /healthz or /metrics\n";
+			response_.body() = "not found: try /livez, /readyz, /healthz or /metrics\n";
 		}
 		response_.prepare_payload();
 		if (head)
@@ -149,6 +159,7 @@ struct HealthServer::Impl {
 	static constexpr long kMaxSessions = 16;
 
 	const AgentStatus &status;
+	uint16_t port = 0; // the bound port, recorded before the I/O thread starts
 	asio::io_context io{1};
 	tcp::acceptor acceptor{io};
 	asio::steady_timer retry{io};
@@ -199,10 +210,17 @@ Result<std::unique_ptr<HealthServer>> HealthServer::start(const ListenAddress &a
 {
 	auto impl = std::make_unique<Impl>(status);
 	if (const auto ec = openAndBind(impl->acceptor, address))
-		return fail(fmt::format("cannot serve /healthz and /metrics on {}:{}: {} (choose "
-					"another --health-addr, or turn it off with --health-addr=)",
+		return fail(fmt::format("cannot serve /healthz, /livez, /readyz and /metrics on {}:{}: "
+					"{} (choose another --health-addr, or turn it off with "
+					"--health-addr=)",
 					address.host.empty() ? "*" : address.host, address.port,
 					ec.message()), ec.value());
+	// Read here, once: from now on only the I/O thread touches the acceptor.
+	boost::system::error_code ec;
+	impl->port = impl->acceptor.local_endpoint(ec).port();
+	if (ec)
+		return fail(fmt::format("cannot tell the health endpoint's port: {}", ec.message()),
+			    ec.value());
 	impl->accept();
 	Impl *raw = impl.get();
 	impl->thread = std::thread([raw] {
@@ -227,7 +245,7 @@ HealthServer::~HealthServer()
 
 uint16_t HealthServer::port() const
 {
-	return impl_->acceptor.local_endpoint().port();
+	return impl_->port;
 }
 
 } // namespace ipmasq

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the agent reports about itself: health (for /healthz) and counters (for /metrics).
+// What the agent reports about itself: liveness (/livez), readiness (/readyz, /healthz)
+// and counters (/metrics).
 #pragma once
 
 #include <array>
@@ -14,10 +15,14 @@
 
 namespace ipmasq {
 
-// Written by the daemon's loop, read by the HTTP server's thread: every access locks.
+// Written by the daemon's loop, read by the HTTP server's thread. Readiness and counters
+// are guarded by one lock and read as one Snapshot; the loop's heartbeat is an atomic of
+// its own, so that liveness never waits for anything the loop could hold.
 class AgentStatus
 {
 public:
+	using Clock = std::chrono::steady_clock;
+
 	struct Health {
 		bool ok;
 		std::string reason; // why not ok; empty when ok
@@ -26,6 +31,38 @@ public:
 	// Upper bounds (seconds) of the sync duration histogram's buckets.
 	static constexpr std::array<double, 12> kDurationBuckets{
 		0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+
+	// Everything but the heartbeat, copied under one lock acquisition: whatever is
+	// rendered from one snapshot (a /readyz answer, a /metrics page, a STATUS= line)
+	// describes one state, never a mix of two.
+	struct Snapshot {
+		bool started = false; // a sync has completed
+		std::string configError;
+		std::string syncError;
+		bool tableDrifted = false;
+
+		uint64_t syncs = 0;
+		uint64_t syncFailures = 0;
+		uint64_t noopResyncs = 0;
+		uint64_t driftRepairs = 0;
+		uint64_t configErrors = 0;
+		double lastSuccessUnixSeconds = 0;
+		std::array<uint64_t, kDurationBuckets.size()> durationBucketCounts{};
+		uint64_t durationCount = 0;
+		double durationSum = 0;
+		size_t intervalsV4 = 0;
+		size_t intervalsV6 = 0;
+		std::string table;
+
+		// Readiness: the config is valid and its table is in force.
+		Health health() const;
+		std::string prometheusText() const;
+		// One line for systemd's STATUS=.
+		std::string summary() const;
+	};
+
+	// `startedAt` is when the process started, for liveness before the loop's first turn.
+	explicit AgentStatus(Clock::time_point startedAt = Clock::now());
 
 	void configLoaded();
 	void configFailed(const std::string &error);
@@ -40,36 +77,33 @@ public:
 	// turn and wakes at least every kHeartbeatPeriod to do so, so a heartbeat older than
 	// a few periods means the loop is stuck (a hung kernel call, a deadlock), not idle.
 	static constexpr std::chrono::seconds kHeartbeatPeriod{5};
-	void loopTurned();
+	// How old the heartbeat may be while the agent counts as live. Three periods leave
+	// room for a sync that legitimately takes seconds (parsing and applying 100,000
+	// CIDRs on a busy node) between two turns. The same bound applies from start-up to
+	// the first turn.
+	static constexpr std::chrono::seconds kLivenessLimit = 3 * kHeartbeatPeriod;
+	void loopTurned(Clock::time_point now = Clock::now());
 	// When the loop last turned; nullopt before its first turn.
-	std::optional<std::chrono::steady_clock::time_point> lastLoopTurn() const;
+	std::optional<Clock::time_point> lastLoopTurn() const;
 
-	Health health() const;
-	std::string prometheusText() const;
-	// One line for systemd's STATUS=.
-	std::string summary() const;
+	// Liveness at `now`: ok while the loop has turned within kLivenessLimit (or, before
+	// its first turn, while the process is younger than that); otherwise the reason
+	// names how long it has not turned. Lock-free.
+	Health liveness(Clock::time_point now = Clock::now()) const;
+
+	Snapshot snapshot() const;
+	// Each of these renders one snapshot.
+	Health health() const { return snapshot().health(); }
+	std::string prometheusText() const { return snapshot().prometheusText(); }
+	std::string summary() const { return snapshot().summary(); }
 
 private:
-	mutable std::mutex mutex_;
+	const Clock::time_point startedAt_;
 	// Lock-free: the loop beats on every turn, and must never wait for a scrape.
-	std::atomic<std::chrono::steady_clock::rep> lastLoopTurn_{0};
-	bool started_ = false; // a sync has completed
-	std::string configError_;
-	std::string syncError_;
-	bool tableDrifted_ = false;
+	std::atomic<Clock::rep> lastLoopTurn_{0};
 
-	uint64_t syncs_ = 0;
-	uint64_t syncFailures_ = 0;
-	uint64_t noopResyncs_ = 0;
-	uint64_t driftRepairs_ = 0;
-	uint64_t configErrors_ = 0;
-	double lastSuccessUnixSeconds_ = 0;
-	std::array<uint64_t, kDurationBuckets.size()> durationBucketCounts_{};
-	uint64_t durationCount_ = 0;
-	double durationSum_ = 0;
-	size_t intervalsV4_ = 0;
-	size_t intervalsV6_ = 0;
-	std::string table_;
+	mutable std::mutex mutex_;
+	Snapshot state_; // guarded by mutex_
 };
 
 } // namespace ipmasq

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The HTTP endpoint: /healthz and /metrics, served by Boost.Beast on a thread of its own.
+// The HTTP endpoint: /livez, /readyz, /healthz and /metrics, served by Boost.Beast on a
+// thread of its own.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,15 @@ struct ListenAddress {
 // "host:port", ":port" or "[v6]:port". Port 0 picks a free port (for tests).
 Result<ListenAddress> parseListenAddress(std::string_view text);
 
-// Serves GET/HEAD /healthz (200 "ok", or 503 with the reason) and /metrics
-// (Prometheus text) from `status`. Requests are handled one thread away from the
-// daemon's loop, so a slow client can never delay a sync.
+// Serves GET/HEAD from `status`, each answer rendered from one consistent reading:
+//   /livez    liveness: 200 "ok" while the daemon's loop turns, else 503 with the reason
+//             (AgentStatus::liveness; reads only the heartbeat, never waits for the loop)
+//   /readyz   readiness: 200 "ok" while the config is valid and its table is in force,
+//             else 503 with the reason
+//   /healthz  the same as /readyz (its name before /readyz existed)
+//   /metrics  Prometheus text
+// Requests are handled one thread away from the daemon's loop, so a slow client can
+// never delay a sync, and a stuck loop cannot stop /livez from saying so.
 class HealthServer
 {
 public:
@@ -32,6 +39,7 @@ public:
 							   const AgentStatus &status);
 	~HealthServer(); // stops serving and joins the thread
 
+	// The bound port (the chosen one when the address said 0).
 	uint16_t port() const;
 
 	struct Impl;

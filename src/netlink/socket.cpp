@@ -7,6 +7,7 @@
 #include <ctime>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nf_tables.h>
@@ -24,10 +25,6 @@ namespace {
 // Large enough for any datagram the kernel sends us: dump skbs are at most 32 KiB,
 // and acknowledgements are capped.
 constexpr size_t kReceiveBufferSize = 64 * 1024 + 4096;
-
-// How long to wait for the rest of a batch's answers. The kernel processes a batch
-// inside our sendmsg() call, so they are normally all queued before we look.
-constexpr int kAnswerTimeoutMs = 10000;
 
 Error systemError(const std::string &what, int errnum)
 {
@@ -102,7 +99,35 @@ Result<Socket> Socket::open()
 	mnl_socket_setsockopt(nl.get(), NETLINK_CAP_ACK, &on, sizeof(on));
 	const uint32_t portId = mnl_socket_get_portid(nl.get());
 	// Start from the clock, as nft does, so that numbers differ between runs.
-	return Socket(std::move(nl), portId, static_cast<uint32_t>(std::time(nullptr)));
+	Socket socket(std::move(nl), portId, static_cast<uint32_t>(std::time(nullptr)));
+	if (auto s = socket.setReplyTimeout(kDefaultReplyTimeout); !s)
+		return fail(s.error());
+	return socket;
+}
+
+Status Socket::setReplyTimeout(std::chrono::milliseconds timeout)
+{
+	if (timeout <= std::chrono::milliseconds(0))
+		return fail("a netlink reply timeout must be positive", EINVAL);
+	const timeval value{static_cast<time_t>(timeout.count() / 1000),
+			    static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+	// The receive timeout is the one that matters: nf_tables answers into our receive
+	// queue. Sending to the kernel does not wait for buffer space today; the send
+	// timeout bounds it should that ever change.
+	for (const int option : {SO_RCVTIMEO, SO_SNDTIMEO})
+		if (setsockopt(fd(), SOL_SOCKET, option, &value, sizeof(value)) != 0)
+			return fail(systemError("cannot set the netfilter netlink socket's timeouts",
+						errno));
+	replyTimeout_ = timeout;
+	return {};
+}
+
+Error Socket::timedOut(const std::string &detail) const
+{
+	return Error(fmt::format("nf_tables did not answer within {:g} s{}{}",
+				 std::chrono::duration<double>(replyTimeout_).count(),
+				 detail.empty() ? "" : ": ", detail),
+		     ETIMEDOUT);
 }
 
 int Socket::fd() const
@@ -203,8 +228,15 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK) // SO_RCVTIMEO expired
+				return fail(timedOut());
 			return fail(systemError("cannot receive a netlink reply", errno));
 		}
+		// The kernel never mixes exchanges in one datagram. One that answers another
+		// sequence number is late, for an exchange we gave up on: not ours to read.
+		const auto *first = reinterpret_cast<const nlmsghdr *>(buffer_.data());
+		if (static_cast<size_t>(n) >= sizeof(nlmsghdr) && first->nlmsg_seq != seq)
+			continue;
 		const int ret = mnl_cb_run(buffer_.data(), n, seq, portId_, dataCallback, &context);
 		if (ret == MNL_CB_STOP)
 			return {};
@@ -272,6 +304,7 @@ Result<BatchAnswer> Socket::sendBatch(const Batch &batch)
 	};
 
 	bool waited = false;
+	bool timedOutWaiting = false;
 	for (;;) {
 		auto got = receivePending(onMessage);
 		if (!got) {
@@ -288,14 +321,21 @@ Result<BatchAnswer> Socket::sendBatch(const Batch &batch)
 		if (answered >= expected || !answer.failures.empty() || waited)
 			break;
 		pollfd pfd{fd(), POLLIN, 0};
-		if (poll(&pfd, 1, kAnswerTimeoutMs) <= 0)
+		const int ready = poll(&pfd, 1, static_cast<int>(replyTimeout_.count()));
+		if (ready <= 0) {
+			timedOutWaiting = ready == 0;
 			break;
+		}
 		waited = true;
 	}
-	if (answer.failures.empty() && answer.acknowledged < expected)
-		return fail(fmt::format("the kernel acknowledged {} of {} messages of a batch, so "
-					"its outcome is unknown", answer.acknowledged, expected),
-			    EPROTO);
+	if (answer.failures.empty() && answer.acknowledged < expected) {
+		const std::string what = fmt::format("the kernel acknowledged {} of {} messages of "
+						     "a batch, so its outcome is unknown",
+						     answer.acknowledged, expected);
+		if (timedOutWaiting)
+			return fail(timedOut(what));
+		return fail(what, EPROTO);
+	}
 	return answer;
 }
 

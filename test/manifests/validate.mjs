@@ -253,12 +253,24 @@ function daemonSetPolicy(ds) {
 	     `a TCP containerPort named "health" must be ${HEALTH_PORT}, the agent's --health-addr`);
 	need(healthPort?.hostPort === undefined || healthPort.hostPort === healthPort.containerPort,
 	     "with hostNetwork, hostPort must equal containerPort");
-	for (const name of ["readinessProbe", "livenessProbe"]) {
+	// Liveness is not readiness: a probe that restarts the agent for a bad config throws
+	// away the state that keeps the node safe (its last good rules, healed on drift).
+	for (const [name, endpoint, why] of [
+		["readinessProbe", "/readyz", "ready while the config is valid and the table in force"],
+		["livenessProbe", "/livez", "live while the event loop turns; a bad config must never restart the agent"]]) {
 		const get = c[name]?.httpGet;
-		need(get?.path === "/healthz", `${name} must be an httpGet of /healthz`);
+		need(get?.path === endpoint, `${name} must be an httpGet of ${endpoint} (${why})`);
 		need(get?.port === "health" || get?.port === HEALTH_PORT, `${name} must use the health port`);
 		need(get?.host === undefined && (get?.scheme ?? "HTTP") === "HTTP", `${name} must probe plain HTTP at the pod's (the node's) address`);
 	}
+	// The kubelet's defaults are a 1 s timeout and 3 failures; spell them out, and
+	// leave a sync that takes seconds room before a restart.
+	const live = c.livenessProbe ?? {};
+	need(Number.isInteger(live.timeoutSeconds) && live.timeoutSeconds >= 2,
+	     "livenessProbe.timeoutSeconds must be set, at least 2: a busy node must not make a live agent miss its probe");
+	need(Number.isInteger(live.periodSeconds) && Number.isInteger(live.failureThreshold) &&
+	     live.failureThreshold >= 2 && live.periodSeconds * live.failureThreshold >= 20,
+	     "livenessProbe must fail at least twice and for at least 20 s (periodSeconds x failureThreshold) before a restart: one slow answer is not a hang");
 
 	const res = c.resources ?? {};
 	need(res.requests?.cpu !== undefined && res.requests?.memory !== undefined, "resources.requests must set cpu and memory");
@@ -315,7 +327,12 @@ const WEAKENINGS = {
 	"no priority class": (ds) => { delete ds.spec.template.spec.priorityClassName; },
 	"tolerations narrowed": (ds) => { ds.spec.template.spec.tolerations = [{ operator: "Exists", effect: "NoSchedule" }]; },
 	"readiness on /": (ds) => { ds.spec.template.spec.containers[0].readinessProbe.httpGet.path = "/"; },
+	"readiness on /livez": (ds) => { ds.spec.template.spec.containers[0].readinessProbe.httpGet.path = "/livez"; },
 	"no liveness probe": (ds) => { delete ds.spec.template.spec.containers[0].livenessProbe; },
+	"liveness on /healthz": (ds) => { ds.spec.template.spec.containers[0].livenessProbe.httpGet.path = "/healthz"; },
+	"liveness on /readyz": (ds) => { ds.spec.template.spec.containers[0].livenessProbe.httpGet.path = "/readyz"; },
+	"liveness on a hair trigger": (ds) => { Object.assign(ds.spec.template.spec.containers[0].livenessProbe, { periodSeconds: 1, failureThreshold: 1 }); },
+	"liveness with the kubelet's 1 s timeout": (ds) => { delete ds.spec.template.spec.containers[0].livenessProbe.timeoutSeconds; },
 	"config via subPath": (ds) => { ds.spec.template.spec.containers[0].volumeMounts[0].subPath = AGENT; },
 	"ConfigMap required": (ds) => { ds.spec.template.spec.volumes[0].configMap.optional = false; },
 	"pod network": (ds) => { ds.spec.template.spec.hostNetwork = false; },

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Health and metrics: transitions of /healthz and the Prometheus exposition.
+// Health and metrics: liveness, transitions of /readyz (/healthz), consistent snapshots
+// and the Prometheus exposition.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/health_server.h"
@@ -126,6 +129,115 @@ TEST_CASE("the loop's heartbeat: none before the first turn, then the time of th
 	REQUIRE(beat.has_value());
 	CHECK(*beat >= before);
 	CHECK(*beat <= std::chrono::steady_clock::now());
+}
+
+TEST_CASE("/livez: live while the heartbeat is fresh, not live with its age once stale")
+{
+	const auto start = std::chrono::steady_clock::now();
+	AgentStatus status(start);
+	REQUIRE(AgentStatus::kLivenessLimit == 3 * AgentStatus::kHeartbeatPeriod);
+
+	status.loopTurned(start + 1s);
+	CHECK(status.liveness(start + 1s).ok);
+	CHECK(status.liveness(start + 1s).reason.empty());
+	CHECK(status.liveness(start + 1s + AgentStatus::kLivenessLimit).ok); // at the limit
+	const auto stale = status.liveness(start + 18s + 400ms); // 17.4 s after the turn
+	CHECK_FALSE(stale.ok);
+	CHECK_THAT(stale.reason, Catch::Contains("has not turned for 17 s") &&
+					 Catch::Contains("the limit is 15 s"));
+
+	// A new turn makes it live again, whatever happened before.
+	status.loopTurned(start + 30s);
+	CHECK(status.liveness(start + 31s).ok);
+	CHECK_FALSE(status.liveness(start + 46s).ok);
+	CHECK_THAT(status.liveness(start + 46s).reason, Catch::Contains("for 16 s"));
+}
+
+TEST_CASE("/livez before the loop's first turn: live while starting, then not")
+{
+	const auto start = std::chrono::steady_clock::now();
+	AgentStatus status(start);
+	// Starting up must not look dead: the process is younger than the limit.
+	CHECK(status.liveness(start).ok);
+	CHECK(status.liveness(start + 10s).ok);
+	// A loop that never starts is as stuck as one that stopped.
+	const auto never = status.liveness(start + 20s);
+	CHECK_FALSE(never.ok);
+	CHECK_THAT(never.reason, Catch::Contains("has not started 20 s after start-up"));
+}
+
+TEST_CASE("/livez does not depend on readiness, and readiness not on liveness")
+{
+	const auto start = std::chrono::steady_clock::now();
+	AgentStatus status(start);
+	status.loopTurned(start);
+	status.configFailed("/etc/config/ip-masq-agent:1:1: bad");
+	CHECK(status.liveness(start + 1s).ok); // a bad config is not a reason to restart
+	CHECK_FALSE(status.health().ok);
+
+	status.configLoaded();
+	status.syncSucceeded(sampleRuleset(), 1ms);
+	CHECK(status.health().ok); // readiness is about the table, not the loop
+	CHECK_FALSE(status.liveness(start + 60s).ok);
+}
+
+TEST_CASE("a snapshot is one state: health, metrics and summary agree")
+{
+	AgentStatus status;
+	status.configLoaded();
+	status.syncSucceeded(sampleRuleset(), 2ms);
+	status.configFailed("x.yaml:3:1: bad");
+
+	const AgentStatus::Snapshot snapshot = status.snapshot();
+	// Later changes do not reach a snapshot already taken.
+	status.configLoaded();
+	status.syncSucceeded(sampleRuleset(), 2ms);
+	CHECK(status.health().ok);
+
+	CHECK_FALSE(snapshot.health().ok);
+	CHECK_THAT(snapshot.summary(), Catch::Contains("x.yaml:3:1: bad"));
+	const std::string text = snapshot.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_healthy") == "0");
+	CHECK(sample(text, "ip_masq_agent_syncs_total") == "1");
+	CHECK(sample(text, "ip_masq_agent_config_errors_total") == "1");
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_healthy") == "1");
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_syncs_total") == "2");
+}
+
+TEST_CASE("/metrics never mixes two states, while the loop keeps changing them")
+{
+	// The loop alternates between a failed and a successful sync. After the first
+	// success, the agent is healthy exactly when it has one more success than failures:
+	// every page must show ip_masq_agent_healthy agreeing with the counters it was
+	// rendered with. Rendering from two lock acquisitions pairs one state's gauge with
+	// the next state's counters.
+	const Ruleset ruleset = sampleRuleset();
+	AgentStatus status;
+	status.syncSucceeded(ruleset, 1ms);
+	std::atomic<bool> stop{false};
+	std::thread loop([&] {
+		// Until the scrapes are done (a second at most).
+		for (long i = 0; i < 1000000000L && !stop.load(); i++) {
+			status.syncFailed("x");
+			status.syncSucceeded(ruleset, 1ms);
+		}
+	});
+	// Scrape while the loop runs: for a second at most, from its first change on.
+	const auto deadline = std::chrono::steady_clock::now() + 1s;
+	while (status.snapshot().syncs < 2 && std::chrono::steady_clock::now() < deadline)
+		std::this_thread::yield();
+	int mixed = 0;
+	for (int i = 0; i < 1000000 && std::chrono::steady_clock::now() < deadline; i++) {
+		const std::string text = status.prometheusText();
+		const bool healthy = sample(text, "ip_masq_agent_healthy") == "1";
+		const bool oneMoreSuccess = std::stoull(sample(text, "ip_masq_agent_syncs_total")) ==
+					    std::stoull(sample(text, "ip_masq_agent_sync_failures_total")) + 1;
+		if (healthy != oneMoreSuccess)
+			mixed++;
+	}
+	stop = true;
+	loop.join();
+	CHECK(mixed == 0);
 }
 
 TEST_CASE("--health-addr forms")

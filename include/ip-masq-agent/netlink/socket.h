@@ -3,6 +3,7 @@
 // dumps and batches with every acknowledgement collected.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -42,6 +43,20 @@ public:
 	// words on errors) and capped acks (errors do not echo whole messages back).
 	static Result<Socket> open();
 
+	// How long the kernel may take to answer, per reply (SO_RCVTIMEO) and for the
+	// rest of a batch's answers. nf_tables answers inside our own send and receive
+	// calls: a batch of 100,000 CIDRs is committed within the sendmsg() (about 0.25 s,
+	// under 1 s on a loaded node), and a dump comes as datagrams of at most 32 KiB,
+	// each built in the recv() that asks for it. So 10 s only ever expires on a
+	// kernel that is stuck. Then the exchange fails with ETIMEDOUT ("nf_tables did
+	// not answer within 10 s") instead of blocking the daemon's loop forever, and the
+	// socket stays usable: whatever the kernel sends later to the abandoned exchange
+	// is discarded.
+	static constexpr std::chrono::milliseconds kDefaultReplyTimeout{10000};
+	// Sets SO_RCVTIMEO and SO_SNDTIMEO (open() sets kDefaultReplyTimeout). Positive.
+	// Reads that never block (receivePending(), the change monitor's) are unaffected.
+	Status setReplyTimeout(std::chrono::milliseconds timeout);
+
 	int fd() const;
 	uint32_t portId() const { return portId_; }
 	// The next sequence number this socket will use.
@@ -66,6 +81,8 @@ public:
 	// to `onReply`; returns once the kernel acknowledged or finished the dump. A kernel
 	// error comes back as an Error with its errno (EINTR: a dump was interrupted by a
 	// concurrent change).
+	// A reply to any other sequence number (left over from an exchange that failed or
+	// timed out) is skipped. No reply within the reply timeout: ETIMEDOUT.
 	Status query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
 		     const ReplyHandler &onReply);
 
@@ -80,10 +97,12 @@ private:
 	// mistaken for answers to the next one.
 	void discardPending();
 	Status growBuffer(int option, int forceOption, size_t bytes);
+	Error timedOut(const std::string &detail = {}) const;
 
 	MnlSocketPtr socket_;
 	uint32_t portId_;
 	uint32_t seq_;
+	std::chrono::milliseconds replyTimeout_ = kDefaultReplyTimeout;
 	std::vector<char> buffer_;
 };
 

@@ -223,8 +223,13 @@ TEST_CASE("kube-proxy re-creating its tables does not make the agent rewrite its
 	SourceEchoServer server(net.external);
 	KubeProxy kubeProxy;
 	Agent agent(kConfig, {"--enable-ipv6", fmt::format("--health-addr=127.0.0.1:{}", kHealthPort)});
-	const auto ready = waitFor([] { return run(fmt::format(
-		"curl -sf --max-time 1 http://127.0.0.1:{}/healthz >/dev/null", kHealthPort)) == 0; }, 5s);
+	// Serving /metrics, with the first sync counted.
+	const auto ready = waitFor([] {
+		std::string text;
+		run(fmt::format("curl -s --max-time 1 http://127.0.0.1:{}/metrics", kHealthPort), &text);
+		return sampleValue(text, "ip_masq_agent_syncs_total") == 1;
+	}, 5s);
+	INFO("agent log:\n" << agent.log());
 	REQUIRE(ready);
 
 	const std::string tableBefore = agentTableJson();

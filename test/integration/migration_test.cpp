@@ -148,7 +148,10 @@ void requireNothingOfUpstreamLeft(const Topology &net, const Agent &agent)
 struct IptablesNftTables {
 	IptablesNftTables() { remove(); }
 	~IptablesNftTables() { remove(); }
-	static void remove() { run("nft delete table ip nat 2>/dev/null; nft delete table ip6 nat 2>/dev/null"); }
+	static void remove()
+	{
+		run("nft delete table ip nat 2>/dev/null; nft delete table ip6 nat 2>/dev/null");
+	}
 };
 
 } // namespace

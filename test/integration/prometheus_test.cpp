@@ -54,9 +54,12 @@ public:
 		process_ = std::make_unique<AgentProcess>(std::vector<std::string>{
 			"--config=" + dir_.file("config"), "--enable-ipv6",
 			fmt::format("--health-addr=127.0.0.1:{}", kHealthPort)});
+		// Serving, and the first sync counted.
 		const auto ready = waitFor([] {
-			return run(fmt::format("curl -sf --max-time 1 http://127.0.0.1:{}/healthz >/dev/null",
-					       kHealthPort)) == 0;
+			std::string text;
+			run(fmt::format("curl -s --max-time 1 http://127.0.0.1:{}/metrics", kHealthPort),
+			    &text);
+			return text.find("\nip_masq_agent_syncs_total 1\n") != std::string::npos;
 		}, 10s);
 		INFO("agent log:\n" << process_->log());
 		REQUIRE(ready);
@@ -108,7 +111,11 @@ std::vector<Sample> parseExposition(const std::string &text)
 		}
 		if (line.empty() || line[0] == '#')
 			continue;
-		const size_t space = line.rfind(' ');
+		// NAME{LABELS} VALUE [TIMESTAMP]: label values may hold spaces, not an
+		// unescaped '}'.
+		const size_t brace = line.find('}');
+		const size_t space = line.find(' ', brace == std::string::npos ? 0 : brace);
+		INFO("sample line: " << line);
 		REQUIRE(space != std::string::npos);
 		Sample s;
 		s.series = line.substr(0, space);
@@ -215,10 +222,14 @@ public:
 	// The raw JSON answer of /api/v1/query for `query`.
 	std::string query(const std::string &promql) const
 	{
+		// Single-quoted for the shell: each ' becomes '\''.
+		std::string quoted;
+		for (char c : promql)
+			quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
 		std::string out;
 		run(fmt::format("curl -sS --max-time 5 -G --data-urlencode 'query={}' "
 				"http://127.0.0.1:{}/api/v1/query 2>&1",
-				promql, kPrometheusPort),
+				quoted, kPrometheusPort),
 		    &out);
 		return out;
 	}

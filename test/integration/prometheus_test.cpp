@@ -1,0 +1,345 @@
+// SPDX-License-Identifier: Apache-2.0
+// The agent's /metrics as Prometheus itself reads it: promtool's linter, and a real
+// Prometheus server scraping the agent inside the test's private network namespace.
+// Skipped (exit 77) only when Debian's prometheus package is not installed.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "agent_process.h"
+#include "netns.h"
+
+using namespace std::chrono_literals;
+using namespace ipmasq::test;
+
+namespace {
+
+constexpr uint16_t kHealthPort = 10263;
+constexpr uint16_t kPrometheusPort = 9090;
+
+// The counters the agent has today: none of them moves while the agent is idle (no config
+// change, no nftables change, a resync interval of an hour), so Prometheus must hold exactly
+// what /metrics says. Counters added later are checked to be there and not ahead of /metrics.
+const std::set<std::string> kIdleCounters = {
+	"ip_masq_agent_syncs_total",
+	"ip_masq_agent_sync_failures_total",
+	"ip_masq_agent_noop_resyncs_total",
+	"ip_masq_agent_drift_repairs_total",
+	"ip_masq_agent_config_errors_total",
+	"ip_masq_agent_sync_duration_seconds",
+};
+
+// The agent in this process's namespace, serving /healthz and /metrics on 127.0.0.1.
+class ServingAgent
+{
+public:
+	ServingAgent()
+	{
+		dir_.write("config", "resyncInterval: 1h\nnonMasqueradeCIDRs: [203.0.113.0/24]\n");
+		process_ = std::make_unique<AgentProcess>(std::vector<std::string>{
+			"--config=" + dir_.file("config"), "--enable-ipv6",
+			fmt::format("--health-addr=127.0.0.1:{}", kHealthPort)});
+		// Serving, and the first sync counted.
+		const auto ready = waitFor([] {
+			std::string text;
+			run(fmt::format("curl -s --max-time 1 http://127.0.0.1:{}/metrics", kHealthPort),
+			    &text);
+			return text.find("\nip_masq_agent_syncs_total 1\n") != std::string::npos;
+		}, 10s);
+		INFO("agent log:\n" << process_->log());
+		REQUIRE(ready);
+	}
+
+	~ServingAgent()
+	{
+		process_.reset();
+		run("nft delete table inet ip-masq-agent 2>/dev/null");
+	}
+
+	ServingAgent(const ServingAgent &) = delete;
+	ServingAgent &operator=(const ServingAgent &) = delete;
+
+	std::string log() const { return process_->log(); }
+
+private:
+	TempDir dir_;
+	std::unique_ptr<AgentProcess> process_;
+};
+
+std::string agentMetrics()
+{
+	return runOrFail(fmt::format("curl -sS --max-time 5 http://127.0.0.1:{}/metrics", kHealthPort));
+}
+
+// One sample line of a text exposition: `series` is the name with its labels, as written.
+struct Sample {
+	std::string series;
+	std::string family; // the metric family the sample belongs to (its # TYPE name)
+	std::string type; // counter, gauge, histogram, ...
+	double value = 0;
+};
+
+// The samples of a Prometheus text exposition, each with its family's declared type.
+std::vector<Sample> parseExposition(const std::string &text)
+{
+	std::map<std::string, std::string> types;
+	std::vector<Sample> samples;
+	std::istringstream in(text);
+	std::string line;
+	for (int lines = 0; lines < 100000 && std::getline(in, line); lines++) {
+		if (line.rfind("# TYPE ", 0) == 0) {
+			std::istringstream words(line.substr(7));
+			std::string name, type;
+			words >> name >> type;
+			types[name] = type;
+			continue;
+		}
+		if (line.empty() || line[0] == '#')
+			continue;
+		// NAME{LABELS} VALUE [TIMESTAMP]: label values may hold spaces, not an
+		// unescaped '}'.
+		const size_t brace = line.find('}');
+		const size_t space = line.find(' ', brace == std::string::npos ? 0 : brace);
+		INFO("sample line: " << line);
+		REQUIRE(space != std::string::npos);
+		Sample s;
+		s.series = line.substr(0, space);
+		s.value = std::strtod(line.c_str() + space + 1, nullptr);
+		const std::string name = s.series.substr(0, s.series.find('{'));
+		// A histogram's samples are NAME_bucket, NAME_sum and NAME_count.
+		for (const std::string &candidate :
+		     {name, name.substr(0, name.rfind('_'))}) {
+			if (types.count(candidate)) {
+				s.family = candidate;
+				s.type = types[candidate];
+				break;
+			}
+		}
+		INFO("sample line without a # TYPE: " << line);
+		REQUIRE(!s.type.empty());
+		samples.push_back(s);
+	}
+	return samples;
+}
+
+// A process other than the agent (Prometheus), its output in a log file. Stopped with
+// SIGTERM (then SIGKILL) by the destructor; dies with the test (PR_SET_PDEATHSIG).
+class ChildProcess
+{
+public:
+	ChildProcess(std::vector<std::string> argv, const std::string &logPath) : logPath_(logPath)
+	{
+		const pid_t parent = getpid();
+		pid_ = fork();
+		REQUIRE(pid_ >= 0);
+		if (pid_ == 0) {
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			if (getppid() != parent)
+				_exit(126);
+			FILE *log = std::fopen(logPath.c_str(), "w");
+			if (!log)
+				_exit(126);
+			dup2(fileno(log), STDOUT_FILENO);
+			dup2(fileno(log), STDERR_FILENO);
+			std::vector<char *> cargv;
+			for (std::string &a : argv)
+				cargv.push_back(a.data());
+			cargv.push_back(nullptr);
+			execvp(cargv[0], cargv.data());
+			_exit(127);
+		}
+	}
+
+	~ChildProcess()
+	{
+		kill(pid_, SIGTERM);
+		const auto gone = waitFor([this] { return waitpid(pid_, nullptr, WNOHANG) == pid_; }, 10s);
+		if (!gone) {
+			kill(pid_, SIGKILL);
+			waitpid(pid_, nullptr, 0);
+		}
+	}
+
+	ChildProcess(const ChildProcess &) = delete;
+	ChildProcess &operator=(const ChildProcess &) = delete;
+
+	std::string log() const
+	{
+		std::string out;
+		run("cat '" + logPath_ + "'", &out);
+		return out;
+	}
+
+private:
+	pid_t pid_ = -1;
+	std::string logPath_;
+};
+
+// Prometheus scraping the agent every second, on 127.0.0.1 of this namespace; its data
+// in a temporary directory that goes with it.
+class Prometheus
+{
+public:
+	Prometheus()
+	{
+		dir_.write("prometheus.yml",
+			   fmt::format("global:\n"
+				       "  scrape_interval: 1s\n"
+				       "  scrape_timeout: 1s\n"
+				       "scrape_configs:\n"
+				       "  - job_name: ip-masq-agent\n"
+				       "    static_configs:\n"
+				       "      - targets: ['127.0.0.1:{}']\n",
+				       kHealthPort));
+		server_ = std::make_unique<ChildProcess>(
+			std::vector<std::string>{
+				"prometheus", "--config.file=" + dir_.file("prometheus.yml"),
+				"--storage.tsdb.path=" + dir_.file("data"),
+				fmt::format("--web.listen-address=127.0.0.1:{}", kPrometheusPort)},
+			dir_.file("prometheus.log"));
+	}
+
+	Prometheus(const Prometheus &) = delete;
+	Prometheus &operator=(const Prometheus &) = delete;
+
+	std::string log() const { return server_->log(); }
+
+	// The raw JSON answer of /api/v1/query for `query`.
+	std::string query(const std::string &promql) const
+	{
+		// Single-quoted for the shell: each ' becomes '\''.
+		std::string quoted;
+		for (char c : promql)
+			quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+		std::string out;
+		run(fmt::format("curl -sS --max-time 5 -G --data-urlencode 'query={}' "
+				"http://127.0.0.1:{}/api/v1/query 2>&1",
+				quoted, kPrometheusPort),
+		    &out);
+		return out;
+	}
+
+	// The value of the one series `selector` selects now, or nothing when it selects
+	// none (or more than one, or Prometheus does not answer).
+	std::optional<std::string> value(const std::string &selector) const
+	{
+		const std::string answer = query(selector);
+		const std::string marker = "\"value\":[";
+		const size_t at = answer.find(marker);
+		if (answer.find("\"status\":\"success\"") == std::string::npos ||
+		    at == std::string::npos || answer.find(marker, at + 1) != std::string::npos)
+			return std::nullopt;
+		const size_t open = answer.find(",\"", at);
+		const size_t close = answer.find('"', open + 2);
+		if (open == std::string::npos || close == std::string::npos)
+			return std::nullopt;
+		return answer.substr(open + 2, close - open - 2);
+	}
+
+private:
+	TempDir dir_; // destroyed after the server has stopped
+	std::unique_ptr<ChildProcess> server_;
+};
+
+} // namespace
+
+TEST_CASE("promtool check metrics finds nothing wrong in /metrics")
+{
+	// The linter speaks up on a bad exposition: otherwise silence would prove nothing.
+	std::string complaint;
+	const int badStatus = run("printf '# HELP bad_metric Bad.\\n# TYPE bad_metric counter\\n"
+				  "bad_metric 1\\n' | promtool check metrics",
+				  &complaint, true);
+	INFO("promtool on a counter without _total: " << complaint);
+	REQUIRE(badStatus != 0);
+	REQUIRE(complaint.find("bad_metric") != std::string::npos);
+
+	ServingAgent agent;
+	TempDir dir;
+	dir.write("metrics", agentMetrics());
+	std::string report;
+	const int status = run("promtool check metrics < " + dir.file("metrics"), &report, true);
+	std::string exposition;
+	run("cat " + dir.file("metrics"), &exposition);
+	INFO("/metrics:\n" << exposition << "\npromtool:\n" << report);
+	CHECK(status == 0);
+	CHECK(report.empty());
+	CHECK(exposition.find("ip_masq_agent_syncs_total 1") != std::string::npos);
+}
+
+TEST_CASE("a real Prometheus scrapes the agent: up, and the values /metrics shows")
+{
+	ServingAgent agent;
+	Prometheus prometheus;
+
+	const std::string up = "up{job=\"ip-masq-agent\",instance=\"127.0.0.1:" +
+			       std::to_string(kHealthPort) + "\"}";
+	const auto scraped = waitFor([&] { return prometheus.value(up) == "1"; }, 20s);
+	INFO("query " << up << ": " << prometheus.query(up) << "\nprometheus log:\n"
+		      << prometheus.log() << "\nagent log:\n" << agent.log());
+	REQUIRE(scraped);
+
+	const std::vector<Sample> before = parseExposition(agentMetrics());
+	std::map<std::string, std::optional<std::string>> scrapedValues;
+	for (const Sample &s : before)
+		scrapedValues[s.series] = prometheus.value(s.series);
+	const std::vector<Sample> after = parseExposition(agentMetrics());
+	std::map<std::string, double> afterValues;
+	for (const Sample &s : after)
+		afterValues[s.series] = s.value;
+
+	int counters = 0, histogramSamples = 0;
+	for (const Sample &s : before) {
+		const auto &got = scrapedValues[s.series];
+		INFO(s.series << " (" << s.type << "): /metrics " << s.value << " then "
+			      << afterValues[s.series] << ", Prometheus "
+			      << (got ? *got : std::string("nothing")));
+		REQUIRE(got.has_value());
+		if (s.type != "counter" && s.type != "histogram")
+			continue;
+		counters += s.type == "counter";
+		histogramSamples += s.type == "histogram";
+		const double scrapedValue = std::strtod(got->c_str(), nullptr);
+		if (kIdleCounters.count(s.family)) {
+			CHECK(scrapedValue == s.value);
+			CHECK(afterValues[s.series] == s.value);
+		} else {
+			CHECK(scrapedValue <= afterValues[s.series]);
+		}
+	}
+	CHECK(counters >= 5);
+	CHECK(histogramSamples >= 3);
+	CHECK(prometheus.value("ip_masq_agent_syncs_total") == "1");
+	CHECK(prometheus.value("ip_masq_agent_sync_duration_seconds_count") == "1");
+	CHECK(prometheus.value("ip_masq_agent_healthy") == "1");
+}
+
+int main(int argc, char *argv[])
+{
+	if (run("command -v prometheus >/dev/null && command -v promtool >/dev/null") != 0) {
+		std::fprintf(stderr, "SKIP: prometheus and promtool not found "
+				     "(Debian: apt-get install prometheus)\n");
+		return 77; // meson's "skipped"
+	}
+	const std::string why = enterPrivateNetns();
+	if (!why.empty()) {
+		std::fprintf(stderr, "SKIP: %s\n", why.c_str());
+		return 77;
+	}
+	return Catch::Session().run(argc, argv);
+}

@@ -385,6 +385,10 @@ void Reconciler::recheckAfterCommit(uint32_t committed)
 	if (!now || *now == committed)
 		return;
 	auto checked = backend_.check(*desired_);
+	log::debug("after commit {}: generation {}, table {}", committed, *now,
+		   !checked ? checked.error().message
+		   : *checked == TableCheck::same ? "intact"
+		   : *checked == TableCheck::different ? "changed" : "unsettled");
 	if (!checked || *checked == TableCheck::unsettled)
 		return;
 	if (*checked == TableCheck::same) {

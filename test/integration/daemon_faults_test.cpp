@@ -200,13 +200,18 @@ TEST_CASE("50,000 CIDRs while another program re-creates its table in a loop: no
 		text += fmt::format("- 10.{}.{}.{}/32\n", i / 32768, (i / 128) % 256, (i % 128) * 2);
 	dir.write("config", text);
 	dir.write("other.nft", "table inet bystander\ndelete table inet bystander\n"
-			       "table inet bystander { chain c { type nat hook postrouting priority 50; } }\n");
+			       "table inet bystander {\n\tchain c {\n"
+			       "\t\ttype nat hook postrouting priority 50;\n\t}\n}\n");
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263", "-v=1"});
 	requireWithin([] { return curlGet(kHealth + "/healthz") == "200 ok\n"; }, 30s, agent, "ready");
 
 	int probes = 0, notReady = 0;
 	{
-		Neighbour other("while :; do nft -f " + dir.file("other.nft") + "; done", 10);
+		// Two loops, so that commits come every few milliseconds: reading a table of
+		// 50,000 intervals takes longer than that, so verifications race.
+		const std::string loop = "while :; do nft -f " + dir.file("other.nft") +
+					 " && echo >> " + dir.file("commits") + "; done";
+		Neighbour other(loop, 10), another(loop, 10);
 		const auto end = std::chrono::steady_clock::now() + 10s;
 		while (std::chrono::steady_clock::now() < end) {
 			probes++;
@@ -217,13 +222,18 @@ TEST_CASE("50,000 CIDRs while another program re-creates its table in a loop: no
 	}
 	const std::string log = agent.log();
 	INFO(log.substr(log.size() > 20000 ? log.size() - 20000 : 0));
+	std::string commits;
+	run("wc -l < " + dir.file("commits"), &commits);
+	INFO("the neighbours' commits: " << commits);
+	CHECK(std::stoi("0" + commits) > 100);
 	CHECK(probes > 50);
 	CHECK(notReady == 0);
 	CHECK(metric("ip_masq_agent_sync_failures_total") == "0");
 	CHECK(countOf(log, "error:") == 0);
 	CHECK(countOf(log, "outside the agent") == 0); // the neighbour never touched our table
-	// The resyncs did look at the table while the neighbour was busy.
-	CHECK(countOf(log, "resync:") >= 5);
+	// The agent did look at its table while the neighbours were busy: found it intact,
+	// or could not read it consistently (and wrote it again).
+	CHECK(countOf(log, "is intact") + countOf(log, "could not be read consistently") >= 3);
 	CHECK(metric("ip_masq_agent_nonmasquerade_intervals{family=\"ipv4\"}") == "50001");
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet bystander 2>/dev/null");
@@ -251,6 +261,7 @@ TEST_CASE("a writer deleting the table in a loop: restored at a bounded pace, ch
 	const std::string log = agent.log();
 	INFO(log << "\nrepairs: " << repairs << ", CPU: " << cpu << " s");
 	REQUIRE_FALSE(repairs.empty());
+	WARN("fighting writer: " << repairs << " restores, agent CPU " << cpu << " s in 10 s");
 	CHECK(std::stoi(repairs) >= 5);
 	CHECK(std::stoi(repairs) <= 15); // 100 ms doubling to 2 s: about 9 in 10 s
 	CHECK(cpu < 1.0); // well under a tenth of a core over the 10 s

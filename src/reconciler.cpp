@@ -111,7 +111,6 @@ Status Reconciler::configStatus() const
 
 Status Reconciler::configRead(const Result<ConfigContent> &content)
 {
-	configSeen_ = true;
 	auto loaded = content ? parseConfigText(content->text, settings_.configPath, settings_.configFlags)
 			      : Result<LoadedConfig>(tl::unexpected(content.error()));
 	if (!loaded) {
@@ -143,7 +142,6 @@ Status Reconciler::configRead(const Result<ConfigContent> &content)
 		desired_ = std::move(next);
 		desiredVersion_++;
 	}
-	adopted_ = false;
 	return {};
 }
 
@@ -200,7 +198,6 @@ void Reconciler::tryAdopt()
 			if (*checked == TableCheck::different)
 				continue;
 			desired_ = std::move(*candidate);
-			adopted_ = true;
 			desiredVersion_++;
 			appliedVersion_ = desiredVersion_;
 			appliedGeneration_ = *generation;

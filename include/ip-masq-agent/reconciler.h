@@ -84,7 +84,6 @@ public:
 	// The config's resyncInterval (the default until a config was read).
 	Duration resyncInterval() const { return resyncInterval_; }
 	bool hasDesired() const { return desired_.has_value(); }
-	const std::optional<Ruleset> &desired() const { return desired_; }
 
 private:
 	Status configStatus() const;
@@ -106,14 +105,12 @@ private:
 
 	// The config as last read, and what it meant.
 	std::string configError_; // empty: valid
-	bool configSeen_ = false;
 	Duration resyncInterval_ = kDefaultResyncInterval;
 
 	// The last good desired ruleset (from the config, or adopted from the kernel), and
 	// what we know the kernel holds: the version last committed and that commit's
 	// generation.
 	std::optional<Ruleset> desired_;
-	bool adopted_ = false;
 	uint64_t desiredVersion_ = 0;
 	uint64_t appliedVersion_ = 0;
 	std::optional<uint32_t> appliedGeneration_;

@@ -134,20 +134,23 @@ Result<IntervalSet> rangesFromBoundaries(Family family, std::vector<IntervalBoun
 		return a.value != b.value ? a.value < b.value : a.end > b.end; // ends first
 	});
 	std::vector<AddressRange> ranges;
-	std::optional<AddressValue> openStart;
+	// A plain flag and value: g++ 12 warns (wrongly) on an optional<__int128> here.
+	bool open = false;
+	AddressValue start = 0;
 	for (const IntervalBoundary &boundary : boundaries) {
 		if (!boundary.end) {
-			if (openStart)
+			if (open)
 				return fail(fmt::format("set {} has two range starts in a row",
 							setName), EPROTO);
-			openStart = boundary.value;
-		} else if (openStart) {
-			ranges.push_back({Address{family, *openStart}, Address{family, boundary.value - 1}});
-			openStart.reset();
+			open = true;
+			start = boundary.value;
+		} else if (open) {
+			ranges.push_back({Address{family, start}, Address{family, boundary.value - 1}});
+			open = false;
 		}
 	}
-	if (openStart)
-		ranges.push_back({Address{family, *openStart}, Address::max(family)});
+	if (open)
+		ranges.push_back({Address{family, start}, Address::max(family)});
 	return IntervalSet::fromRanges(family, std::move(ranges));
 }
 

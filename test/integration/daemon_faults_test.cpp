@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -84,31 +85,46 @@ void cleanTable()
 
 TEST_CASE("restarted with a bad config, the agent adopts its table and restores it exactly")
 {
-	TempDir dir;
-	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24, 198.51.100.0/24]\n");
-	{
-		AgentProcess first({"--config=" + dir.file("config")});
-		requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, first, "first apply");
-		REQUIRE(first.stop(SIGTERM) == 0);
+	struct Variant {
+		std::vector<std::string> flags;
+		std::string config;
+	};
+	const std::vector<Variant> variants{
+		{{}, "nonMasqueradeCIDRs: [192.0.2.0/24, 198.51.100.0/24]\n"},
+		// IPv6, link-local masqueraded, and a range up to the top address.
+		{{"--enable-ipv6"}, "masqLinkLocal: true\nmasqLinkLocalIPv6: true\nnonMasqueradeCIDRs: "
+				    "[192.0.2.0/24, 198.51.100.0/24, 255.255.255.0/24, 2001:db8::/32]\n"},
+	};
+	for (const Variant &variant : variants) {
+		TempDir dir;
+		std::vector<std::string> args = variant.flags;
+		args.push_back("--config=" + dir.file("config"));
+		dir.write("config", kSlowResync + variant.config);
+		{
+			AgentProcess first(args);
+			requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, first, "first apply");
+			REQUIRE(first.stop(SIGTERM) == 0);
+		}
+		const std::string before = listing();
+		REQUIRE_FALSE(before.empty());
+
+		dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [abcdefg]\n");
+		AgentProcess agent(args);
+		requireWithin([&] { return agent.log().find("adopted table inet ip-masq-agent") !=
+					   std::string::npos; },
+			      5s, agent, "adopted");
+		CHECK(listing() == before); // adopted, not rewritten
+
+		runOrFail("nft delete table inet ip-masq-agent");
+		requireWithin([&] { return listing() == before; }, 5s, agent, "restored after delete");
+
+		runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 192.0.2.0/24 }'");
+		runOrFail("nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }'");
+		requireWithin([&] { return listing() == before; }, 5s, agent, "restored after an edit");
+		CHECK(agent.running());
+		CHECK(agent.stop(SIGTERM) == 0);
+		cleanTable();
 	}
-	const std::string before = listing();
-	REQUIRE_FALSE(before.empty());
-
-	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [abcdefg]\n");
-	AgentProcess agent({"--config=" + dir.file("config")});
-	requireWithin([&] { return agent.log().find("adopted table inet ip-masq-agent") != std::string::npos; },
-		      5s, agent, "adopted");
-	CHECK(listing() == before); // adopted, not rewritten
-
-	runOrFail("nft delete table inet ip-masq-agent");
-	requireWithin([&] { return listing() == before; }, 5s, agent, "restored after delete");
-
-	runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 192.0.2.0/24 }'");
-	runOrFail("nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }'");
-	requireWithin([&] { return listing() == before; }, 5s, agent, "restored after an edit");
-	CHECK(agent.running());
-	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
 }
 
 TEST_CASE("a fresh node with a bad config gets no table, and the log says why")

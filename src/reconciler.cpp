@@ -223,8 +223,9 @@ Status Reconciler::reconcile(SyncTrigger trigger)
 		return fail("no config has been read yet", EAGAIN);
 	}
 	const Status kernel = ensureApplied(trigger);
-	// Healthy only once the new config's ruleset is in force, not when it was read.
-	if (configError_.empty() && kernel)
+	// The config error is cleared only once the new config's ruleset was handed to the
+	// kernel, not when it was read; a refusal then shows as the sync error.
+	if (configError_.empty())
 		status_.configLoaded();
 	if (!kernel)
 		return kernel;
@@ -312,13 +313,14 @@ void Reconciler::needRestore(bool drift)
 {
 	const auto now = clock_();
 	if (drift) {
-		// One line per episode: a writer fighting the agent does not flood the log.
-		if (!pacer_.busy(now) || !driftEpisode_)
+		// One line per episode (drifts less than kQuiet apart): a writer fighting the
+		// agent does not flood the log.
+		if (!lastDriftAt_ || now - *lastDriftAt_ >= RestorePacer::kQuiet)
 			log::warning("table inet {} was changed or deleted outside the agent; restoring "
 				     "it (while this goes on, restores are spaced by a delay growing "
 				     "from {} ms to {} ms)", desired_->table,
 				     RestorePacer::kInitial.count(), RestorePacer::kMax.count());
-		driftEpisode_ = true;
+		lastDriftAt_ = now;
 		status_.tableDrifted();
 	}
 	restorePending_ = true;

@@ -115,9 +115,10 @@ private:
 	uint64_t appliedVersion_ = 0;
 	std::optional<uint32_t> appliedGeneration_;
 
-	// Healing: the pace of restores, whether a drift episode is on, and a pending restore.
+	// Healing: the pace of restores, when a drift was last found (an episode goes on
+	// while drifts come less than RestorePacer::kQuiet apart), and a pending restore.
 	RestorePacer pacer_;
-	bool driftEpisode_ = false;
+	std::optional<Clock::time_point> lastDriftAt_;
 	bool restorePending_ = false;
 	bool pendingIsDrift_ = false;
 	std::optional<Clock::time_point> retryAt_;

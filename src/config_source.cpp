@@ -300,6 +300,9 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 		(lease == Lease::unavailable && writing_ && now < lastWrite_ + kWriteTimeout);
 	if (writerSeen) {
 		log::debug("{} is being written; reading it once it is closed", ipmasq::quoted(path_));
+		// It is there, so not absent; and no deadline may stay in the past, or the
+		// loop would spin until the writer is done.
+		absentSince_.reset();
 		// The writer's close (IN_CLOSE_WRITE) is the next change. Without a lease,
 		// inotify alone cannot tell a slow writer from a dead one: kWriteTimeout.
 		waitingForWriterBlindly_ = lease == Lease::unavailable;
@@ -308,8 +311,12 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 	waitingForWriterBlindly_ = false;
 
 	auto text = readConfigText(path_);
-	if (!text)
-		return fail(text.error()); // nothing changes: the next look reads again
+	if (!text) {
+		// Nothing changes: the last content stays, and the next resync reads again
+		// (its stamp was not taken). Neither is the file known to be absent.
+		absentSince_.reset();
+		return fail(text.error());
+	}
 	deliveredStamp_ = stamp;
 	if (*text) {
 		absentSince_.reset();

@@ -168,3 +168,31 @@ TEST_CASE("config source: a file open for writing is not read until it is closed
 	now += ConfigSource::kSettle;
 	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:half and whole");
 }
+
+TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
+{
+	ScratchDir dir;
+	const auto file = dir.path / "config";
+	writeAtomically(file, "a");
+	ConfigSource source = ConfigSource::open(file.string());
+	Clock::time_point now = Clock::now();
+	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
+
+	std::filesystem::remove(file);
+	source.onWatchEvents(now);
+	now += ConfigSource::kSettle;
+	REQUIRE(yielded(source.look(ConfigLook::ifDue, now)) == "nothing"); // grace running
+	{
+		// Back, but still being written when the grace time runs out.
+		std::ofstream writer(file);
+		writer << "b" << std::flush;
+		source.onWatchEvents(now);
+		now += ConfigSource::kAbsentGrace;
+		CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "nothing");
+		const auto wake = source.nextWake();
+		CHECK((!wake || *wake > now));
+	}
+	source.onWatchEvents(now);
+	now += ConfigSource::kSettle;
+	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
+}

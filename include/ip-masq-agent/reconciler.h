@@ -78,7 +78,7 @@ public:
 	Status reconcile(SyncTrigger trigger);
 
 	// When reconcile(SyncTrigger::retry) should run next: a restore waiting for its
-	// pace, or adoption to try again. nullopt: nothing pending.
+	// pace. nullopt: nothing pending.
 	std::optional<Clock::time_point> nextWake() const { return retryAt_; }
 
 	// The config's resyncInterval (the default until a config was read).

@@ -1,299 +1,143 @@
 // SPDX-License-Identifier: Apache-2.0
-// The daemon: config watcher + resync timer + nftables monitor + signals, one poll() loop.
+// The daemon's loop: signals, config watch, nftables monitor and one timer, turned into
+// events for the ConfigSource and the Reconciler.
 #include "ip-masq-agent/daemon.h"
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <poll.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/timerfd.h>
 
 #include <fmt/format.h>
 
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/log.h"
-#include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
 
 namespace ipmasq {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// SIGIO: a writer opening the config during the read lease (ConfigSource); ignored.
+constexpr std::array kLoopSignals{SIGTERM, SIGINT, SIGHUP, SIGIO};
 
-constexpr auto kConfigSettle = std::chrono::milliseconds(30);
-constexpr auto kConfigSettleLimit = std::chrono::milliseconds(300);
-
-std::string summarize(const Ruleset &ruleset)
+sigset_t loopSignalMask()
 {
-	std::string sets;
-	for (const AddressSet &set : ruleset.sets)
-		sets += fmt::format("{}{} {} intervals", sets.empty() ? "" : ", ",
-				    set.elements.size(), familyName(set.family()));
-	return sets.empty() ? "no sets" : sets;
+	sigset_t mask;
+	sigemptyset(&mask);
+	for (int sig : kLoopSignals)
+		sigaddset(&mask, sig);
+	return mask;
 }
 
-timespec toTimespec(std::chrono::nanoseconds d)
+// steady_clock is CLOCK_MONOTONIC, which the timerfd counts in too.
+timespec toTimespec(std::chrono::steady_clock::time_point at)
 {
-	return timespec{static_cast<time_t>(d.count() / 1000000000),
-			static_cast<long>(d.count() % 1000000000)};
+	const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch());
+	return timespec{static_cast<time_t>(ns.count() / 1000000000),
+			static_cast<long>(ns.count() % 1000000000)};
 }
 
-// First expiry after `first` (zero: disarmed), then every `every` (zero: once).
-bool armTimer(const UniqueFd &timer, std::chrono::nanoseconds first, std::chrono::nanoseconds every)
+Reconciler::Settings reconcilerSettings(const AgentOptions &options)
 {
-	const itimerspec spec{toTimespec(every), toTimespec(first)};
-	return timerfd_settime(timer.get(), 0, &spec, nullptr) == 0;
-}
-
-double millisecondsSince(Clock::time_point start)
-{
-	return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+	return Reconciler::Settings{options.configPath, options.configFlags, options.ruleset, true};
 }
 
 } // namespace
 
-std::optional<FileStamp> FileStamp::of(const std::string &path)
+Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *monitor,
+	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd)
+	: options_(std::move(options)), monitor_(monitor),
+	  source_(ConfigSource::open(options_.configPath)),
+	  reconciler_(backend, reconcilerSettings(options_), status_),
+	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd))
 {
-	struct stat st {};
-	if (stat(path.c_str(), &st) != 0)
-		return errno == ENOENT ? std::optional(FileStamp{}) : std::nullopt;
-	return FileStamp{true,
-			 st.st_dev,
-			 st.st_ino,
-			 st.st_size,
-			 {st.st_mtim.tv_sec, st.st_mtim.tv_nsec},
-			 {st.st_ctim.tv_sec, st.st_ctim.tv_nsec}};
-}
-
-const char *syncTriggerName(SyncTrigger trigger)
-{
-	switch (trigger) {
-	case SyncTrigger::startup: return "start-up";
-	case SyncTrigger::configChange: return "config change";
-	case SyncTrigger::resync: return "resync";
-	case SyncTrigger::nftablesChange: return "nftables change";
-	case SyncTrigger::reload: return "SIGHUP";
-	}
-	return "?";
-}
-
-Daemon::Daemon(AgentOptions options, NetlinkBackend &backend, NftablesMonitor *monitor,
-	       SystemdNotifier notifier)
-	: options_(std::move(options)), backend_(backend), monitor_(monitor),
-	  notifier_(std::move(notifier))
-{
-	// Block the signals first, so that one arriving during start-up is handled by the
-	// loop (a clean exit) instead of killing the process half-way.
-	sigset_t mask;
-	sigemptyset(&mask);
-	for (int sig : {SIGTERM, SIGINT, SIGHUP})
-		sigaddset(&mask, sig);
-	if (sigprocmask(SIG_BLOCK, &mask, nullptr) == 0)
-		signalFd_.reset(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
-	timerFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-	debounceFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-
-	auto watcher = ConfigWatcher::create(options_.configPath);
-	if (watcher)
-		watcher_.emplace(std::move(*watcher));
-	else
-		log::warning("{}", watcher.error().message);
 }
 
 Daemon::~Daemon() = default;
 
-// The config was not read again: whatever it last meant still holds.
-Status Daemon::unchangedConfig() const
+Result<std::unique_ptr<Daemon>> Daemon::create(AgentOptions options, TableBackend &backend,
+					       NftablesMonitor *monitor, SystemdNotifier notifier)
 {
-	return lastConfigError_.empty() ? Status() : fail(lastConfigError_);
+	// Block the signals first, so that one arriving during start-up is handled by the
+	// loop (a clean exit) instead of killing the process half-way.
+	const sigset_t mask = loopSignalMask();
+	sigset_t previous;
+	if (sigprocmask(SIG_BLOCK, &mask, &previous) != 0)
+		return fail(fmt::format("cannot block signals for the event loop: {}",
+					std::strerror(errno)), errno);
+	const auto undo = [&previous](const char *what) {
+		const int err = errno;
+		sigprocmask(SIG_SETMASK, &previous, nullptr);
+		return fail(fmt::format("cannot create the event loop's {}: {}", what,
+					std::strerror(err)), err);
+	};
+	UniqueFd signalFd(signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC));
+	if (!signalFd.isValid())
+		return undo("signalfd");
+	UniqueFd timerFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
+	if (!timerFd.isValid())
+		return undo("timerfd");
+	return std::unique_ptr<Daemon>(new Daemon(std::move(options), backend, monitor,
+						  std::move(notifier), std::move(signalFd),
+						  std::move(timerFd)));
 }
 
-Status Daemon::loadConfig(SyncTrigger trigger)
+bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 {
-	// Arm the watch before reading, so a change made while we read is not missed.
-	if (watcher_) {
-		auto armed = watcher_->arm();
-		if (!armed && !watchWarned_)
-			log::warning("{}", armed.error().message);
-		watchWarned_ = !armed;
-	}
-
-	// Never read a file someone is still writing: the watcher reports the close, and
-	// the sync that follows reads it whole. Until then the current ruleset stays.
-	if (watcher_ && watcher_->writeInProgress()) {
-		log::debug("{}: {} is being written; reading it once it is closed",
-			   syncTriggerName(trigger), options_.configPath);
-		return unchangedConfig();
-	}
-
-	// The resync timer is only the safety net behind inotify: when the file is the same
-	// file with the same size and timestamps, do not read it again (100,000 CIDRs are
-	// 2 MB). Every other trigger reads it. Stat before reading, so a change racing the
-	// read is seen next time.
-	const std::optional<FileStamp> stamp = FileStamp::of(options_.configPath);
-	if (trigger == SyncTrigger::resync && lastText_ && stamp && stamp == lastStamp_)
-		return unchangedConfig();
-	lastStamp_ = stamp;
-
-	auto text = readConfigText(options_.configPath);
-	if (text && lastText_ && *text == *lastText_)
-		return unchangedConfig();
-
-	auto loaded = text ? parseConfigText(*text, options_.configPath, options_.configFlags)
-			   : Result<LoadedConfig>(tl::unexpected(text.error()));
-	if (text)
-		lastText_ = *text;
+	auto content = source_.look(why, now);
+	if (auto warning = source_.takeWatchWarning())
+		log::warning("{}", *warning);
+	if (content && !*content)
+		return false; // nothing new
+	if (content)
+		(void)reconciler_.configRead(**content);
 	else
-		lastText_.reset(); // unreadable: try again next time
+		(void)reconciler_.configRead(fail(content.error()));
+	return true;
+}
 
-	if (!loaded) {
-		// Say it (and count it) once per change, not once per resync.
-		if (loaded.error().message != lastConfigError_) {
-			log::error("{}; {}", loaded.error().message,
-				   desired_ ? "keeping the last good ruleset in force"
-					    : "nothing applied: an existing table of the agent is left as it is");
-			status_.configFailed(loaded.error().message);
+std::optional<int> Daemon::readSignals(bool &reload)
+{
+	signalfd_siginfo info{};
+	while (read(signalFd_.get(), &info, sizeof(info)) == sizeof(info)) {
+		const int sig = static_cast<int>(info.ssi_signo);
+		if (sig == SIGIO)
+			continue; // a lease break: the config is read again once its writer is done
+		if (sig == SIGHUP) {
+			log::info("SIGHUP: reloading");
+			reload = true;
+			continue;
 		}
-		lastConfigError_ = loaded.error().message;
-		return fail(loaded.error());
+		log::info("{}: exiting; table inet {} stays in place", strsignal(sig),
+			  options_.ruleset.table);
+		notifier_.notify("STOPPING=1");
+		return EXIT_SUCCESS;
 	}
-
-	for (const std::string &warning : loaded->warnings)
-		log::warning("{}", warning);
-	if (!lastConfigError_.empty())
-		log::info("the config is valid again");
-	lastConfigError_.clear();
-	log::info("config {}: {}",
-		  loaded->fromFile ? options_.configPath
-				   : fmt::format("(built-in defaults: {} not found)", options_.configPath),
-		  describeConfig(loaded->config));
-	resyncInterval_ = loaded->config.resyncInterval;
-	Ruleset next = buildRuleset(loaded->config, options_.ruleset);
-	// Compare rulesets once per config change, not on every sync.
-	if (!desired_ || next != *desired_) {
-		desired_ = std::move(next);
-		desiredVersion_++;
-	}
-	return {};
+	return std::nullopt;
 }
 
-Status Daemon::ensureApplied(SyncTrigger trigger, bool recheck)
+Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 {
-	auto generation = backend_.generation();
-	if (!generation) {
-		status_.syncFailed(generation.error().message);
-		return fail(generation.error());
-	}
-
-	if (appliedVersion_ == desiredVersion_) {
-		if (appliedGeneration_ == *generation) {
-			log::debug("{}: nothing changed (generation {})", syncTriggerName(trigger),
-				   *generation);
-			status_.noopResync();
-			return {};
-		}
-		// Something changed nftables since our last commit: most often another table
-		// (kube-proxy's). Look at ours before writing anything.
-		auto same = backend_.matches(*desired_);
-		if (!same) {
-			status_.syncFailed(same.error().message);
-			return fail(same.error());
-		}
-		if (*same) {
-			log::debug("{}: nftables changed elsewhere, table inet {} is intact "
-				   "(generation {})", syncTriggerName(trigger), desired_->table,
-				   *generation);
-			appliedGeneration_ = *generation;
-			status_.noopResync();
-			return {};
-		}
-		log::warning("table inet {} was changed or deleted outside the agent; restoring it",
-			     desired_->table);
-		drifted_ = true;
-		status_.tableDrifted();
-	}
-
-	const auto start = Clock::now();
-	// Nobody listening means the kernel builds no per-element notifications for this
-	// commit, which would double its cost for large sets. The generation check below
-	// catches what others commit meanwhile.
-	if (monitor_)
-		(void)monitor_->pause();
-	auto committed = backend_.apply(*desired_);
-	const double took = millisecondsSince(start);
-	if (monitor_)
-		if (auto resumed = monitor_->resume(); !resumed)
-			log::warning("{}; outside changes are repaired at the next resync only",
-				     resumed.error().message);
-	if (!committed) {
-		if (committed.error().message != lastApplyError_)
-			log::error("applying table inet {} failed, the previous ruleset stays in "
-				   "force: {}", desired_->table, committed.error().message);
-		lastApplyError_ = committed.error().message;
-		status_.syncFailed(lastApplyError_);
-		return fail(committed.error());
-	}
-	lastApplyError_.clear();
-	status_.syncSucceeded(*desired_, std::chrono::duration<double, std::milli>(took));
-	if (drifted_)
-		status_.driftRepaired();
-	drifted_ = false;
-	log::info("applied table inet {} ({}): {} in {:.1f} ms (generation {})", desired_->table,
-		  syncTriggerName(trigger), summarize(*desired_), took, *committed);
-	appliedVersion_ = desiredVersion_;
-	appliedGeneration_ = *committed;
-
-	// Someone committed while we were not listening: look at our table now, once.
-	if (monitor_ && recheck)
-		if (auto now = backend_.generation(); now && *now != *committed)
-			return ensureApplied(SyncTrigger::nftablesChange, false);
-	return {};
+	// The heartbeat (/livez) must stay fresh while nothing happens.
+	Clock::time_point wake = std::min(nextResync_, now + AgentStatus::kHeartbeatPeriod);
+	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
+		if (deadline)
+			wake = std::min(wake, *deadline);
+	return wake;
 }
 
-Status Daemon::sync(SyncTrigger trigger)
+void Daemon::armWakeTimer(Clock::time_point at)
 {
-	const Status config = loadConfig(trigger);
-	if (!desired_)
-		return config; // a bad config and nothing good yet: leave the kernel alone
-	const Status kernel = ensureApplied(trigger);
-	// Healthy only once the new config's ruleset is in force, not when it was read.
-	if (config)
-		status_.configLoaded();
-	if (!kernel)
-		return kernel;
-	return config;
-}
-
-void Daemon::armResyncTimer()
-{
-	if (armedInterval_ == resyncInterval_)
-		return;
-	if (!armTimer(timerFd_, resyncInterval_, resyncInterval_)) {
-		log::error("cannot arm the resync timer: {}", std::strerror(errno));
-		return;
-	}
-	armedInterval_ = resyncInterval_;
-	log::debug("resync every {}", formatGoDuration(resyncInterval_));
-}
-
-void Daemon::armOneShot(const UniqueFd &timer, std::chrono::nanoseconds after)
-{
-	(void)armTimer(timer, after, std::chrono::nanoseconds(0)); // zero disarms
-}
-
-void Daemon::armWatchdogTimer()
-{
-	const auto period = notifier_.watchdogPeriod();
-	if (!period)
-		return;
-	watchdogFd_.reset(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-	if (!watchdogFd_.isValid() || !armTimer(watchdogFd_, *period, *period))
-		log::error("cannot arm the systemd watchdog timer: {}", std::strerror(errno));
-	notifier_.notify("WATCHDOG=1");
+	// A deadline already past fires at once: the timerfd needs a non-zero time.
+	const timespec when = toTimespec(std::max(at, Clock::time_point(std::chrono::nanoseconds(1))));
+	const itimerspec spec{{0, 0}, when};
+	if (timerfd_settime(timerFd_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0)
+		log::error("cannot arm the loop's timer: {}", std::strerror(errno));
 }
 
 void Daemon::reportToSystemd()
@@ -315,87 +159,44 @@ void Daemon::reportToSystemd()
 
 int Daemon::run()
 {
-	if (!signalFd_.isValid() || !timerFd_.isValid() || !debounceFd_.isValid()) {
-		log::error("cannot create the event loop's descriptors: {}", std::strerror(errno));
-		return EXIT_FAILURE;
-	}
-
-	// The loop's heartbeat for /livez: it wakes at least this often, so a stale
-	// heartbeat means stuck, not idle.
-	UniqueFd heartbeatFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
-	if (!heartbeatFd.isValid() ||
-	    !armTimer(heartbeatFd, AgentStatus::kHeartbeatPeriod, AgentStatus::kHeartbeatPeriod)) {
-		log::error("cannot arm the heartbeat timer: {}", std::strerror(errno));
-		return EXIT_FAILURE;
-	}
 	status_.loopTurned();
-
-	(void)sync(SyncTrigger::startup);
-	armResyncTimer();
-	armWatchdogTimer();
+	Clock::time_point now = Clock::now();
+	takeConfig(ConfigLook::reload, now);
+	(void)reconciler_.reconcile(SyncTrigger::startup);
+	resyncEvery_ = reconciler_.resyncInterval();
+	nextResync_ = Clock::now() + resyncEvery_;
+	log::debug("resync every {}", formatGoDuration(resyncEvery_));
+	if (const auto period = notifier_.watchdogPeriod()) {
+		notifier_.notify("WATCHDOG=1");
+		nextWatchdog_ = Clock::now() + *period;
+	}
 	reportToSystemd();
 
-	enum { kSignal, kTimer, kWatcher, kMonitor, kWatchdog, kDebounce, kHeartbeat, kCount };
+	enum { kSignal, kConfig, kMonitor, kTimer, kCount };
 	std::array<pollfd, kCount> fds{};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
-	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
-	fds[kWatcher] = {watcher_ ? watcher_->fd() : -1, POLLIN, 0};
+	fds[kConfig] = {source_.fd(), POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
-	fds[kWatchdog] = {watchdogFd_.get(), POLLIN, 0};
-	fds[kDebounce] = {debounceFd_.get(), POLLIN, 0};
-	fds[kHeartbeat] = {heartbeatFd.get(), POLLIN, 0};
+	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
 
 	for (;;) {
+		armWakeTimer(nextWake(Clock::now()));
 		if (poll(fds.data(), fds.size(), -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			log::error("poll: {}", std::strerror(errno));
 			return EXIT_FAILURE;
 		}
+		now = Clock::now();
 		status_.loopTurned();
-		if (fds[kHeartbeat].revents & POLLIN) {
-			uint64_t expirations = 0;
-			(void)!read(heartbeatFd.get(), &expirations, sizeof(expirations));
-		}
 
-		std::optional<SyncTrigger> trigger;
-		if (fds[kSignal].revents & POLLIN) {
-			signalfd_siginfo info{};
-			while (read(signalFd_.get(), &info, sizeof(info)) == sizeof(info)) {
-				if (info.ssi_signo == SIGHUP) {
-					log::info("SIGHUP: reloading");
-					trigger = SyncTrigger::reload;
-					continue;
-				}
-				log::info("{}: exiting; table inet {} stays in place",
-					  strsignal(static_cast<int>(info.ssi_signo)),
-					  options_.ruleset.table);
-				notifier_.notify("STOPPING=1");
-				return EXIT_SUCCESS;
-			}
-		}
-		if ((fds[kWatcher].revents & POLLIN) && watcher_->readEvents()) {
-			// Let a burst of events settle (an editor renames the old file away,
-			// then writes the new one): one read after 30 ms of quiet, so the
-			// file is never seen missing in between. A burst that goes on is cut
-			// short after 300 ms.
-			const auto now = Clock::now();
-			if (!configPendingSince_)
-				configPendingSince_ = now;
-			if (now - *configPendingSince_ >= kConfigSettleLimit)
-				trigger = SyncTrigger::configChange;
-			else
-				armOneShot(debounceFd_, kConfigSettle);
-		}
-		if (fds[kDebounce].revents & POLLIN) {
-			uint64_t expirations = 0;
-			(void)!read(debounceFd_.get(), &expirations, sizeof(expirations));
-			trigger = SyncTrigger::configChange;
-		}
-		if (trigger == SyncTrigger::configChange) {
-			configPendingSince_.reset();
-			armOneShot(debounceFd_, std::chrono::nanoseconds(0)); // disarm
-		}
+		bool reload = false;
+		if (fds[kSignal].revents & POLLIN)
+			if (auto exit = readSignals(reload))
+				return *exit;
+		if (fds[kConfig].revents & POLLIN)
+			source_.onWatchEvents(now);
+		bool tableChanged = false;
 		// POLLERR on a netlink socket is an overrun (ENOBUFS), which drain() reads
 		// and reports as a change; anything else it cannot read would make poll()
 		// return at once forever, so the monitor is dropped and resyncs remain.
@@ -406,24 +207,45 @@ int Daemon::run()
 					     "resync only", changed.error().message);
 				fds[kMonitor].fd = -1;
 			}
-			if (!changed || *changed)
-				trigger = trigger.value_or(SyncTrigger::nftablesChange);
+			tableChanged = !changed || *changed;
 		}
 		if (fds[kTimer].revents & POLLIN) {
 			uint64_t expirations = 0;
 			(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
-			trigger = trigger.value_or(SyncTrigger::resync);
 		}
-		if (fds[kWatchdog].revents & POLLIN) {
-			// Sent from the loop itself: if the loop hangs, systemd restarts us.
-			uint64_t expirations = 0;
-			(void)!read(watchdogFd_.get(), &expirations, sizeof(expirations));
-			notifier_.notify("WATCHDOG=1");
-		}
+
+		const bool resyncDue = now >= nextResync_;
+		if (resyncDue)
+			nextResync_ = now + resyncEvery_;
+		const bool configChanged = takeConfig(
+			reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
+		const auto retryAt = reconciler_.nextWake();
+
+		std::optional<SyncTrigger> trigger;
+		if (reload)
+			trigger = SyncTrigger::reload;
+		else if (configChanged)
+			trigger = SyncTrigger::configChange;
+		else if (tableChanged)
+			trigger = SyncTrigger::nftablesChange;
+		else if (resyncDue)
+			trigger = SyncTrigger::resync;
+		else if (retryAt && now >= *retryAt)
+			trigger = SyncTrigger::retry;
 		if (trigger) {
-			(void)sync(*trigger);
-			armResyncTimer();
+			(void)reconciler_.reconcile(*trigger);
 			reportToSystemd();
+		}
+
+		if (reconciler_.resyncInterval() != resyncEvery_) {
+			resyncEvery_ = reconciler_.resyncInterval();
+			nextResync_ = Clock::now() + resyncEvery_;
+			log::debug("resync every {}", formatGoDuration(resyncEvery_));
+		}
+		// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.
+		if (nextWatchdog_ && Clock::now() >= *nextWatchdog_) {
+			notifier_.notify("WATCHDOG=1");
+			nextWatchdog_ = Clock::now() + *notifier_.watchdogPeriod();
 		}
 	}
 }

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/health_server.h"
@@ -13,6 +14,7 @@
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip_masq_agent_version.h"
 
@@ -61,6 +63,23 @@ Status adaptToKernel(NetlinkBackend &backend, RulesetOptions &options)
 	return {};
 }
 
+// --once: read the config, make the kernel hold its ruleset, exit. No loop, no watch,
+// no timers, no signals blocked.
+int applyOnce(const AgentOptions &options, TableBackend &backend)
+{
+	AgentStatus status;
+	Reconciler reconciler(backend,
+			      Reconciler::Settings{options.configPath, options.configFlags,
+						   options.ruleset, false},
+			      status);
+	auto text = readConfigText(options.configPath);
+	if (text)
+		(void)reconciler.configRead(ConfigContent{std::move(*text)});
+	else
+		(void)reconciler.configRead(fail(text.error()));
+	return reconciler.reconcile(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 int runAgent(AgentOptions options)
 {
 	auto backend = NetlinkBackend::open();
@@ -85,10 +104,8 @@ int runAgent(AgentOptions options)
 		return EXIT_FAILURE;
 	}
 
-	if (options.once) {
-		Daemon daemon(std::move(options), **backend, nullptr);
-		return daemon.sync(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
-	}
+	if (options.once)
+		return applyOnce(options, **backend);
 
 	// Without notifications the agent still heals, at the next resync.
 	std::optional<NftablesMonitor> monitor;
@@ -96,27 +113,32 @@ int runAgent(AgentOptions options)
 		monitor.emplace(std::move(*opened));
 		monitor->ignoreChangesFrom((*backend)->portId());
 		monitor->watchOnlyTable(options.ruleset.table);
+		(*backend)->quietDuringCommits(&*monitor);
 	} else {
 		log::warning("{}; changes to the table are repaired at the next resync only",
 			     opened.error().message);
 	}
 	const std::string healthAddr = options.healthAddr;
-	Daemon daemon(std::move(options), **backend, monitor ? &*monitor : nullptr,
-		      SystemdNotifier::fromEnvironment());
+	auto daemon = Daemon::create(std::move(options), **backend, monitor ? &*monitor : nullptr,
+				     SystemdNotifier::fromEnvironment());
+	if (!daemon) {
+		log::error("{}", daemon.error().message);
+		return EXIT_FAILURE;
+	}
 	std::unique_ptr<HealthServer> health;
 	if (!healthAddr.empty()) {
 		// A port that cannot be bound is fatal: probes would fail forever otherwise,
 		// and an exit makes the conflict visible at once.
 		auto server = HealthServer::start(parseListenAddress(healthAddr).value(),
-						  daemon.status());
+						  (*daemon)->status());
 		if (!server) {
 			log::error("{}", server.error().message);
 			return EXIT_FAILURE;
 		}
 		health = std::move(*server);
-		log::info("serving /healthz and /metrics on {} (port {})", healthAddr, health->port());
+		log::info("serving /livez, /readyz, /healthz and /metrics on {} (port {})", healthAddr, health->port());
 	}
-	return daemon.run();
+	return (*daemon)->run();
 }
 
 } // namespace

@@ -2,6 +2,7 @@
 // The netlink backend: transactions on the agent's table, its verification and feature probes.
 #include "ip-masq-agent/netlink/backend.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -14,6 +15,7 @@
 
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/batch.h"
+#include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/netlink/snapshot.h"
 
@@ -26,7 +28,8 @@ namespace {
 // A name no administrator would pick; probes never commit it anyway.
 constexpr const char *kProbeTable = "ip-masq-agent-feature-probe";
 
-// How often matches() re-reads a table that changed while it was being read.
+// How often check() reads a table again when other commits interrupted the read, before
+// it answers "unsettled" (the caller then re-applies or looks again later).
 constexpr int kSnapshotAttempts = 3;
 
 constexpr uint16_t nftType(uint8_t message)
@@ -83,6 +86,74 @@ void logFirstDifference(const std::string &table, const std::string &desired,
 		   table, line(desired), line(actual));
 }
 
+
+// One element of an interval set as the kernel dumps it: a key and whether it ends a
+// range (see intervalElements() in objects.cpp for the encoding nft and we send).
+struct IntervalBoundary {
+	AddressValue value;
+	bool end;
+};
+
+struct BoundaryCollector {
+	unsigned keyLen;
+	std::vector<IntervalBoundary> boundaries;
+	bool malformed = false;
+};
+
+// A C callback (nftnl_set_elem_foreach): nothing may be thrown through it.
+int collectBoundary(nftnl_set_elem *elem, void *data)
+{
+	auto *collector = static_cast<BoundaryCollector *>(data);
+	uint32_t len = 0;
+	const auto *key = static_cast<const uint8_t *>(nftnl_set_elem_get(elem, NFTNL_SET_ELEM_KEY, &len));
+	if (key == nullptr || len != collector->keyLen) {
+		collector->malformed = true;
+		return 0;
+	}
+	AddressValue value = 0;
+	for (uint32_t i = 0; i < len; i++)
+		value = (value << 8) | key[i];
+	const uint32_t flags = nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_FLAGS)
+		? nftnl_set_elem_get_u32(elem, NFTNL_SET_ELEM_FLAGS)
+		: 0;
+	try {
+		collector->boundaries.push_back({value, (flags & NFT_SET_ELEM_INTERVAL_END) != 0});
+	} catch (...) {
+		return -1;
+	}
+	return 0;
+}
+
+// The ranges an interval set's boundaries describe: each start element opens a range,
+// the next end element (the first address after it) closes it; a range left open runs
+// to the top address. Anything else (two starts in a row) is not what nft writes.
+Result<IntervalSet> rangesFromBoundaries(Family family, std::vector<IntervalBoundary> boundaries,
+					 const std::string &setName)
+{
+	std::sort(boundaries.begin(), boundaries.end(), [](const auto &a, const auto &b) {
+		return a.value != b.value ? a.value < b.value : a.end > b.end; // ends first
+	});
+	std::vector<AddressRange> ranges;
+	// A plain flag and value: g++ 12 warns (wrongly) on an optional<__int128> here.
+	bool open = false;
+	AddressValue start = 0;
+	for (const IntervalBoundary &boundary : boundaries) {
+		if (!boundary.end) {
+			if (open)
+				return fail(fmt::format("set {} has two range starts in a row",
+							setName), EPROTO);
+			open = true;
+			start = boundary.value;
+		} else if (open) {
+			ranges.push_back({Address{family, start}, Address{family, boundary.value - 1}});
+			open = false;
+		}
+	}
+	if (open)
+		ranges.push_back({Address{family, start}, Address::max(family)});
+	return IntervalSet::fromRanges(family, std::move(ranges));
+}
+
 } // namespace
 
 NetlinkBackend::NetlinkBackend(Socket socket) : socket_(std::move(socket)) {}
@@ -115,7 +186,13 @@ Result<uint32_t> NetlinkBackend::apply(const Ruleset &ruleset)
 	auto batch = replaceTableBatch(*encoded, socket_.sequence());
 	if (!batch)
 		return fail(batch.error());
+	if (quietMonitor_)
+		(void)quietMonitor_->pause(); // best effort: listening only costs time
 	auto answer = transact(*batch);
+	if (quietMonitor_)
+		if (auto resumed = quietMonitor_->resume(); !resumed)
+			log::warning("{}; outside changes are repaired at the next resync only",
+				     resumed.error().message);
 	if (!answer)
 		return fail(answer.error());
 	if (!answer->failures.empty())
@@ -161,31 +238,42 @@ Result<uint32_t> NetlinkBackend::generation()
 	return *id;
 }
 
-Result<bool> NetlinkBackend::matches(const Ruleset &ruleset)
+Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
 {
 	auto encoded = encodeRuleset(ruleset);
 	if (!encoded)
 		return fail(encoded.error());
 	const std::string desired = canonicalForm(*encoded);
 	// The table is read with several dumps; a commit in between could make a mix of
-	// two versions. The generation id tells, and then we read again.
-	for (int attempt = 1;; attempt++) {
+	// two versions. The generation id tells, and then we read again, a few times.
+	for (int attempt = 0; attempt < kSnapshotAttempts; attempt++) {
 		auto before = generation();
 		if (!before)
 			return fail(before.error());
 		auto result = matchesOnce(desired, ruleset.table);
 		const bool interrupted = !result && result.error().errnum == EINTR;
 		if (!result && !interrupted)
-			return result;
+			return fail(result.error());
 		auto after = generation();
 		if (!after)
 			return fail(after.error());
 		if (!interrupted && *after == *before)
-			return result;
-		if (attempt == kSnapshotAttempts)
-			return fail(fmt::format("table inet {} kept changing while it was being read",
-						ruleset.table), EAGAIN);
+			return *result ? TableCheck::same : TableCheck::different;
 	}
+	log::debug("table inet {} could not be read consistently: other commits interrupted "
+		   "{} reads in a row", ruleset.table, kSnapshotAttempts);
+	return TableCheck::unsettled;
+}
+
+Result<bool> NetlinkBackend::matches(const Ruleset &ruleset)
+{
+	auto checked = check(ruleset);
+	if (!checked)
+		return fail(checked.error());
+	if (*checked == TableCheck::unsettled)
+		return fail(fmt::format("table inet {} kept changing while it was being read",
+					ruleset.table), EAGAIN);
+	return *checked == TableCheck::same;
 }
 
 Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::string &table)
@@ -299,6 +387,89 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	if (log::debugEnabled())
 		logFirstDifference(table, desired, actual);
 	return false;
+}
+
+Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSets(const std::string &table)
+{
+	auto sets = readAddressSetsOnce(table);
+	if (!sets)
+		return fail(withPermissionHint(
+			sets.error().withContext(fmt::format("reading the sets of table inet {}: ", table))));
+	return sets;
+}
+
+Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOnce(const std::string &table)
+{
+	TablePtr request = tableHandle(table, false);
+	Status s = socket_.query(
+		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
+		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
+		[](const nlmsghdr *) -> Status { return {}; });
+	if (!s) {
+		if (s.error().errnum == ENOENT)
+			return std::optional<std::vector<AddressSet>>();
+		return fail(s.error());
+	}
+
+	struct Declared {
+		std::string name;
+		Family family;
+	};
+	std::vector<Declared> declared;
+	SetPtr setFilter = newSet();
+	nftnl_set_set_str(setFilter.get(), NFTNL_SET_TABLE, table.c_str());
+	s = socket_.query(
+		nftType(NFT_MSG_GETSET), NFPROTO_INET, NLM_F_DUMP,
+		[&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, setFilter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			SetPtr set = newSet();
+			if (auto p = parsed(nftnl_set_nlmsg_parse(nlh, set.get()), "set"); !p)
+				return p;
+			const char *owner = nftnl_set_get_str(set.get(), NFTNL_SET_TABLE);
+			const char *name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
+			if (!owner || table != owner || !name)
+				return {};
+			const std::string setName = name;
+			const uint32_t keyLen = nftnl_set_get_u32(set.get(), NFTNL_SET_KEY_LEN);
+			if (setName == kSetNameV4 && keyLen == 4)
+				declared.push_back({setName, Family::ipv4});
+			else if (setName == kSetNameV6 && keyLen == 16)
+				declared.push_back({setName, Family::ipv6});
+			return {};
+		});
+	if (!s)
+		return fail(s.error());
+
+	std::vector<AddressSet> out;
+	for (const Declared &set : declared) {
+		BoundaryCollector collector{familyBits(set.family) / 8, {}};
+		SetPtr elementFilter = newSet();
+		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_TABLE, table.c_str());
+		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_NAME, set.name.c_str());
+		s = socket_.query(
+			nftType(NFT_MSG_GETSETELEM), NFPROTO_INET, NLM_F_DUMP,
+			[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, elementFilter.get()); },
+			[&](const nlmsghdr *nlh) -> Status {
+				SetPtr part = newSet();
+				if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()),
+						    "set element");
+				    !p)
+					return p;
+				if (nftnl_set_elem_foreach(part.get(), collectBoundary, &collector) < 0)
+					return fail("out of memory reading set elements", ENOMEM);
+				return {};
+			});
+		if (!s)
+			return fail(s.error().withContext("elements of set " + set.name + ": "));
+		if (collector.malformed)
+			return fail(fmt::format("set {} holds elements that are not {} addresses",
+						set.name, familyName(set.family)), EPROTO);
+		auto ranges = rangesFromBoundaries(set.family, std::move(collector.boundaries), set.name);
+		if (!ranges)
+			return fail(ranges.error());
+		out.push_back(AddressSet{set.name, std::move(*ranges), {}});
+	}
+	return std::optional(std::move(out));
 }
 
 Result<NetlinkBackend::KernelFeatures> NetlinkBackend::probeFeatures()

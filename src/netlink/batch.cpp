@@ -171,7 +171,10 @@ Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq)
 	// "table inet NAME" then "delete table inet NAME": the delete cannot fail, and the
 	// whole replacement is one transaction, so no packet sees a missing table.
 	TablePtr handle = tableHandle(name, true);
-	if (auto s = batch.addTable(NFT_MSG_NEWTABLE, 0, handle.get(),
+	// The kernel takes the echo request for the commit's NEWGEN from the first message
+	// after BATCH_BEGIN (nfnetlink hands the commit the batch past its BEGIN), so the
+	// flag goes here too; without it the agent never learns its commit's generation.
+	if (auto s = batch.addTable(NFT_MSG_NEWTABLE, NLM_F_ECHO, handle.get(),
 				    fmt::format("{} (created if missing)", table.description));
 	    !s)
 		return fail(s.error());

@@ -12,6 +12,12 @@
 
 namespace ipmasq {
 
+namespace {
+
+constexpr size_t kReceiveBuffer = 4 * 1024 * 1024;
+
+} // namespace
+
 NftablesMonitor::NftablesMonitor(netlink::Socket socket) : socket_(std::move(socket)) {}
 
 Result<NftablesMonitor> NftablesMonitor::open()
@@ -21,6 +27,10 @@ Result<NftablesMonitor> NftablesMonitor::open()
 		return fail(socket.error());
 	if (auto s = socket->joinGroup(NFNLGRP_NFTABLES); !s)
 		return fail(s.error().withContext("cannot watch nf_tables for changes: "));
+	// Other components' commits queue notifications while the agent is busy (reading a
+	// large table takes a while); an overrun counts as a change to our table, so a
+	// roomy buffer spares needless verifications. Best effort: the default also works.
+	(void)socket->reserveBuffers(0, kReceiveBuffer);
 	return NftablesMonitor(std::move(*socket));
 }
 

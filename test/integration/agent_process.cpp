@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fcntl.h>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -143,6 +144,36 @@ size_t countOf(const std::string &haystack, const std::string &needle)
 	     pos = haystack.find(needle, pos + needle.size()))
 		n++;
 	return n;
+}
+
+double cpuSeconds(pid_t pid)
+{
+	std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+	std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+	// The command name (field 2) may hold spaces: count fields after its ')'.
+	const size_t end = stat.rfind(')');
+	if (end == std::string::npos)
+		return -1;
+	std::istringstream fields(stat.substr(end + 2));
+	std::string field;
+	unsigned long long utime = 0, stime = 0;
+	for (int i = 3; i <= 15 && fields >> field; i++) {
+		if (i == 14)
+			utime = std::stoull(field);
+		if (i == 15)
+			stime = std::stoull(field);
+	}
+	return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+std::string curlGet(const std::string &url)
+{
+	std::string out;
+	run("curl -s -m 5 -w '\\n%{http_code}' '" + url + "'", &out);
+	const size_t nl = out.rfind('\n');
+	if (nl == std::string::npos)
+		return "curl failed: " + out;
+	return out.substr(nl + 1) + " " + out.substr(0, nl);
 }
 
 } // namespace ipmasq::test

@@ -68,4 +68,10 @@ std::string agentBinary();
 // Count occurrences of `needle` in `haystack`.
 size_t countOf(const std::string &haystack, const std::string &needle);
 
+// CPU time (user + system) a process has used so far, from /proc/PID/stat; -1 if unknown.
+double cpuSeconds(pid_t pid);
+
+// A real HTTP client (curl) against the agent: "<status> <body>".
+std::string curlGet(const std::string &url);
+
 } // namespace ipmasq::test

@@ -7,15 +7,20 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/table_backend.h"
 
 namespace ipmasq {
 
-class NetlinkBackend
+class NftablesMonitor;
+
+class NetlinkBackend final : public TableBackend
 {
 public:
 	// What this kernel supports of what the agent writes (into an inet table).
@@ -31,18 +36,30 @@ public:
 	// Atomically replaces the table `ruleset.table` (creating it if missing) and
 	// returns the ruleset generation id of that commit. On error nothing changed,
 	// and the message names the object: "set nomasq-v4: File exists".
-	Result<uint32_t> apply(const Ruleset &ruleset);
+	Result<uint32_t> apply(const Ruleset &ruleset) override;
 
 	// Deletes the table inet `table` in one transaction; a missing table is success.
 	Status remove(const std::string &table);
 
 	// The kernel's ruleset generation id (NFT_MSG_GETGEN): it changes with every
 	// commit by anyone.
-	Result<uint32_t> generation();
+	Result<uint32_t> generation() override;
 
 	// Whether the kernel's table is exactly the desired one: table, sets, elements,
-	// chains and rules, userdata (comments) included. A missing table is false.
+	// chains and rules, userdata (comments) included. A missing table is different.
+	// The table is read with several dumps; when other commits interrupt them a few
+	// times in a row, the answer is TableCheck::unsettled, never an error.
+	Result<TableCheck> check(const Ruleset &ruleset) override;
+
+	// check() for tests and tools that need a yes or no: unsettled is an EAGAIN error.
 	Result<bool> matches(const Ruleset &ruleset);
+
+	Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) override;
+
+	// Leave `monitor`'s notification group during every commit (null: never). While
+	// anyone listens, the kernel builds one notification per set element, which
+	// doubles the cost of a large apply; the caller compares generations afterwards.
+	void quietDuringCommits(NftablesMonitor *monitor) { quietMonitor_ = monitor; }
 
 	// Probes with check-only batches in a throw-away table: nothing is committed.
 	Result<KernelFeatures> probeFeatures();
@@ -55,8 +72,10 @@ private:
 
 	Result<netlink::BatchAnswer> transact(const netlink::Batch &batch);
 	Result<bool> matchesOnce(const std::string &desired, const std::string &table);
+	Result<std::optional<std::vector<AddressSet>>> readAddressSetsOnce(const std::string &table);
 
 	netlink::Socket socket_;
+	NftablesMonitor *quietMonitor_ = nullptr;
 };
 
 } // namespace ipmasq

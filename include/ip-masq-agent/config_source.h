@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// The config source: watches the config file, lets changes settle, and yields new config
+// text, "the config is absent", or nothing. It holds the watch, not the policy of the rules.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <utility>
+
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/unique_fd.h"
+
+namespace ipmasq {
+
+// What identifies a file's content without reading it: which file (a ConfigMap swap
+// changes the inode behind the symlink), its size and its timestamps.
+struct FileStamp {
+	bool exists = false;
+	dev_t device = 0;
+	ino_t inode = 0;
+	off_t size = 0;
+	std::pair<time_t, long> modified{};
+	std::pair<time_t, long> changed{};
+
+	// The stamp of `path` (following symlinks); an absent file has a stamp too.
+	// nullopt when it cannot be stat()ed for another reason.
+	static std::optional<FileStamp> of(const std::string &path);
+	bool operator==(const FileStamp &) const = default;
+};
+
+// New config content: the file's bytes, or the config is absent (upstream's defaults).
+struct ConfigContent {
+	std::optional<std::string> text; // nullopt: absent
+
+	bool operator==(const ConfigContent &) const = default;
+};
+
+// Why the loop asks the source to look at the file.
+enum class ConfigLook {
+	ifDue,  // only if a change has settled or the absent grace time has run out
+	resync, // the safety net: also if stat() shows another file, size or timestamp
+	reload, // SIGHUP or start-up: read it now
+};
+
+// inotify on the config's directory (and, while that directory is missing, on its
+// nearest existing ancestor, as systemd path units do), the debounce, the write guard,
+// the stamp and text cache, and the policy for a file that vanishes. It never blocks:
+// the loop polls fd(), calls onWatchEvents() when it is readable, calls look() on every
+// turn, and wakes itself up by nextWake() at the latest.
+//
+// The process must block or ignore SIGIO: a read lease (the write guard) signals it when
+// a writer opens the file during the few milliseconds it is being read.
+class ConfigSource
+{
+public:
+	using Clock = std::chrono::steady_clock;
+
+	// Events settle this long before the file is read (an editor renames the old file
+	// away, then writes the new one); a burst that goes on is cut short after the limit.
+	static constexpr std::chrono::milliseconds kSettle{30};
+	static constexpr std::chrono::milliseconds kSettleLimit{300};
+	// A file (or its directory) that vanishes means "absent" only once it has stayed
+	// away this long; back within it, the new file is applied with no pass through
+	// the defaults. At start-up an absent file means absent at once.
+	static constexpr std::chrono::seconds kAbsentGrace{2};
+	// Where read leases are unavailable, a writer that stays silent this long after its
+	// last write is presumed dead, and the file is read as it is.
+	static constexpr std::chrono::seconds kWriteTimeout{2};
+
+	// Never fails: without inotify (out of instances, say) the source still works,
+	// and changes are found by the resync; takeWatchWarning() says so.
+	static ConfigSource open(std::string configPath);
+
+	const std::string &path() const { return path_; }
+	int fd() const { return inotify_.get(); }
+
+	// Drain the pending inotify events without blocking.
+	void onWatchEvents(Clock::time_point now);
+
+	// New content if there is any: nullopt when nothing new (or not yet: a change
+	// still settling, a file being written, a vanished file within its grace time).
+	// An error (unreadable file) leaves the last content in force; the next look
+	// reads again.
+	Result<std::optional<ConfigContent>> look(ConfigLook why, Clock::time_point now);
+
+	// When look(ConfigLook::ifDue) has something to do next; nullopt: nothing pending.
+	std::optional<Clock::time_point> nextWake() const;
+
+	// Why the config is not being watched, once per distinct reason (then nullopt).
+	std::optional<std::string> takeWatchWarning();
+
+private:
+	ConfigSource(UniqueFd inotify, std::string path, std::string dir, std::string name);
+
+	void armWatch(Clock::time_point now);
+	void watchAncestor();
+	void dropAncestorWatch();
+	void noteChange(Clock::time_point now);
+	void warnWatch(std::string message);
+	bool concernsConfig(const char *name) const;
+	void noteFileEvent(const char *name, uint32_t mask, Clock::time_point now);
+	bool changeDue(Clock::time_point now) const;
+	// Whether someone holds the file open for writing; nullopt: cannot tell here.
+	std::optional<bool> openForWriting() const;
+	Result<std::optional<ConfigContent>> read(Clock::time_point now);
+
+	UniqueFd inotify_;
+	std::string path_;
+	std::string dir_;
+	std::string name_;
+	int dirWatch_ = -1;
+	int ancestorWatch_ = -1;
+	std::string ancestorChild_; // the name in the watched ancestor that leads to dir_
+	std::optional<std::string> watchWarning_;
+	std::string lastWatchError_;
+
+	// A change seen and not yet read: the first and last event of the burst.
+	std::optional<Clock::time_point> changeSince_;
+	Clock::time_point lastEvent_;
+
+	// inotify's view of a write in progress (IN_MODIFY or a new empty file, no close yet),
+	// and whether a read waits for it without a lease to tell (then kWriteTimeout holds).
+	bool writing_ = false;
+	Clock::time_point lastWrite_;
+	bool waitingForWriterBlindly_ = false;
+
+	// What was last yielded, and the stamp of the file it came from.
+	std::optional<ConfigContent> delivered_;
+	std::optional<FileStamp> deliveredStamp_;
+	// The file was found missing after being present: since when.
+	std::optional<Clock::time_point> absentSince_;
+};
+
+} // namespace ipmasq

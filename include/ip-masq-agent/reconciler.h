@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: Apache-2.0
+// The reconciler: the last good desired ruleset, what the kernel was last seen to hold, and
+// what to do on each event (apply, verify, heal, skip). It holds no descriptors.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_source.h"
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/table_backend.h"
+
+namespace ipmasq {
+
+// Why the reconciler looks at the kernel; named in logs.
+enum class SyncTrigger { startup, configChange, resync, nftablesChange, reload, retry };
+const char *syncTriggerName(SyncTrigger trigger);
+
+// Restores of an unchanged table (after someone deleted or edited it, or when other
+// commits kept a verification from reading it) spaced by a growing delay, as kube-proxy's
+// BoundedFrequencyRunner bounds its syncs: the first at once, the next kInitial after
+// it, then twice the previous delay each time up to kMax. Once kQuiet passes without a
+// restore, the next one is immediate again.
+class RestorePacer
+{
+public:
+	using Clock = std::chrono::steady_clock;
+	static constexpr std::chrono::milliseconds kInitial{100};
+	static constexpr std::chrono::milliseconds kMax{2000};
+	static constexpr std::chrono::seconds kQuiet{10};
+
+	// The earliest time the next restore may run (`now` or earlier: at once).
+	Clock::time_point allowedAt(Clock::time_point now) const;
+	void restored(Clock::time_point now);
+	// Whether restores have been needed recently: a new one continues an episode.
+	bool busy(Clock::time_point now) const;
+
+private:
+	std::optional<Clock::time_point> last_;
+	Clock::duration delay_{0};
+};
+
+class Reconciler
+{
+public:
+	using Clock = std::chrono::steady_clock;
+
+	struct Settings {
+		std::string configPath; // for messages
+		ConfigFlags configFlags;
+		RulesetOptions ruleset;
+		// With a bad config and no good one yet, take the kernel's table as the last
+		// good state if it is exactly what these flags would build (daemon only).
+		bool adoptExistingTable = false;
+	};
+
+	// `clock` is steady_clock::now unless a test drives time itself.
+	Reconciler(TableBackend &backend, Settings settings, AgentStatus &status,
+		   std::function<Clock::time_point()> clock = Clock::now);
+
+	// New config content from the ConfigSource (or a read error): parse and validate
+	// it; a valid one becomes the desired ruleset, a bad one keeps the last good one.
+	// Errors are logged once per distinct message.
+	Status configRead(const Result<ConfigContent> &content);
+
+	// Make the kernel hold the desired ruleset, doing nothing when nothing changed:
+	// apply a new ruleset; skip when the generation is the one of our last commit;
+	// verify when it moved; heal a table found deleted or edited (paced, see
+	// RestorePacer); re-apply when verification could not get a consistent view.
+	// Fails if the config is bad (the last good ruleset still being enforced), or
+	// there is no ruleset at all, or the kernel refused or could not be asked.
+	Status reconcile(SyncTrigger trigger);
+
+	// When reconcile(SyncTrigger::retry) should run next: a restore waiting for its
+	// pace. nullopt: nothing pending.
+	std::optional<Clock::time_point> nextWake() const { return retryAt_; }
+
+	// The config's resyncInterval (the default until a config was read).
+	Duration resyncInterval() const { return resyncInterval_; }
+	bool hasDesired() const { return desired_.has_value(); }
+
+private:
+	Status configStatus() const;
+	Status ensureApplied(SyncTrigger trigger);
+	Status verify(SyncTrigger trigger, uint32_t generation);
+	// A restore is needed (drift: the table was deleted or edited); it runs at retryAt_.
+	void needRestore(bool drift);
+	Status restoreNow(SyncTrigger trigger);
+	Status commit(SyncTrigger trigger, const char *done);
+	void recheckAfterCommit(uint32_t committed);
+	void tryAdopt();
+	// Record a netlink failure: logged and counted once per distinct message.
+	Status syncFailure(const Error &error, const char *doing);
+
+	TableBackend &backend_;
+	Settings settings_;
+	AgentStatus &status_;
+	std::function<Clock::time_point()> clock_;
+
+	// The config as last read, and what it meant.
+	std::string configError_; // empty: valid
+	Duration resyncInterval_ = kDefaultResyncInterval;
+
+	// The last good desired ruleset (from the config, or adopted from the kernel), and
+	// what we know the kernel holds: the version last committed and that commit's
+	// generation.
+	std::optional<Ruleset> desired_;
+	uint64_t desiredVersion_ = 0;
+	uint64_t appliedVersion_ = 0;
+	std::optional<uint32_t> appliedGeneration_;
+
+	// Healing: the pace of restores, when a drift was last found (an episode goes on
+	// while drifts come less than RestorePacer::kQuiet apart), and a pending restore.
+	RestorePacer pacer_;
+	std::optional<Clock::time_point> lastDriftAt_;
+	bool restorePending_ = false;
+	bool pendingIsDrift_ = false;
+	std::optional<Clock::time_point> retryAt_;
+
+	std::string lastSyncError_;
+	std::string lastAdoptionNote_;
+};
+
+} // namespace ipmasq

@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the reconciler needs from the kernel: apply, generation, compare, read back, remove.
+//
+// NetlinkBackend (netlink/backend.h) implements it against nf_tables; the reconciler's
+// unit tests implement it with a fake, so every decision can be driven event by event.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/ruleset.h"
+
+namespace ipmasq {
+
+// How the kernel's table compares with a desired ruleset.
+enum class TableCheck {
+	same,      // exactly the desired table: table, sets, elements, chains, rules, comments
+	different, // missing, or anything in it differs
+	unsettled, // other commits kept interrupting the read: no consistent view was had
+};
+
+class TableBackend
+{
+public:
+	virtual ~TableBackend() = default;
+
+	// Atomically replaces the table `ruleset.table` (creating it if missing) and
+	// returns the ruleset generation id of that commit. On error nothing changed.
+	virtual Result<uint32_t> apply(const Ruleset &ruleset) = 0;
+
+	// The kernel's ruleset generation id: it changes with every commit by anyone.
+	virtual Result<uint32_t> generation() = 0;
+
+	// Compares the kernel's table with `ruleset`. A race with other components'
+	// commits is not an error: it is TableCheck::unsettled.
+	virtual Result<TableCheck> check(const Ruleset &ruleset) = 0;
+
+	// The named address sets (nomasq-v4, nomasq-v6) of inet `table` as the kernel holds
+	// them, elements included; nullopt when the table does not exist. For adoption:
+	// the caller builds a candidate ruleset from them and confirms it with check().
+	virtual Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) = 0;
+};
+
+} // namespace ipmasq

@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: Apache-2.0
+// The config source: inotify on the config's directory or its nearest ancestor, debounce,
+// write guard, and the absent-file grace time.
+#include "ip-masq-agent/config_source.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/log.h"
+
+namespace ipmasq {
+
+namespace {
+
+using Clock = ConfigSource::Clock;
+
+// IN_MODIFY only marks a write in progress: a file written in place is read once it is
+// closed (IN_CLOSE_WRITE), never half-written or truncated.
+constexpr uint32_t kDirEvents = IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |
+				IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF |
+				IN_MOVE_SELF | IN_ONLYDIR;
+// While the directory is missing: the next component of its path appearing.
+constexpr uint32_t kAncestorEvents = IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |
+				     IN_ONLYDIR;
+// No path has more components than this; a bound on the walk up to an ancestor.
+constexpr int kMaxAncestors = 256;
+
+// Kubernetes' atomic writer renames a new "..data" symlink into place on every update.
+constexpr const char *kConfigMapDataLink = "..data";
+
+// A read lease on the file: the kernel grants it only while nobody has the file open
+// for writing, and while we hold it a writer's open() waits until we let go. So a file
+// read under a lease was complete and not being written.
+enum class Lease { held, fileOpenForWriting, unavailable };
+
+Lease takeReadLease(const UniqueFd &fd)
+{
+	if (!fd.isValid())
+		return Lease::unavailable;
+	if (fcntl(fd.get(), F_SETLEASE, F_RDLCK) == 0)
+		return Lease::held;
+	// EAGAIN: open for writing. Anything else (not the file's owner without
+	// CAP_LEASE, a file system without leases, not a regular file): cannot tell.
+	return errno == EAGAIN ? Lease::fileOpenForWriting : Lease::unavailable;
+}
+
+template<typename T>
+void keepEarliest(std::optional<T> &earliest, T candidate)
+{
+	if (!earliest || candidate < *earliest)
+		earliest = candidate;
+}
+
+} // namespace
+
+std::optional<FileStamp> FileStamp::of(const std::string &path)
+{
+	struct stat st {};
+	if (stat(path.c_str(), &st) != 0)
+		return errno == ENOENT || errno == ENOTDIR ? std::optional(FileStamp{}) : std::nullopt;
+	return FileStamp{true,
+			 st.st_dev,
+			 st.st_ino,
+			 st.st_size,
+			 {st.st_mtim.tv_sec, st.st_mtim.tv_nsec},
+			 {st.st_ctim.tv_sec, st.st_ctim.tv_nsec}};
+}
+
+ConfigSource::ConfigSource(UniqueFd inotify, std::string path, std::string dir, std::string name)
+	: inotify_(std::move(inotify)), path_(std::move(path)), dir_(std::move(dir)),
+	  name_(std::move(name))
+{
+}
+
+ConfigSource ConfigSource::open(std::string configPath)
+{
+	const std::filesystem::path path(configPath);
+	std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
+	std::string name = path.filename().string();
+	UniqueFd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
+	const int err = errno;
+	ConfigSource source(std::move(inotify), std::move(configPath), std::move(dir), std::move(name));
+	if (!source.inotify_.isValid())
+		source.warnWatch(fmt::format("cannot watch {} for config changes: inotify_init1: {}; "
+					     "changes are picked up at the next resync instead",
+					     ipmasq::quoted(source.dir_), std::strerror(err)));
+	return source;
+}
+
+void ConfigSource::warnWatch(std::string message)
+{
+	if (message == lastWatchError_)
+		return;
+	lastWatchError_ = message;
+	watchWarning_ = std::move(message);
+}
+
+std::optional<std::string> ConfigSource::takeWatchWarning()
+{
+	return std::exchange(watchWarning_, std::nullopt);
+}
+
+void ConfigSource::armWatch(Clock::time_point now)
+{
+	if (!inotify_.isValid() || dirWatch_ >= 0)
+		return;
+	const int wd = inotify_add_watch(inotify_.get(), dir_.c_str(), kDirEvents);
+	if (wd >= 0) {
+		dirWatch_ = wd;
+		dropAncestorWatch();
+		lastWatchError_.clear();
+		// The directory is (back) in place, maybe with the file already in it:
+		// look at it, as for any change. Not at start-up, which reads anyway.
+		if (delivered_)
+			noteChange(now);
+		return;
+	}
+	if (errno == ENOENT || errno == ENOTDIR) {
+		watchAncestor();
+		return;
+	}
+	warnWatch(fmt::format("cannot watch {} for config changes: {}; changes are picked up "
+			      "at the next resync instead", ipmasq::quoted(dir_), std::strerror(errno)));
+}
+
+void ConfigSource::watchAncestor()
+{
+	std::filesystem::path child(dir_);
+	for (int depth = 0; depth < kMaxAncestors; depth++) {
+		std::filesystem::path parent = child.parent_path();
+		if (parent.empty())
+			parent = child.is_absolute() ? "/" : ".";
+		const int wd = inotify_add_watch(inotify_.get(), parent.c_str(), kAncestorEvents);
+		if (wd >= 0) {
+			if (ancestorWatch_ >= 0 && ancestorWatch_ != wd)
+				inotify_rm_watch(inotify_.get(), ancestorWatch_);
+			ancestorWatch_ = wd;
+			ancestorChild_ = child.filename().string();
+			log::debug("{} is missing: watching {} for {} to appear", ipmasq::quoted(dir_),
+				   ipmasq::quoted(parent.string()), ipmasq::quoted(ancestorChild_));
+			return;
+		}
+		if ((errno != ENOENT && errno != ENOTDIR) || parent == child)
+			break;
+		child = parent;
+	}
+	warnWatch(fmt::format("cannot watch {} nor any directory above it for config changes: "
+			      "{}; changes are picked up at the next resync instead",
+			      ipmasq::quoted(dir_), std::strerror(errno)));
+}
+
+void ConfigSource::dropAncestorWatch()
+{
+	if (ancestorWatch_ >= 0 && ancestorWatch_ != dirWatch_)
+		inotify_rm_watch(inotify_.get(), ancestorWatch_);
+	ancestorWatch_ = -1;
+	ancestorChild_.clear();
+}
+
+void ConfigSource::noteChange(Clock::time_point now)
+{
+	if (!changeSince_)
+		changeSince_ = now;
+	lastEvent_ = now;
+}
+
+bool ConfigSource::concernsConfig(const char *name) const
+{
+	// Another file in a shared directory such as /etc does not matter.
+	if (name == nullptr || *name == '\0')
+		return false;
+	return name_ == name || std::strcmp(name, kConfigMapDataLink) == 0;
+}
+
+void ConfigSource::noteFileEvent(const char *name, uint32_t mask, Clock::time_point now)
+{
+	if (mask & IN_MODIFY) {
+		writing_ = true;
+		lastWrite_ = now;
+		return;
+	}
+	if (mask & IN_CREATE) {
+		// A new regular file is still empty: its writer's IN_CLOSE_WRITE follows. A
+		// new symlink (or hard link) is complete at once.
+		struct stat st {};
+		const std::string path = fmt::format("{}/{}", dir_, name);
+		if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+		    st.st_size == 0) {
+			writing_ = true;
+			lastWrite_ = now;
+			return;
+		}
+	}
+	// Closed, renamed, deleted, re-linked: whatever was being written is settled.
+	writing_ = false;
+	noteChange(now);
+}
+
+void ConfigSource::onWatchEvents(Clock::time_point now)
+{
+	alignas(inotify_event) char buf[16384];
+	bool rearm = false;
+	for (int reads = 0; reads < 1024; reads++) {
+		const ssize_t n = inotify_.isValid() ? ::read(inotify_.get(), buf, sizeof(buf)) : -1;
+		if (n <= 0)
+			break; // EAGAIN: drained
+		for (ssize_t off = 0; off < n;) {
+			const auto *ev = reinterpret_cast<const inotify_event *>(buf + off);
+			off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+			const char *name = ev->len ? ev->name : nullptr;
+			const bool gone = ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED);
+			if (ev->mask & IN_Q_OVERFLOW) {
+				noteChange(now); // events were lost: assume the worst
+			} else if (ev->wd == dirWatch_ && gone) {
+				// The directory went away (or moved, and its watch with it):
+				// the file is gone too. Watch the path again from above.
+				if (!(ev->mask & IN_IGNORED))
+					inotify_rm_watch(inotify_.get(), dirWatch_);
+				dirWatch_ = -1;
+				noteChange(now);
+				rearm = true;
+			} else if (ev->wd == dirWatch_) {
+				if (concernsConfig(name))
+					noteFileEvent(name, ev->mask, now);
+			} else if (ev->wd == ancestorWatch_) {
+				if (gone) {
+					if (!(ev->mask & IN_IGNORED))
+						inotify_rm_watch(inotify_.get(), ancestorWatch_);
+					ancestorWatch_ = -1;
+					rearm = true;
+				} else if (name && ancestorChild_ == name) {
+					rearm = true;
+				}
+			}
+		}
+	}
+	if (rearm || (dirWatch_ < 0 && ancestorWatch_ < 0))
+		armWatch(now);
+}
+
+bool ConfigSource::changeDue(Clock::time_point now) const
+{
+	if (changeSince_ &&
+	    (now >= lastEvent_ + kSettle || now >= *changeSince_ + kSettleLimit))
+		return true;
+	if (absentSince_ && now >= *absentSince_ + kAbsentGrace)
+		return true;
+	return waitingForWriterBlindly_ && now >= lastWrite_ + kWriteTimeout;
+}
+
+std::optional<Clock::time_point> ConfigSource::nextWake() const
+{
+	std::optional<Clock::time_point> wake;
+	if (changeSince_)
+		keepEarliest(wake, std::min(lastEvent_ + kSettle, *changeSince_ + kSettleLimit));
+	if (absentSince_)
+		keepEarliest(wake, *absentSince_ + kAbsentGrace);
+	if (waitingForWriterBlindly_)
+		keepEarliest(wake, lastWrite_ + kWriteTimeout);
+	return wake;
+}
+
+Result<std::optional<ConfigContent>> ConfigSource::look(ConfigLook why, Clock::time_point now)
+{
+	// Arm the watch before reading, so that a change made while we read is not missed.
+	armWatch(now);
+
+	bool due = why == ConfigLook::reload || changeDue(now);
+	if (!due && why == ConfigLook::resync) {
+		// The resync is only the safety net behind inotify: the same file with the
+		// same size and timestamps is not read again (100,000 CIDRs are 2 MB).
+		due = !delivered_ || FileStamp::of(path_) != deliveredStamp_;
+	}
+	if (!due)
+		return std::optional<ConfigContent>();
+	changeSince_.reset();
+	return read(now);
+}
+
+Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
+{
+	using Nothing = std::optional<ConfigContent>;
+	// Stat before reading, so that a change racing the read is seen next time.
+	const std::optional<FileStamp> stamp = FileStamp::of(path_);
+
+	// Never read a file someone is writing. The lease (held until this function
+	// returns) also keeps a new writer out while we read.
+	const UniqueFd leaseFd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+	const Lease lease = takeReadLease(leaseFd);
+	const bool writerSeen = lease == Lease::fileOpenForWriting ||
+		(lease == Lease::unavailable && writing_ && now < lastWrite_ + kWriteTimeout);
+	if (writerSeen) {
+		log::debug("{} is being written; reading it once it is closed", ipmasq::quoted(path_));
+		// It is there, so not absent; and no deadline may stay in the past, or the
+		// loop would spin until the writer is done.
+		absentSince_.reset();
+		// The writer's close (IN_CLOSE_WRITE) is the next change. Without a lease,
+		// inotify alone cannot tell a slow writer from a dead one: kWriteTimeout.
+		waitingForWriterBlindly_ = lease == Lease::unavailable;
+		return Nothing();
+	}
+	waitingForWriterBlindly_ = false;
+
+	auto text = readConfigText(path_);
+	if (!text) {
+		// Nothing changes: the last content stays, and the next resync reads again
+		// (its stamp was not taken). Neither is the file known to be absent.
+		absentSince_.reset();
+		return fail(text.error());
+	}
+	deliveredStamp_ = stamp;
+	if (*text) {
+		absentSince_.reset();
+		ConfigContent content{std::move(*text)};
+		if (delivered_ == content)
+			return Nothing();
+		delivered_ = std::move(content);
+		return delivered_;
+	}
+
+	// Absent. At start-up, or when it was absent already, that is settled.
+	if (!delivered_ || !delivered_->text) {
+		if (delivered_)
+			return Nothing();
+		delivered_ = ConfigContent{};
+		return delivered_;
+	}
+	// It was there: a save in progress, a ConfigMap or directory being replaced. Only
+	// once it stays away does "absent" (the defaults) replace the last content.
+	if (!absentSince_) {
+		absentSince_ = now;
+		log::info("{} is missing; the current rules stay, and the built-in defaults apply "
+			  "if it is still missing in {} s", ipmasq::quoted(path_), kAbsentGrace.count());
+	}
+	if (now < *absentSince_ + kAbsentGrace)
+		return Nothing();
+	absentSince_.reset();
+	delivered_ = ConfigContent{};
+	return delivered_;
+}
+
+} // namespace ipmasq

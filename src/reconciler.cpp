@@ -1,0 +1,400 @@
+// SPDX-License-Identifier: Apache-2.0
+// The reconciler: desired ruleset vs the kernel's table; apply, verify, heal (paced) or skip.
+#include "ip-masq-agent/reconciler.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/log.h"
+
+namespace ipmasq {
+
+namespace {
+
+std::string summarize(const Ruleset &ruleset)
+{
+	std::string sets;
+	for (const AddressSet &set : ruleset.sets)
+		sets += fmt::format("{}{} {} intervals", sets.empty() ? "" : ", ",
+				    set.elements.size(), familyName(set.family()));
+	return sets.empty() ? "no sets" : sets;
+}
+
+template<typename Duration>
+double milliseconds(Duration d)
+{
+	return std::chrono::duration<double, std::milli>(d).count();
+}
+
+// What the agent itself would build from its flags with `masqLinkLocal` settings and no
+// CIDRs, with the kernel's elements in place of its own: the candidate for adoption.
+// nullopt when the kernel lacks one of the sets these flags need.
+std::optional<Ruleset> candidateFromKernel(const RulesetOptions &options,
+					   const std::vector<AddressSet> &kernelSets,
+					   bool masqLinkLocalV4, bool masqLinkLocalV6)
+{
+	Config config;
+	config.masqLinkLocal = masqLinkLocalV4;
+	config.masqLinkLocalIPv6 = masqLinkLocalV6;
+	Ruleset candidate = buildRuleset(config, options);
+	for (AddressSet &set : candidate.sets) {
+		const auto kernel = std::find_if(kernelSets.begin(), kernelSets.end(),
+						 [&](const AddressSet &k) { return k.name == set.name; });
+		if (kernel == kernelSets.end())
+			return std::nullopt;
+		set.elements = kernel->elements;
+	}
+	return candidate;
+}
+
+// Whether a set's elements hold the whole link-local range (then masqLinkLocal was
+// probably false: the agent adds the range itself).
+bool holdsLinkLocal(const std::vector<AddressSet> &sets, Family family)
+{
+	const Prefix linkLocal = linkLocalPrefix(family);
+	for (const AddressSet &set : sets)
+		if (set.family() == family)
+			for (const AddressRange &range : set.elements.ranges())
+				if (range.first <= linkLocal.first() && linkLocal.last() <= range.last)
+					return true;
+	return false;
+}
+
+} // namespace
+
+const char *syncTriggerName(SyncTrigger trigger)
+{
+	switch (trigger) {
+	case SyncTrigger::startup: return "start-up";
+	case SyncTrigger::configChange: return "config change";
+	case SyncTrigger::resync: return "resync";
+	case SyncTrigger::nftablesChange: return "nftables change";
+	case SyncTrigger::reload: return "SIGHUP";
+	case SyncTrigger::retry: return "paced restore";
+	}
+	return "?";
+}
+
+RestorePacer::Clock::time_point RestorePacer::allowedAt(Clock::time_point now) const
+{
+	if (!busy(now))
+		return now;
+	return *last_ + delay_;
+}
+
+bool RestorePacer::busy(Clock::time_point now) const
+{
+	return last_ && now - *last_ < kQuiet;
+}
+
+void RestorePacer::restored(Clock::time_point now)
+{
+	if (!busy(now))
+		delay_ = kInitial;
+	else
+		delay_ = std::min<Clock::duration>(std::max<Clock::duration>(2 * delay_, kInitial), kMax);
+	last_ = now;
+}
+
+Reconciler::Reconciler(TableBackend &backend, Settings settings, AgentStatus &status,
+		       std::function<Clock::time_point()> clock)
+	: backend_(backend), settings_(std::move(settings)), status_(status), clock_(std::move(clock))
+{
+}
+
+Status Reconciler::configStatus() const
+{
+	return configError_.empty() ? Status() : fail(configError_);
+}
+
+Status Reconciler::configRead(const Result<ConfigContent> &content)
+{
+	auto loaded = content ? parseConfigText(content->text, settings_.configPath, settings_.configFlags)
+			      : Result<LoadedConfig>(tl::unexpected(content.error()));
+	if (!loaded) {
+		// Say it (and count it) once per change, not once per resync.
+		if (loaded.error().message != configError_) {
+			log::error("{}; {}", loaded.error().message,
+				   desired_ ? "keeping the last good ruleset in force"
+					    : "no ruleset of this config is applied");
+			status_.configFailed(loaded.error().message);
+		}
+		configError_ = loaded.error().message;
+		return fail(loaded.error());
+	}
+
+	for (const std::string &warning : loaded->warnings)
+		log::warning("{}", warning);
+	if (!configError_.empty())
+		log::info("the config is valid again");
+	configError_.clear();
+	log::info("config {}: {}",
+		  loaded->fromFile ? settings_.configPath
+				   : fmt::format("(built-in defaults: {} not found)",
+						 ipmasq::quoted(settings_.configPath)),
+		  describeConfig(loaded->config));
+	resyncInterval_ = loaded->config.resyncInterval;
+	Ruleset next = buildRuleset(loaded->config, settings_.ruleset);
+	// Compare rulesets once per config change, not on every sync.
+	if (!desired_ || next != *desired_) {
+		desired_ = std::move(next);
+		desiredVersion_++;
+	}
+	return {};
+}
+
+void Reconciler::tryAdopt()
+{
+	const std::string &table = settings_.ruleset.table;
+	const auto note = [this](std::string message, bool warning) {
+		if (message == lastAdoptionNote_)
+			return;
+		lastAdoptionNote_ = message;
+		if (warning)
+			log::warning("{}", message);
+		else
+			log::info("{}", message);
+	};
+	auto sets = backend_.readAddressSets(table);
+	if (!sets)
+		return note(fmt::format("cannot adopt table inet {}: {}", table, sets.error().message),
+			    true);
+	if (!*sets)
+		return note(fmt::format("no table inet {} exists to adopt: nothing is applied until "
+					"the config is fixed", table),
+			    false);
+	auto generation = backend_.generation();
+	if (!generation)
+		return note(fmt::format("cannot adopt table inet {}: {}", table,
+					generation.error().message),
+			    true);
+
+	// The agent always adds link-local to a set unless masqLinkLocal(IPv6) is set: a
+	// set without it can only come from masqLinkLocal; one with it, most likely not.
+	std::vector<bool> v4Options{!holdsLinkLocal(**sets, Family::ipv4)};
+	if (!v4Options.front())
+		v4Options.push_back(true);
+	std::vector<bool> v6Options{!holdsLinkLocal(**sets, Family::ipv6)};
+	if (settings_.ruleset.enableIpv6 && !v6Options.front())
+		v6Options.push_back(true);
+	for (bool masqLinkLocalV4 : v4Options) {
+		for (bool masqLinkLocalV6 : v6Options) {
+			auto candidate = candidateFromKernel(settings_.ruleset, **sets,
+							     masqLinkLocalV4, masqLinkLocalV6);
+			if (!candidate)
+				return note(fmt::format("table inet {} exists but cannot be adopted: it "
+							"lacks a set these flags need; it is left as it "
+							"is until the config is fixed", table),
+					    true);
+			auto checked = backend_.check(*candidate);
+			if (!checked)
+				return note(fmt::format("cannot adopt table inet {}: {}", table,
+							checked.error().message),
+					    true);
+			if (*checked == TableCheck::unsettled)
+				return; // others kept committing: the next event tries again
+			if (*checked == TableCheck::different)
+				continue;
+			desired_ = std::move(*candidate);
+			desiredVersion_++;
+			appliedVersion_ = desiredVersion_;
+			appliedGeneration_ = *generation;
+			log::info("adopted table inet {} as it is in the kernel ({}) as the last good "
+				  "ruleset: it is restored if deleted or edited, until the config is "
+				  "fixed", table, summarize(*desired_));
+			return;
+		}
+	}
+	note(fmt::format("table inet {} exists but cannot be adopted: it is not what these flags "
+			 "build (another version or other flags made it; run with -v=1 for the "
+			 "first difference); it is left as it is until the config is fixed", table),
+	     true);
+}
+
+Status Reconciler::reconcile(SyncTrigger trigger)
+{
+	if (!desired_ && settings_.adoptExistingTable && !configError_.empty())
+		tryAdopt();
+	if (!desired_) {
+		if (!configError_.empty())
+			return fail(configError_);
+		return fail("no config has been read yet", EAGAIN);
+	}
+	const Status kernel = ensureApplied(trigger);
+	// The config error is cleared only once the new config's ruleset was handed to the
+	// kernel, not when it was read; a refusal then shows as the sync error.
+	if (configError_.empty())
+		status_.configLoaded();
+	if (!kernel)
+		return kernel;
+	return configStatus();
+}
+
+Status Reconciler::syncFailure(const Error &error, const char *doing)
+{
+	const std::string message = fmt::format("{}: {}", doing, error.message);
+	if (message != lastSyncError_)
+		log::error("{}", message);
+	lastSyncError_ = message;
+	status_.syncFailed(message);
+	return fail(Error(message, error.errnum));
+}
+
+Status Reconciler::ensureApplied(SyncTrigger trigger)
+{
+	// A new desired ruleset is applied at once, whatever the pace of restores.
+	if (appliedVersion_ != desiredVersion_) {
+		restorePending_ = false;
+		pendingIsDrift_ = false;
+		retryAt_.reset();
+		return commit(trigger, "applied");
+	}
+	// A restore is already due: nothing to look at until its time comes, so a writer
+	// fighting the agent costs it a notification read per change, no table dumps.
+	if (restorePending_) {
+		if (clock_() < *retryAt_) {
+			log::debug("{}: table inet {} is restored in {:.0f} ms", syncTriggerName(trigger),
+				   desired_->table, milliseconds(*retryAt_ - clock_()));
+			return {};
+		}
+		return restoreNow(trigger);
+	}
+
+	auto generation = backend_.generation();
+	if (!generation)
+		return syncFailure(generation.error(), "reading the ruleset generation");
+	if (appliedGeneration_ == *generation) {
+		log::debug("{}: nothing changed (generation {})", syncTriggerName(trigger), *generation);
+		lastSyncError_.clear();
+		status_.noopResync();
+		return {};
+	}
+	return verify(trigger, *generation);
+}
+
+Status Reconciler::verify(SyncTrigger trigger, uint32_t generation)
+{
+	// Something changed nftables since our last commit: most often another table
+	// (kube-proxy's). Look at ours before writing anything.
+	auto checked = backend_.check(*desired_);
+	if (!checked)
+		return syncFailure(checked.error(),
+				   fmt::format("reading table inet {}", desired_->table).c_str());
+	switch (*checked) {
+	case TableCheck::same:
+		log::debug("{}: nftables changed elsewhere, table inet {} is intact (generation {})",
+			   syncTriggerName(trigger), desired_->table, generation);
+		appliedGeneration_ = generation;
+		lastSyncError_.clear();
+		status_.noopResync();
+		return {};
+	case TableCheck::unsettled:
+		// Not a failure: the replacement is atomic and idempotent, so writing our
+		// table again settles the question (at the restore pace).
+		log::debug("{}: other commits kept table inet {} from being read consistently; "
+			   "writing it again", syncTriggerName(trigger), desired_->table);
+		needRestore(false);
+		break;
+	case TableCheck::different:
+		needRestore(true);
+		break;
+	}
+	if (clock_() < *retryAt_) {
+		log::debug("{}: restore of table inet {} paced: in {:.0f} ms", syncTriggerName(trigger),
+			   desired_->table, milliseconds(*retryAt_ - clock_()));
+		return {};
+	}
+	return restoreNow(trigger);
+}
+
+void Reconciler::needRestore(bool drift)
+{
+	const auto now = clock_();
+	if (drift) {
+		// One line per episode (drifts less than kQuiet apart): a writer fighting the
+		// agent does not flood the log.
+		if (!lastDriftAt_ || now - *lastDriftAt_ >= RestorePacer::kQuiet)
+			log::warning("table inet {} was changed or deleted outside the agent; restoring "
+				     "it (while this goes on, restores are spaced by a delay growing "
+				     "from {} ms to {} ms)", desired_->table,
+				     RestorePacer::kInitial.count(), RestorePacer::kMax.count());
+		lastDriftAt_ = now;
+		status_.tableDrifted();
+	}
+	restorePending_ = true;
+	pendingIsDrift_ = pendingIsDrift_ || drift;
+	retryAt_ = std::max(pacer_.allowedAt(now), now);
+}
+
+Status Reconciler::restoreNow(SyncTrigger trigger)
+{
+	const bool drift = pendingIsDrift_;
+	restorePending_ = false;
+	pendingIsDrift_ = false;
+	retryAt_.reset();
+	Status committed = commit(trigger, drift ? "restored" : "rewrote");
+	if (!committed)
+		return committed;
+	pacer_.restored(clock_());
+	if (drift)
+		status_.driftRepaired();
+	return {};
+}
+
+Status Reconciler::commit(SyncTrigger trigger, const char *done)
+{
+	const auto start = std::chrono::steady_clock::now();
+	auto committed = backend_.apply(*desired_);
+	const auto took = std::chrono::steady_clock::now() - start;
+	if (!committed) {
+		if (committed.error().message != lastSyncError_)
+			log::error("applying table inet {} failed, the previous ruleset stays in "
+				   "force: {}", desired_->table, committed.error().message);
+		lastSyncError_ = committed.error().message;
+		status_.syncFailed(lastSyncError_);
+		return fail(committed.error());
+	}
+	lastSyncError_.clear();
+	status_.syncSucceeded(*desired_, took);
+	const bool restore = appliedVersion_ == desiredVersion_;
+	appliedVersion_ = desiredVersion_;
+	appliedGeneration_ = *committed;
+	// A new ruleset is news; restores are announced once per episode (needRestore).
+	if (restore)
+		log::debug("{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
+			   desired_->table, syncTriggerName(trigger), summarize(*desired_),
+			   milliseconds(took), *committed);
+	else
+		log::info("{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
+			  desired_->table, syncTriggerName(trigger), summarize(*desired_),
+			  milliseconds(took), *committed);
+	recheckAfterCommit(*committed);
+	return {};
+}
+
+void Reconciler::recheckAfterCommit(uint32_t committed)
+{
+	// Change notifications are off during our commit (they would double its cost), so
+	// someone may have changed our table unseen right after it: look once. Unsettled
+	// or failing, appliedGeneration_ stays that of our commit, so the next event
+	// verifies again.
+	auto now = backend_.generation();
+	if (!now || *now == committed)
+		return;
+	auto checked = backend_.check(*desired_);
+	log::debug("after commit {}: generation {}, table {}", committed, *now,
+		   !checked ? checked.error().message
+		   : *checked == TableCheck::same ? "intact"
+		   : *checked == TableCheck::different ? "changed" : "unsettled");
+	if (!checked || *checked == TableCheck::unsettled)
+		return;
+	if (*checked == TableCheck::same) {
+		appliedGeneration_ = *now;
+		return;
+	}
+	needRestore(true); // the loop calls back at retryAt_ (at once if the pace allows)
+}
+
+} // namespace ipmasq

@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: Apache-2.0
+// The reconciler's decisions, event by event, against a fake kernel and a fake clock.
+#include <catch2/catch.hpp>
+
+#include <deque>
+#include <sstream>
+
+#include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/reconciler.h"
+
+using namespace ipmasq;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// The kernel as the reconciler sees it: one table, a generation id, scripted answers.
+class FakeKernel final : public TableBackend
+{
+public:
+	explicit FakeKernel(const Clock::time_point &now) : now_(now) {}
+
+	std::optional<Ruleset> table;
+	uint32_t gen = 7;
+	std::vector<Clock::time_point> applies; // when each apply happened
+	int checks = 0;
+	std::deque<TableCheck> scriptedChecks; // answered before any real comparison
+	std::optional<std::string> applyError;
+
+	Result<uint32_t> apply(const Ruleset &ruleset) override
+	{
+		if (applyError)
+			return fail(*applyError, EINVAL);
+		applies.push_back(now_);
+		table = ruleset;
+		return ++gen;
+	}
+	Result<uint32_t> generation() override { return gen; }
+	Result<TableCheck> check(const Ruleset &ruleset) override
+	{
+		checks++;
+		if (!scriptedChecks.empty()) {
+			const TableCheck answer = scriptedChecks.front();
+			scriptedChecks.pop_front();
+			return answer;
+		}
+		return table && *table == ruleset ? TableCheck::same : TableCheck::different;
+	}
+	Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &name) override
+	{
+		if (!table || table->table != name)
+			return std::optional<std::vector<AddressSet>>();
+		return std::optional(table->sets);
+	}
+
+	// Someone else commits: another table, or ours deleted or edited.
+	void otherTableCommitted() { gen++; }
+	void ourTableDeleted()
+	{
+		table.reset();
+		gen++;
+	}
+	void ourTableEdited()
+	{
+		table->sets.front().elements = IntervalSet::fromPrefixes(
+			Family::ipv4, {parsePrefix("203.0.113.0/24").value()});
+		gen++;
+	}
+
+private:
+	const Clock::time_point &now_;
+};
+
+struct Fixture {
+	Clock::time_point now = Clock::time_point(100h);
+	FakeKernel kernel{now};
+	AgentStatus status;
+	Reconciler reconciler;
+
+	explicit Fixture(bool adopt = false, RulesetOptions options = {})
+		: reconciler(kernel, Reconciler::Settings{"/etc/config/ip-masq-agent", {}, options, adopt},
+			     status, [this] { return now; })
+	{
+	}
+
+	Status config(const std::string &text) { return reconciler.configRead(ConfigContent{text}); }
+	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
+	Ruleset rulesetOf(const std::string &text, const RulesetOptions &options = {}) const
+	{
+		return buildRuleset(parseConfig(text, "test", {}).value().config, options);
+	}
+	std::string metric(const std::string &series) const
+	{
+		std::istringstream in(status.prometheusText());
+		std::string line;
+		while (std::getline(in, line))
+			if (line.rfind(series + " ", 0) == 0)
+				return line.substr(series.size() + 1);
+		return "<missing>";
+	}
+};
+
+const std::string kGood = "nonMasqueradeCIDRs: [192.0.2.0/24]\n";
+const std::string kOther = "nonMasqueradeCIDRs: [198.51.100.0/24]\n";
+const std::string kBad = "nonMasqueradeCIDRs: [192.0.2.1/24]\n";
+
+} // namespace
+
+TEST_CASE("a new config is applied; nothing is done while the generation stays ours")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	REQUIRE(f.kernel.applies.size() == 1);
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK(f.status.health().ok);
+
+	for (int i = 0; i < 5; i++)
+		REQUIRE(f.sync(SyncTrigger::resync));
+	CHECK(f.kernel.applies.size() == 1);
+	CHECK(f.kernel.checks == 0); // not even a look at the table
+	CHECK(f.metric("ip_masq_agent_noop_resyncs_total") == "5");
+
+	REQUIRE(f.config(kOther));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.applies.size() == 2);
+	CHECK(f.kernel.table == f.rulesetOf(kOther));
+}
+
+TEST_CASE("another component's commit: the table is verified once, not rewritten")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.kernel.otherTableCommitted();
+	REQUIRE(f.sync(SyncTrigger::resync));
+	CHECK(f.kernel.checks == 1);
+	CHECK(f.kernel.applies.size() == 1);
+	REQUIRE(f.sync(SyncTrigger::resync)); // that generation is known to be fine now
+	CHECK(f.kernel.checks == 1);
+}
+
+TEST_CASE("a table deleted or edited by someone else is restored and counted")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+
+	f.kernel.ourTableDeleted();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange));
+	CHECK(f.kernel.applies.size() == 2);
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == "1");
+	CHECK(f.status.health().ok);
+
+	f.now += 1min; // a new episode: restored at once again
+	f.kernel.ourTableEdited();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange));
+	CHECK(f.kernel.applies.size() == 3);
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == "2");
+}
+
+TEST_CASE("a bad config keeps the last good ruleset in force, and it is still healed")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+
+	CHECK_FALSE(f.config(kBad));
+	const Status bad = f.sync(SyncTrigger::configChange);
+	REQUIRE_FALSE(bad);
+	CHECK_THAT(bad.error().message, Catch::Contains("host bits"));
+	CHECK(f.kernel.applies.size() == 1);
+	CHECK_FALSE(f.status.health().ok);
+
+	f.kernel.ourTableDeleted();
+	CHECK_FALSE(f.sync(SyncTrigger::nftablesChange)); // still reports the bad config
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+
+	REQUIRE(f.config(kOther));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.table == f.rulesetOf(kOther));
+	CHECK(f.status.health().ok);
+}
+
+TEST_CASE("a read that other commits keep interrupting is no failure: the table is rewritten")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+
+	f.kernel.otherTableCommitted();
+	f.kernel.scriptedChecks = {TableCheck::unsettled};
+	REQUIRE(f.sync(SyncTrigger::resync));
+	CHECK(f.kernel.applies.size() == 2); // atomic and idempotent: the question is settled
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK(f.status.health().ok);
+	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
+	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == "0"); // nothing had drifted
+
+	// Unsettled again right away: the rewrite waits for its pace, and health stays ok.
+	f.kernel.otherTableCommitted();
+	f.kernel.scriptedChecks = {TableCheck::unsettled};
+	REQUIRE(f.sync(SyncTrigger::resync));
+	CHECK(f.kernel.applies.size() == 2);
+	REQUIRE(f.reconciler.nextWake());
+	CHECK(*f.reconciler.nextWake() == f.now + RestorePacer::kInitial);
+	CHECK(f.status.health().ok);
+	f.now = *f.reconciler.nextWake();
+	REQUIRE(f.sync(SyncTrigger::retry));
+	CHECK(f.kernel.applies.size() == 3);
+	CHECK_FALSE(f.reconciler.nextWake());
+}
+
+TEST_CASE("a writer fighting the agent gets its table restored at a bounded, growing pace")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.kernel.applies.clear();
+
+	// Every 10 ms for 10 s, the writer deletes the table; the loop delivers the
+	// notification, and the retry when its time has come.
+	const auto start = f.now;
+	int checksBefore = f.kernel.checks;
+	for (int tick = 0; tick < 1000; tick++) {
+		if (f.kernel.table)
+			f.kernel.ourTableDeleted();
+		REQUIRE(f.sync(SyncTrigger::nftablesChange));
+		if (auto wake = f.reconciler.nextWake(); wake && *wake <= f.now)
+			REQUIRE(f.sync(SyncTrigger::retry));
+		f.now += 10ms;
+		if (auto wake = f.reconciler.nextWake(); wake && *wake <= f.now)
+			REQUIRE(f.sync(SyncTrigger::retry));
+	}
+	const auto &applies = f.kernel.applies;
+	INFO("restores: " << applies.size());
+	REQUIRE(applies.size() >= 5);
+	CHECK(applies.size() <= 12); // 0, .1, .3, .7, 1.5, 3.1, 5.1, 7.1, 9.1 s
+	CHECK(applies.front() == start); // the first at once
+	for (size_t i = 1; i < applies.size(); i++) {
+		const auto gap = applies[i] - applies[i - 1];
+		CHECK(gap >= RestorePacer::kInitial);
+		CHECK(gap <= RestorePacer::kMax + 20ms);
+		if (i > 1)
+			CHECK(gap >= applies[i - 1] - applies[i - 2]); // growing, up to the cap
+	}
+	// While a restore waits, notifications cost no table dumps.
+	CHECK(f.kernel.checks - checksBefore <= static_cast<int>(applies.size()) + 1);
+	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == std::to_string(applies.size()));
+
+	// The writer stops; the pending restore runs, and the table stays.
+	while (auto wake = f.reconciler.nextWake()) {
+		f.now = *wake;
+		REQUIRE(f.sync(SyncTrigger::retry));
+	}
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK(f.status.health().ok);
+
+	// Long quiet: the next deletion is restored at once.
+	f.now += RestorePacer::kQuiet + 1s;
+	const size_t before = applies.size();
+	f.kernel.ourTableDeleted();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange));
+	CHECK(applies.size() == before + 1);
+}
+
+TEST_CASE("a new config is applied at once even while restores are paced")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.kernel.ourTableDeleted();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 1, at once
+	f.kernel.ourTableDeleted();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 2 waits
+	REQUIRE(f.reconciler.nextWake());
+	REQUIRE(f.config(kOther));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.table == f.rulesetOf(kOther));
+	CHECK_FALSE(f.reconciler.nextWake());
+}
+
+TEST_CASE("started with a bad config, the agent adopts its table from the kernel and heals it")
+{
+	for (const std::string &earlier : {kGood, std::string("masqLinkLocal: true\nnonMasqueradeCIDRs: [10.0.0.0/8]\n")}) {
+		Fixture f(true);
+		const Ruleset inKernel = f.rulesetOf(earlier);
+		f.kernel.table = inKernel;
+		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.sync(SyncTrigger::startup));
+		CHECK(f.kernel.applies.empty()); // adopted, not rewritten
+		CHECK_FALSE(f.status.health().ok); // the config is still bad: not ready
+
+		f.kernel.ourTableDeleted();
+		CHECK_FALSE(f.sync(SyncTrigger::nftablesChange));
+		CHECK(f.kernel.table == inKernel); // exactly as it was
+
+		f.now += 1min;
+		f.kernel.ourTableEdited();
+		CHECK_FALSE(f.sync(SyncTrigger::nftablesChange));
+		CHECK(f.kernel.table == inKernel);
+
+		REQUIRE(f.config(kOther)); // fixed: the config wins
+		REQUIRE(f.sync(SyncTrigger::configChange));
+		CHECK(f.kernel.table == f.rulesetOf(kOther));
+	}
+}
+
+TEST_CASE("adoption: only a table these flags would build; none on a fresh node")
+{
+	SECTION("a fresh node: no table, none applied")
+	{
+		Fixture f(true);
+		CHECK_FALSE(f.config(kBad));
+		const Status s = f.sync(SyncTrigger::startup);
+		REQUIRE_FALSE(s);
+		CHECK_THAT(s.error().message, Catch::Contains("host bits"));
+		CHECK_FALSE(f.kernel.table);
+		CHECK(f.kernel.applies.empty());
+		CHECK_FALSE(f.status.health().ok);
+	}
+	SECTION("a table made with other flags is left alone")
+	{
+		Fixture f(true);
+		RulesetOptions other;
+		other.masqChain = "OTHER-CHAIN";
+		const Ruleset foreign = f.rulesetOf(kGood, other);
+		f.kernel.table = foreign;
+		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.sync(SyncTrigger::startup));
+		CHECK_FALSE(f.reconciler.hasDesired());
+		f.kernel.ourTableEdited();
+		CHECK_FALSE(f.sync(SyncTrigger::nftablesChange));
+		CHECK(f.kernel.applies.empty());
+	}
+	SECTION("without adoption (--once), a bad config applies nothing")
+	{
+		Fixture f(false);
+		f.kernel.table = f.rulesetOf(kGood);
+		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.sync(SyncTrigger::startup));
+		CHECK_FALSE(f.reconciler.hasDesired());
+	}
+}
+
+TEST_CASE("someone changing the table right after our commit is caught by the recheck")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	// The kernel says "different" on the recheck after our commit: a change slipped in
+	// while notifications were off.
+	f.kernel.scriptedChecks = {};
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.kernel.otherTableCommitted();
+	f.kernel.scriptedChecks = {TableCheck::different};
+	REQUIRE(f.sync(SyncTrigger::resync)); // verify says different: restore at once
+	CHECK(f.kernel.applies.size() == 2);
+}
+
+TEST_CASE("a kernel refusal is a failure, reported in health, and the next success clears it")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	f.kernel.applyError = "set nomasq-v4: Invalid argument";
+	const Status s = f.sync(SyncTrigger::startup);
+	REQUIRE_FALSE(s);
+	CHECK_FALSE(f.status.health().ok);
+	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "1");
+	f.kernel.applyError.reset();
+	REQUIRE(f.sync(SyncTrigger::resync));
+	CHECK(f.status.health().ok);
+}

@@ -136,7 +136,7 @@ int runAgent(AgentOptions options)
 			return EXIT_FAILURE;
 		}
 		health = std::move(*server);
-		log::info("serving /livez, /readyz, /healthz and /metrics on {} (port {})", healthAddr, health->port());
+		log::info("serving /healthz, /livez, /readyz and /metrics on {} (port {})", healthAddr, health->port());
 	}
 	return (*daemon)->run();
 }

@@ -50,8 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (cl->action != CommandLine::Action::run)
 		return 0;
 	const AgentOptions &o = cl->options;
-	// An address is text for inet_pton-like parsers that stop at a NUL: an accepted one
-	// must not carry bytes that were silently ignored.
+	// No control byte is part of a valid host:port: an accepted one would be a byte the
+	// address parser skipped.
 	for (const char c : o.healthAddr)
 		fuzz::check(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f,
 			    "a --health-addr with a control byte was accepted", o.healthAddr);

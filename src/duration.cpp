@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/escape.h"
+
 namespace ipmasq {
 
 namespace {
@@ -26,13 +28,16 @@ constexpr std::array<std::pair<std::string_view, int64_t>, 8> kUnits{{
 
 bool isDigit(char c) { return c >= '0' && c <= '9'; }
 
+// Fractional digits kept: 10^18 keeps more than nanosecond precision for every unit.
+constexpr Int128 kFractionScaleLimit = static_cast<Int128>(1000000000000000000LL);
+
 } // namespace
 
 Result<Duration> parseGoDuration(std::string_view text)
 {
 	const auto invalid = [&](std::string_view why) {
-		return fail(fmt::format("\"{}\" is not a duration: {} (write e.g. \"60s\", \"1m30s\", "
-					"\"1.5h\" or \"300ms\")", text, why));
+		return fail(fmt::format("{} is not a duration: {} (write e.g. \"60s\", \"1m30s\", "
+					"\"1.5h\" or \"300ms\")", quoted(text), why));
 	};
 
 	std::string_view s = text;
@@ -46,9 +51,17 @@ Result<Duration> parseGoDuration(std::string_view text)
 	if (s.empty())
 		return invalid("it is empty");
 
-	// Sum in 128 bits and check against int64 at the end: no silent overflow.
+	// Go's bounds: the magnitude may reach 2^63 for a negative duration (the minimum
+	// int64), 2^63 - 1 otherwise. Every step below stays far inside 128 bits: each
+	// number is capped at `limit` before it is multiplied by a unit (at most 3.6e12),
+	// and the total is checked after every term, so nothing can overflow.
+	const Int128 limit = negative ? Int128(std::numeric_limits<int64_t>::max()) + 1
+				      : Int128(std::numeric_limits<int64_t>::max());
+	const auto tooLarge = [&] {
+		return invalid(negative ? "it is below the minimum, -2562047h47m16.854775808s"
+					: "it is above the maximum, 2562047h47m16.854775807s");
+	};
 	Int128 total = 0;
-	const Int128 limit = std::numeric_limits<int64_t>::max();
 	while (!s.empty()) {
 		Int128 whole = 0;
 		size_t i = 0;
@@ -57,14 +70,15 @@ Result<Duration> parseGoDuration(std::string_view text)
 			whole = whole * 10 + (s[i] - '0');
 			digits = true;
 			if (whole > limit)
-				return invalid("it is too large");
+				return tooLarge();
 		}
 		Int128 fraction = 0, scale = 1;
 		if (i < s.size() && s[i] == '.') {
 			i++;
 			for (; i < s.size() && isDigit(s[i]); i++) {
 				digits = true;
-				if (scale < static_cast<Int128>(1e18)) {
+				// Digits past nanoseconds of an hour cannot change the result.
+				if (scale < kFractionScaleLimit) {
 					fraction = fraction * 10 + (s[i] - '0');
 					scale *= 10;
 				}
@@ -88,8 +102,9 @@ Result<Duration> parseGoDuration(std::string_view text)
 								  : "unknown unit");
 		total += whole * unit + fraction * unit / scale;
 		if (total > limit)
-			return invalid("it is too large");
+			return tooLarge();
 	}
+	// total <= 2^63 when negative, so -total fits int64 exactly.
 	return Duration(static_cast<int64_t>(negative ? -total : total));
 }
 

@@ -2,11 +2,16 @@
 // Logging to stderr: one line per message, timestamped unless journald adds its own.
 #include "ip-masq-agent/log.h"
 
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <string>
+
+#include <unistd.h>
 
 namespace ipmasq::log {
 
@@ -18,8 +23,40 @@ int gVerbosity = 0;
 // "<N>" prefix as the syslog priority (sd-daemon(3)).
 bool toJournal()
 {
-	static const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
+	static const bool journal = [] {
+		struct stat st {};
+		return fstat(STDERR_FILENO, &st) == 0 &&
+		       isJournalStream(std::getenv("JOURNAL_STREAM"), st);
+	}();
 	return journal;
+}
+
+// Length of the valid UTF-8 sequence at the start of `s` that is safe to print
+// (not a C1 control, not U+2028/U+2029), or 0.
+size_t printableUtf8Length(std::string_view s)
+{
+	const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+	const auto continuation = [&](size_t i) { return i < s.size() && (byte(i) & 0xc0) == 0x80; };
+	const unsigned char lead = byte(0);
+	size_t length = 0;
+	uint32_t min = 0, code = 0;
+	if (lead >= 0xc2 && lead <= 0xdf) {
+		length = 2, min = 0x80, code = lead & 0x1f;
+	} else if (lead >= 0xe0 && lead <= 0xef) {
+		length = 3, min = 0x800, code = lead & 0x0f;
+	} else if (lead >= 0xf0 && lead <= 0xf4) {
+		length = 4, min = 0x10000, code = lead & 0x07;
+	} else {
+		return 0;
+	}
+	for (size_t i = 1; i < length; i++) {
+		if (!continuation(i))
+			return 0;
+		code = (code << 6) | (byte(i) & 0x3f);
+	}
+	const bool forbidden = code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff) ||
+			       (code >= 0x80 && code <= 0x9f) || code == 0x2028 || code == 0x2029;
+	return forbidden ? 0 : length;
 }
 
 const char *levelName(Level level)
@@ -35,6 +72,55 @@ const char *levelName(Level level)
 
 } // namespace
 
+bool isJournalStream(const char *journalStream, const struct stat &stderrStat)
+{
+	if (!journalStream)
+		return false;
+	const std::string_view text = journalStream;
+	const size_t colon = text.find(':');
+	if (colon == std::string_view::npos)
+		return false;
+	const auto number = [](std::string_view digits) -> std::optional<uint64_t> {
+		uint64_t value = 0;
+		const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+		if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
+			return std::nullopt;
+		return value;
+	};
+	const auto device = number(text.substr(0, colon));
+	const auto inode = number(text.substr(colon + 1));
+	return device && inode && *device == static_cast<uint64_t>(stderrStat.st_dev) &&
+	       *inode == static_cast<uint64_t>(stderrStat.st_ino);
+}
+
+std::string sanitizeLine(std::string_view message)
+{
+	std::string out;
+	out.reserve(message.size());
+	for (size_t i = 0; i < message.size();) {
+		const auto byte = static_cast<unsigned char>(message[i]);
+		if (byte >= 0x20 && byte < 0x7f) {
+			out += message[i++];
+			continue;
+		}
+		if (byte >= 0x80) {
+			if (const size_t length = printableUtf8Length(message.substr(i))) {
+				out.append(message.substr(i, length));
+				i += length;
+				continue;
+			}
+		}
+		switch (byte) {
+		case '\n': out += "\\n"; break;
+		case '\r': out += "\\r"; break;
+		case '\t': out += "\\t"; break;
+		default: out += fmt::format("\\x{:02x}", byte);
+		}
+		i++;
+	}
+	return out;
+}
+
 void setVerbosity(int verbosity)
 {
 	gVerbosity = verbosity;
@@ -49,7 +135,7 @@ void write(Level level, std::string_view message)
 {
 	std::string line;
 	if (toJournal()) {
-		line = fmt::format("<{}>{}\n", static_cast<int>(level), message);
+		line = fmt::format("<{}>{}\n", static_cast<int>(level), sanitizeLine(message));
 	} else {
 		const auto now = std::chrono::system_clock::now();
 		const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
@@ -59,7 +145,8 @@ void write(Level level, std::string_view message)
 		gmtime_r(&seconds, &utc);
 		char stamp[32];
 		std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
-		line = fmt::format("{}.{:06}Z {}: {}\n", stamp, micros, levelName(level), message);
+		line = fmt::format("{}.{:06}Z {}: {}\n", stamp, micros, levelName(level),
+				   sanitizeLine(message));
 	}
 	// One write per line, so concurrent writers (tests, the kubelet's log reader)
 	// never see interleaved fragments.

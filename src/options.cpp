@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // Command-line flags with Boost.Program_options, accepting Go's flag spellings.
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/health_server.h"
 
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
 #include <sstream>
+#include <utility>
 
 #include <boost/program_options.hpp>
 #include <fmt/format.h>
@@ -45,14 +51,91 @@ std::string boolText(bool value)
 	return value ? "true" : "false";
 }
 
+// Go's strconv.ParseBool, which its flag package uses for bool flags.
+std::optional<bool> parseGoBool(std::string_view text)
+{
+	for (const std::string_view yes : {"1", "t", "T", "true", "TRUE", "True"})
+		if (text == yes)
+			return true;
+	for (const std::string_view no : {"0", "f", "F", "false", "FALSE", "False"})
+		if (text == no)
+			return false;
+	return std::nullopt;
+}
+
+Result<bool> boolFlag(std::string_view flag, const std::string &text)
+{
+	if (const auto value = parseGoBool(text))
+		return *value;
+	return fail(fmt::format("--{} {}: not a boolean (write --{}, --{}=true or --{}=false)",
+				flag, quoted(text), flag, flag, flag));
+}
+
+// -v: a decimal number from 0 to the largest int32 (klog's Level), checked digit by
+// digit before it can overflow.
+Result<int> verbosityFlag(const std::string &text)
+{
+	const auto invalid = [&](std::string_view why) {
+		return fail(fmt::format("--v {}: {} (write a verbosity from 0 to {}, e.g. --v=2)",
+					quoted(text), why, std::numeric_limits<int32_t>::max()));
+	};
+	std::string_view digits = text;
+	if (!digits.empty() && digits[0] == '+')
+		digits.remove_prefix(1);
+	else if (!digits.empty() && digits[0] == '-')
+		return invalid("verbosity cannot be negative");
+	if (digits.empty())
+		return invalid("not a number");
+	int64_t value = 0;
+	for (const char c : digits) {
+		if (c < '0' || c > '9')
+			return invalid("not a number");
+		value = value * 10 + (c - '0');
+		if (value > std::numeric_limits<int32_t>::max())
+			return invalid(fmt::format("verbosity must be at most {}",
+						   std::numeric_limits<int32_t>::max()));
+	}
+	return static_cast<int>(value);
+}
+
+// The message for an error Boost found, from the option's name and our own words only:
+// what() substitutes the user's text into a template repeatedly (a value containing
+// "%value%" never terminates), so it is never called.
+std::string flagError(const po::error_with_option_name &e)
+{
+	const std::string name = escaped(e.get_option_name());
+	if (dynamic_cast<const po::unknown_option *>(&e))
+		return fmt::format("unknown flag {} (see --help for the flags)", name);
+	if (dynamic_cast<const po::multiple_occurrences *>(&e))
+		return fmt::format("flag {} is given more than once: give it once (see --help)", name);
+	if (const auto *syntax = dynamic_cast<const po::invalid_command_line_syntax *>(&e)) {
+		switch (syntax->kind()) {
+		case po::invalid_syntax::missing_parameter:
+			return fmt::format("flag {} needs a value: write {}=VALUE (see --help)", name,
+					   name);
+		case po::invalid_syntax::extra_parameter:
+			return fmt::format("flag {} takes no value (see --help)", name);
+		default:
+			break;
+		}
+	}
+	return fmt::format("flag {} cannot be parsed: write --flag=value (see --help)", name);
+}
+
 } // namespace
 
 Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 {
 	CommandLine cl;
 	AgentOptions &o = cl.options;
+	// Every value is taken as text and converted here, so that each error names the
+	// flag and the offending value in our words (see flagError).
 	std::string toPorts, priority = formatChainPriority(kDefaultPriority);
-	std::string version;
+	std::string version, verbosity = "0";
+	std::map<std::string, std::string> bools;
+	const auto boolValue = [&bools](const char *name, const char *defaultValue) {
+		return po::value(&bools[name])->default_value(defaultValue)->implicit_value("true");
+	};
 
 	po::options_description desc("Usage: ip-masq-agent [flags]\n\n"
 				     "Keeps pod traffic to non-masquerade destinations un-NATed and "
@@ -63,13 +146,12 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Config file (YAML or JSON). Absent means all defaults.")
 		("masq-chain", po::value(&o.ruleset.masqChain)->default_value(o.ruleset.masqChain),
 		 "Name of the chain holding the masquerade rules.")
-		("nomasq-all-reserved-ranges",
-		 po::value(&o.configFlags.nomasqAllReservedRanges)->default_value(false, "false")->implicit_value(true, "true"),
+		("nomasq-all-reserved-ranges", boolValue("nomasq-all-reserved-ranges", "false"),
 		 "Also keep all reserved IPv4 ranges (RFC 6598, 5737, 2544, 7526, 6890, class E) un-NATed "
 		 "when the config gives no nonMasqueradeCIDRs.")
-		("enable-ipv6", po::value(&o.configFlags.enableIpv6)->default_value(false, "false")->implicit_value(true, "true"),
+		("enable-ipv6", boolValue("enable-ipv6", "false"),
 		 "Also masquerade IPv6, with fe80::/10 and IPv6 nonMasqueradeCIDRs un-NATed.")
-		("random-fully", po::value(&o.ruleset.randomFully)->default_value(true, "true")->implicit_value(true, "true"),
+		("random-fully", boolValue("random-fully", "true"),
 		 "Masquerade with fully randomized source ports.")
 		("to-ports", po::value(&toPorts)->default_value(""),
 		 "Masquerade tcp, udp and sctp to these source ports only, e.g. \"1024-29999,32768-65535\".")
@@ -77,16 +159,16 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Name of the agent's own nftables table (family inet).")
 		("priority", po::value(&priority)->default_value(priority),
 		 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").")
-		("dry-run", po::value(&o.dryRun)->default_value(false, "false")->implicit_value(true, "true"),
+		("dry-run", boolValue("dry-run", "false"),
 		 "Print the ruleset as nft -f input and exit; needs no privileges.")
-		("once", po::value(&o.once)->default_value(false, "false")->implicit_value(true, "true"),
+		("once", boolValue("once", "false"),
 		 "Apply the ruleset once and exit; the exit status says whether it worked.")
-		("cleanup", po::value(&o.cleanup)->default_value(false, "false")->implicit_value(true, "true"),
+		("cleanup", boolValue("cleanup", "false"),
 		 "Delete the agent's table, and nothing else, and exit.")
 		("health-addr", po::value(&o.healthAddr)->default_value(kDefaultHealthAddr),
 		 "Serve /healthz and /metrics on this host:port (\":port\" = every address); "
 		 "empty turns it off.")
-		("v", po::value(&o.verbosity)->default_value(0),
+		("v", po::value(&verbosity)->default_value("0"),
 		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")
 		("version", po::value(&version)->implicit_value("true"),
 		 "Print the version and exit (upstream's --version=raw works too).")
@@ -97,9 +179,10 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	// They are accepted and ignored (logs always go to stderr), with a warning.
 	po::options_description klog("Accepted for upstream (klog) compatibility and ignored");
 	std::vector<std::string> klogGiven;
+	std::map<std::string, std::string> klogBools;
 	const auto klogBool = [&](const char *name) {
-		klog.add_options()(name, po::value<bool>()->implicit_value(true, "true")->notifier(
-						 [&klogGiven, name](bool) { klogGiven.push_back(name); }),
+		klog.add_options()(name, po::value(&klogBools[name])->implicit_value("true")->notifier(
+						 [&klogGiven, name](const std::string &) { klogGiven.push_back(name); }),
 				   "");
 	};
 	const auto klogString = [&](const char *name) {
@@ -135,18 +218,19 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		// which hides mistakes such as "--enable-ipv6 false"; we refuse instead.
 		for (const auto &option : parsed.options)
 			if (option.position_key >= 0 || option.string_key.empty())
-				return fail(fmt::format("unexpected argument \"{}\": flags take values "
+				return fail(fmt::format("unexpected argument {}: flags take values "
 							"as --flag=value (bools: --flag=false) (see --help)",
-							option.original_tokens.empty()
-								? ""
-								: option.original_tokens.front()));
+							quoted(option.original_tokens.empty()
+								       ? ""
+								       : option.original_tokens.front())));
 		po::store(parsed, vm);
 		po::notify(vm);
-	} catch (const po::unknown_option &e) {
-		return fail(fmt::format("unknown flag {} (see --help for the flags)",
-					e.get_option_name()));
-	} catch (const po::error &e) {
-		return fail(fmt::format("{} (see --help)", e.what()));
+	} catch (const po::error_with_option_name &e) {
+		return fail(flagError(e));
+	} catch (const po::error &) {
+		// Never e.what(): see flagError.
+		return fail("the command line cannot be parsed: write flags as --flag=value "
+			    "(see --help)");
 	}
 
 	if (vm.count("help")) {
@@ -157,6 +241,28 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		cl.action = CommandLine::Action::version;
 		return cl;
 	}
+
+	for (const auto &[flag, target] :
+	     {std::pair<const char *, bool *>{"nomasq-all-reserved-ranges",
+					       &o.configFlags.nomasqAllReservedRanges},
+	      {"enable-ipv6", &o.configFlags.enableIpv6},
+	      {"random-fully", &o.ruleset.randomFully},
+	      {"dry-run", &o.dryRun},
+	      {"once", &o.once},
+	      {"cleanup", &o.cleanup}}) {
+		auto value = boolFlag(flag, bools[flag]);
+		if (!value)
+			return fail(value.error());
+		*target = *value;
+	}
+	for (const auto &[flag, text] : klogBools)
+		if (vm.count(flag))
+			if (auto value = boolFlag(flag, text); !value)
+				return fail(value.error());
+	auto level = verbosityFlag(verbosity);
+	if (!level)
+		return fail(level.error());
+	o.verbosity = *level;
 
 	auto ports = parsePortRanges(toPorts);
 	if (!ports)
@@ -174,25 +280,24 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	if (!o.healthAddr.empty())
 		if (auto address = parseListenAddress(o.healthAddr); !address)
 			return fail(address.error());
-	if (o.verbosity < 0)
-		return fail(fmt::format("--v {}: verbosity cannot be negative", o.verbosity));
 	if (!klogGiven.empty())
 		cl.warnings.push_back(fmt::format("ignoring upstream's klog flags --{}: logs always go "
 						  "to stderr", fmt::join(klogGiven, ", --")));
 
+	// Values from outside are escaped: these go into the start-up log line.
 	cl.effectiveFlags = {
-		fmt::format("--config={}", o.configPath),
+		fmt::format("--config={}", escaped(o.configPath)),
 		fmt::format("--masq-chain={}", o.ruleset.masqChain),
 		fmt::format("--nomasq-all-reserved-ranges={}", boolText(o.configFlags.nomasqAllReservedRanges)),
 		fmt::format("--enable-ipv6={}", boolText(o.configFlags.enableIpv6)),
 		fmt::format("--random-fully={}", boolText(o.ruleset.randomFully)),
-		fmt::format("--to-ports={}", toPorts),
+		fmt::format("--to-ports={}", escaped(toPorts)),
 		fmt::format("--table={}", o.ruleset.table),
 		fmt::format("--priority={}", formatChainPriority(o.ruleset.priority)),
 		fmt::format("--dry-run={}", boolText(o.dryRun)),
 		fmt::format("--once={}", boolText(o.once)),
 		fmt::format("--cleanup={}", boolText(o.cleanup)),
-		fmt::format("--health-addr={}", o.healthAddr),
+		fmt::format("--health-addr={}", escaped(o.healthAddr)),
 		fmt::format("--v={}", o.verbosity),
 	};
 	return cl;

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/escape.h"
+
 namespace ipmasq {
 
 std::string PortRange::toString() const
@@ -17,6 +19,8 @@ std::string PortRange::toString() const
 
 namespace {
 
+// Plain decimal digits only (no sign, no spaces); from_chars reports values beyond
+// `unsigned` as out of range rather than wrapping, so no length can overflow.
 std::optional<uint16_t> parsePort(std::string_view text)
 {
 	unsigned value = 0;
@@ -36,9 +40,9 @@ Result<std::vector<PortRange>> parsePortRanges(std::string_view text)
 		return ranges;
 
 	const auto invalid = [&](std::string_view item, std::string_view why) {
-		return fail(fmt::format("--to-ports \"{}\": \"{}\" {} (write ports or ranges of ports "
+		return fail(fmt::format("--to-ports {}: {} {} (write ports or ranges of ports "
 					"from 1 to 65535, such as \"1024-29999,32768-65535\")",
-					text, item, why));
+					quoted(text), quoted(item), why));
 	};
 
 	size_t start = 0;
@@ -66,8 +70,8 @@ Result<std::vector<PortRange>> parsePortRanges(std::string_view text)
 		  [](const PortRange &a, const PortRange &b) { return a.first < b.first; });
 	for (size_t i = 1; i < ranges.size(); i++)
 		if (ranges[i].first <= ranges[i - 1].last)
-			return fail(fmt::format("--to-ports \"{}\": ranges {} and {} overlap (list each "
-						"port once)", text, ranges[i - 1].toString(),
+			return fail(fmt::format("--to-ports {}: ranges {} and {} overlap (list each "
+						"port once)", quoted(text), ranges[i - 1].toString(),
 						ranges[i].toString()));
 	return ranges;
 }

@@ -2,17 +2,22 @@
 // The desired ruleset: a pure function from config + flags to the agent's table.
 #include "ip-masq-agent/ruleset.h"
 
+#include <algorithm>
 #include <array>
-#include <charconv>
-#include <climits>
-#include <cstdlib>
+#include <cstdint>
 #include <numeric>
-#include <regex>
 #include <set>
 
 #include <fmt/format.h>
+#include <libnftnl/udata.h>
+#include <linux/netfilter/nf_tables.h>
+
+#include "ip-masq-agent/escape.h"
 
 namespace ipmasq {
+
+static_assert(kMaxNameLength == NFT_NAME_MAXLEN - 1);
+static_assert(kMaxNftCommentLength == NFTNL_UDATA_COMMENT_MAXLEN);
 
 namespace {
 
@@ -35,31 +40,49 @@ std::string trim(std::string_view s)
 	return std::string(s.substr(b, e - b + 1));
 }
 
-std::optional<long> parseInteger(std::string_view text)
+bool isDigit(char c) { return c >= '0' && c <= '9'; }
+
+// A run of decimal digits (no sign) as a number that saturates at kSaturated instead of
+// overflowing, whatever the length: anything above kMaxPriority stays above it, and
+// base + or - offset cannot overflow 64 bits.
+constexpr int64_t kSaturated = int64_t(1) << 40;
+static_assert(kSaturated > int64_t(kMaxPriority) + 1000);
+
+std::optional<int64_t> parseDigits(std::string_view text)
 {
-	long value = 0;
-	const char *begin = text.data(), *end = text.data() + text.size();
-	if (!text.empty() && text[0] == '+')
-		begin++;
-	const auto [p, ec] = std::from_chars(begin, end, value);
-	if (begin == end || ec != std::errc() || p != end)
+	if (text.empty())
 		return std::nullopt;
+	int64_t value = 0;
+	for (const char c : text) {
+		if (!isDigit(c))
+			return std::nullopt;
+		value = std::min(kSaturated, value * 10 + (c - '0'));
+	}
 	return value;
 }
+
+bool isNameStart(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+bool isNameChar(char c) { return isNameStart(c) || isDigit(c) || c == '.' || c == '-'; }
 
 } // namespace
 
 Result<int> parseChainPriority(std::string_view text)
 {
 	const auto invalid = [&](std::string_view why) {
-		return fail(fmt::format("--priority \"{}\": {} (write a number such as 110, or a name "
+		return fail(fmt::format("--priority {}: {} (write a number such as 110, or a name "
 					"with an offset such as \"srcnat + 10\"; names: mangle, "
-					"filter, security, srcnat)", text, why));
+					"filter, security, srcnat)", quoted(text), why));
 	};
 	const std::string s = trim(text);
-	long value = 0;
-	if (auto number = parseInteger(s)) {
-		value = *number;
+	if (s.empty())
+		return invalid("it is empty");
+	int64_t value = 0;
+	if (isDigit(s[0]) || s[0] == '-' || s[0] == '+') {
+		const bool sign = !isDigit(s[0]);
+		const auto number = parseDigits(std::string_view(s).substr(sign ? 1 : 0));
+		if (!number)
+			return invalid("it is not a number");
+		value = s[0] == '-' ? -*number : *number;
 	} else {
 		const size_t op = s.find_first_of("+-");
 		const std::string name = trim(s.substr(0, op));
@@ -68,30 +91,36 @@ Result<int> parseChainPriority(std::string_view text)
 			if (name == p.name)
 				base = &p;
 		if (!base)
-			return invalid(fmt::format("\"{}\" is not a priority name for a nat postrouting "
-						   "chain", name));
+			return invalid(fmt::format("{} is not a priority name for a nat postrouting "
+						   "chain", quoted(name)));
 		value = base->value;
 		if (op != std::string::npos) {
-			auto offset = parseInteger(trim(s.substr(op + 1)));
-			if (!offset || *offset > INT_MAX / 2)
-				return invalid("the offset is not a number");
+			const auto offset = parseDigits(trim(s.substr(op + 1)));
+			if (!offset)
+				return invalid(fmt::format("the offset after '{}' must be a number "
+							   "without a sign", s[op]));
 			value += s[op] == '+' ? *offset : -*offset;
 		}
 	}
-	if (value < kMinNatPriority || value > INT_MAX / 2)
-		return invalid(fmt::format("NAT chains must run after conntrack, so the priority must "
-					   "be at least {}", kMinNatPriority));
+	if (value < kMinNatPriority)
+		return invalid(fmt::format("the priority must be at least {}: NAT chains must run "
+					   "after conntrack (at -200)", kMinNatPriority));
+	if (value > kMaxPriority)
+		return invalid(fmt::format("the priority must be at most {}: the kernel holds it "
+					   "as a signed 32-bit number", kMaxPriority));
 	return static_cast<int>(value);
 }
 
 std::string formatChainPriority(int priority)
 {
 	for (const NamedPriority &p : kPostroutingPriorities) {
-		const int offset = priority - p.value;
+		// In 64 bits: INT_MIN or INT_MAX minus a standard priority must not overflow.
+		const int64_t offset = int64_t(priority) - p.value;
 		if (offset == 0)
 			return p.name;
-		if (std::abs(offset) <= 10)
-			return fmt::format("{} {} {}", p.name, offset > 0 ? '+' : '-', std::abs(offset));
+		if (offset >= -10 && offset <= 10)
+			return fmt::format("{} {} {}", p.name, offset > 0 ? '+' : '-',
+					   offset > 0 ? offset : -offset);
 	}
 	return std::to_string(priority);
 }
@@ -99,12 +128,16 @@ std::string formatChainPriority(int priority)
 Status validateName(std::string_view what, std::string_view name)
 {
 	// nft's own identifier syntax, so the dry-run text parses and listings need no quoting.
-	static const std::regex identifier("[A-Za-z_][A-Za-z0-9_.-]*");
-	if (name.empty() || name.size() > 255 ||
-	    !std::regex_match(name.begin(), name.end(), identifier))
-		return fail(fmt::format("{} \"{}\" is not a valid nftables name: use 1 to 255 letters, "
-					"digits, '_', '.' or '-', starting with a letter or '_'",
-					what, name));
+	const bool identifier = !name.empty() && isNameStart(name[0]) &&
+				std::all_of(name.begin(), name.end(), isNameChar);
+	if (!identifier)
+		return fail(fmt::format("{} {} is not a valid nftables name: use letters, digits, "
+					"'_', '.' or '-', starting with a letter or '_'",
+					what, quoted(name)));
+	if (name.size() > kMaxNameLength)
+		return fail(fmt::format("{} is {} characters long: nftables names have at most {} "
+					"(NFT_NAME_MAXLEN); choose a shorter one",
+					what, name.size(), kMaxNameLength));
 	// The kernel would take a keyword as a name, but nft (1.0.x cannot quote chain
 	// names) could then neither list nor load the table: refuse the likely ones.
 	// (Each of these was checked to break nft 1.0.6 as a table or chain name.)
@@ -117,11 +150,29 @@ Status validateName(std::string_view what, std::string_view name)
 		"reject", "replace", "reset", "return", "rule", "sctp", "set", "snat", "table",
 		"tcp", "type", "udp"};
 	if (keywords.count(name))
-		return fail(fmt::format("{} \"{}\" is an nft keyword: nft could not list or load a "
+		return fail(fmt::format("{} {} is an nft keyword: nft could not list or load a "
 					"table using it as a name; choose another (e.g. in capitals)",
-					what, name));
+					what, quoted(name)));
 	return {};
 }
+
+namespace {
+
+// Every comment the ruleset carries, with what it belongs to.
+std::vector<std::pair<std::string, std::string>> comments(const Ruleset &ruleset)
+{
+	std::vector<std::pair<std::string, std::string>> out{{"the table", ruleset.comment}};
+	for (const AddressSet &set : ruleset.sets)
+		out.emplace_back("set " + set.name, set.comment);
+	for (const Chain &chain : ruleset.chains) {
+		out.emplace_back("chain " + chain.name, chain.comment);
+		for (const Rule &rule : chain.rules)
+			out.emplace_back("a rule of chain " + chain.name, rule.comment);
+	}
+	return out;
+}
+
+} // namespace
 
 Status validateRulesetOptions(const RulesetOptions &options)
 {
@@ -130,11 +181,31 @@ Status validateRulesetOptions(const RulesetOptions &options)
 	if (auto s = validateName("--masq-chain", options.masqChain); !s)
 		return s;
 	if (options.masqChain == kBaseChainName)
-		return fail(fmt::format("--masq-chain \"{}\" is the name of the agent's base chain; "
-					"choose another name", options.masqChain));
+		return fail(fmt::format("--masq-chain {} is the name of the agent's base chain; "
+					"choose another name", quoted(options.masqChain)));
 	if (options.priority < kMinNatPriority)
 		return fail(fmt::format("--priority {} is below {}: NAT chains must run after "
 					"conntrack", options.priority, kMinNatPriority));
+	// Names appear inside comments (e.g. "non-local destinations go through <chain>").
+	// Check the comments of the ruleset these options really build, rather than a
+	// bound per name that would drift when a comment is reworded. The config does not
+	// change any comment's length beyond what the defaults show (fixed texts only).
+	RulesetOptions widest = options;
+	widest.enableIpv6 = true;
+	for (const auto &[owner, comment] : comments(buildRuleset(Config{}, widest))) {
+		if (comment.size() <= kMaxNftCommentLength)
+			continue;
+		const size_t excess = comment.size() - kMaxNftCommentLength;
+		if (comment.find(options.masqChain) != std::string::npos &&
+		    options.masqChain.size() > excess)
+			return fail(fmt::format("--masq-chain is {} characters long: the comment of "
+						"{} embeds it and would be {} characters, over nft's "
+						"limit of {}; use at most {} characters",
+						options.masqChain.size(), owner, comment.size(),
+						kMaxNftCommentLength, options.masqChain.size() - excess));
+		return fail(fmt::format("the comment of {} would be {} characters, over nft's "
+					"limit of {}", owner, comment.size(), kMaxNftCommentLength));
+	}
 	return {};
 }
 

@@ -34,8 +34,17 @@ inline constexpr int kSrcnatPriority = 100;
 inline constexpr int kDefaultPriority = kSrcnatPriority + 10;
 // NAT base chains must run after conntrack (NF_IP_PRI_CONNTRACK = -200).
 inline constexpr int kMinNatPriority = -199;
+// The kernel carries a hook priority as a signed 32-bit number (NFTA_HOOK_PRIORITY).
+inline constexpr int kMaxPriority = 2147483647;
 
-// Parse "110", "srcnat", "srcnat + 10", "srcnat+10", "filter - 5" (nft's names).
+// nf_tables names: NFT_NAME_MAXLEN (256) bytes including the terminating NUL.
+inline constexpr size_t kMaxNameLength = 255;
+// nft refuses longer comments (NFTNL_UDATA_COMMENT_MAXLEN in libnftnl/udata.h).
+inline constexpr size_t kMaxNftCommentLength = 128;
+
+// Parse "110", "srcnat", "srcnat + 10", "srcnat+10", "filter - 5" (nft's names and
+// syntax: the offset after + or - is a number without a sign). The result is within
+// [kMinNatPriority, kMaxPriority]; an error states the bound that was crossed.
 Result<int> parseChainPriority(std::string_view text);
 // Print a postrouting priority as nft lists it: a name within +-10 of a standard one.
 std::string formatChainPriority(int priority);
@@ -50,8 +59,12 @@ struct RulesetOptions {
 	std::vector<PortRange> toPorts;
 };
 
-// Table, chain and set names end up unquoted in nft syntax: keep them identifiers.
+// Table, chain and set names end up unquoted in nft syntax: keep them identifiers of
+// 1 to kMaxNameLength characters that are not nft keywords.
 Status validateName(std::string_view what, std::string_view name);
+// Names valid, and everything the ruleset built from these options carries fits what
+// nft and the kernel accept: no comment longer than kMaxNftCommentLength (the chain
+// name is part of a rule comment), the priority in range.
 Status validateRulesetOptions(const RulesetOptions &options);
 
 // An interval set of destination addresses.

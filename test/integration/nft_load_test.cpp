@@ -196,3 +196,35 @@ TEST_CASE("the binary's --dry-run output with built-in defaults loads with nft -
 	std::remove(bad.c_str());
 	runOrFail("nft delete table inet ip-masq-agent");
 }
+
+TEST_CASE("--dry-run with the longest names and extreme flags is accepted by nft; one more is refused")
+{
+	const std::string table(255, 't'), chain(94, 'C');
+	for (const std::string &extra : {std::string("--priority=2147483647 --to-ports=1-2,3-65535"),
+					 std::string("--priority=-199 --random-fully=false")}) {
+		INFO(extra);
+		const std::string flags =
+			fmt::format("--dry-run --config /nonexistent/ip-masq-agent --enable-ipv6 "
+				    "--table={} --masq-chain={} {}", table, chain, extra);
+		std::string script;
+		REQUIRE(run(fmt::format("{} {}", AGENT_BINARY, flags), &script, true) == 0);
+		const std::string path = writeTemp(script);
+		runOrFail("nft -c -f " + path);
+		// And for real: the kernel takes it, and lists the names back.
+		runOrFail("nft -f " + path);
+		std::remove(path.c_str());
+		CHECK_THAT(runOrFail("nft list table inet " + table), Catch::Contains("chain " + chain));
+		runOrFail("nft delete table inet " + table);
+	}
+
+	std::string error;
+	CHECK(run(fmt::format("{} --dry-run --config /nonexistent/ip-masq-agent --masq-chain={}C",
+			      AGENT_BINARY, chain), &error, true) == 2);
+	CHECK_THAT(error, Catch::Contains("at most 94 characters") && Catch::Contains("128"));
+	CHECK(error.find("table inet") == std::string::npos);
+	error.clear();
+	CHECK(run(fmt::format("{} --dry-run --config /nonexistent/ip-masq-agent --table={}t",
+			      AGENT_BINARY, table), &error, true) == 2);
+	CHECK_THAT(error, Catch::Contains("at most 255"));
+	CHECK(error.find("table inet") == std::string::npos);
+}

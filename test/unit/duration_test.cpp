@@ -2,6 +2,9 @@
 // Go duration strings, as upstream's resyncInterval accepts them.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <limits>
+
 #include "ip-masq-agent/duration.h"
 
 using namespace ipmasq;
@@ -66,4 +69,36 @@ TEST_CASE("formatGoDuration prints as Go's Duration.String")
 	CHECK(formatGoDuration(7ns) == "7ns");
 	for (const char *text : {"1m30s", "1.5s", "2h0m5s", "300ms"})
 		CHECK(formatGoDuration(D(text)) == text);
+}
+
+TEST_CASE("the extremes of int64 parse and print exactly, as in Go")
+{
+	const Duration min = Duration(std::numeric_limits<int64_t>::min());
+	const Duration max = Duration(std::numeric_limits<int64_t>::max());
+	CHECK(formatGoDuration(min) == "-2562047h47m16.854775808s");
+	CHECK(formatGoDuration(max) == "2562047h47m16.854775807s");
+	// Go accepts the minimum int64 (its magnitude is one more than the maximum).
+	CHECK(D("-9223372036854775808ns") == min);
+	CHECK(D("-2562047h47m16.854775808s") == min);
+	CHECK(D("9223372036854775807ns") == max);
+	for (const Duration d : {min, max, min + 1ns, max - 1ns, Duration(-1), Duration(1)})
+		CHECK(D(formatGoDuration(d).c_str()) == d);
+	// One past either end is refused, and the message states the bound.
+	CHECK_THAT(parseGoDuration("-9223372036854775809ns").error().message,
+		   Catch::Contains("below the minimum, -2562047h47m16.854775808s"));
+	CHECK_THAT(parseGoDuration("9223372036854775808ns").error().message,
+		   Catch::Contains("above the maximum, 2562047h47m16.854775807s"));
+	CHECK_FALSE(parseGoDuration("2562047h47m16.854775808s"));
+	CHECK_FALSE(parseGoDuration("-2562047h47m16.854775809s"));
+	// Many terms each below the limit still add up past it: refused, not wrapped.
+	CHECK_FALSE(parseGoDuration("2562047h2562047h"));
+	CHECK_FALSE(parseGoDuration("-9223372036854775808ns1ns"));
+}
+
+TEST_CASE("a duration error shows the text escaped")
+{
+	auto d = parseGoDuration("1x\n2");
+	REQUIRE_FALSE(d);
+	CHECK_THAT(d.error().message, Catch::Contains("\"1x\\n2\""));
+	CHECK(d.error().message.find('\n') == std::string::npos);
 }

@@ -154,3 +154,64 @@ TEST_CASE("upstream's klog flags and --version=raw are accepted, the klog ones w
 	CHECK(parse({"--version=false"})->action == CommandLine::Action::run);
 	CHECK_THAT(parse({"--help"})->helpText, Catch::Contains("--alsologtostderr"));
 }
+
+TEST_CASE("a flag value containing Boost's placeholders is an error, not a hang")
+{
+	// Boost's what() substitutes values into "%value%" until none is left: never ends.
+	CHECK_THAT(parseError({"--v=%value%"}), Catch::Contains("--v \"%value%\""));
+	CHECK_THAT(parseError({"--enable-ipv6=%value%"}),
+		   Catch::Contains("--enable-ipv6 \"%value%\"") && Catch::Contains("not a boolean"));
+	CHECK_THAT(parseError({"--logtostderr=%value%"}), Catch::Contains("--logtostderr"));
+	CHECK_THAT(parseError({"--%canonical_option%"}), Catch::Contains("unknown flag --%canonical_option%"));
+	CHECK_THAT(parseError({"--config=a", "--config=%value%"}), Catch::Contains("more than once"));
+	CHECK_THAT(parseError({"--config"}), Catch::Contains("--config needs a value"));
+	CHECK_THAT(parseError({"--help=%value%"}), Catch::Contains("--help takes no value"));
+}
+
+TEST_CASE("flag values are escaped in errors and in the effective flags")
+{
+	const std::string error = parseError({"--to-ports=80\nerror: forged"});
+	CHECK(error.find('\n') == std::string::npos);
+	CHECK_THAT(error, Catch::Contains("\\n"));
+	CHECK(parseError({"--priority=1\n2"}).find('\n') == std::string::npos);
+	CHECK(parseError({"--v=1\n2"}).find('\n') == std::string::npos);
+	CHECK(parseError({"--dry-run", "x\ny"}).find('\n') == std::string::npos);
+	auto cl = parse({"--config=/etc/a\nb"});
+	REQUIRE(cl);
+	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--config=/etc/a\\nb")));
+}
+
+TEST_CASE("--v: numbers are checked before they can overflow")
+{
+	CHECK(parseOk({"--v=2147483647"}).verbosity == 2147483647);
+	CHECK_THAT(parseError({"--v=2147483648"}), Catch::Contains("at most 2147483647"));
+	CHECK_THAT(parseError({"--v=99999999999999999999999"}), Catch::Contains("at most 2147483647"));
+	CHECK_THAT(parseError({"--v=-1"}), Catch::Contains("cannot be negative"));
+	CHECK_THAT(parseError({"--v=x"}), Catch::Contains("not a number"));
+}
+
+TEST_CASE("bools take Go's spellings")
+{
+	for (const char *yes : {"1", "t", "T", "true", "TRUE", "True"})
+		CHECK(parseOk({(std::string("--enable-ipv6=") + yes).c_str()}).configFlags.enableIpv6);
+	for (const char *no : {"0", "f", "F", "false", "FALSE", "False"})
+		CHECK_FALSE(parseOk({(std::string("--random-fully=") + no).c_str()}).ruleset.randomFully);
+}
+
+TEST_CASE("--priority: the real bounds, not a wrong reason")
+{
+	CHECK(parseOk({"--priority=2000000000"}).ruleset.priority == 2000000000);
+	CHECK_THAT(parseError({"--priority=srcnat - -9223372036854775807"}), Catch::Contains("without a sign"));
+	CHECK_THAT(parseError({"--priority=3000000000"}), Catch::Contains("at most 2147483647"));
+}
+
+TEST_CASE("names nft cannot carry are refused at flag parsing, with the limit")
+{
+	const std::string longest(94, 'C'), tooLong(95, 'C');
+	CHECK(parseOk({("--masq-chain=" + longest).c_str()}).ruleset.masqChain == longest);
+	CHECK_THAT(parseError({("--masq-chain=" + tooLong).c_str()}),
+		   Catch::Contains("at most 94 characters") && Catch::Contains("128"));
+	const std::string table(255, 't'), tableTooLong(256, 't');
+	CHECK(parseOk({("--table=" + table).c_str()}).ruleset.table == table);
+	CHECK_THAT(parseError({("--table=" + tableTooLong).c_str()}), Catch::Contains("at most 255"));
+}

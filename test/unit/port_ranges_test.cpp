@@ -43,3 +43,29 @@ TEST_CASE("parsePortRanges rejects bad ranges with the flag and the reason")
 	CHECK_THAT(message("-5"), Catch::Contains("not a port"));
 	CHECK_THAT(message(" 80"), Catch::Contains("not a port"));
 }
+
+TEST_CASE("parsePortRanges: huge numbers are out of range, not wrapped")
+{
+	for (const char *text : {"4294967297", "18446744073709551617", "1-4294967297",
+				 "99999999999999999999999999999999", "65536", "1-99999999999999999999"}) {
+		INFO("input: " << text);
+		auto r = parsePortRanges(text);
+		REQUIRE_FALSE(r);
+		CHECK_THAT(r.error().message, Catch::Contains("not a port"));
+	}
+	// Every port once, as single ports: the largest list there can be.
+	std::string all;
+	for (int port = 1; port <= 65535; port++)
+		all += (port > 1 ? "," : "") + std::to_string(port);
+	auto r = parsePortRanges(all);
+	REQUIRE(r);
+	CHECK(r->size() == 65535);
+}
+
+TEST_CASE("parsePortRanges: user text in the message is escaped")
+{
+	auto r = parsePortRanges("80,\n90x");
+	REQUIRE_FALSE(r);
+	CHECK_THAT(r.error().message, Catch::Contains("\"80,\\n90x\"") && Catch::Contains("\"\\n90x\""));
+	CHECK(r.error().message.find('\n') == std::string::npos);
+}

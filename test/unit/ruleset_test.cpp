@@ -2,6 +2,8 @@
 // The desired ruleset: what buildRuleset puts in the agent's table for each config and flag.
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset.h"
 
@@ -195,4 +197,72 @@ TEST_CASE("buildRuleset is a pure function of its inputs")
 	RulesetOptions other = options;
 	other.masqChain = "OTHER";
 	CHECK_FALSE(buildRuleset(config, options) == buildRuleset(config, other));
+}
+
+TEST_CASE("chain priority: no arithmetic overflows, each error states the bound crossed")
+{
+	// Offsets of any size are refused or bounded before any arithmetic.
+	for (const char *text : {"srcnat - -9223372036854775807", "srcnat + -9223372036854775808",
+				 "srcnat+-5", "mangle - +5"}) {
+		INFO(text);
+		CHECK_THAT(parseChainPriority(text).error().message, Catch::Contains("without a sign"));
+	}
+	CHECK_THAT(parseChainPriority("srcnat - 9223372036854775807").error().message,
+		   Catch::Contains("at least -199"));
+	CHECK_THAT(parseChainPriority("srcnat + 9223372036854775807").error().message,
+		   Catch::Contains("at most 2147483647"));
+	CHECK_THAT(parseChainPriority("srcnat + 99999999999999999999999999").error().message,
+		   Catch::Contains("at most 2147483647"));
+	CHECK_THAT(parseChainPriority("-99999999999999999999999999").error().message,
+		   Catch::Contains("at least -199"));
+	// Every value the kernel holds from -199 up is accepted; one more is refused.
+	CHECK(parseChainPriority("2000000000").value() == 2000000000);
+	CHECK(parseChainPriority("2147483647").value() == 2147483647);
+	CHECK(parseChainPriority("srcnat + 2147483547").value() == 2147483647);
+	CHECK_THAT(parseChainPriority("2147483648").error().message, Catch::Contains("at most 2147483647"));
+	CHECK_THAT(parseChainPriority("srcnat + 2147483548").error().message,
+		   Catch::Contains("at most 2147483647"));
+	CHECK(parseChainPriority("-199").value() == -199);
+	CHECK(parseChainPriority("mangle - 49").value() == -199);
+	CHECK_THAT(parseChainPriority("mangle - 50").error().message, Catch::Contains("at least -199"));
+	CHECK_THAT(parseChainPriority("").error().message, Catch::Contains("empty"));
+	CHECK_THAT(parseChainPriority("12x").error().message, Catch::Contains("not a number"));
+	// User text is escaped in the message.
+	CHECK_THAT(parseChainPriority("src\nnat").error().message, Catch::Contains("\"src\\nnat\""));
+
+	// Printing the extremes does not overflow either, and parses back.
+	CHECK(formatChainPriority(std::numeric_limits<int>::max()) == "2147483647");
+	CHECK(formatChainPriority(std::numeric_limits<int>::min()) == "-2147483648");
+	for (int p : {-199, -160, -150, -140, -10, 0, 10, 40, 60, 90, 100, 110, 111, 2147483647})
+		CHECK(parseChainPriority(formatChainPriority(p)).value() == p);
+}
+
+TEST_CASE("names nft cannot carry are refused with the limit")
+{
+	CHECK(validateName("--table", std::string(255, 'a')));
+	CHECK_THAT(validateName("--table", std::string(256, 'a')).error().message,
+		   Catch::Contains("256 characters") && Catch::Contains("at most 255"));
+	CHECK_THAT(validateName("--table", "a\nb").error().message, Catch::Contains("\"a\\nb\""));
+
+	// The masquerade chain's name is part of the jump rule's comment, which nft caps at
+	// 128 characters: the longest name is what the comment leaves room for.
+	RulesetOptions options;
+	options.masqChain = std::string(94, 'C');
+	CHECK(validateRulesetOptions(options));
+	bool fits = true;
+	for (const Chain &chain : buildRuleset(Config{}, options).chains)
+		for (const Rule &rule : chain.rules)
+			fits &= rule.comment.size() <= kMaxNftCommentLength;
+	CHECK(fits);
+	options.masqChain = std::string(95, 'C');
+	CHECK_THAT(validateRulesetOptions(options).error().message,
+		   Catch::Contains("--masq-chain is 95 characters long") &&
+			   Catch::Contains("limit of 128") && Catch::Contains("at most 94 characters"));
+	options.masqChain = std::string(255, 'C');
+	CHECK_THAT(validateRulesetOptions(options).error().message, Catch::Contains("at most 94 characters"));
+
+	// The table name is in no comment: the whole nf_tables limit is available.
+	RulesetOptions longTable;
+	longTable.table = std::string(255, 't');
+	CHECK(validateRulesetOptions(longTable));
 }

@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzz target: config text -> parseConfig -> buildRuleset -> renderNftScript.
+// Invariants: no crash; errors are one line; the rendered text is deterministic; every
+// interval set is sorted, disjoint and non-adjacent and holds every configured CIDR.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "fuzz_support.h"
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/ruleset.h"
+
+using namespace ipmasq;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	// The first byte picks the flags that shape the config and the ruleset.
+	if (size < 1)
+		return 0;
+	const uint8_t selector = data[0];
+	const std::string_view text(reinterpret_cast<const char *>(data + 1), size - 1);
+	ConfigFlags flags;
+	flags.enableIpv6 = selector & 1;
+	flags.nomasqAllReservedRanges = selector & 2;
+	RulesetOptions options;
+	options.enableIpv6 = flags.enableIpv6;
+	options.randomFully = selector & 4;
+	if (selector & 8)
+		options.toPorts = {{1024, 29999}, {32768, 65535}};
+
+	auto loaded = parseConfig(text, "fuzz.yaml", flags);
+	if (!loaded) {
+		fuzz::checkOneLine(loaded.error().message);
+		return 0;
+	}
+	const Ruleset ruleset = buildRuleset(loaded->config, options);
+	for (const AddressSet &set : ruleset.sets) {
+		fuzz::checkIntervalSet(set.elements);
+		for (const Prefix &prefix : loaded->config.nonMasqueradeCIDRs)
+			if (prefix.network.family == set.family())
+				fuzz::check(set.elements.contains(prefix.first()) &&
+						    set.elements.contains(prefix.last()),
+					    "a configured CIDR is missing from its set", prefix.toString());
+	}
+	const std::string first = renderNftScript(ruleset);
+	fuzz::check(first == renderNftScript(buildRuleset(loaded->config, options)),
+		    "rendering is not deterministic");
+	auto again = parseConfig(text, "fuzz.yaml", flags);
+	fuzz::check(again && again->config == loaded->config, "parsing is not deterministic");
+	return 0;
+}

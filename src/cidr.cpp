@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/escape.h"
+
 namespace ipmasq {
 
 const char *familyName(Family family)
@@ -75,7 +77,7 @@ std::string Prefix::toString() const
 
 Result<Prefix> parsePrefix(std::string_view text)
 {
-	const std::string quoted = fmt::format("\"{}\"", text);
+	const std::string quoted = ipmasq::quoted(text);
 	const size_t slash = text.find('/');
 	if (slash == std::string_view::npos)
 		return fail(fmt::format("CIDR {} could not be parsed: it has no \"/length\" "
@@ -89,18 +91,18 @@ Result<Prefix> parsePrefix(std::string_view text)
 	const unsigned bits = familyBits(family);
 
 	uint8_t raw[16] = {};
-	if (addressText.empty() ||
+	if (addressText.empty() || addressText.find('\0') != std::string::npos ||
 	    inet_pton(v6 ? AF_INET6 : AF_INET, addressText.c_str(), raw) != 1)
-		return fail(fmt::format("CIDR {} could not be parsed: \"{}\" is not a valid {} address",
-					quoted, addressText, familyName(family)));
+		return fail(fmt::format("CIDR {} could not be parsed: {} is not a valid {} address",
+					quoted, ipmasq::quoted(addressText), familyName(family)));
 
 	unsigned length = 0;
 	const auto [end, ec] = std::from_chars(lengthText.data(),
 					       lengthText.data() + lengthText.size(), length);
 	if (lengthText.empty() || ec != std::errc() ||
 	    end != lengthText.data() + lengthText.size() || length > bits)
-		return fail(fmt::format("CIDR {} could not be parsed: prefix length \"{}\" is not a "
-					"number from 0 to {}", quoted, lengthText, bits));
+		return fail(fmt::format("CIDR {} could not be parsed: prefix length {} is not a "
+					"number from 0 to {}", quoted, ipmasq::quoted(lengthText), bits));
 
 	AddressValue value = 0;
 	for (unsigned i = 0; i < bits / 8; i++)

@@ -10,6 +10,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/log.h"
 
 namespace ipmasq {
@@ -22,9 +23,9 @@ using tcp = asio::ip::tcp;
 Result<ListenAddress> parseListenAddress(std::string_view text)
 {
 	const auto invalid = [&](std::string_view why) {
-		return fail(fmt::format("--health-addr \"{}\": {} (write host:port, :port or "
+		return fail(fmt::format("--health-addr {}: {} (write host:port, :port or "
 					"[ipv6]:port, e.g. \"{}\"; an empty value turns it off)",
-					text, why, kDefaultHealthAddr));
+					quoted(text), why, kDefaultHealthAddr));
 	};
 	const size_t colon = text.rfind(':');
 	if (colon == std::string_view::npos)
@@ -41,12 +42,14 @@ Result<ListenAddress> parseListenAddress(std::string_view text)
 	if (portText.empty() || ec != std::errc() || end != portText.data() + portText.size() ||
 	    port > 65535)
 		return invalid("the port is not a number from 0 to 65535");
+	if (host.find('\0') != std::string_view::npos)
+		return invalid("the host holds a NUL byte");
 	ListenAddress address{std::string(host), static_cast<uint16_t>(port)};
 	if (!address.host.empty()) {
 		boost::system::error_code error;
 		asio::ip::make_address(address.host, error);
 		if (error)
-			return invalid(fmt::format("\"{}\" is not an IP address", address.host));
+			return invalid(fmt::format("{} is not an IP address", quoted(address.host)));
 	}
 	return address;
 }

@@ -32,6 +32,7 @@ void AgentStatus::syncSucceeded(const Ruleset &applied, std::chrono::duration<do
 	std::lock_guard lock(mutex_);
 	Snapshot &s = state_;
 	s.started = true;
+	s.rulesetInForce = true;
 	s.syncError.clear();
 	s.tableDrifted = false;
 	s.syncs++;
@@ -59,6 +60,7 @@ void AgentStatus::noopResync()
 {
 	std::lock_guard lock(mutex_);
 	state_.started = true;
+	state_.rulesetInForce = true;
 	state_.syncError.clear(); // the kernel was just seen to hold the desired table
 	state_.noopResyncs++;
 }
@@ -112,6 +114,9 @@ AgentStatus::Health AgentStatus::liveness(Clock::time_point now) const
 
 AgentStatus::Health AgentStatus::Snapshot::health() const
 {
+	if (!configError.empty() && !rulesetInForce)
+		return {false, "config invalid (no ruleset of the agent is in force: nothing was "
+			       "applied, and no table of the agent was found to keep): " + configError};
 	if (!configError.empty())
 		return {false, "config invalid (the last good ruleset stays in force): " + configError};
 	if (!syncError.empty())

@@ -37,6 +37,9 @@ public:
 	// describes one state, never a mix of two.
 	struct Snapshot {
 		bool started = false; // a sync has completed
+		// The kernel was seen to hold a ruleset of the agent (applied, verified or
+		// adopted): with a bad config, whether anything protects the node.
+		bool rulesetInForce = false;
 		std::string configError;
 		std::string syncError;
 		bool tableDrifted = false;

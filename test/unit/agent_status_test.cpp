@@ -38,6 +38,17 @@ std::string sample(const std::string &text, const std::string &series)
 
 } // namespace
 
+TEST_CASE("a bad config on a fresh node says that nothing is in force, not the last good ruleset")
+{
+	AgentStatus status;
+	status.configFailed("/etc/config/ip-masq-agent:1:1: bad");
+	CHECK_THAT(status.health().reason, Catch::Contains("config invalid") &&
+						   Catch::Contains("no ruleset of the agent is in force") &&
+						   !Catch::Contains("stays in force"));
+	status.noopResync(); // e.g. an adopted table verified intact
+	CHECK_THAT(status.health().reason, Catch::Contains("the last good ruleset stays in force"));
+}
+
 TEST_CASE("/healthz: not ok until a sync, then ok; every failure names its reason")
 {
 	AgentStatus status;
@@ -51,7 +62,8 @@ TEST_CASE("/healthz: not ok until a sync, then ok; every failure names its reaso
 
 	status.configFailed("/etc/config/ip-masq-agent:1:1: bad");
 	CHECK_FALSE(status.health().ok);
-	CHECK_THAT(status.health().reason, Catch::Contains("config invalid") && Catch::Contains(":1:1: bad"));
+	CHECK_THAT(status.health().reason, Catch::Contains("config invalid") && Catch::Contains(":1:1: bad") &&
+						   Catch::Contains("the last good ruleset stays in force"));
 	status.configLoaded();
 	CHECK(status.health().ok);
 

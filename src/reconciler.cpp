@@ -365,7 +365,7 @@ Status Reconciler::commit(SyncTrigger trigger, const char *done)
 	appliedGeneration_ = *committed;
 	// A new ruleset is news; restores are announced once per episode (needRestore).
 	const log::Fields fields{{"table", desired_->table}, {"trigger", syncTriggerName(trigger)},
-				 {"rules", summarize(*desired_)}, {"ms", milliseconds(took)},
+				 {"sets", summarize(*desired_)}, {"ms", milliseconds(took)},
 				 {"generation", static_cast<uint64_t>(*committed)}};
 	if (restore)
 		log::debug(fields, "{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,

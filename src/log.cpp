@@ -230,21 +230,25 @@ bool debugEnabled()
 	return gVerbosity > 0;
 }
 
-void write(Level level, std::string_view message, const Fields &fields)
+std::string formatLine(Format format, bool journal, std::string_view timestamp, Level level,
+		       std::string_view message, const Fields &fields)
 {
-	std::string line;
-	if (gFormat == Format::json) {
+	if (format == Format::json) {
 		// Under systemd the "<N>" prefix stays: journald takes it as the priority
 		// and stores the rest, the JSON object, as the message.
-		const std::string object = jsonLine(timestampNow(), level, message, fields);
-		line = toJournal() ? fmt::format("<{}>{}\n", static_cast<int>(level), object)
-				   : object + '\n';
-	} else if (toJournal()) {
-		line = fmt::format("<{}>{}\n", static_cast<int>(level), sanitizeLine(message));
-	} else {
-		line = fmt::format("{} {}: {}\n", timestampNow(), levelName(level),
-				   sanitizeLine(message));
+		const std::string object = jsonLine(timestamp, level, message, fields);
+		return journal ? fmt::format("<{}>{}\n", static_cast<int>(level), object)
+			       : object + '\n';
 	}
+	if (journal)
+		return fmt::format("<{}>{}\n", static_cast<int>(level), sanitizeLine(message));
+	return fmt::format("{} {}: {}\n", timestamp, levelName(level), sanitizeLine(message));
+}
+
+void write(Level level, std::string_view message, const Fields &fields)
+{
+	const std::string line = formatLine(gFormat, toJournal(), timestampNow(), level, message,
+					    fields);
 	// One write per line, so concurrent writers (tests, the kubelet's log reader)
 	// never see interleaved fragments.
 	std::fwrite(line.data(), 1, line.size(), stderr);

@@ -45,6 +45,12 @@ using Fields = std::vector<Field>;
 // jsonLine.
 void write(Level level, std::string_view message, const Fields &fields = {});
 
+// The line write() emits, newline included. `journal`: stderr is the journal stream
+// (isJournalStream), where a "<N>" priority prefix leads the line in both formats, and
+// the text format leaves the timestamp to journald.
+std::string formatLine(Format format, bool journal, std::string_view timestamp, Level level,
+		       std::string_view message, const Fields &fields);
+
 // `text` as a JSON string, quotes included: quotes, backslashes and every control
 // byte (C0, DEL) escaped, C1 controls and U+2028/U+2029 as \uXXXX, and each byte of
 // invalid UTF-8 as U+FFFD, so that any input gives valid JSON on one line.

@@ -168,3 +168,20 @@ TEST_CASE("log::write in the json format writes one object per line; text ignore
 						   "with\\nnewline\",\"err\":\"bad\\n\\\"x\\\"\"}\n"));
 	CHECK(std::count(second.begin(), second.end(), '\n') == 1);
 }
+
+TEST_CASE("formatLine: text as before; json one object per line, after <N> in the journal")
+{
+	const std::string ts = "2026-11-23T19:53:03.123456Z";
+	CHECK(log::formatLine(log::Format::text, false, ts, log::Level::warning, "a\nb", {{"k", "v"}}) ==
+	      ts + " warning: a\\nb\n");
+	CHECK(log::formatLine(log::Format::text, true, ts, log::Level::warning, "a\nb", {{"k", "v"}}) ==
+	      "<4>a\\nb\n");
+	const std::string object =
+		"{\"ts\":\"" + ts + "\",\"level\":\"warning\",\"v\":0,\"msg\":\"a\\nb\",\"k\":\"v\"}";
+	CHECK(log::formatLine(log::Format::json, false, ts, log::Level::warning, "a\nb", {{"k", "v"}}) ==
+	      object + "\n");
+	CHECK(log::formatLine(log::Format::json, true, ts, log::Level::warning, "a\nb", {{"k", "v"}}) ==
+	      "<4>" + object + "\n");
+	CHECK(log::formatLine(log::Format::json, true, ts, log::Level::error, "e", {})
+		      .rfind("<3>{", 0) == 0);
+}

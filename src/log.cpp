@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// Logging to stderr: one line per message, timestamped unless journald adds its own.
+// Logging to stderr: one line per message, text (timestamped unless journald adds its
+// own) or one JSON object.
 #include "ip-masq-agent/log.h"
 
 #include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <optional>
@@ -18,6 +20,7 @@ namespace ipmasq::log {
 namespace {
 
 int gVerbosity = 0;
+Format gFormat = Format::text;
 
 // Under systemd, stderr goes to the journal, which timestamps lines and reads a
 // "<N>" prefix as the syslog priority (sd-daemon(3)).
@@ -31,34 +34,6 @@ bool toJournal()
 	return journal;
 }
 
-// Length of the valid UTF-8 sequence at the start of `s` that is safe to print
-// (not a C1 control, not U+2028/U+2029), or 0.
-size_t printableUtf8Length(std::string_view s)
-{
-	const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-	const auto continuation = [&](size_t i) { return i < s.size() && (byte(i) & 0xc0) == 0x80; };
-	const unsigned char lead = byte(0);
-	size_t length = 0;
-	uint32_t min = 0, code = 0;
-	if (lead >= 0xc2 && lead <= 0xdf) {
-		length = 2, min = 0x80, code = lead & 0x1f;
-	} else if (lead >= 0xe0 && lead <= 0xef) {
-		length = 3, min = 0x800, code = lead & 0x0f;
-	} else if (lead >= 0xf0 && lead <= 0xf4) {
-		length = 4, min = 0x10000, code = lead & 0x07;
-	} else {
-		return 0;
-	}
-	for (size_t i = 1; i < length; i++) {
-		if (!continuation(i))
-			return 0;
-		code = (code << 6) | (byte(i) & 0x3f);
-	}
-	const bool forbidden = code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff) ||
-			       (code >= 0x80 && code <= 0x9f) || code == 0x2028 || code == 0x2029;
-	return forbidden ? 0 : length;
-}
-
 const char *levelName(Level level)
 {
 	switch (level) {
@@ -70,7 +45,131 @@ const char *levelName(Level level)
 	return "?";
 }
 
+// The current time as RFC 3339 in UTC with microseconds, e.g. 2026-11-23T19:53:03.123456Z.
+std::string timestampNow()
+{
+	const auto now = std::chrono::system_clock::now();
+	const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+	const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
+				    now.time_since_epoch()).count() % 1000000;
+	std::tm utc{};
+	gmtime_r(&seconds, &utc);
+	char stamp[32];
+	std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
+	return fmt::format("{}.{:06}Z", stamp, micros);
+}
+
+// Valid UTF-8 at the start of `s`: its length and code point, or length 0.
+struct Utf8Sequence {
+	size_t length = 0;
+	uint32_t code = 0;
+};
+
+Utf8Sequence decodeUtf8(std::string_view s)
+{
+	const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+	const unsigned char lead = byte(0);
+	size_t length = 0;
+	uint32_t min = 0, code = 0;
+	if (lead >= 0xc2 && lead <= 0xdf) {
+		length = 2, min = 0x80, code = lead & 0x1f;
+	} else if (lead >= 0xe0 && lead <= 0xef) {
+		length = 3, min = 0x800, code = lead & 0x0f;
+	} else if (lead >= 0xf0 && lead <= 0xf4) {
+		length = 4, min = 0x10000, code = lead & 0x07;
+	} else {
+		return {};
+	}
+	for (size_t i = 1; i < length; i++) {
+		if (i >= s.size() || (byte(i) & 0xc0) != 0x80)
+			return {};
+		code = (code << 6) | (byte(i) & 0x3f);
+	}
+	if (code < min || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff))
+		return {};
+	return {length, code};
+}
+
+// Length of the valid UTF-8 sequence at the start of `s` that is safe to print
+// (not a C1 control, not U+2028/U+2029), or 0.
+size_t printableUtf8Length(std::string_view s)
+{
+	const Utf8Sequence sequence = decodeUtf8(s);
+	const bool lineBreaking = (sequence.code >= 0x80 && sequence.code <= 0x9f) ||
+				  sequence.code == 0x2028 || sequence.code == 0x2029;
+	return lineBreaking ? 0 : sequence.length;
+}
+
 } // namespace
+
+Field::Field(std::string_view key, double number) : key(key)
+{
+	// JSON has no NaN or infinity: those are written as strings.
+	isNumber = std::isfinite(number);
+	value = isNumber ? fmt::format("{:.3f}", number) : fmt::format("{}", number);
+}
+
+void setFormat(Format format)
+{
+	gFormat = format;
+}
+
+std::string jsonString(std::string_view text)
+{
+	std::string out = "\"";
+	out.reserve(text.size() + 2);
+	for (size_t i = 0; i < text.size();) {
+		const auto byte = static_cast<unsigned char>(text[i]);
+		if (byte >= 0x80) {
+			const Utf8Sequence sequence = decodeUtf8(text.substr(i));
+			if (sequence.length == 0) {
+				out += "\\ufffd"; // each invalid byte, as decoders replace it
+				i++;
+			} else if ((sequence.code >= 0x80 && sequence.code <= 0x9f) ||
+				   sequence.code == 0x2028 || sequence.code == 0x2029) {
+				// Valid JSON, but line breaks to some readers (JavaScript, NEL).
+				out += fmt::format("\\u{:04x}", sequence.code);
+				i += sequence.length;
+			} else {
+				out.append(text.substr(i, sequence.length));
+				i += sequence.length;
+			}
+			continue;
+		}
+		switch (byte) {
+		case '"': out += "\\\""; break;
+		case '\\': out += "\\\\"; break;
+		case '\n': out += "\\n"; break;
+		case '\r': out += "\\r"; break;
+		case '\t': out += "\\t"; break;
+		default:
+			if (byte < 0x20 || byte == 0x7f)
+				out += fmt::format("\\u{:04x}", byte);
+			else
+				out += static_cast<char>(byte);
+		}
+		i++;
+	}
+	out += '"';
+	return out;
+}
+
+std::string jsonLine(std::string_view timestamp, Level level, std::string_view message,
+		     const Fields &fields)
+{
+	std::string line = fmt::format("{{\"ts\":{},\"level\":\"{}\",\"v\":{},\"msg\":{}",
+				       jsonString(timestamp), levelName(level),
+				       level == Level::debug ? 1 : 0, jsonString(message));
+	for (const Field &field : fields) {
+		// The keys above are the message's own; a field never repeats one.
+		if (field.key == "ts" || field.key == "level" || field.key == "v" || field.key == "msg")
+			continue;
+		line += fmt::format(",{}:{}", jsonString(field.key),
+				    field.isNumber ? field.value : jsonString(field.value));
+	}
+	line += '}';
+	return line;
+}
 
 bool isJournalStream(const char *journalStream, const struct stat &stderrStat)
 {
@@ -131,23 +230,25 @@ bool debugEnabled()
 	return gVerbosity > 0;
 }
 
-void write(Level level, std::string_view message)
+std::string formatLine(Format format, bool journal, std::string_view timestamp, Level level,
+		       std::string_view message, const Fields &fields)
 {
-	std::string line;
-	if (toJournal()) {
-		line = fmt::format("<{}>{}\n", static_cast<int>(level), sanitizeLine(message));
-	} else {
-		const auto now = std::chrono::system_clock::now();
-		const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-		const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-					    now.time_since_epoch()).count() % 1000000;
-		std::tm utc{};
-		gmtime_r(&seconds, &utc);
-		char stamp[32];
-		std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &utc);
-		line = fmt::format("{}.{:06}Z {}: {}\n", stamp, micros, levelName(level),
-				   sanitizeLine(message));
+	if (format == Format::json) {
+		// Under systemd the "<N>" prefix stays: journald takes it as the priority
+		// and stores the rest, the JSON object, as the message.
+		const std::string object = jsonLine(timestamp, level, message, fields);
+		return journal ? fmt::format("<{}>{}\n", static_cast<int>(level), object)
+			       : object + '\n';
 	}
+	if (journal)
+		return fmt::format("<{}>{}\n", static_cast<int>(level), sanitizeLine(message));
+	return fmt::format("{} {}: {}\n", timestamp, levelName(level), sanitizeLine(message));
+}
+
+void write(Level level, std::string_view message, const Fields &fields)
+{
+	const std::string line = formatLine(gFormat, toJournal(), timestampNow(), level, message,
+					    fields);
 	// One write per line, so concurrent writers (tests, the kubelet's log reader)
 	// never see interleaved fragments.
 	std::fwrite(line.data(), 1, line.size(), stderr);

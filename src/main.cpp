@@ -162,13 +162,15 @@ int main(int argc, char **argv)
 	}
 
 	log::setVerbosity(cl->options.verbosity);
+	log::setFormat(cl->options.loggingFormat);
 	for (const std::string &warning : cl->warnings)
 		log::warning("{}", warning);
 
 	if (cl->options.dryRun)
 		return dryRun(cl->options);
 
-	log::info("ip-masq-agent {} starting; flags: {}", IP_MASQ_AGENT_VERSION,
-		  fmt::join(cl->effectiveFlags, " "));
+	const std::string flags = fmt::format("{}", fmt::join(cl->effectiveFlags, " "));
+	log::info({{"version", IP_MASQ_AGENT_VERSION}, {"flags", flags}},
+		  "ip-masq-agent {} starting; flags: {}", IP_MASQ_AGENT_VERSION, flags);
 	return runAgent(std::move(cl->options));
 }

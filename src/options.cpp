@@ -98,6 +98,17 @@ Result<int> verbosityFlag(const std::string &text)
 	return static_cast<int>(value);
 }
 
+// --logging-format: Kubernetes components' flag and values.
+Result<log::Format> loggingFormatFlag(const std::string &text)
+{
+	if (text == "text")
+		return log::Format::text;
+	if (text == "json")
+		return log::Format::json;
+	return fail(fmt::format("--logging-format {}: unknown format (write --logging-format=text "
+				"or --logging-format=json)", quoted(text)));
+}
+
 // The message for an error Boost found, from the option's name and our own words only:
 // what() substitutes the user's text into a template repeatedly (a value containing
 // "%value%" never terminates), so it is never called.
@@ -131,7 +142,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	// Every value is taken as text and converted here, so that each error names the
 	// flag and the offending value in our words (see flagError).
 	std::string toPorts, priority = formatChainPriority(kDefaultPriority);
-	std::string version, verbosity = "0";
+	std::string version, verbosity = "0", loggingFormat = "text";
 	std::map<std::string, std::string> bools;
 	const auto boolValue = [&bools](const char *name, const char *defaultValue) {
 		return po::value(&bools[name])->default_value(defaultValue)->implicit_value("true");
@@ -170,6 +181,8 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "empty turns it off.")
 		("v", po::value(&verbosity)->default_value("0"),
 		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")
+		("logging-format", po::value(&loggingFormat)->default_value(loggingFormat),
+		 "Log format: \"text\" (one line per message) or \"json\" (one JSON object per line).")
 		("version", po::value(&version)->implicit_value("true"),
 		 "Print the version and exit (upstream's --version=raw works too).")
 		("help,h", "Print this help and exit.");
@@ -263,6 +276,10 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	if (!level)
 		return fail(level.error());
 	o.verbosity = *level;
+	auto format = loggingFormatFlag(loggingFormat);
+	if (!format)
+		return fail(format.error());
+	o.loggingFormat = *format;
 
 	auto ports = parsePortRanges(toPorts);
 	if (!ports)
@@ -299,6 +316,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		fmt::format("--cleanup={}", boolText(o.cleanup)),
 		fmt::format("--health-addr={}", escaped(o.healthAddr)),
 		fmt::format("--v={}", o.verbosity),
+		fmt::format("--logging-format={}", loggingFormat),
 	};
 	return cl;
 }

@@ -116,7 +116,8 @@ Status Reconciler::configRead(const Result<ConfigContent> &content)
 	if (!loaded) {
 		// Say it (and count it) once per change, not once per resync.
 		if (loaded.error().message != configError_) {
-			log::error("{}; {}", loaded.error().message,
+			log::error({{"file", settings_.configPath}, {"err", loaded.error().message}},
+				   "{}; {}", loaded.error().message,
 				   desired_ ? "keeping the last good ruleset in force"
 					    : "no ruleset of this config is applied");
 			status_.configFailed(loaded.error().message);
@@ -316,7 +317,8 @@ void Reconciler::needRestore(bool drift)
 		// One line per episode (drifts less than kQuiet apart): a writer fighting the
 		// agent does not flood the log.
 		if (!lastDriftAt_ || now - *lastDriftAt_ >= RestorePacer::kQuiet)
-			log::warning("table inet {} was changed or deleted outside the agent; restoring "
+			log::warning({{"table", desired_->table}},
+				     "table inet {} was changed or deleted outside the agent; restoring "
 				     "it (while this goes on, restores are spaced by a delay growing "
 				     "from {} ms to {} ms)", desired_->table,
 				     RestorePacer::kInitial.count(), RestorePacer::kMax.count());
@@ -362,12 +364,15 @@ Status Reconciler::commit(SyncTrigger trigger, const char *done)
 	appliedVersion_ = desiredVersion_;
 	appliedGeneration_ = *committed;
 	// A new ruleset is news; restores are announced once per episode (needRestore).
+	const log::Fields fields{{"table", desired_->table}, {"trigger", syncTriggerName(trigger)},
+				 {"sets", summarize(*desired_)}, {"ms", milliseconds(took)},
+				 {"generation", static_cast<uint64_t>(*committed)}};
 	if (restore)
-		log::debug("{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
+		log::debug(fields, "{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
 			   desired_->table, syncTriggerName(trigger), summarize(*desired_),
 			   milliseconds(took), *committed);
 	else
-		log::info("{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
+		log::info(fields, "{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
 			  desired_->table, syncTriggerName(trigger), summarize(*desired_),
 			  milliseconds(took), *committed);
 	recheckAfterCommit(*committed);

@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Logging to stderr: levels, -v verbosity, and journald priority prefixes under systemd.
+// Logging to stderr: levels, -v verbosity, text or JSON lines, and journald priority
+// prefixes under systemd.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <sys/stat.h>
 
@@ -17,8 +20,47 @@ enum class Level { error = 3, warning = 4, info = 6, debug = 7 };
 void setVerbosity(int verbosity);
 bool debugEnabled();
 
-// Writes one line per message, whatever the message holds: see sanitizeLine.
-void write(Level level, std::string_view message);
+// --logging-format, as Kubernetes components spell it. text is the default.
+enum class Format { text, json };
+void setFormat(Format format);
+
+// A structured value of a message, for the JSON format only: the text line already
+// carries it in its words, and stays as it is. Keys are fixed names from the code.
+struct Field {
+	Field(std::string_view key, std::string_view text) : key(key), value(text) {}
+	Field(std::string_view key, const char *text) : key(key), value(text) {}
+	Field(std::string_view key, const std::string &text) : key(key), value(text) {}
+	Field(std::string_view key, int64_t number) : key(key), value(std::to_string(number)), isNumber(true) {}
+	Field(std::string_view key, uint64_t number) : key(key), value(std::to_string(number)), isNumber(true) {}
+	Field(std::string_view key, int number) : Field(key, static_cast<int64_t>(number)) {}
+	Field(std::string_view key, double number);
+
+	std::string key;
+	std::string value;     // the text, or the number as JSON writes it
+	bool isNumber = false; // written bare, not as a string
+};
+using Fields = std::vector<Field>;
+
+// Writes one line per message, whatever the message holds: see sanitizeLine and
+// jsonLine.
+void write(Level level, std::string_view message, const Fields &fields = {});
+
+// The line write() emits, newline included. `journal`: stderr is the journal stream
+// (isJournalStream), where a "<N>" priority prefix leads the line in both formats, and
+// the text format leaves the timestamp to journald.
+std::string formatLine(Format format, bool journal, std::string_view timestamp, Level level,
+		       std::string_view message, const Fields &fields);
+
+// `text` as a JSON string, quotes included: quotes, backslashes and every control
+// byte (C0, DEL) escaped, C1 controls and U+2028/U+2029 as \uXXXX, and each byte of
+// invalid UTF-8 as U+FFFD, so that any input gives valid JSON on one line.
+std::string jsonString(std::string_view text);
+
+// One JSON object for a message, without the newline: {"ts":"<RFC 3339 UTC with
+// microseconds>","level":"info","v":0,"msg":"...", then the fields}. An error
+// message's "err" field follows Kubernetes' JSON format; "v" is 1 for debug messages.
+std::string jsonLine(std::string_view timestamp, Level level, std::string_view message,
+		     const Fields &fields);
 
 // The message as one line of printable text: newlines, other control bytes, C1
 // controls, the Unicode line separators and invalid UTF-8 become \n, \r, \t or \xNN.
@@ -39,9 +81,21 @@ void error(fmt::format_string<Args...> format, Args &&...args)
 }
 
 template<typename... Args>
+void error(const Fields &fields, fmt::format_string<Args...> format, Args &&...args)
+{
+	write(Level::error, fmt::format(format, std::forward<Args>(args)...), fields);
+}
+
+template<typename... Args>
 void warning(fmt::format_string<Args...> format, Args &&...args)
 {
 	write(Level::warning, fmt::format(format, std::forward<Args>(args)...));
+}
+
+template<typename... Args>
+void warning(const Fields &fields, fmt::format_string<Args...> format, Args &&...args)
+{
+	write(Level::warning, fmt::format(format, std::forward<Args>(args)...), fields);
 }
 
 template<typename... Args>
@@ -51,10 +105,23 @@ void info(fmt::format_string<Args...> format, Args &&...args)
 }
 
 template<typename... Args>
+void info(const Fields &fields, fmt::format_string<Args...> format, Args &&...args)
+{
+	write(Level::info, fmt::format(format, std::forward<Args>(args)...), fields);
+}
+
+template<typename... Args>
 void debug(fmt::format_string<Args...> format, Args &&...args)
 {
 	if (debugEnabled())
 		write(Level::debug, fmt::format(format, std::forward<Args>(args)...));
+}
+
+template<typename... Args>
+void debug(const Fields &fields, fmt::format_string<Args...> format, Args &&...args)
+{
+	if (debugEnabled())
+		write(Level::debug, fmt::format(format, std::forward<Args>(args)...), fields);
 }
 
 } // namespace ipmasq::log

@@ -7,6 +7,7 @@
 
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/log.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -19,6 +20,7 @@ struct AgentOptions {
 	bool once = false;    // apply once and exit; the exit status says whether it worked
 	bool cleanup = false; // delete the agent's table (and nothing else) and exit
 	int verbosity = 0;
+	log::Format loggingFormat = log::Format::text; // --logging-format=text|json
 	std::string healthAddr; // "" turns the HTTP endpoint off
 };
 

@@ -215,3 +215,18 @@ TEST_CASE("names nft cannot carry are refused at flag parsing, with the limit")
 	CHECK(parseOk({("--table=" + table).c_str()}).ruleset.table == table);
 	CHECK_THAT(parseError({("--table=" + tableTooLong).c_str()}), Catch::Contains("at most 255"));
 }
+
+TEST_CASE("--logging-format: text (the default) or json, anything else names the flag")
+{
+	CHECK(parseOk({}).loggingFormat == log::Format::text);
+	CHECK(parseOk({"--logging-format=json"}).loggingFormat == log::Format::json);
+	CHECK(parseOk({"-logging-format", "text"}).loggingFormat == log::Format::text);
+	CHECK_THAT(parseError({"--logging-format=JSON"}),
+		   Catch::Contains("--logging-format \"JSON\"") && Catch::Contains("text") &&
+			   Catch::Contains("json"));
+	const std::string forged = parseError({"--logging-format=x\nerror: forged"});
+	CHECK(forged.find('\n') == std::string::npos);
+	auto cl = parse({"--logging-format=json"});
+	REQUIRE(cl);
+	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--logging-format=json")));
+}

@@ -175,12 +175,13 @@ Result<BatchAnswer> NetlinkBackend::transact(const Batch &batch)
 	return answer;
 }
 
-Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset)
+Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool createOnly)
 {
 	auto encoded = encodeForKernel(ruleset, true);
 	if (!encoded)
 		return fail(encoded.error());
-	auto batch = replaceTableBatch(*encoded, socket_.sequence());
+	auto batch = createOnly ? createTableBatch(*encoded, socket_.sequence())
+				: replaceTableBatch(*encoded, socket_.sequence());
 	if (!batch)
 		return fail(batch.error());
 	if (quietMonitor_)

@@ -14,7 +14,13 @@
 
 #include <libnftnl/expr.h>
 #include <libnftnl/rule.h>
+#include <libnftnl/table.h>
+#include <linux/netfilter.h>
 #include <linux/netfilter/nf_nat.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+
+#include <fmt/format.h>
 
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/backend.h"
@@ -68,7 +74,7 @@ Ruleset withoutFullyRandom(const Ruleset &ruleset)
 Result<uint32_t> NetlinkBackend::apply(const Ruleset &ruleset)
 {
 	refusedFeature_.reset();
-	auto applied = replaceTable(ruleset);
+	auto applied = commitTable(ruleset);
 	if (applied || !refusedFeature_)
 		return applied;
 	switch (*std::exchange(refusedFeature_, std::nullopt)) {
@@ -81,9 +87,38 @@ Result<uint32_t> NetlinkBackend::apply(const Ruleset &ruleset)
 			     "without it from now on (as upstream does when iptables lacks "
 			     "--random-fully)", applied.error().message);
 		limits_.noFullyRandom = true;
-		return replaceTable(ruleset);
+		return commitTable(ruleset);
 	}
 	return applied;
+}
+
+Result<uint32_t> NetlinkBackend::commitTable(const Ruleset &ruleset)
+{
+	auto exists = tableExists(ruleset.table);
+	if (!exists)
+		return fail(exists.error());
+	if (!*exists) {
+		auto created = replaceTable(ruleset, true);
+		if (created || refusedFeature_ || created.error().errnum != EEXIST)
+			return created;
+		log::debug("table inet {} was created by someone else meanwhile; replacing it",
+			   ruleset.table);
+	}
+	return replaceTable(ruleset, false);
+}
+
+Result<bool> NetlinkBackend::tableExists(const std::string &table)
+{
+	TablePtr request = tableHandle(table, false);
+	Status s = socket_.query(
+		(NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE, NFPROTO_INET, 0,
+		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
+		[](const nlmsghdr *) -> Status { return {}; });
+	if (s)
+		return true;
+	if (s.error().errnum == ENOENT)
+		return false;
+	return fail(s.error().withContext(fmt::format("reading table inet {}: ", table)));
 }
 
 Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset, bool forCommit)

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The kernel-feature fallback: a refused masquerade fully-random is left out, once, for good.
+// The start path: a refused fully-random is left out once, for good; an absent table is created.
 //
 // The fault hook (NetlinkBackend::simulateKernelWithoutFullyRandom, or the agent's
 // IP_MASQ_AGENT_TEST_FAULT=kernel-without-fully-random) makes the first commit carry a
@@ -44,11 +44,12 @@ std::string listing()
 	return out;
 }
 
-// The kernel's handle of the table: a new one whenever the table is re-created.
-long tableHandle()
+// The kernel's handle of a table: a new one whenever the table is re-created. The
+// kernel numbers tables in a namespace consecutively.
+long tableHandle(const std::string &table = "ip-masq-agent")
 {
 	std::string out;
-	if (run("nft -j list table inet ip-masq-agent 2>/dev/null", &out) != 0)
+	if (run("nft -j list table inet " + table + " 2>/dev/null", &out) != 0)
 		return -1;
 	std::smatch m;
 	if (!std::regex_search(out, m, std::regex("\"table\": \\{[^}]*\"handle\": ([0-9]+)")))
@@ -130,4 +131,25 @@ TEST_CASE("the daemon on a kernel without fully-random warns once and never re-a
 	CHECK(countOf(agent.log(), kDegradedWarning) == 1);
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
+}
+
+TEST_CASE("an absent table is created without a delete; an existing one is replaced")
+{
+	auto backend = freshBackend();
+	const Ruleset ruleset = buildRuleset(defaultConfig({}), RulesetOptions{});
+	runOrFail("nft add table inet marker");
+	const long marker = tableHandle("marker");
+	REQUIRE(marker >= 0);
+	runOrFail("nft delete table inet marker");
+
+	// Created in one NEWTABLE: the next handle. The replace transaction (NEWTABLE,
+	// DELTABLE, NEWTABLE) would have taken two, and made close() wait (see batch.h).
+	REQUIRE(backend->apply(ruleset));
+	CHECK(tableHandle() == marker + 1);
+	CHECK(backend->check(ruleset).value() == TableCheck::same);
+
+	// Present: replaced, a new table.
+	REQUIRE(backend->apply(ruleset));
+	CHECK(tableHandle() > marker + 1);
+	CHECK(backend->check(ruleset).value() == TableCheck::same);
 }

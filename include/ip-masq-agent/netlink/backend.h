@@ -86,8 +86,13 @@ private:
 	};
 
 	Result<netlink::BatchAnswer> transact(const netlink::Batch &batch);
-	// The whole-table replacement apply() sends, once or (after a refusal) twice.
-	Result<uint32_t> replaceTable(const Ruleset &ruleset);
+	// The whole-table replacement apply() sends, once or (after a refusal) twice;
+	// `createOnly`: a table known to be absent is created without a DELTABLE.
+	Result<uint32_t> replaceTable(const Ruleset &ruleset, bool createOnly);
+	// A replaceTable() that creates the table when GETTABLE says it is absent, and
+	// replaces it when it exists (or was created by someone in between).
+	Result<uint32_t> commitTable(const Ruleset &ruleset);
+	Result<bool> tableExists(const std::string &table);
 	// encodeRuleset() with what this kernel refused left out; `forCommit` also
 	// remembers which objects carry a feature, for noteRefusal().
 	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset, bool forCommit);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <functional>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
@@ -321,18 +322,19 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 	if (*text) {
 		absentSince_.reset();
 		ConfigContent content{std::move(*text)};
-		if (delivered_ == content)
+		const ContentDigest digest = digestOf(content);
+		if (delivered_ == digest)
 			return Nothing();
-		delivered_ = std::move(content);
-		return delivered_;
+		delivered_ = digest;
+		return std::optional(std::move(content));
 	}
 
 	// Absent. At start-up, or when it was absent already, that is settled.
-	if (!delivered_ || !delivered_->text) {
+	if (!delivered_ || !delivered_->present) {
 		if (delivered_)
 			return Nothing();
-		delivered_ = ConfigContent{};
-		return delivered_;
+		delivered_ = ContentDigest{};
+		return std::optional(ConfigContent{});
 	}
 	// It was there: a save in progress, a ConfigMap or directory being replaced. Only
 	// once it stays away does "absent" (the defaults) replace the last content.
@@ -344,8 +346,15 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 	if (now < *absentSince_ + kAbsentGrace)
 		return Nothing();
 	absentSince_.reset();
-	delivered_ = ConfigContent{};
-	return delivered_;
+	delivered_ = ContentDigest{};
+	return std::optional(ConfigContent{});
+}
+
+ConfigSource::ContentDigest ConfigSource::digestOf(const ConfigContent &content)
+{
+	if (!content.text)
+		return ContentDigest{};
+	return ContentDigest{true, content.text->size(), std::hash<std::string>{}(*content.text)};
 }
 
 } // namespace ipmasq

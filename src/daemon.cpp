@@ -7,6 +7,7 @@
 #include <array>
 #include <cerrno>
 #include <csignal>
+#include <malloc.h>
 #include <cstring>
 #include <poll.h>
 #include <sys/signalfd.h>
@@ -21,6 +22,15 @@
 namespace ipmasq {
 
 namespace {
+
+// Parsing a config, encoding its batch and reading the table back for verification
+// allocate many times what the model keeps (~7 MiB at 10,000 CIDRs); freed, glibc keeps
+// most of it in its arenas. malloc_trim() returns it to the kernel: with little free it
+// takes microseconds, so it runs after every sync, the verifying resyncs included.
+void giveMemoryBack()
+{
+	(void)malloc_trim(0); // 1: some memory was released; 0: there was none to release
+}
 
 // SIGIO: a writer opening the config during the read lease (ConfigSource); ignored.
 constexpr std::array kLoopSignals{SIGTERM, SIGINT, SIGHUP, SIGIO};
@@ -163,6 +173,7 @@ int Daemon::run()
 	Clock::time_point now = Clock::now();
 	takeConfig(ConfigLook::reload, now);
 	(void)reconciler_.reconcile(SyncTrigger::startup);
+	giveMemoryBack();
 	resyncEvery_ = reconciler_.resyncInterval();
 	nextResync_ = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
@@ -234,6 +245,7 @@ int Daemon::run()
 			trigger = SyncTrigger::retry;
 		if (trigger) {
 			(void)reconciler_.reconcile(*trigger);
+			giveMemoryBack();
 			reportToSystemd();
 		}
 

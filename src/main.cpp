@@ -2,6 +2,7 @@
 // ip-masq-agent's entry point: parse flags, then wire config -> ruleset -> renderer or kernel.
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -46,22 +47,10 @@ int dryRun(const AgentOptions &options)
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
-// Adapt the options to what this kernel can do, as upstream does for --random-fully.
-Status adaptToKernel(NetlinkBackend &backend, RulesetOptions &options)
-{
-	auto features = backend.probeFeatures();
-	if (!features)
-		return fail(features.error());
-	if (!features->inetNat)
-		return fail("this kernel has no NAT in nftables' inet family (Linux 5.2 or later "
-			    "is needed); upgrade the kernel, or keep using the iptables-based agent");
-	if (options.randomFully && !features->fullyRandomMasquerade) {
-		log::warning("this kernel cannot masquerade with fully-random; masquerading "
-			     "without it (as upstream does when iptables lacks --random-fully)");
-		options.randomFully = false;
-	}
-	return {};
-}
+// A fault hook for the integration tests (test/integration/backend_test.cpp): commits look
+// as they do to a kernel without masquerade fully-random, to exercise the fallback.
+constexpr const char *kFaultVariable = "IP_MASQ_AGENT_TEST_FAULT";
+constexpr std::string_view kFaultNoFullyRandom = "kernel-without-fully-random";
 
 // --once: read the config, make the kernel hold its ruleset, exit. No loop, no watch,
 // no timers, no signals blocked.
@@ -99,10 +88,10 @@ int runAgent(AgentOptions options)
 		return EXIT_SUCCESS;
 	}
 
-	if (auto adapted = adaptToKernel(**backend, options.ruleset); !adapted) {
-		log::error("{}", adapted.error().message);
-		return EXIT_FAILURE;
-	}
+	// No feature probe here: apply() learns from the first commit what the kernel
+	// refuses (backend_features.cpp), which keeps the start fast.
+	if (const char *fault = std::getenv(kFaultVariable); fault && fault == kFaultNoFullyRandom)
+		(*backend)->simulateKernelWithoutFullyRandom();
 
 	if (options.once)
 		return applyOnce(options, **backend);

@@ -127,7 +127,16 @@ private:
 	bool waitingForWriterBlindly_ = false;
 
 	// What was last yielded, and the stamp of the file it came from.
-	std::optional<ConfigContent> delivered_;
+	// What was last delivered, as a digest: the text itself goes to the caller and is
+	// not kept (a config of 100,000 CIDRs is 2 MB that would stay resident).
+	struct ContentDigest {
+		bool present = false;
+		size_t size = 0;
+		size_t hash = 0;
+		bool operator==(const ContentDigest &) const = default;
+	};
+	static ContentDigest digestOf(const ConfigContent &content);
+	std::optional<ContentDigest> delivered_;
 	std::optional<FileStamp> deliveredStamp_;
 	// The file was found missing after being present: since when.
 	std::optional<Clock::time_point> absentSince_;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The netlink backend: transactions on the agent's table, its verification and feature probes.
+// The netlink backend: transactions on the agent's table and its verification.
 #include "ip-masq-agent/netlink/backend.h"
 
 #include <algorithm>
@@ -24,9 +24,6 @@ namespace ipmasq {
 using namespace netlink;
 
 namespace {
-
-// A name no administrator would pick; probes never commit it anyway.
-constexpr const char *kProbeTable = "ip-masq-agent-feature-probe";
 
 // How often check() reads a table again when other commits interrupted the read, before
 // it answers "unsettled" (the caller then re-applies or looks again later).
@@ -178,12 +175,13 @@ Result<BatchAnswer> NetlinkBackend::transact(const Batch &batch)
 	return answer;
 }
 
-Result<uint32_t> NetlinkBackend::apply(const Ruleset &ruleset)
+Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool createOnly)
 {
-	auto encoded = encodeRuleset(ruleset);
+	auto encoded = encodeForKernel(ruleset, true);
 	if (!encoded)
 		return fail(encoded.error());
-	auto batch = replaceTableBatch(*encoded, socket_.sequence());
+	auto batch = createOnly ? createTableBatch(*encoded, socket_.sequence())
+				: replaceTableBatch(*encoded, socket_.sequence());
 	if (!batch)
 		return fail(batch.error());
 	if (quietMonitor_)
@@ -195,8 +193,10 @@ Result<uint32_t> NetlinkBackend::apply(const Ruleset &ruleset)
 				     resumed.error().message);
 	if (!answer)
 		return fail(answer.error());
-	if (!answer->failures.empty())
+	if (!answer->failures.empty()) {
+		noteRefusal(*batch, answer->failures.front().seq, answer->failures.front().error);
 		return fail(batchError(*batch, *answer));
+	}
 	log::debug("applied table inet {}: {} messages, {} bytes", ruleset.table,
 		   batch->acknowledgedMessages(), batch->bytes());
 	if (answer->generation)
@@ -240,7 +240,7 @@ Result<uint32_t> NetlinkBackend::generation()
 
 Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
 {
-	auto encoded = encodeRuleset(ruleset);
+	auto encoded = encodeForKernel(ruleset, false);
 	if (!encoded)
 		return fail(encoded.error());
 	const std::string desired = canonicalForm(*encoded);
@@ -470,52 +470,6 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 		out.push_back(AddressSet{set.name, std::move(*ranges), {}});
 	}
 	return std::optional(std::move(out));
-}
-
-Result<NetlinkBackend::KernelFeatures> NetlinkBackend::probeFeatures()
-{
-	KernelFeatures features;
-	// Each probe is a check-only batch: the kernel validates every message, reports
-	// what it refuses, and aborts. The probes are separate so that one missing
-	// feature cannot hide another.
-	const auto probe = [this](const Ruleset &ruleset) -> Result<bool> {
-		auto encoded = encodeRuleset(ruleset);
-		if (!encoded)
-			return fail(encoded.error());
-		auto batch = checkTableBatch(*encoded, socket_.sequence());
-		if (!batch)
-			return fail(batch.error());
-		auto answer = transact(*batch);
-		if (!answer)
-			return fail(answer.error());
-		if (answer->failures.empty())
-			return true;
-		const Error error = batchError(*batch, *answer);
-		if (error.errnum == EPERM)
-			return fail(error);
-		log::debug("feature probe: {}", error.message);
-		return false;
-	};
-
-	Ruleset ruleset;
-	ruleset.table = kProbeTable;
-	ruleset.chains.push_back(Chain{kBaseChainName, BaseChainHook{kSrcnatPriority}, {}, {}});
-	auto inetNat = probe(ruleset);
-	if (!inetNat)
-		return fail(inetNat.error().withContext("probing kernel features: "));
-	features.inetNat = *inetNat;
-
-	// The agent masquerades in an inet table only, so without inet NAT there is no
-	// place where fully-random could be used.
-	if (features.inetNat) {
-		ruleset.chains.front().rules.push_back(
-			Rule{Masquerade{std::nullopt, std::nullopt, true}, {}});
-		auto fullyRandom = probe(ruleset);
-		if (!fullyRandom)
-			return fail(fullyRandom.error().withContext("probing kernel features: "));
-		features.fullyRandomMasquerade = *fullyRandom;
-	}
-	return features;
 }
 
 } // namespace ipmasq

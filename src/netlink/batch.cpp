@@ -107,7 +107,7 @@ Status Batch::addRule(const nftnl_rule *rule, std::string description)
 	return finishMessage(nlh);
 }
 
-Status Batch::addEncodedTable(const EncodedTable &table)
+Status Batch::addEncodedTable(const EncodedTable &table, uint16_t tableFlags)
 {
 	const auto addSetWithElements = [this](const EncodedSet &set) -> Status {
 		if (auto s = addSet(set.set.get(), set.description); !s)
@@ -119,7 +119,7 @@ Status Batch::addEncodedTable(const EncodedTable &table)
 		return {};
 	};
 
-	if (auto s = addTable(NFT_MSG_NEWTABLE, 0, table.table.get(), table.description); !s)
+	if (auto s = addTable(NFT_MSG_NEWTABLE, tableFlags, table.table.get(), table.description); !s)
 		return s;
 	// Chains first, so that a jump can name a chain declared later in the model.
 	for (const EncodedChain &chain : table.chains)
@@ -183,6 +183,18 @@ Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq)
 	if (auto s = batch.addTable(NFT_MSG_DELTABLE, 0, handle.get(), deleting); !s)
 		return fail(s.error());
 	if (auto s = batch.addEncodedTable(table); !s)
+		return fail(s.error());
+	batch.end();
+	return batch;
+}
+
+Result<Batch> createTableBatch(const EncodedTable &table, uint32_t firstSeq)
+{
+	Batch batch(firstSeq);
+	batch.begin(true);
+	// NLM_F_ECHO on the first message for the commit's generation, as in
+	// replaceTableBatch(); NLM_F_EXCL so that a table created meanwhile is an error.
+	if (auto s = batch.addEncodedTable(table, NLM_F_EXCL | NLM_F_ECHO); !s)
 		return fail(s.error());
 	batch.end();
 	return batch;

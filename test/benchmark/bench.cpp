@@ -70,7 +70,7 @@ volatile pid_t g_agentPid = -1;
 std::string g_tmpDir;
 // The scratch directory and every file the benchmark puts in it, as C strings made
 // before any signal can arrive: the signal handler may only unlink() and rmdir().
-constexpr const char *kScratchFiles[] = {"config", ".config.new", "agent.log"};
+constexpr const char *kScratchFiles[] = {"config", ".config.new", "agent.log", "upstream.rules"};
 char g_scratchPaths[std::size(kScratchFiles) + 1][256];
 
 void killAgentNow()
@@ -392,6 +392,22 @@ long procStatusKiB(pid_t pid, const std::string &key)
 	return -1;
 }
 
+// The process's private memory (USS: Private_Clean + Private_Dirty of
+// /proc/<pid>/smaps_rollup), in KiB: what it alone holds, shared library pages excluded.
+long privateKiB(pid_t pid)
+{
+	std::istringstream in(readFile(fmt::format("/proc/{}/smaps_rollup", pid)));
+	long total = 0;
+	bool seen = false;
+	for (std::string line; std::getline(in, line);)
+		for (const char *key : {"Private_Clean:", "Private_Dirty:"})
+			if (line.rfind(key, 0) == 0) {
+				total += std::strtol(line.c_str() + std::strlen(key), nullptr, 10);
+				seen = true;
+			}
+	return seen ? total : -1;
+}
+
 // Waits until the kernel holds `expected`. Returns when the committing change was first
 // seen (the notification's arrival), after NetlinkBackend::matches() confirmed it; a
 // notification that did not bring the table to `expected` does not count. Bounded.
@@ -434,6 +450,7 @@ struct Row {
 	size_t noopRuns = 0, movedRuns = 0;
 	Samples startLive, swapLive;
 	long rssStartKiB = -1, rssAfterKiB = -1, rssFileKiB = -1;
+	long ussStartKiB = -1, ussAfterKiB = -1;
 };
 
 AgentOptions agentOptions(const Case &c, const std::string &configPath, bool randomFully)
@@ -628,6 +645,9 @@ void measureDaemon(Row &row, NetlinkBackend &backend, const std::string &dir,
 	row.startLive.ms.push_back(Millis(*live - spawned).count());
 	row.rssStartKiB = procStatusKiB(agent.pid(), "VmHWM");
 	row.rssFileKiB = procStatusKiB(agent.pid(), "RssFile");
+	// The loop gives memory back right after its commit; it is idle well within this.
+	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+	row.ussStartKiB = privateKiB(agent.pid());
 
 	bool useB = true;
 	row.swapLive = repeat(3, runs.swaps, std::chrono::seconds(12), [&] {
@@ -645,10 +665,135 @@ void measureDaemon(Row &row, NetlinkBackend &backend, const std::string &dir,
 		return Millis(*committed - start).count();
 	});
 	row.rssAfterKiB = procStatusKiB(agent.pid(), "VmHWM");
+	std::this_thread::sleep_for(std::chrono::milliseconds(200));
+	row.ussAfterKiB = privateKiB(agent.pid());
 	if (!agent.running())
 		die("the agent exited; its log ends with:\n" + agent.logTail());
 	agent.stop();
 	require(backend.remove(options.ruleset.table), "removing the table");
+}
+
+// 6. Whole processes, as a node runs them at boot: the agent's --once, and upstream's
+// iptables-restore of its payload for the same list. Wall time from fork() to exit,
+// each run on an empty ruleset (the flush is not timed).
+struct WholeProcessRow {
+	std::string label;
+	Samples ms;
+	std::string skipped; // why it was not measured, if it was not
+};
+
+// Runs `argv` with stdout and stderr to /dev/null and stdin from `stdinPath` (or
+// /dev/null); returns its wall time in ms, or dies when it fails.
+double timedRun(const std::vector<std::string> &argv, const std::string &stdinPath = "/dev/null")
+{
+	const auto start = Clock::now();
+	const pid_t pid = fork();
+	if (pid < 0)
+		die(fmt::format("fork: {}", std::strerror(errno)));
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, nullptr);
+		const int in = open(stdinPath.c_str(), O_RDONLY);
+		const int out = open("/dev/null", O_WRONLY);
+		if (in < 0 || out < 0)
+			_exit(126);
+		dup2(in, STDIN_FILENO);
+		dup2(out, STDOUT_FILENO);
+		dup2(out, STDERR_FILENO);
+		std::vector<char *> cargv;
+		for (const std::string &a : argv)
+			cargv.push_back(const_cast<char *>(a.c_str()));
+		cargv.push_back(nullptr);
+		execv(cargv[0], cargv.data());
+		_exit(127);
+	}
+	int status = 0;
+	// Bounded by the watchdog (kWatchdogSeconds), which kills the whole run.
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+	}
+	const double took = Millis(Clock::now() - start).count();
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		die(fmt::format("{} failed (wait status {:#x}); run it by hand to see why", argv[0],
+				status));
+	return took;
+}
+
+void flushRuleset()
+{
+	if (ipmasq::test::run("nft flush ruleset") != 0)
+		die("nft flush ruleset failed (nft is needed for section 6)");
+}
+
+// Upstream's payload (kubernetes-sigs/ip-masq-agent, syncMasqRules): one RETURN rule
+// per CIDR in its chain IP-MASQ-AGENT, MASQUERADE last, and the POSTROUTING jump, which
+// upstream ensures with a separate iptables call (here in the same restore, in its favour).
+std::string upstreamPayload(const std::vector<std::string> &cidrs)
+{
+	std::string out = "*nat\n:IP-MASQ-AGENT - [0:0]\n";
+	out += "-A POSTROUTING -m comment --comment \"ip-masq-agent: ensure nat POSTROUTING "
+	       "directs all non-LOCAL destination traffic to our custom IP-MASQ-AGENT chain\" "
+	       "-m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT\n";
+	std::vector<std::string> nonMasquerade = cidrs;
+	nonMasquerade.push_back("169.254.0.0/16"); // link-local, as upstream adds it by default
+	for (const std::string &cidr : nonMasquerade)
+		out += "-A IP-MASQ-AGENT -d " + cidr + " -m comment --comment \"ip-masq-agent: local "
+		       "traffic is not subject to MASQUERADE\" -j RETURN\n";
+	out += "-A IP-MASQ-AGENT -m comment --comment \"ip-masq-agent: outbound traffic is "
+	       "subject to MASQUERADE (must be last in chain)\" -j MASQUERADE --random-fully\n";
+	out += "COMMIT\n";
+	return out;
+}
+
+// An iptables-restore that writes nf_tables (iptables-nft), or empty.
+std::string findIptablesNftRestore()
+{
+	for (const char *candidate : {"/usr/sbin/iptables-nft-restore", "/sbin/iptables-nft-restore"})
+		if (access(candidate, X_OK) == 0)
+			return candidate;
+	return {};
+}
+
+std::vector<WholeProcessRow> measureWholeProcesses(const std::string &dir, bool quick)
+{
+	const std::string configPath = dir + "/config";
+	std::vector<WholeProcessRow> rows;
+	const auto once = [&](const std::string &label, const std::optional<std::string> &text,
+			      size_t runs) {
+		WholeProcessRow row{label, {}, {}};
+		if (text)
+			writeFile(configPath, *text);
+		else
+			std::filesystem::remove(configPath);
+		for (size_t i = 0; i < runs; i++) {
+			flushRuleset();
+			row.ms.ms.push_back(timedRun({AGENT_BINARY, "--once", "--config=" + configPath}));
+		}
+		rows.push_back(std::move(row));
+	};
+	once("--once, built-in defaults", std::nullopt, 9);
+	const std::vector<std::string> cidrs10k = cidrList(Case{10000, false}, 0);
+	once("--once, 10,000 CIDRs", configText(cidrs10k), 9);
+	if (!quick)
+		once("--once, 100,000 CIDRs", configText(cidrList(Case{100000, false}, 0)), 5);
+
+	WholeProcessRow upstream{"iptables-restore, 10,000 (upstream)", {}, {}};
+	const std::string restore = findIptablesNftRestore();
+	if (restore.empty()) {
+		upstream.skipped = "iptables-nft-restore not installed (Debian: apt-get install iptables)";
+	} else {
+		const std::string payloadPath = dir + "/upstream.rules";
+		writeFile(payloadPath, upstreamPayload(cidrs10k));
+		for (size_t i = 0; i < 9; i++) {
+			flushRuleset();
+			upstream.ms.ms.push_back(timedRun({restore, "--noflush"}, payloadPath));
+		}
+		std::filesystem::remove(payloadPath);
+	}
+	rows.push_back(std::move(upstream));
+	flushRuleset();
+	return rows;
 }
 
 // 5. Loading the config file (loadConfigFile: read and parse), each in a fresh process
@@ -868,10 +1013,8 @@ int main(int argc, char *argv[])
 
 	auto backend = require(NetlinkBackend::open(), "opening the netlink backend");
 	auto otherProgram = require(NetlinkBackend::open(), "opening a second netlink socket");
-	// As the agent does (main.cpp): masquerade fully-random only where the kernel can.
-	const auto features = require(backend->probeFeatures(), "probing kernel features");
-	if (!features.inetNat)
-		die("this kernel has no NAT in the inet family; the agent cannot run here");
+	// As the agent does: fully-random asked for; apply() leaves it out where the kernel
+	// refuses it (backend_features.cpp).
 
 	std::vector<Case> cases{{10, false}, {1000, false}};
 	if (!quick) {
@@ -887,7 +1030,7 @@ int main(int argc, char *argv[])
 		row.c = c;
 		const std::string textA = configText(cidrList(c, 0));
 		const std::string textB = configText(cidrList(c, 1));
-		const AgentOptions options = agentOptions(c, configPath, features.fullyRandomMasquerade);
+		const AgentOptions options = agentOptions(c, configPath, true);
 
 		const auto caseStart = Clock::now();
 		measureApply(row, *backend, textA, options);
@@ -906,6 +1049,7 @@ int main(int argc, char *argv[])
 	}
 	if (!quick)
 		loads.push_back(measureLoad("largest (16 MiB)", configPath, largestAcceptedText()));
+	const std::vector<WholeProcessRow> wholes = measureWholeProcesses(g_tmpDir, quick);
 	const double totalSeconds = std::chrono::duration<double>(Clock::now() - started).count();
 
 	std::vector<Target> targets;
@@ -918,7 +1062,9 @@ int main(int argc, char *argv[])
 	};
 	constexpr double kResyncTargetMs = 0.1;
 	constexpr double kSwapTargetMs = 50;
-	constexpr double kRssTargetKiB = 4 * 1024;
+	// The issue's figures: peak RSS in MB (10^6 bytes), private memory in MiB.
+	constexpr double kRssTargetKiB = 9e6 / 1024;
+	constexpr double kUssTargetKiB = 3 * 1024;
 
 	fmt::print("\n1. In this process, wall time in ms (median of the runs). apply replaces the "
 		   "whole table in one transaction;\n   cpu: its CPU time (user + kernel); "
@@ -956,29 +1102,37 @@ int main(int argc, char *argv[])
 	}
 
 	fmt::print("\n3./4. The agent as a process: start and config swap (rename) to table "
-		   "committed, in ms;\n   peak RSS (VmHWM) in MiB after start and after the swaps; "
-		   "file: the part of RSS that is mapped files (code of the binary and libraries)\n");
-	fmt::print("{:>15} {:>8} {:>8} {:>17} {:>5} {:>11} {:>10} {:>6} {:>11} {:>10}\n", "CIDRs",
-		   "start", "swap", "(min-max)", "runs", "target", "RSS start", "file", "target",
-		   "RSS after");
+		   "committed, in ms;\n   peak RSS (VmHWM) in MB (10^6 bytes) after start and after the swaps; "
+		   "file: the part of RSS that is mapped files (code of the binary and libraries);\n"
+		   "   USS: private memory (Private_Clean + Private_Dirty, smaps_rollup) in MiB, "
+		   "200 ms after start and after the swaps\n");
+	fmt::print("{:>15} {:>8} {:>8} {:>17} {:>5} {:>11} {:>10} {:>6} {:>11} {:>10} {:>10} {:>11} {:>10}\n",
+		   "CIDRs", "start", "swap", "(min-max)", "runs", "target", "RSS start", "file",
+		   "target", "RSS after", "USS start", "target", "USS after");
 	for (const Row &r : rows) {
 		const bool swapOk = r.swapLive.median() < kSwapTargetMs;
 		targets.push_back({fmt::format("config swap live, {} CIDRs", caseLabel(r.c)),
 				   ms(r.swapLive.median()) + " ms", "< 50 ms", swapOk});
-		std::string rssTarget = "-";
+		std::string rssTarget = "-", ussTarget = "-";
 		if (r.c.cidrs == 10000 && !r.c.mixed) {
-			const bool ok = r.rssStartKiB >= 0 && r.rssStartKiB < kRssTargetKiB;
-			rssTarget = fmt::format("<4 {}", verdict(ok));
-			targets.push_back({"peak RSS, 10,000 CIDRs",
-					   fmt::format("{:.2f} MiB", r.rssStartKiB / 1024.0), "< 4 MiB",
+			const bool ok = r.rssStartKiB >= 0 && r.rssStartKiB <= kRssTargetKiB;
+			rssTarget = fmt::format("<=9 {}", verdict(ok));
+			targets.push_back({"daemon peak RSS, 10,000 CIDRs",
+					   fmt::format("{:.2f} MB", r.rssStartKiB * 1024 / 1e6), "<= 9 MB",
 					   ok});
+			const bool ussOk = r.ussStartKiB >= 0 && r.ussStartKiB <= kUssTargetKiB;
+			ussTarget = fmt::format("<=3 {}", verdict(ussOk));
+			targets.push_back({"daemon USS after loading 10,000 CIDRs",
+					   fmt::format("{:.2f} MiB", r.ussStartKiB / 1024.0), "<= 3 MiB",
+					   ussOk});
 		}
-		fmt::print("{:>15} {:>8} {:>8} {:>17} {:>5} {:>11} {:>10.2f} {:>6.2f} {:>11} {:>10.2f}\n",
+		fmt::print("{:>15} {:>8} {:>8} {:>17} {:>5} {:>11} {:>10.2f} {:>6.2f} {:>11} {:>10.2f} {:>10.2f} {:>11} {:>10.2f}\n",
 			   caseLabel(r.c), ms(r.startLive.median()), ms(r.swapLive.median()),
 			   fmt::format("({}-{})", ms(r.swapLive.min()), ms(r.swapLive.max())),
 			   r.swapLive.ms.size(), fmt::format("<50 {}", verdict(swapOk)),
-			   r.rssStartKiB / 1024.0, r.rssFileKiB / 1024.0, rssTarget,
-			   r.rssAfterKiB / 1024.0);
+			   r.rssStartKiB * 1024 / 1e6, r.rssFileKiB * 1024 / 1e6, rssTarget,
+			   r.rssAfterKiB * 1024 / 1e6, r.ussStartKiB / 1024.0, ussTarget,
+			   r.ussAfterKiB / 1024.0);
 	}
 
 	fmt::print("\n5. Loading the config file (read + parse, block YAML, cidrLimit after the list), "
@@ -1007,10 +1161,47 @@ int main(int argc, char *argv[])
 			   r.ratio(), target);
 	}
 
+	fmt::print("\n6. Whole processes from fork() to exit on an empty ruleset, in ms (median, "
+		   "min-max): the agent's --once,\n   and iptables-restore --noflush (iptables-nft) of "
+		   "upstream's payload for the same 10,000 CIDRs\n");
+	fmt::print("{:>38} {:>9} {:>17} {:>5} {:>12}\n", "", "median", "(min-max)", "runs", "target");
+	std::optional<double> agent10k, upstream10k;
+	for (const WholeProcessRow &r : wholes) {
+		if (!r.skipped.empty()) {
+			fmt::print("{:>38} skipped: {}\n", r.label, r.skipped);
+			continue;
+		}
+		std::optional<double> limit;
+		if (r.label.find("defaults") != std::string::npos)
+			limit = 10;
+		else if (r.label.find("--once, 10,000") != std::string::npos)
+			limit = 60, agent10k = r.ms.median();
+		else if (r.label.find("100,000") != std::string::npos)
+			limit = 450;
+		else
+			upstream10k = r.ms.median();
+		std::string target = "-";
+		if (limit) {
+			const bool ok = r.ms.median() <= *limit;
+			target = fmt::format("<={:g} {}", *limit, verdict(ok));
+			targets.push_back({r.label + ", whole process", ms(r.ms.median()) + " ms",
+					   fmt::format("<= {:g} ms", *limit), ok});
+		}
+		fmt::print("{:>38} {:>9} {:>17} {:>5} {:>12}\n", r.label, ms(r.ms.median()),
+			   fmt::format("({}-{})", ms(r.ms.min()), ms(r.ms.max())), r.ms.ms.size(),
+			   target);
+	}
+	if (agent10k && upstream10k) {
+		const double speedup = *upstream10k / *agent10k;
+		fmt::print("{:>38} {:.2f}x\n", "iptables-restore / --once at 10,000", speedup);
+		targets.push_back({"--once vs iptables-restore, 10,000", fmt::format("{:.2f}x", speedup),
+				   ">= 3x", speedup >= 3});
+	}
+
 	fmt::print("\nTargets\n");
 	size_t missed = 0;
 	for (const Target &t : targets) {
-		fmt::print("  {:<36} {:>12}  {:<10} {}\n", t.what, t.figure, t.limit, verdict(t.ok));
+		fmt::print("  {:<44} {:>12}  {:<10} {}\n", t.what, t.figure, t.limit, verdict(t.ok));
 		missed += t.ok ? 0 : 1;
 	}
 	fmt::print("\n{} of {} targets met; measured in {:.1f} s; loadavg now {}\n",

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The netlink backend: applies, removes, verifies and probes the agent's table in the kernel.
+// The netlink backend: applies, removes and verifies the agent's table in the kernel.
 //
 // Every change is one nf_tables transaction: the kernel applies it whole or not at all,
 // and an error names the model object whose message the kernel refused.
@@ -23,10 +23,10 @@ class NftablesMonitor;
 class NetlinkBackend final : public TableBackend
 {
 public:
-	// What this kernel supports of what the agent writes (into an inet table).
-	struct KernelFeatures {
-		bool fullyRandomMasquerade = false; // masquerade ... fully-random
-		bool inetNat = false; // nat chains in family inet (Linux 5.2)
+	// What this kernel refused of what the agent writes, learned from the real
+	// commits (backend_features.cpp): no probe runs before the first apply.
+	struct KernelLimits {
+		bool noFullyRandom = false; // masquerade fully-random refused: sent without it
 	};
 
 	// Opens the socket and checks access with a harmless request, so that a missing
@@ -36,6 +36,10 @@ public:
 	// Atomically replaces the table `ruleset.table` (creating it if missing) and
 	// returns the ruleset generation id of that commit. On error nothing changed,
 	// and the message names the object: "set nomasq-v4: File exists".
+	// When the kernel refuses masquerade fully-random, the table is sent again without
+	// it (as upstream does when iptables lacks --random-fully), a warning says so once,
+	// and every later apply() and check() leaves it out. A kernel without NAT in the
+	// inet family (Linux < 5.2) gets an error that says which kernel is needed.
 	Result<uint32_t> apply(const Ruleset &ruleset) override;
 
 	// Deletes the table inet `table` in one transaction; a missing table is success.
@@ -61,8 +65,12 @@ public:
 	// doubles the cost of a large apply; the caller compares generations afterwards.
 	void quietDuringCommits(NftablesMonitor *monitor) { quietMonitor_ = monitor; }
 
-	// Probes with check-only batches in a throw-away table: nothing is committed.
-	Result<KernelFeatures> probeFeatures();
+	const KernelLimits &kernelLimits() const { return limits_; }
+
+	// Fault hook for tests: make commits look as they do to a kernel that predates
+	// masquerade fully-random (the flag bit becomes one no kernel knows, which it
+	// refuses with EINVAL), until apply() learns to leave the flag out.
+	void simulateKernelWithoutFullyRandom() { simulateNoFullyRandom_ = true; }
 
 	// Our netlink port id: the kernel tags notifications of our commits with it.
 	uint32_t portId() const { return socket_.portId(); }
@@ -70,12 +78,36 @@ public:
 private:
 	explicit NetlinkBackend(netlink::Socket socket);
 
+	// What the kernel may refuse for want of a feature, by the object that carries it.
+	enum class Feature { fullyRandomMasquerade, inetNat };
+	struct FeatureObject {
+		std::string description; // as the batch describes the message: Batch::describe()
+		Feature feature;
+	};
+
 	Result<netlink::BatchAnswer> transact(const netlink::Batch &batch);
+	// The whole-table replacement apply() sends, once or (after a refusal) twice;
+	// `createOnly`: a table known to be absent is created without a DELTABLE.
+	Result<uint32_t> replaceTable(const Ruleset &ruleset, bool createOnly);
+	// A replaceTable() that creates the table when GETTABLE says it is absent, and
+	// replaces it when it exists (or was created by someone in between).
+	Result<uint32_t> commitTable(const Ruleset &ruleset);
+	Result<bool> tableExists(const std::string &table);
+	// encodeRuleset() with what this kernel refused left out; `forCommit` also
+	// remembers which objects carry a feature, for noteRefusal().
+	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset, bool forCommit);
+	// Called with the first failure of a refused commit: when the refused object is
+	// one that carries a feature, remember it for apply().
+	void noteRefusal(const netlink::Batch &batch, uint32_t seq, int error);
 	Result<bool> matchesOnce(const std::string &desired, const std::string &table);
 	Result<std::optional<std::vector<AddressSet>>> readAddressSetsOnce(const std::string &table);
 
 	netlink::Socket socket_;
 	NftablesMonitor *quietMonitor_ = nullptr;
+	KernelLimits limits_;
+	bool simulateNoFullyRandom_ = false;
+	std::vector<FeatureObject> featureObjects_; // of the last commit's batch
+	std::optional<Feature> refusedFeature_; // of the last commit, when one was
 };
 
 } // namespace ipmasq

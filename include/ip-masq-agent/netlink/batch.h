@@ -47,7 +47,8 @@ public:
 
 	// Everything in `table`: NEWTABLE, then chains, sets with their elements, and
 	// rules with the anonymous sets they bind, in the order nft sends them.
-	Status addEncodedTable(const EncodedTable &table);
+	// `tableFlags`: netlink flags of the NEWTABLE message (createTableBatch()).
+	Status addEncodedTable(const EncodedTable &table, uint16_t tableFlags = 0);
 
 	uint32_t firstSequence() const { return firstSeq_; }
 	uint32_t nextSequence() const
@@ -79,6 +80,12 @@ private:
 // The transaction that replaces the table atomically, as the dry-run script does:
 // NEWTABLE (creates it if missing, no NLM_F_EXCL), DELTABLE, NEWTABLE with everything.
 Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq);
+
+// The transaction that creates the table where it is absent: no DELTABLE, so the kernel
+// has nothing to destroy (a deletion makes the committing socket's close() wait for an
+// RCU grace period, ~20 ms, which is most of a --once with a small config). EEXIST when
+// the table exists.
+Result<Batch> createTableBatch(const EncodedTable &table, uint32_t firstSeq);
 
 // The transaction that deletes one table (ENOENT when it is absent).
 Result<Batch> deleteTableBatch(const std::string &table, uint32_t firstSeq);

@@ -985,8 +985,11 @@ std::string describeConfig(const Config &config)
 	const std::vector<Prefix> &list = config.nonMasqueradeCIDRs;
 	const size_t listed = list.size() <= kDescribedInFull ? list.size() : kDescribedFirst;
 	std::string cidrs;
-	for (size_t i = 0; i < listed; i++)
-		cidrs += (i ? "," : "") + list[i].toString();
+	for (size_t i = 0; i < listed; i++) {
+		if (i > 0)
+			cidrs += ',';
+		cidrs += list[i].toString();
+	}
 	if (listed < list.size())
 		cidrs += fmt::format(",... ({} entries)", list.size());
 	return fmt::format("nonMasqueradeCIDRs=[{}] cidrLimit={} masqLinkLocal={} "

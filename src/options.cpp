@@ -177,7 +177,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		("cleanup", boolValue("cleanup", "false"),
 		 "Delete the agent's table, and nothing else, and exit.")
 		("health-addr", po::value(&o.healthAddr)->default_value(kDefaultHealthAddr),
-		 "Serve /healthz and /metrics on this host:port (\":port\" = every address); "
+		 "Serve /livez, /readyz, /healthz and /metrics on this host:port (\":port\" = every address); "
 		 "empty turns it off.")
 		("v", po::value(&verbosity)->default_value("0"),
 		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")

@@ -93,6 +93,12 @@ private:
 	void needRestore(bool drift);
 	Status restoreNow(SyncTrigger trigger);
 	Status commit(SyncTrigger trigger, const char *done);
+	// The element-level update from the applied ruleset to the desired one, when the
+	// kernel is known to hold the applied one and only elements differ, in fewer
+	// ranges than the desired sets hold; nullopt: replace the table.
+	std::optional<ElementDiff> plannedUpdate() const;
+	// The update, or the full replacement when there is none or the kernel refused it.
+	Result<uint32_t> updateOrReplace(bool &updated);
 	void recheckAfterCommit(uint32_t committed);
 	void tryAdopt();
 	// Record a netlink failure: logged and counted once per distinct message.
@@ -114,6 +120,11 @@ private:
 	uint64_t desiredVersion_ = 0;
 	uint64_t appliedVersion_ = 0;
 	std::optional<uint32_t> appliedGeneration_;
+	// The ruleset the kernel holds at appliedGeneration_, as far as we know for sure:
+	// set by our own commits, kept while verifications find it intact, dropped when the
+	// table drifted, could not be read, or a commit failed, and never set by adoption.
+	// Element-level updates are computed against it; without it, the table is replaced.
+	std::optional<Ruleset> applied_;
 
 	// Healing: the pace of restores, when a drift was last found (an episode goes on
 	// while drifts come less than RestorePacer::kQuiet apart), and a pending restore.

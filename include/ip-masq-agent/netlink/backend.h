@@ -38,6 +38,11 @@ public:
 	// and the message names the object: "set nomasq-v4: File exists".
 	Result<uint32_t> apply(const Ruleset &ruleset) override;
 
+	// Element-level update guarded by `generation` (see TableBackend): a stale
+	// generation fails with ERESTART, and nothing changed.
+	Result<uint32_t> updateElements(const std::string &table, const ElementDiff &diff,
+					uint32_t generation) override;
+
 	// Deletes the table inet `table` in one transaction; a missing table is success.
 	Status remove(const std::string &table);
 
@@ -71,6 +76,9 @@ private:
 	explicit NetlinkBackend(netlink::Socket socket);
 
 	Result<netlink::BatchAnswer> transact(const netlink::Batch &batch);
+	// transact() with the change monitor out of its group meanwhile (see
+	// quietDuringCommits()).
+	Result<netlink::BatchAnswer> transactQuietly(const netlink::Batch &batch);
 	Result<bool> matchesOnce(const std::string &desired, const std::string &table);
 	Result<std::optional<std::vector<AddressSet>>> readAddressSetsOnce(const std::string &table);
 

@@ -104,11 +104,6 @@ ElementSpec addressElement(Family family, AddressValue value, bool intervalEnd, 
 	return spec;
 }
 
-// The elements nft 1.0.x sends for an interval set: a start element per range and an
-// end element at last+1. Two details decide whether `nft list` prints the same text:
-// a set whose first range does not start at 0 gets a leading end element at 0, and a
-// range that ends at the top address has no end element (last+1 would wrap) but
-// carries NFTNL_SET_ELEM_F_INTERVAL_OPEN in its userdata instead.
 // One range's elements: its start, and its end unless it runs to the top address.
 void appendRangeElements(std::vector<ElementSpec> &out, Family family, const AddressRange &range)
 {
@@ -124,6 +119,11 @@ bool hasLeadingEnd(const std::optional<Address> &lowest)
 	return lowest && lowest->value != 0;
 }
 
+// The elements nft 1.0.x sends for an interval set: a start element per range and an
+// end element at last+1. Two details decide whether `nft list` prints the same text:
+// a set whose first range does not start at 0 gets a leading end element at 0, and a
+// range that ends at the top address has no end element (last+1 would wrap) but
+// carries NFTNL_SET_ELEM_F_INTERVAL_OPEN in its userdata instead.
 std::vector<ElementSpec> intervalElements(const IntervalSet &elements)
 {
 	std::vector<ElementSpec> out;

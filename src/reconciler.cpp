@@ -148,7 +148,7 @@ Status Reconciler::configRead(const Result<ConfigContent> &content)
 	Ruleset next = buildRuleset(loaded->config, settings_.ruleset);
 	// Compare rulesets once per config change, not on every sync.
 	if (!desired_ || next != *desired_) {
-		desired_ = std::move(next);
+		desired_ = std::make_shared<const Ruleset>(std::move(next));
 		desiredVersion_++;
 	}
 	return {};
@@ -206,7 +206,7 @@ void Reconciler::tryAdopt()
 				return; // others kept committing: the next event tries again
 			if (*checked == TableCheck::different)
 				continue;
-			desired_ = std::move(*candidate);
+			desired_ = std::make_shared<const Ruleset>(std::move(*candidate));
 			desiredVersion_++;
 			appliedVersion_ = desiredVersion_;
 			appliedGeneration_ = *generation;
@@ -411,7 +411,7 @@ Status Reconciler::commit(SyncTrigger trigger, const char *done)
 	const bool restore = appliedVersion_ == desiredVersion_;
 	appliedVersion_ = desiredVersion_;
 	appliedGeneration_ = *committed;
-	applied_ = *desired_;
+	applied_ = desired_;
 	const char *how = updated ? " by an element update" : "";
 	// A new ruleset is news; restores are announced once per episode (needRestore).
 	if (restore)

@@ -3,6 +3,7 @@
 #include "ip-masq-agent/reconciler.h"
 
 #include <algorithm>
+#include <cerrno>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,14 @@ std::string summarize(const Ruleset &ruleset)
 		sets += fmt::format("{}{} {} intervals", sets.empty() ? "" : ", ",
 				    set.elements.size(), familyName(set.family()));
 	return sets.empty() ? "no sets" : sets;
+}
+
+size_t rangeCount(const Ruleset &ruleset)
+{
+	size_t total = 0;
+	for (const AddressSet &set : ruleset.sets)
+		total += set.elements.size();
+	return total;
 }
 
 template<typename Duration>
@@ -140,7 +149,7 @@ Status Reconciler::configRead(const Result<ConfigContent> &content)
 	Ruleset next = buildRuleset(loaded->config, settings_.ruleset);
 	// Compare rulesets once per config change, not on every sync.
 	if (!desired_ || next != *desired_) {
-		desired_ = std::move(next);
+		desired_ = std::make_shared<const Ruleset>(std::move(next));
 		desiredVersion_++;
 	}
 	return {};
@@ -198,10 +207,11 @@ void Reconciler::tryAdopt()
 				return; // others kept committing: the next event tries again
 			if (*checked == TableCheck::different)
 				continue;
-			desired_ = std::move(*candidate);
+			desired_ = std::make_shared<const Ruleset>(std::move(*candidate));
 			desiredVersion_++;
 			appliedVersion_ = desiredVersion_;
 			appliedGeneration_ = *generation;
+			applied_.reset(); // adopted, not committed by us: the next change replaces
 			log::info("adopted table inet {} as it is in the kernel ({}) as the last good "
 				  "ruleset: it is restored if deleted or edited, until the config is "
 				  "fixed", table, summarize(*desired_));
@@ -325,6 +335,8 @@ void Reconciler::needRestore(bool drift)
 		lastDriftAt_ = now;
 		status_.tableDrifted();
 	}
+	// Whatever the kernel holds now, it is not known well enough to diff against.
+	applied_.reset();
 	restorePending_ = true;
 	pendingIsDrift_ = pendingIsDrift_ || drift;
 	retryAt_ = std::max(pacer_.allowedAt(now), now);
@@ -345,12 +357,50 @@ Status Reconciler::restoreNow(SyncTrigger trigger)
 	return {};
 }
 
+std::optional<ElementDiff> Reconciler::plannedUpdate() const
+{
+	if (!applied_ || !appliedGeneration_)
+		return std::nullopt;
+	auto diff = diffElements(*applied_, *desired_);
+	if (!diff || diff->empty())
+		return std::nullopt;
+	// Past this, the update sends more elements than the whole new table: replacing
+	// it costs no more, and leaves nothing to chance.
+	if (diff->changedRanges() > rangeCount(*desired_))
+		return std::nullopt;
+	return diff;
+}
+
+Result<uint32_t> Reconciler::updateOrReplace(bool &updated)
+{
+	updated = false;
+	if (auto diff = plannedUpdate()) {
+		auto committed = backend_.updateElements(desired_->table, *diff, *appliedGeneration_);
+		if (committed) {
+			updated = true;
+			return committed;
+		}
+		// Someone committed since our generation (ERESTART), or the kernel refused the
+		// update otherwise: nothing changed, and the replacement needs no knowledge of
+		// what the table holds.
+		if (committed.error().errnum == ERESTART)
+			log::debug("element update of table inet {} refused: {}; replacing the table",
+				   desired_->table, committed.error().message);
+		else
+			log::warning("element update of table inet {} failed: {}; replacing the "
+				     "table", desired_->table, committed.error().message);
+	}
+	return backend_.apply(*desired_);
+}
+
 Status Reconciler::commit(SyncTrigger trigger, const char *done)
 {
 	const auto start = std::chrono::steady_clock::now();
-	auto committed = backend_.apply(*desired_);
+	bool updated = false;
+	auto committed = updateOrReplace(updated);
 	const auto took = std::chrono::steady_clock::now() - start;
 	if (!committed) {
+		applied_.reset(); // the outcome of a failed exchange may be unknown
 		if (committed.error().message != lastSyncError_)
 			log::error("applying table inet {} failed, the previous ruleset stays in "
 				   "force: {}", desired_->table, committed.error().message);
@@ -363,18 +413,21 @@ Status Reconciler::commit(SyncTrigger trigger, const char *done)
 	const bool restore = appliedVersion_ == desiredVersion_;
 	appliedVersion_ = desiredVersion_;
 	appliedGeneration_ = *committed;
+	applied_ = desired_;
+	const char *how = updated ? " by an element update" : "";
 	// A new ruleset is news; restores are announced once per episode (needRestore).
 	const log::Fields fields{{"table", desired_->table}, {"trigger", syncTriggerName(trigger)},
 				 {"sets", summarize(*desired_)}, {"ms", milliseconds(took)},
-				 {"generation", static_cast<uint64_t>(*committed)}};
+				 {"generation", static_cast<uint64_t>(*committed)},
+				 {"path", updated ? "element update" : "replace"}};
 	if (restore)
-		log::debug(fields, "{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
+		log::debug(fields, "{} table inet {} ({}): {} in {:.1f} ms{} (generation {})", done,
 			   desired_->table, syncTriggerName(trigger), summarize(*desired_),
-			   milliseconds(took), *committed);
+			   milliseconds(took), how, *committed);
 	else
-		log::info(fields, "{} table inet {} ({}): {} in {:.1f} ms (generation {})", done,
+		log::info(fields, "{} table inet {} ({}): {} in {:.1f} ms{} (generation {})", done,
 			  desired_->table, syncTriggerName(trigger), summarize(*desired_),
-			  milliseconds(took), *committed);
+			  milliseconds(took), how, *committed);
 	recheckAfterCommit(*committed);
 	return {};
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -83,7 +84,7 @@ public:
 
 	// The config's resyncInterval (the default until a config was read).
 	Duration resyncInterval() const { return resyncInterval_; }
-	bool hasDesired() const { return desired_.has_value(); }
+	bool hasDesired() const { return desired_ != nullptr; }
 
 private:
 	Status configStatus() const;
@@ -93,6 +94,12 @@ private:
 	void needRestore(bool drift);
 	Status restoreNow(SyncTrigger trigger);
 	Status commit(SyncTrigger trigger, const char *done);
+	// The element-level update from the applied ruleset to the desired one, when the
+	// kernel is known to hold the applied one and only elements differ, in fewer
+	// ranges than the desired sets hold; nullopt: replace the table.
+	std::optional<ElementDiff> plannedUpdate() const;
+	// The update, or the full replacement when there is none or the kernel refused it.
+	Result<uint32_t> updateOrReplace(bool &updated);
 	void recheckAfterCommit(uint32_t committed);
 	void tryAdopt();
 	// Record a netlink failure: logged and counted once per distinct message.
@@ -110,10 +117,16 @@ private:
 	// The last good desired ruleset (from the config, or adopted from the kernel), and
 	// what we know the kernel holds: the version last committed and that commit's
 	// generation.
-	std::optional<Ruleset> desired_;
+	// Shared with applied_ while they are the same ruleset: one copy of 100,000 ranges.
+	std::shared_ptr<const Ruleset> desired_;
 	uint64_t desiredVersion_ = 0;
 	uint64_t appliedVersion_ = 0;
 	std::optional<uint32_t> appliedGeneration_;
+	// The ruleset the kernel holds at appliedGeneration_, as far as we know for sure:
+	// set by our own commits, kept while verifications find it intact, dropped when the
+	// table drifted, could not be read, or a commit failed, and never set by adoption.
+	// Element-level updates are computed against it; without it, the table is replaced.
+	std::shared_ptr<const Ruleset> applied_;
 
 	// Healing: the pace of restores, when a drift was last found (an episode goes on
 	// while drifts come less than RestorePacer::kQuiet apart), and a pending restore.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ip-masq-agent/element_diff.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/ruleset.h"
 
@@ -30,6 +31,15 @@ public:
 	// Atomically replaces the table `ruleset.table` (creating it if missing) and
 	// returns the ruleset generation id of that commit. On error nothing changed.
 	virtual Result<uint32_t> apply(const Ruleset &ruleset) = 0;
+
+	// Changes only the elements of table inet `table`'s sets as `diff` says (deleting
+	// exactly the kernel's elements of each removed range, then adding the new ones), in
+	// one transaction guarded by `generation`: the one at which the caller knows the
+	// table held diff's old elements. If anyone committed since, the kernel refuses the
+	// whole transaction and this fails with errnum ERESTART; on any error nothing
+	// changed. Returns the generation id of the commit.
+	virtual Result<uint32_t> updateElements(const std::string &table, const ElementDiff &diff,
+						uint32_t generation) = 0;
 
 	// The kernel's ruleset generation id: it changes with every commit by anyone.
 	virtual Result<uint32_t> generation() = 0;

@@ -206,6 +206,44 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 	return generation();
 }
 
+Result<BatchAnswer> NetlinkBackend::transactQuietly(const Batch &batch)
+{
+	if (quietMonitor_)
+		(void)quietMonitor_->pause(); // best effort: listening only costs time
+	auto answer = transact(batch);
+	if (quietMonitor_)
+		if (auto resumed = quietMonitor_->resume(); !resumed)
+			log::warning("{}; outside changes are repaired at the next resync only",
+				     resumed.error().message);
+	return answer;
+}
+
+Result<uint32_t> NetlinkBackend::updateElements(const std::string &table, const ElementDiff &diff,
+						uint32_t generation)
+{
+	const EncodedElementChanges changes = encodeElementChanges(table, diff);
+	auto batch = updateElementsBatch(table, changes, generation, socket_.sequence());
+	if (!batch)
+		return fail(batch.error());
+	auto answer = transactQuietly(*batch);
+	if (!answer)
+		return fail(answer.error());
+	if (!answer->failures.empty()) {
+		if (answer->failures.front().error == ERESTART)
+			return fail(fmt::format("the element update of table inet {} was computed at "
+						"ruleset generation {}, and someone committed since: "
+						"the kernel refused it ({})", table, generation,
+						std::strerror(ERESTART)),
+				    ERESTART);
+		return fail(batchError(*batch, *answer));
+	}
+	log::debug("updated the elements of table inet {}: {} ranges, {} messages, {} bytes",
+		   table, diff.changedRanges(), batch->acknowledgedMessages(), batch->bytes());
+	if (answer->generation)
+		return *answer->generation;
+	return this->generation();
+}
+
 Status NetlinkBackend::remove(const std::string &table)
 {
 	auto batch = deleteTableBatch(table, socket_.sequence());

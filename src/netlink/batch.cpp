@@ -2,11 +2,14 @@
 // Serializing libnftnl objects into one nf_tables batch with per-message descriptions.
 #include "ip-masq-agent/netlink/batch.h"
 
+#include <arpa/inet.h>
 #include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netlink.h>
 
 #include <fmt/format.h>
+#include <libmnl/libmnl.h>
 #include <libnftnl/common.h>
 
 namespace ipmasq::netlink {
@@ -59,6 +62,17 @@ void Batch::begin(bool echoGeneration)
 		throw std::bad_alloc();
 }
 
+void Batch::beginGuarded(uint32_t generation)
+{
+	descriptions_.push_back("transaction start");
+	nlmsghdr *nlh = nftnl_batch_begin(static_cast<char *>(nftnl_batch_buffer(batch_.get())),
+					  nextSequence() - 1);
+	nlh->nlmsg_flags |= NLM_F_ECHO;
+	mnl_attr_put_u32(nlh, NFNL_BATCH_GENID, htonl(generation));
+	if (nftnl_batch_update(batch_.get()) < 0)
+		throw std::bad_alloc();
+}
+
 void Batch::end()
 {
 	descriptions_.push_back("transaction commit");
@@ -104,6 +118,14 @@ Status Batch::addRule(const nftnl_rule *rule, std::string description)
 	nlmsghdr *nlh = startMessage(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND,
 				     std::move(description));
 	nftnl_rule_nlmsg_build_payload(nlh, const_cast<nftnl_rule *>(rule));
+	return finishMessage(nlh);
+}
+
+Status Batch::changeSetElements(uint16_t type, uint16_t flags, const nftnl_set *elements,
+				std::string description)
+{
+	nlmsghdr *nlh = startMessage(type, flags, std::move(description));
+	nftnl_set_elems_nlmsg_build_payload(nlh, const_cast<nftnl_set *>(elements));
 	return finishMessage(nlh);
 }
 
@@ -209,6 +231,34 @@ Result<Batch> deleteTableBatch(const std::string &table, uint32_t firstSeq)
 				    fmt::format("table {} (deleting it)", table));
 	    !s)
 		return fail(s.error());
+	batch.end();
+	return batch;
+}
+
+Result<Batch> updateElementsBatch(const std::string &table, const EncodedElementChanges &changes,
+				  uint32_t generation, uint32_t firstSeq)
+{
+	Batch batch(firstSeq);
+	batch.beginGuarded(generation);
+	// Without flags, NEWTABLE of an existing table changes nothing; it is here because
+	// the kernel takes the echo request for the commit's NEWGEN from the first message
+	// (see replaceTableBatch). An element message would echo every element instead.
+	TablePtr handle = tableHandle(table, false);
+	if (auto s = batch.addTable(NFT_MSG_NEWTABLE, NLM_F_ECHO, handle.get(),
+				    fmt::format("table {} (unchanged)", table));
+	    !s)
+		return fail(s.error());
+	// Deletions first: a range that changes shape deletes elements it then adds again.
+	for (const ElementChunk &chunk : changes.removals)
+		if (auto s = batch.changeSetElements(NFT_MSG_DELSETELEM, 0, chunk.build().get(),
+						     chunk.description);
+		    !s)
+			return fail(s.error());
+	for (const ElementChunk &chunk : changes.additions)
+		if (auto s = batch.changeSetElements(NFT_MSG_NEWSETELEM, NLM_F_CREATE,
+						     chunk.build().get(), chunk.description);
+		    !s)
+			return fail(s.error());
 	batch.end();
 	return batch;
 }

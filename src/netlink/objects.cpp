@@ -104,6 +104,21 @@ ElementSpec addressElement(Family family, AddressValue value, bool intervalEnd, 
 	return spec;
 }
 
+// One range's elements: its start, and its end unless it runs to the top address.
+void appendRangeElements(std::vector<ElementSpec> &out, Family family, const AddressRange &range)
+{
+	const bool open = range.last == Address::max(family);
+	out.push_back(addressElement(family, range.first.value, false, open));
+	if (!open)
+		out.push_back(addressElement(family, range.last.value + 1, true, false));
+}
+
+// The leading end element at 0 that a set whose first range does not start at 0 has.
+bool hasLeadingEnd(const std::optional<Address> &lowest)
+{
+	return lowest && lowest->value != 0;
+}
+
 // The elements nft 1.0.x sends for an interval set: a start element per range and an
 // end element at last+1. Two details decide whether `nft list` prints the same text:
 // a set whose first range does not start at 0 gets a leading end element at 0, and a
@@ -117,14 +132,10 @@ std::vector<ElementSpec> intervalElements(const IntervalSet &elements)
 		return out;
 	const Family family = elements.family();
 	out.reserve(2 * ranges.size() + 1);
-	if (ranges.front().first.value != 0)
+	if (hasLeadingEnd(ranges.front().first))
 		out.push_back(addressElement(family, 0, true, false));
-	for (const AddressRange &range : ranges) {
-		const bool open = range.last == Address::max(family);
-		out.push_back(addressElement(family, range.first.value, false, open));
-		if (!open)
-			out.push_back(addressElement(family, range.last.value + 1, true, false));
-	}
+	for (const AddressRange &range : ranges)
+		appendRangeElements(out, family, range);
 	return out;
 }
 
@@ -163,6 +174,46 @@ size_t rangeBytes(size_t keyLen)
 
 // Room for the message header and the table and set names (each at most 256 bytes).
 constexpr size_t kElementMessageOverhead = 16 + 4 + 2 * (4 + 256) + 8 + 4 + 64;
+
+// Splits a set's elements into messages of whole ranges (a range is never split across
+// messages). `describe(first, last)` names the ranges (1-based) of one message.
+template<typename Describe>
+std::vector<ElementChunk> splitIntoChunks(const std::string &table, const std::string &set,
+					  uint32_t setId, const std::vector<ElementSpec> &specs,
+					  const Describe &describe)
+{
+	const size_t keyLen = specs.empty() ? 4 : specs.front().keyLen;
+	const size_t rangesPerChunk =
+		(kElementMessageBudget - kElementMessageOverhead) / rangeBytes(keyLen);
+	std::vector<ElementChunk> out;
+	size_t index = 0;
+	size_t rangesDone = 0;
+	while (index < specs.size()) {
+		ElementChunk chunk;
+		chunk.table = table;
+		chunk.set = set;
+		chunk.setId = setId;
+		const size_t firstRange = rangesDone + 1;
+		size_t ranges = 0;
+		while (index < specs.size()) {
+			const ElementSpec &spec = specs[index];
+			// A range starts at each start element: stop before one that would
+			// not fit, so that a range is never split across messages.
+			if (!spec.intervalEnd) {
+				if (ranges == rangesPerChunk)
+					break;
+				ranges++;
+			}
+			chunk.elements.push_back(spec);
+			index++;
+		}
+		rangesDone += ranges;
+		chunk.description = describe(firstRange, rangesDone);
+		out.push_back(std::move(chunk));
+	}
+	return out;
+}
+
 
 class Encoder
 {
@@ -249,36 +300,12 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
 
 	// Elements go in chunks of whole ranges, each chunk one NEWSETELEM message.
-	const std::vector<ElementSpec> specs = intervalElements(set.elements);
 	const size_t totalRanges = set.elements.size();
-	const size_t rangesPerChunk =
-		(kElementMessageBudget - kElementMessageOverhead) / rangeBytes(keyLen);
-	size_t index = 0;
-	size_t rangesDone = 0;
-	while (index < specs.size()) {
-		ElementChunk chunk;
-		chunk.table = ruleset_.table;
-		chunk.set = set.name;
-		chunk.setId = id;
-		const size_t firstRange = rangesDone + 1;
-		size_t ranges = 0;
-		while (index < specs.size()) {
-			const ElementSpec &spec = specs[index];
-			// A range starts at each start element: stop before one that would
-			// not fit, so that a range is never split across messages.
-			if (!spec.intervalEnd) {
-				if (ranges == rangesPerChunk)
-					break;
-				ranges++;
-			}
-			chunk.elements.push_back(spec);
-			index++;
-		}
-		rangesDone += ranges;
-		chunk.description = fmt::format("elements of set {} (ranges {}-{} of {})", set.name,
-						firstRange, rangesDone, totalRanges);
-		out.elements.push_back(std::move(chunk));
-	}
+	out.elements = splitIntoChunks(ruleset_.table, set.name, id, intervalElements(set.elements),
+				       [&](size_t first, size_t last) {
+					       return fmt::format("elements of set {} (ranges {}-{} of {})",
+								  set.name, first, last, totalRanges);
+				       });
 	return out;
 }
 
@@ -479,6 +506,42 @@ TablePtr tableHandle(const std::string &name, bool withFlags)
 Result<EncodedTable> encodeRuleset(const Ruleset &ruleset)
 {
 	return Encoder(ruleset).encode();
+}
+
+EncodedElementChanges encodeElementChanges(const std::string &table, const ElementDiff &diff)
+{
+	EncodedElementChanges out;
+	for (const SetElementChanges &set : diff.sets) {
+		std::vector<ElementSpec> removals, additions;
+		// The leading end element at 0 comes and goes with "the first range does not
+		// start at 0"; the kernel holds it once, however many ranges are above it.
+		const bool hadLeadingEnd = hasLeadingEnd(set.oldLowest);
+		const bool needsLeadingEnd = hasLeadingEnd(set.newLowest);
+		if (hadLeadingEnd && !needsLeadingEnd)
+			removals.push_back(addressElement(set.family, 0, true, false));
+		if (needsLeadingEnd && !hadLeadingEnd)
+			additions.push_back(addressElement(set.family, 0, true, false));
+		for (const AddressRange &range : set.removed)
+			appendRangeElements(removals, set.family, range);
+		for (const AddressRange &range : set.added)
+			appendRangeElements(additions, set.family, range);
+		const auto describe = [&set](const char *what, size_t total) {
+			return [&set, what, total](size_t first, size_t last) {
+				if (first > last) // only the leading end element
+					return fmt::format("elements {} set {} (the end element at 0)",
+							   what, set.set);
+				return fmt::format("elements {} set {} (ranges {}-{} of {})", what,
+						   set.set, first, last, total);
+			};
+		};
+		for (ElementChunk &chunk : splitIntoChunks(table, set.set, 0, removals,
+							   describe("removed from", set.removed.size())))
+			out.removals.push_back(std::move(chunk));
+		for (ElementChunk &chunk : splitIntoChunks(table, set.set, 0, additions,
+							   describe("added to", set.added.size())))
+			out.additions.push_back(std::move(chunk));
+	}
+	return out;
 }
 
 } // namespace ipmasq::netlink

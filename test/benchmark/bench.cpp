@@ -37,6 +37,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config_source.h"
+#include "ip-masq-agent/element_diff.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
@@ -446,6 +447,7 @@ struct Row {
 	Case c;
 	size_t intervals = 0;
 	Samples parse, build, encode, apply, applyCpu, applyListened, matches;
+	Samples diff, update; // one CIDR changed: the diff, and the element update it sends
 	Samples noopCpu, movedCpu;
 	size_t noopRuns = 0, movedRuns = 0;
 	Samples startLive, swapLive;
@@ -461,6 +463,40 @@ AgentOptions agentOptions(const Case &c, const std::string &configPath, bool ran
 	options.ruleset.enableIpv6 = c.mixed;
 	options.ruleset.randomFully = randomFully;
 	return options;
+}
+
+// 1b. One CIDR changed: the element-level update the reconciler sends instead of a
+// replacement (guarded by the generation it read), back and forth between two rulesets.
+void measureUpdate(Row &row, NetlinkBackend &backend, const Ruleset &inKernel,
+		   std::chrono::milliseconds budget)
+{
+	Ruleset changed = inKernel;
+	{
+		// The first IPv4 /24 moves 16M addresses down: a free slot, adjacent to nothing.
+		AddressSet &set = changed.sets.front();
+		std::vector<AddressRange> ranges = set.elements.ranges();
+		ranges.front().first.value -= AddressValue(1) << 24;
+		ranges.front().last.value -= AddressValue(1) << 24;
+		set.elements = IntervalSet::fromRanges(set.family(), std::move(ranges));
+	}
+	const Ruleset *from = &inKernel;
+	const Ruleset *to = &changed;
+	row.update = repeat(3, runsFor(row.c.cidrs).apply, budget, [&] {
+		settle(row.c);
+		const uint32_t generation = require(backend.generation(), "reading the generation");
+		std::optional<ElementDiff> diff;
+		row.diff.ms.push_back(wallMs([&] { diff = diffElements(*from, *to); }));
+		if (!diff || diff->changedRanges() != 2)
+			die("one CIDR changed should be one range removed and one added");
+		const double ms = wallMs([&] {
+			require(backend.updateElements(to->table, *diff, generation),
+				"updating the elements");
+		});
+		std::swap(from, to);
+		return ms;
+	});
+	if (!require(backend.matches(*from), "comparing the kernel's table"))
+		die("after the element updates, the kernel's table differs from the ruleset");
 }
 
 // 1. Config parsing, ruleset building, encoding and apply, in this process.
@@ -523,6 +559,7 @@ void measureApply(Row &row, NetlinkBackend &backend, const std::string &text,
 			die("after apply, the kernel's table differs from the ruleset");
 		return ms;
 	});
+	measureUpdate(row, backend, ruleset, budget);
 	require(backend.remove(ruleset.table), "removing the table");
 }
 
@@ -1061,6 +1098,7 @@ int main(int argc, char *argv[])
 		return std::nullopt;
 	};
 	constexpr double kResyncTargetMs = 0.1;
+	constexpr double kUpdateTargetMs = 5;
 	constexpr double kSwapTargetMs = 50;
 	// The figures: peak RSS in MB (10^6 bytes), private memory in MiB.
 	constexpr double kRssTargetKiB = 9e6 / 1024;
@@ -1068,10 +1106,12 @@ int main(int argc, char *argv[])
 
 	fmt::print("\n1. In this process, wall time in ms (median of the runs). apply replaces the "
 		   "whole table in one transaction;\n   cpu: its CPU time (user + kernel); "
-		   "+listener: apply while a socket listens to nftables notifications\n");
-	fmt::print("{:>15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>13} {:>10} {:>9}\n", "CIDRs",
-		   "parse", "build", "encode", "apply", "cpu", "runs", "apply target",
-		   "+listener", "matches");
+		   "+listener: apply while a socket listens to nftables notifications;\n"
+		   "   diff, update: one CIDR changed, its element diff and the guarded element "
+		   "update (netlink + kernel)\n");
+	fmt::print("{:>15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>13} {:>10} {:>9} {:>8} {:>8} {:>11}\n",
+		   "CIDRs", "parse", "build", "encode", "apply", "cpu", "runs", "apply target",
+		   "+listener", "matches", "diff", "update", "target");
 	for (const Row &r : rows) {
 		std::string target = "-";
 		if (auto limit = applyTarget(r)) {
@@ -1080,11 +1120,20 @@ int main(int argc, char *argv[])
 			targets.push_back({fmt::format("apply, {} CIDRs", caseLabel(r.c)),
 					   ms(r.apply.median()) + " ms", fmt::format("< {:g} ms", *limit), ok});
 		}
-		fmt::print("{:>15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>13} {:>10} {:>9}\n",
+		std::string updateTarget = "-";
+		if (r.c.cidrs == 100000) {
+			const bool ok = r.update.median() < kUpdateTargetMs;
+			updateTarget = fmt::format("<{:g} {}", kUpdateTargetMs, verdict(ok));
+			targets.push_back({fmt::format("1-CIDR update, {} CIDRs", caseLabel(r.c)),
+					   ms(r.update.median()) + " ms",
+					   fmt::format("< {:g} ms", kUpdateTargetMs), ok});
+		}
+		fmt::print("{:>15} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>13} {:>10} {:>9} {:>8} {:>8} {:>11}\n",
 			   caseLabel(r.c), ms(r.parse.median()), ms(r.build.median()),
 			   ms(r.encode.median()), ms(r.apply.median()), ms(r.applyCpu.median()),
 			   r.apply.ms.size(), target, ms(r.applyListened.median()),
-			   ms(r.matches.median()));
+			   ms(r.matches.median()), ms(r.diff.median()), ms(r.update.median()),
+			   updateTarget);
 	}
 
 	fmt::print("\n2. CPU per resync (config look + reconcile), CLOCK_PROCESS_CPUTIME_ID in ms (median; "

@@ -2,8 +2,12 @@
 // The reconciler's decisions, event by event, against a fake kernel and a fake clock.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <deque>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/reconciler.h"
@@ -26,6 +30,9 @@ public:
 	int checks = 0;
 	std::deque<TableCheck> scriptedChecks; // answered before any real comparison
 	std::optional<std::string> applyError;
+	std::vector<ElementDiff> updates; // element updates the kernel committed
+	int refusedUpdates = 0;
+	bool commitBeforeNextUpdate = false; // someone commits between diff and batch
 
 	Result<uint32_t> apply(const Ruleset &ruleset) override
 	{
@@ -33,6 +40,38 @@ public:
 			return fail(*applyError, EINVAL);
 		applies.push_back(now_);
 		table = ruleset;
+		return ++gen;
+	}
+	Result<uint32_t> updateElements(const std::string &name, const ElementDiff &diff,
+					uint32_t generation) override
+	{
+		if (commitBeforeNextUpdate) {
+			commitBeforeNextUpdate = false;
+			gen++;
+		}
+		if (generation != gen) {
+			refusedUpdates++;
+			return fail("stale generation", ERESTART);
+		}
+		if (!table || table->table != name)
+			return fail("no such table", ENOENT);
+		// As the kernel does: every removed range must be there exactly.
+		for (const SetElementChanges &changes : diff.sets) {
+			auto set = std::find_if(table->sets.begin(), table->sets.end(),
+						[&](const AddressSet &s) { return s.name == changes.set; });
+			if (set == table->sets.end())
+				return fail("no such set", ENOENT);
+			std::vector<AddressRange> ranges = set->elements.ranges();
+			for (const AddressRange &removed : changes.removed) {
+				auto it = std::find(ranges.begin(), ranges.end(), removed);
+				if (it == ranges.end())
+					return fail("no such element", ENOENT);
+				ranges.erase(it);
+			}
+			ranges.insert(ranges.end(), changes.added.begin(), changes.added.end());
+			set->elements = IntervalSet::fromRanges(set->family(), std::move(ranges));
+		}
+		updates.push_back(diff);
 		return ++gen;
 	}
 	Result<uint32_t> generation() override { return gen; }
@@ -123,7 +162,8 @@ TEST_CASE("a new config is applied; nothing is done while the generation stays o
 
 	REQUIRE(f.config(kOther));
 	REQUIRE(f.sync(SyncTrigger::configChange));
-	CHECK(f.kernel.applies.size() == 2);
+	CHECK(f.kernel.applies.size() == 1); // only the elements changed: updated in place
+	CHECK(f.kernel.updates.size() == 1);
 	CHECK(f.kernel.table == f.rulesetOf(kOther));
 }
 
@@ -371,4 +411,133 @@ TEST_CASE("a kernel refusal is a failure, reported in health, and the next succe
 	f.kernel.applyError.reset();
 	REQUIRE(f.sync(SyncTrigger::resync));
 	CHECK(f.status.health().ok);
+}
+
+namespace {
+
+// 20 CIDRs that do not merge, one of them changed: an element-only change well below the set's size.
+std::string manyCidrs(int changed)
+{
+	std::string text = "nonMasqueradeCIDRs: [";
+	for (int i = 0; i < 20; i++)
+		text += fmt::format("{}10.{}.0.0/16", i ? ", " : "", i == 5 ? changed : 2 * i);
+	return text + "]\n";
+}
+
+} // namespace
+
+TEST_CASE("a change of set elements only is an element update against our generation")
+{
+	Fixture f;
+	REQUIRE(f.config(manyCidrs(10)));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	REQUIRE(f.kernel.applies.size() == 1);
+
+	REQUIRE(f.config(manyCidrs(200)));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.applies.size() == 1); // not replaced
+	REQUIRE(f.kernel.updates.size() == 1);
+	const ElementDiff &diff = f.kernel.updates.front();
+	REQUIRE(diff.sets.size() == 1);
+	CHECK(diff.sets[0].removed.size() == 1);
+	CHECK(diff.sets[0].added.size() == 1);
+	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
+	CHECK(f.status.health().ok);
+
+	// Nothing changed since: the no-op resync stays a generation read.
+	const int checks = f.kernel.checks;
+	REQUIRE(f.sync(SyncTrigger::resync));
+	CHECK(f.kernel.checks == checks);
+	CHECK(f.kernel.updates.size() == 1);
+
+	// Another table's commit, verified intact: the next update is guarded by that
+	// generation and still goes through.
+	f.kernel.otherTableCommitted();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange));
+	REQUIRE(f.config(manyCidrs(210)));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.updates.size() == 2);
+	CHECK(f.kernel.applies.size() == 1);
+	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(210)));
+}
+
+TEST_CASE("a change beyond elements, or a diff larger than the new sets, replaces the table")
+{
+	Fixture f;
+	REQUIRE(f.config(manyCidrs(10)));
+	REQUIRE(f.sync(SyncTrigger::startup));
+
+	// masqLinkLocal: one range less, and the set's comment changes with it.
+	REQUIRE(f.config("masqLinkLocal: true\n" + manyCidrs(10)));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.updates.empty());
+	CHECK(f.kernel.refusedUpdates == 0);
+	CHECK(f.kernel.applies.size() == 2);
+	CHECK(f.kernel.table == f.rulesetOf("masqLinkLocal: true\n" + manyCidrs(10)));
+
+	Fixture g(false, RulesetOptions{});
+	REQUIRE(g.config(manyCidrs(10)));
+	REQUIRE(g.sync(SyncTrigger::startup));
+	REQUIRE(g.config(kGood)); // 20 ranges removed, 1 added: more than the 2 it holds now
+	REQUIRE(g.sync(SyncTrigger::configChange));
+	CHECK(g.kernel.updates.empty());
+	CHECK(g.kernel.applies.size() == 2);
+	CHECK(g.kernel.table == g.rulesetOf(kGood));
+
+}
+
+TEST_CASE("an element update refused for a stale generation falls back to the replacement")
+{
+	Fixture f;
+	REQUIRE(f.config(manyCidrs(10)));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	REQUIRE(f.config(manyCidrs(200)));
+	f.kernel.commitBeforeNextUpdate = true;
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.refusedUpdates == 1);
+	CHECK(f.kernel.updates.empty());
+	CHECK(f.kernel.applies.size() == 2);
+	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
+	CHECK(f.status.health().ok);
+	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
+
+	// After the replacement, updates work again.
+	REQUIRE(f.config(manyCidrs(210)));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.updates.size() == 1);
+}
+
+TEST_CASE("after drift or adoption, the next change replaces the table")
+{
+	SECTION("drift found, restore pending: a new config replaces")
+	{
+		Fixture f;
+		REQUIRE(f.config(manyCidrs(10)));
+		REQUIRE(f.sync(SyncTrigger::startup));
+		f.kernel.ourTableDeleted();
+		REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 1, at once
+		f.kernel.ourTableEdited();
+		REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 2 waits its pace
+		REQUIRE(f.reconciler.nextWake());
+		REQUIRE(f.config(manyCidrs(200)));
+		REQUIRE(f.sync(SyncTrigger::configChange));
+		CHECK(f.kernel.updates.empty());
+		CHECK(f.kernel.refusedUpdates == 0); // not even tried
+		CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
+	}
+	SECTION("an adopted table: the fixed config replaces it")
+	{
+		Fixture f(true);
+		f.kernel.table = f.rulesetOf(manyCidrs(10));
+		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.sync(SyncTrigger::startup));
+		REQUIRE(f.reconciler.hasDesired());
+		REQUIRE(f.kernel.applies.empty());
+		REQUIRE(f.config(manyCidrs(200)));
+		REQUIRE(f.sync(SyncTrigger::configChange));
+		CHECK(f.kernel.updates.empty());
+		CHECK(f.kernel.refusedUpdates == 0);
+		CHECK(f.kernel.applies.size() == 1);
+		CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
+	}
 }

@@ -42,6 +42,11 @@ public:
 	// inet family (Linux < 5.2) gets an error that says which kernel is needed.
 	Result<uint32_t> apply(const Ruleset &ruleset) override;
 
+	// Element-level update guarded by `generation` (see TableBackend): a stale
+	// generation fails with ERESTART, and nothing changed.
+	Result<uint32_t> updateElements(const std::string &table, const ElementDiff &diff,
+					uint32_t generation) override;
+
 	// Deletes the table inet `table` in one transaction; a missing table is success.
 	Status remove(const std::string &table);
 
@@ -99,6 +104,9 @@ private:
 	// Called with the first failure of a refused commit: when the refused object is
 	// one that carries a feature, remember it for apply().
 	void noteRefusal(const netlink::Batch &batch, uint32_t seq, int error);
+	// transact() with the change monitor out of its group meanwhile (see
+	// quietDuringCommits()).
+	Result<netlink::BatchAnswer> transactQuietly(const netlink::Batch &batch);
 	Result<bool> matchesOnce(const std::string &desired, const std::string &table);
 	Result<std::optional<std::vector<AddressSet>>> readAddressSetsOnce(const std::string &table);
 

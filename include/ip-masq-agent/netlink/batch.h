@@ -33,6 +33,11 @@ public:
 	// BATCH_BEGIN. With `echoGeneration` the kernel unicasts the NEWGEN message of
 	// the commit back to us, which carries the new ruleset generation id.
 	void begin(bool echoGeneration);
+	// BATCH_BEGIN carrying the ruleset generation the batch was computed against
+	// (NFNL_BATCH_GENID, as nft sends it): if anyone committed since, the kernel refuses
+	// the whole batch with ERESTART, answering this message only. Echoes the commit's
+	// generation like begin(true).
+	void beginGuarded(uint32_t generation);
 	// BATCH_END: without it the kernel checks every message and then aborts, which is
 	// how `nft -c` validates a ruleset without changing anything.
 	void end();
@@ -44,6 +49,9 @@ public:
 	Status addSet(const nftnl_set *set, std::string description);
 	Status addSetElements(const nftnl_set *elements, std::string description);
 	Status addRule(const nftnl_rule *rule, std::string description);
+	// NEWSETELEM or DELSETELEM of elements of an existing set, with extra `flags`.
+	Status changeSetElements(uint16_t type, uint16_t flags, const nftnl_set *elements,
+				 std::string description);
 
 	// Everything in `table`: NEWTABLE, then chains, sets with their elements, and
 	// rules with the anonymous sets they bind, in the order nft sends them.
@@ -89,6 +97,12 @@ Result<Batch> createTableBatch(const EncodedTable &table, uint32_t firstSeq);
 
 // The transaction that deletes one table (ENOENT when it is absent).
 Result<Batch> deleteTableBatch(const std::string &table, uint32_t firstSeq);
+
+// The guarded element update: BATCH_BEGIN with `generation`, a no-op NEWTABLE (the
+// table exists: no flags, nothing changes) that carries the echo request for the
+// commit's generation, then the deletions, then the additions.
+Result<Batch> updateElementsBatch(const std::string &table, const EncodedElementChanges &changes,
+				  uint32_t generation, uint32_t firstSeq);
 
 // A check-only batch (no BATCH_END) that adds `table`: the kernel validates and aborts.
 Result<Batch> checkTableBatch(const EncodedTable &table, uint32_t firstSeq);

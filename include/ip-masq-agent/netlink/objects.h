@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ip-masq-agent/element_diff.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/handles.h"
 #include "ip-masq-agent/ruleset.h"
@@ -83,5 +84,15 @@ TablePtr tableHandle(const std::string &name, bool withFlags);
 // Encode the whole model. Fails only on what the kernel or nft would refuse anyway
 // and the model does not check: over-long comments.
 Result<EncodedTable> encodeRuleset(const Ruleset &ruleset);
+
+// An element-level update as nft elements: deletions of exactly the elements the kernel
+// holds for each removed range, and additions, split into messages as encodeRuleset()
+// splits a set's elements. The sets are named (they exist already).
+struct EncodedElementChanges {
+	std::vector<ElementChunk> removals; // DELSETELEM, sent first
+	std::vector<ElementChunk> additions; // NEWSETELEM
+};
+
+EncodedElementChanges encodeElementChanges(const std::string &table, const ElementDiff &diff);
 
 } // namespace ipmasq::netlink

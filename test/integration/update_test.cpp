@@ -1,0 +1,272 @@
+// SPDX-License-Identifier: Apache-2.0
+// Element-level updates against the real kernel: parity with a full apply, the generation guard.
+#include <catch2/catch.hpp>
+
+#include <cerrno>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/element_diff.h"
+#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/reconciler.h"
+#include "ip-masq-agent/ruleset.h"
+#include "netns.h"
+
+using namespace ipmasq;
+using ipmasq::test::runOrFail;
+
+namespace {
+
+const std::string kListTable = "nft list table inet ip-masq-agent";
+
+std::unique_ptr<NetlinkBackend> freshBackend()
+{
+	runOrFail("nft flush ruleset");
+	auto backend = NetlinkBackend::open();
+	INFO((backend ? "" : backend.error().message));
+	REQUIRE(backend);
+	return std::move(*backend);
+}
+
+RulesetOptions dualStack()
+{
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	return options;
+}
+
+// Link-local is left out (masqLinkLocal), so that a set can be emptied or start at 0.
+Ruleset rulesetOf(const std::vector<std::string> &cidrs, RulesetOptions options = dualStack())
+{
+	Config config;
+	config.masqLinkLocal = true;
+	config.masqLinkLocalIPv6 = true;
+	for (const std::string &text : cidrs) {
+		auto prefix = parsePrefix(text);
+		INFO(text);
+		REQUIRE(prefix);
+		config.nonMasqueradeCIDRs.push_back(*prefix);
+	}
+	return buildRuleset(config, options);
+}
+
+void requireApplied(NetlinkBackend &backend, const Ruleset &ruleset)
+{
+	auto applied = backend.apply(ruleset);
+	INFO((applied ? "" : applied.error().message));
+	REQUIRE(applied);
+}
+
+// The table's handle: a new one each time the table is created, the same while it lives.
+std::string tableHandle()
+{
+	const std::string listing = runOrFail("nft -a list table inet ip-masq-agent");
+	std::smatch m;
+	REQUIRE(std::regex_search(listing, m, std::regex(R"(table inet ip-masq-agent \{ # handle (\d+))")));
+	return m[1];
+}
+
+bool matches(NetlinkBackend &backend, const Ruleset &ruleset)
+{
+	auto result = backend.matches(ruleset);
+	INFO((result ? "" : result.error().message));
+	REQUIRE(result);
+	return *result;
+}
+
+// `before` applied, then updated to `after` by elements: the table lists exactly as a
+// full apply of `after` in an empty ruleset, the table was not replaced, and the
+// returned generation is the kernel's.
+void requireUpdateParity(const std::string &name, const Ruleset &before, const Ruleset &after)
+{
+	INFO("update: " << name);
+	auto backend = freshBackend();
+	requireApplied(*backend, before);
+	const std::string handle = tableHandle();
+	auto generation = backend->generation();
+	REQUIRE(generation);
+
+	auto diff = diffElements(before, after);
+	REQUIRE(diff);
+	REQUIRE_FALSE(diff->empty());
+	auto updated = backend->updateElements(after.table, *diff, *generation);
+	INFO((updated ? "" : updated.error().message));
+	REQUIRE(updated);
+	CHECK(*updated == backend->generation().value());
+	CHECK(*updated != *generation);
+	const std::string viaUpdate = runOrFail(kListTable);
+	CHECK(tableHandle() == handle);
+	CHECK(matches(*backend, after));
+
+	auto fresh = freshBackend();
+	requireApplied(*fresh, after);
+	CHECK(viaUpdate == runOrFail(kListTable));
+}
+
+// A backend through which another program commits right before the element update is
+// sent: after the diff was computed, before the kernel sees the batch.
+class InterruptedBackend final : public TableBackend
+{
+public:
+	explicit InterruptedBackend(NetlinkBackend &inner) : inner_(inner) {}
+
+	std::vector<Error> updateErrors;
+	int updates = 0;
+
+	Result<uint32_t> apply(const Ruleset &ruleset) override { return inner_.apply(ruleset); }
+	Result<uint32_t> updateElements(const std::string &table, const ElementDiff &diff,
+					uint32_t generation) override
+	{
+		updates++;
+		runOrFail("nft add table inet someone-else");
+		auto result = inner_.updateElements(table, diff, generation);
+		if (!result)
+			updateErrors.push_back(result.error());
+		return result;
+	}
+	Result<uint32_t> generation() override { return inner_.generation(); }
+	Result<TableCheck> check(const Ruleset &ruleset) override { return inner_.check(ruleset); }
+	Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) override
+	{
+		return inner_.readAddressSets(table);
+	}
+
+private:
+	NetlinkBackend &inner_;
+};
+
+std::string configText(const std::vector<std::string> &cidrs)
+{
+	std::string text = "nonMasqueradeCIDRs: [";
+	for (size_t i = 0; i < cidrs.size(); i++)
+		text += (i ? ", " : "") + cidrs[i];
+	return text + "]\n";
+}
+
+} // namespace
+
+TEST_CASE("element updates list exactly like a full apply of the same ruleset")
+{
+	requireUpdateParity("add IPv4", rulesetOf({"10.0.0.0/8"}),
+			    rulesetOf({"10.0.0.0/8", "192.0.2.0/24"}));
+	requireUpdateParity("remove IPv4", rulesetOf({"10.0.0.0/8", "192.0.2.0/24"}),
+			    rulesetOf({"10.0.0.0/8"}));
+	requireUpdateParity("split", rulesetOf({"10.0.0.0/8"}),
+			    rulesetOf({"10.0.0.0/9", "10.192.0.0/10"}));
+	requireUpdateParity("merge", rulesetOf({"10.0.0.0/9", "10.192.0.0/10"}),
+			    rulesetOf({"10.0.0.0/8"}));
+	requireUpdateParity("extend (an end moves, the start stays)", rulesetOf({"10.0.0.0/9"}),
+			    rulesetOf({"10.0.0.0/8"}));
+	requireUpdateParity("IPv6 add, remove, split",
+			    rulesetOf({"2001:db8::/32", "fd00::/8"}),
+			    rulesetOf({"2001:db8::/33", "2001:db8:c000::/34", "fc00::/8"}));
+	requireUpdateParity("both families at once", rulesetOf({"10.0.0.0/8", "fd00::/8"}),
+			    rulesetOf({"172.16.0.0/12", "fd00::/9"}));
+	requireUpdateParity("to the top address: added",
+			    rulesetOf({"10.0.0.0/8", "2001:db8::/32"}),
+			    rulesetOf({"10.0.0.0/8", "255.255.255.255/32", "2001:db8::/32",
+				       "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"}));
+	requireUpdateParity("to the top address: reshaped",
+			    rulesetOf({"255.255.255.255/32", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"}),
+			    rulesetOf({"255.255.255.0/24", "ffff::/16"}));
+	requireUpdateParity("to the top address: removed",
+			    rulesetOf({"10.0.0.0/8", "240.0.0.0/4", "ff00::/8", "2001:db8::/32"}),
+			    rulesetOf({"10.0.0.0/8", "2001:db8::/32"}));
+	requireUpdateParity("from address 0: added (the leading end element goes)",
+			    rulesetOf({"10.0.0.0/8", "2001:db8::/32"}),
+			    rulesetOf({"0.0.0.0/8", "10.0.0.0/8", "::/3", "2001:db8::/32"}));
+	requireUpdateParity("from address 0: removed (the leading end element comes)",
+			    rulesetOf({"0.0.0.0/8", "10.0.0.0/8", "::/3"}),
+			    rulesetOf({"10.0.0.0/8", "2001:db8::/32"}));
+	requireUpdateParity("everything to something", rulesetOf({"0.0.0.0/0", "::/0"}),
+			    rulesetOf({"10.0.0.0/8", "2001:db8::/32"}));
+	requireUpdateParity("emptied sets", rulesetOf({"10.0.0.0/8", "192.0.2.0/24", "fd00::/8"}),
+			    rulesetOf({}));
+	requireUpdateParity("filled from empty", rulesetOf({}),
+			    rulesetOf({"10.0.0.0/8", "255.255.255.255/32", "fd00::/8", "::/128"}));
+
+	std::vector<std::string> many, changed;
+	for (int i = 0; i < 3000; i++) { // several messages of removals and additions
+		many.push_back(fmt::format("10.{}.{}.0/24", i / 200, (i % 200) + 1));
+		changed.push_back(fmt::format("10.{}.{}.0/{}", i / 200, (i % 200) + 1, i % 3 ? 24 : 25));
+	}
+	requireUpdateParity("1,000 of 3,000 ranges reshaped", rulesetOf(many), rulesetOf(changed));
+}
+
+TEST_CASE("the table is kept by an element update and replaced by a rule change")
+{
+	auto backend = freshBackend();
+	const Ruleset first = rulesetOf({"10.0.0.0/8"});
+	requireApplied(*backend, first);
+	const std::string handle = tableHandle();
+
+	const Ruleset second = rulesetOf({"10.0.0.0/8", "192.0.2.0/24"});
+	REQUIRE(backend->updateElements(second.table, *diffElements(first, second),
+					backend->generation().value()));
+	CHECK(tableHandle() == handle);
+
+	RulesetOptions ports = dualStack();
+	ports.toPorts = {PortRange{1024, 65535}};
+	const Ruleset otherRules = rulesetOf({"10.0.0.0/8", "192.0.2.0/24"}, ports);
+	REQUIRE_FALSE(diffElements(second, otherRules)); // not an element-only change
+	requireApplied(*backend, otherRules);
+	CHECK(tableHandle() != handle);
+	CHECK(matches(*backend, otherRules));
+}
+
+TEST_CASE("a commit by anyone since the diff's generation makes the kernel refuse the update")
+{
+	auto backend = freshBackend();
+	const Ruleset before = rulesetOf({"10.0.0.0/8", "fd00::/8"});
+	const Ruleset after = rulesetOf({"10.0.0.0/9", "fd00::/8"});
+	requireApplied(*backend, before);
+	auto generation = backend->generation();
+	REQUIRE(generation);
+	const std::string listed = runOrFail(kListTable);
+
+	runOrFail("nft add table inet someone-else"); // another program commits
+	auto refused = backend->updateElements(before.table, *diffElements(before, after), *generation);
+	REQUIRE_FALSE(refused);
+	INFO(refused.error().message);
+	CHECK(refused.error().errnum == ERESTART);
+	CHECK(runOrFail(kListTable) == listed); // nothing changed
+	CHECK(matches(*backend, before));
+
+	// The current generation is accepted.
+	REQUIRE(backend->updateElements(before.table, *diffElements(before, after),
+					backend->generation().value()));
+	CHECK(matches(*backend, after));
+}
+
+TEST_CASE("the reconciler falls back to the full replacement when its update is refused")
+{
+	auto netlink = freshBackend();
+	InterruptedBackend backend(*netlink);
+	AgentStatus status;
+	Reconciler reconciler(backend, Reconciler::Settings{"/etc/config/ip-masq-agent", {}, {}, false},
+			      status);
+	const std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+					     "100.64.0.0/10"};
+	REQUIRE(reconciler.configRead(ConfigContent{configText(cidrs)}));
+	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
+	const std::string handle = tableHandle();
+
+	std::vector<std::string> next = cidrs;
+	next[1] = "172.16.0.0/13";
+	REQUIRE(reconciler.configRead(ConfigContent{configText(next)}));
+	const Status synced = reconciler.reconcile(SyncTrigger::configChange);
+	INFO((synced ? "" : synced.error().message));
+	REQUIRE(synced);
+	CHECK(backend.updates == 1);
+	REQUIRE(backend.updateErrors.size() == 1);
+	CHECK(backend.updateErrors[0].errnum == ERESTART);
+	Config config;
+	for (const std::string &text : next)
+		config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
+	CHECK(matches(*netlink, buildRuleset(config, {})));
+	CHECK(tableHandle() != handle); // replaced
+	CHECK(status.health().ok);
+	CHECK(runOrFail("nft list tables").find("someone-else") != std::string::npos);
+}

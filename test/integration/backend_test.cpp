@@ -20,25 +20,18 @@
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset.h"
+#include "backend_support.h"
 #include "netns.h"
 
 using namespace ipmasq;
 using ipmasq::test::run;
+using ipmasq::test::freshBackend;
 using ipmasq::test::runOrFail;
 
 namespace {
 
 const std::string kListTable = "nft list table inet ip-masq-agent";
 
-// Every test starts from an empty ruleset: they share this process's namespace.
-std::unique_ptr<NetlinkBackend> freshBackend()
-{
-	runOrFail("nft flush ruleset");
-	auto backend = NetlinkBackend::open();
-	INFO((backend ? "" : backend.error().message));
-	REQUIRE(backend);
-	return std::move(*backend);
-}
 
 Config configWith(const std::vector<std::string> &cidrs)
 {

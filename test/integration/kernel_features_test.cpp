@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "agent_process.h"
+#include "backend_support.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/ruleset.h"
@@ -26,15 +27,6 @@ namespace {
 
 const std::string kFault = "IP_MASQ_AGENT_TEST_FAULT=kernel-without-fully-random";
 const std::string kDegradedWarning = "this kernel refuses masquerade fully-random";
-
-std::unique_ptr<NetlinkBackend> freshBackend()
-{
-	runOrFail("nft flush ruleset");
-	auto backend = NetlinkBackend::open();
-	INFO((backend ? "" : backend.error().message));
-	REQUIRE(backend);
-	return std::move(*backend);
-}
 
 std::string listing()
 {

@@ -12,23 +12,17 @@
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
+#include "backend_support.h"
 #include "netns.h"
 
 using namespace ipmasq;
+using ipmasq::test::freshBackend;
 using ipmasq::test::runOrFail;
 
 namespace {
 
 const std::string kListTable = "nft list table inet ip-masq-agent";
 
-std::unique_ptr<NetlinkBackend> freshBackend()
-{
-	runOrFail("nft flush ruleset");
-	auto backend = NetlinkBackend::open();
-	INFO((backend ? "" : backend.error().message));
-	REQUIRE(backend);
-	return std::move(*backend);
-}
 
 RulesetOptions dualStack()
 {

@@ -314,6 +314,26 @@ Result<bool> NetlinkBackend::matches(const Ruleset &ruleset)
 	return *checked == TableCheck::same;
 }
 
+Status NetlinkBackend::dumpSetElements(const std::string &table, const std::string &set,
+				       const std::function<Status(const nftnl_set *)> &onPart)
+{
+	SetPtr filter = newSet();
+	nftnl_set_set_str(filter.get(), NFTNL_SET_TABLE, table.c_str());
+	nftnl_set_set_str(filter.get(), NFTNL_SET_NAME, set.c_str());
+	return socket_.query(
+		nftType(NFT_MSG_GETSETELEM), NFPROTO_INET, NLM_F_DUMP,
+		[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, filter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			// Each message's elements are handed on at once: the libnftnl objects
+			// of a whole 100,000-range set would take 60 MB.
+			SetPtr part = newSet();
+			if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()), "set element");
+			    !p)
+				return p;
+			return onPart(part.get());
+		});
+}
+
 Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::string &table)
 {
 	const auto context = [&table](const std::string &what) {
@@ -379,26 +399,11 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 
 	for (const SetPtr &set : snapshot.sets) {
 		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
-		SetPtr elementFilter = newSet();
-		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_TABLE, table.c_str());
-		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_NAME, name.c_str());
 		std::vector<std::string> &lines = snapshot.elements[name];
-		s = dump(
-			NFT_MSG_GETSETELEM,
-			[&](nlmsghdr *nlh) {
-				nftnl_set_elems_nlmsg_build_payload(nlh, elementFilter.get());
-			},
-			[&](const nlmsghdr *nlh) -> Status {
-				// Each message's elements become lines at once: the libnftnl
-				// objects of a 100,000-range set would take 60 MB.
-				SetPtr part = newSet();
-				if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()),
-						    "set element");
-				    !p)
-					return p;
-				appendElementLines(part.get(), lines);
-				return {};
-			});
+		s = dumpSetElements(table, name, [&lines](const nftnl_set *part) -> Status {
+			appendElementLines(part, lines);
+			return {};
+		});
 		if (!s)
 			return fail(s.error().withContext(context("elements of set " + name)));
 	}
@@ -481,22 +486,12 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 	std::vector<AddressSet> out;
 	for (const Declared &set : declared) {
 		BoundaryCollector collector{familyBits(set.family) / 8, {}};
-		SetPtr elementFilter = newSet();
-		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_TABLE, table.c_str());
-		nftnl_set_set_str(elementFilter.get(), NFTNL_SET_NAME, set.name.c_str());
-		s = socket_.query(
-			nftType(NFT_MSG_GETSETELEM), NFPROTO_INET, NLM_F_DUMP,
-			[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, elementFilter.get()); },
-			[&](const nlmsghdr *nlh) -> Status {
-				SetPtr part = newSet();
-				if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()),
-						    "set element");
-				    !p)
-					return p;
-				if (nftnl_set_elem_foreach(part.get(), collectBoundary, &collector) < 0)
-					return fail("out of memory reading set elements", ENOMEM);
-				return {};
-			});
+		s = dumpSetElements(table, set.name, [&collector](const nftnl_set *part) -> Status {
+			if (nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), collectBoundary,
+						   &collector) < 0)
+				return fail("out of memory reading set elements", ENOMEM);
+			return {};
+		});
 		if (!s)
 			return fail(s.error().withContext("elements of set " + set.name + ": "));
 		if (collector.malformed)

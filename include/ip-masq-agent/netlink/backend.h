@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,6 +108,10 @@ private:
 	// transact() with the change monitor out of its group meanwhile (see
 	// quietDuringCommits()).
 	Result<netlink::BatchAnswer> transactQuietly(const netlink::Batch &batch);
+	// Dumps the elements of one set of inet `table`, handing each reply's elements to
+	// `onPart` as they arrive (matches() and adoption read them in different forms).
+	Status dumpSetElements(const std::string &table, const std::string &set,
+			       const std::function<Status(const nftnl_set *)> &onPart);
 	Result<bool> matchesOnce(const std::string &desired, const std::string &table);
 	Result<std::optional<std::vector<AddressSet>>> readAddressSetsOnce(const std::string &table);
 

@@ -35,11 +35,24 @@ struct Address {
 	auto operator<=>(const Address &) const = default;
 };
 
-// A prefix as the user wrote it. `spelling` keeps the original text for messages.
+// Where a prefix was written, for messages and --explain: an index into the config's
+// list of files (Config::files) and a 1-based line. Built-in prefixes have no file.
+struct Origin {
+	static constexpr uint32_t kBuiltIn = UINT32_MAX;
+	uint32_t file = kBuiltIn;
+	uint32_t line = 0;
+
+	bool builtIn() const { return file == kBuiltIn; }
+	bool operator==(const Origin &) const = default;
+};
+
+// A prefix as the user wrote it. `spelling` keeps the original text for messages and
+// `origin` where it was written; neither takes part in comparisons.
 struct Prefix {
 	Address network;
 	unsigned length = 0;
 	std::string spelling;
+	Origin origin; // fits in the padding: a Prefix stays 80 bytes
 
 	Address first() const { return network; }
 	Address last() const;

@@ -50,11 +50,22 @@ struct ConfigFlags {
 struct Config {
 	// From a file these hold no `spelling`: every message about an entry is made while
 	// parsing, where the text is at hand, and a million spellings would cost 30 MB.
+	// Each entry's `origin` says where it was written (an index into `files`).
 	std::vector<Prefix> nonMasqueradeCIDRs;
+	// False: no file gave nonMasqueradeCIDRs, and the list holds the built-in defaults.
+	bool nonMasqueradeCIDRsGiven = false;
+	// Destinations masqueraded although a broader non-masquerade prefix covers them:
+	// the longest prefix decides (policy.h).
+	std::vector<Prefix> masqueradeCIDRs;
+	// If it lists prefixes of a family, only sources in them are masqueraded (in that
+	// family); a family with none listed is not restricted.
+	std::vector<Prefix> masqueradeSourceCIDRs;
 	int cidrLimit = kDefaultCidrLimit;
 	bool masqLinkLocal = false;
 	bool masqLinkLocalIPv6 = false;
 	Duration resyncInterval = kDefaultResyncInterval;
+	// The files the entries came from, in the order read; Origin::file indexes this.
+	std::vector<std::string> files;
 
 	bool operator==(const Config &) const = default;
 };

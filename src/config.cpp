@@ -3,6 +3,7 @@
 // with upstream's semantics and errors that name file, line, key, value and fix.
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/unique_fd.h"
 
 #include <algorithm>
@@ -183,11 +184,51 @@ public:
 	}
 };
 
-enum class Key { nonMasqueradeCIDRs, cidrLimit, masqLinkLocal, masqLinkLocalIPv6, resyncInterval };
-constexpr std::array<const char *, 5> kKeyNames{"nonMasqueradeCIDRs", "cidrLimit", "masqLinkLocal",
-						"masqLinkLocalIPv6", "resyncInterval"};
+enum class Key {
+	nonMasqueradeCIDRs,
+	cidrLimit,
+	masqLinkLocal,
+	masqLinkLocalIPv6,
+	resyncInterval,
+	masqueradeCIDRs,
+	masqueradeSourceCIDRs
+};
+constexpr std::array<const char *, 7> kKeyNames{"nonMasqueradeCIDRs", "cidrLimit", "masqLinkLocal",
+						"masqLinkLocalIPv6", "resyncInterval", "masqueradeCIDRs",
+						"masqueradeSourceCIDRs"};
 constexpr const char *kKnownKeys = "nonMasqueradeCIDRs, cidrLimit, masqLinkLocal, masqLinkLocalIPv6, "
-				   "resyncInterval";
+				   "resyncInterval, masqueradeCIDRs, masqueradeSourceCIDRs";
+
+// The keys whose value is a list of CIDRs, each staged apart (see CidrList).
+enum class ListId : uint8_t { nonMasquerade, masquerade, masqueradeSource };
+constexpr size_t kCidrLists = 3;
+
+std::optional<ListId> cidrListOf(Key key)
+{
+	switch (key) {
+	case Key::nonMasqueradeCIDRs: return ListId::nonMasquerade;
+	case Key::masqueradeCIDRs: return ListId::masquerade;
+	case Key::masqueradeSourceCIDRs: return ListId::masqueradeSource;
+	default: return std::nullopt;
+	}
+}
+
+Key keyOf(ListId list)
+{
+	switch (list) {
+	case ListId::nonMasquerade: return Key::nonMasqueradeCIDRs;
+	case ListId::masquerade: return Key::masqueradeCIDRs;
+	case ListId::masqueradeSource: return Key::masqueradeSourceCIDRs;
+	}
+	return Key::nonMasqueradeCIDRs;
+}
+
+// What cidrLimit says about a list's count, for messages: link-local is added to the
+// non-masquerade list by the agent and is not counted.
+const char *limitNote(ListId list)
+{
+	return list == ListId::nonMasquerade ? "; link-local is not counted" : "";
+}
 
 const char *keyName(Key key) { return kKeyNames[static_cast<size_t>(key)]; }
 
@@ -206,7 +247,10 @@ std::optional<Key> knownKey(std::string_view spelling)
 const char *expectation(Key key)
 {
 	switch (key) {
-	case Key::nonMasqueradeCIDRs: return "expected a list of CIDR strings such as [\"10.0.0.0/8\"]";
+	case Key::nonMasqueradeCIDRs:
+	case Key::masqueradeCIDRs:
+	case Key::masqueradeSourceCIDRs:
+		return "expected a list of CIDR strings such as [\"10.0.0.0/8\"]";
 	case Key::cidrLimit: return "expected a whole number such as 64";
 	case Key::masqLinkLocal:
 	case Key::masqLinkLocalIPv6: return "expected true or false";
@@ -261,30 +305,41 @@ struct StopParsing {
 // come after the list, so the list is kept until the end of the file, and a list that
 // turns out to be over the limit (the hostile case) must cost little. Kept in a deque,
 // which grows by blocks: no vector doubling, so the peak is this plus the final vector.
+// The line fits in what was padding.
 struct StagedPrefix {
 	uint64_t high = 0;
 	uint64_t low = 0;
 	uint8_t length = 0;
 	bool ipv6 = false;
+	uint32_t line = 0; // 1-based, for Prefix::origin
 
-	static StagedPrefix of(const Prefix &prefix)
+	static StagedPrefix of(const Prefix &prefix, uint32_t line)
 	{
 		return StagedPrefix{static_cast<uint64_t>(prefix.network.value >> 64),
 				    static_cast<uint64_t>(prefix.network.value),
 				    static_cast<uint8_t>(prefix.length),
-				    prefix.network.family == Family::ipv6};
+				    prefix.network.family == Family::ipv6, line};
 	}
-	// Without `spelling`: see Config::nonMasqueradeCIDRs.
+	// Without `spelling`: see Config::nonMasqueradeCIDRs. File 0: the one being parsed.
 	Prefix toPrefix() const
 	{
 		Prefix prefix;
 		prefix.network.family = ipv6 ? Family::ipv6 : Family::ipv4;
 		prefix.network.value = (static_cast<AddressValue>(high) << 64) | low;
 		prefix.length = length;
+		prefix.origin = Origin{0, line};
 		return prefix;
 	}
 };
 static_assert(sizeof(StagedPrefix) == 24);
+
+// One of the CIDR lists of the file, while it is read.
+struct CidrList {
+	bool seen = false; // the key is in the file (an explicit null empties the list)
+	YAML::Mark mark = YAML::Mark::null_mark();
+	std::deque<StagedPrefix> staged;
+	size_t count = 0;
+};
 
 // Builds the Config from yaml-cpp's events. The config is one mapping of scalars and one
 // list of scalars, so the state is a handful of positions plus a depth counter for the
@@ -368,7 +423,8 @@ private:
 			handling();
 		} catch (Refusal &refusal) {
 			refusal_ = std::move(refusal.error);
-			std::deque<StagedPrefix>().swap(staged_);
+			for (CidrList &list : lists_)
+				std::deque<StagedPrefix>().swap(list.staged);
 			anchors_.clear();
 		}
 	}
@@ -381,8 +437,11 @@ private:
 
 	void onKey(const Value &key);
 	void onKnownValue(Key key, const Value &value);
-	void onCidrListStart(const YAML::Mark &mark);
+	void onCidrListStart(ListId list, const YAML::Mark &mark);
 	void onCidr(const Value &item);
+	void checkListAgainstLimit(ListId list);
+	std::string itemKey() const;
+	CidrList &currentList() { return lists_[static_cast<size_t>(currentList_)]; }
 	void readInt(const Value &value, Key key, int &out);
 	void readBool(const Value &value, Key key, bool &out);
 	void readDuration(const Value &value);
@@ -405,11 +464,9 @@ private:
 	std::string pendingAnchorName_;
 	size_t anchorNames_ = 0;
 
-	// The CIDR list, if the file has one.
-	bool cidrListSeen_ = false;
-	YAML::Mark cidrListMark_ = YAML::Mark::null_mark();
-	std::deque<StagedPrefix> staged_;
-	size_t cidrCount_ = 0;
+	// The CIDR lists, indexed by ListId; in State::cidrs, currentList_ is being read.
+	std::array<CidrList, kCidrLists> lists_;
+	ListId currentList_ = ListId::nonMasquerade;
 	bool cidrLimitFinal_ = false; // the cidrLimit key was read: the limit cannot change
 };
 
@@ -562,16 +619,15 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 			skipDepth_ = 1;
 			return;
 		}
-		if (*valueKey_ == Key::nonMasqueradeCIDRs && kind == Kind::list) {
-			onCidrListStart(mark);
+		if (const auto list = cidrListOf(*valueKey_); list && kind == Kind::list) {
+			onCidrListStart(*list, mark);
 			return;
 		}
 		refuse(fmt::format("{}{}, got {}", where(mark, keyName(*valueKey_)), expectation(*valueKey_),
 				   kind == Kind::list ? "a list" : "a mapping"));
 	case State::cidrs:
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
-				   where(mark, fmt::format("nonMasqueradeCIDRs[{}]", cidrCount_)),
-				   kind == Kind::list ? "a list" : "a mapping"));
+				   where(mark, itemKey()), kind == Kind::list ? "a list" : "a mapping"));
 	case State::skip:
 		// The root mapping and the unknown key's value are two levels already.
 		if (++skipDepth_ + 1 > kMaxConfigDepth)
@@ -647,27 +703,27 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 {
 	// An alias of anything but a single value is refused (with the other wrong types
 	// below): following it would copy, and an alias can repeat a list without end.
-	if (key == Key::nonMasqueradeCIDRs && value.kind == Kind::list)
+	const std::optional<ListId> list = cidrListOf(key);
+	if (list && value.kind == Kind::list)
 		refuse(fmt::format("{}*{} is an alias of a list; aliases of lists and mappings are "
 				   "not supported (only of single values): write the list here",
 				   where(value.mark, keyName(key)), escaped(value.alias)));
 	switch (key) {
 	case Key::nonMasqueradeCIDRs:
+	case Key::masqueradeCIDRs:
+	case Key::masqueradeSourceCIDRs:
 		if (value.kind != Kind::null)
 			refuse(fmt::format("{}{}, got {}", where(value.mark, keyName(key)), expectation(key),
 					   value.describe()));
-		onCidrListStart(value.mark); // an explicit null empties the list, as in upstream
+		onCidrListStart(*list, value.mark); // an explicit null empties the list, as in upstream
 		state_ = State::key;
 		return;
 	case Key::cidrLimit:
 		readInt(value, key, loaded_.config.cidrLimit);
 		cidrLimitFinal_ = true;
 		// A list before cidrLimit was only checked against the hard maximum.
-		if (cidrCount_ > static_cast<size_t>(loaded_.config.cidrLimit))
-			refuse(fmt::format("{}{} entries, more than cidrLimit ({}; link-local is not "
-					   "counted). Remove entries, or raise cidrLimit in the same file",
-					   where(cidrListMark_, "nonMasqueradeCIDRs"), cidrCount_,
-					   loaded_.config.cidrLimit));
+		for (size_t i = 0; i < kCidrLists; i++)
+			checkListAgainstLimit(static_cast<ListId>(i));
 		return;
 	case Key::masqLinkLocal: readBool(value, key, loaded_.config.masqLinkLocal); return;
 	case Key::masqLinkLocalIPv6: readBool(value, key, loaded_.config.masqLinkLocalIPv6); return;
@@ -675,16 +731,36 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 	}
 }
 
-void ConfigHandler::onCidrListStart(const YAML::Mark &mark)
+void ConfigHandler::onCidrListStart(ListId list, const YAML::Mark &mark)
 {
-	cidrListSeen_ = true;
-	cidrListMark_ = mark;
+	currentList_ = list;
+	CidrList &current = currentList();
+	current.seen = true;
+	current.mark = mark;
 	state_ = State::cidrs;
+}
+
+// "masqueradeCIDRs[3]": the list being read and the index of its next entry.
+std::string ConfigHandler::itemKey() const
+{
+	return fmt::format("{}[{}]", keyName(keyOf(currentList_)),
+			   lists_[static_cast<size_t>(currentList_)].count);
+}
+
+// cidrLimit bounds each list on its own.
+void ConfigHandler::checkListAgainstLimit(ListId id)
+{
+	const CidrList &list = lists_[static_cast<size_t>(id)];
+	if (list.count > static_cast<size_t>(loaded_.config.cidrLimit))
+		refuse(fmt::format("{}{} entries, more than cidrLimit ({}{}). Remove entries, or "
+				   "raise cidrLimit in the same file",
+				   where(list.mark, keyName(keyOf(id))), list.count,
+				   loaded_.config.cidrLimit, limitNote(id)));
 }
 
 void ConfigHandler::onCidr(const Value &item)
 {
-	const std::string key = fmt::format("nonMasqueradeCIDRs[{}]", cidrCount_);
+	const std::string key = itemKey();
 	if (item.kind != Kind::scalar)
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
 				   where(item.mark, key), item.describe()));
@@ -702,7 +778,8 @@ void ConfigHandler::onCidr(const Value &item)
 		refuse(fmt::format("{}{} is an IPv6 CIDR but IPv6 is not enabled: start the agent with "
 				   "--enable-ipv6, or remove this entry", where(item.mark, key), shown(text)));
 
-	const size_t count = ++cidrCount_;
+	CidrList &list = currentList();
+	const size_t count = ++list.count;
 	// Stop as soon as the list is too long: past the hard maximum, or past cidrLimit when
 	// that came first (it is final then; else it may still come, and is checked then).
 	if (count > kMaxNonMasqueradeCIDRs)
@@ -710,10 +787,10 @@ void ConfigHandler::onCidr(const Value &item)
 				   "cidrLimit says. Merge adjacent CIDRs into shorter prefixes",
 				   where(item.mark, key), kMaxNonMasqueradeCIDRs));
 	if (cidrLimitFinal_ && count > static_cast<size_t>(loaded_.config.cidrLimit))
-		refuse(fmt::format("{}{} entries or more, more than cidrLimit ({}; link-local is not "
-				   "counted). Remove entries, or raise cidrLimit in the same file",
-				   where(item.mark, key), count, loaded_.config.cidrLimit));
-	staged_.push_back(StagedPrefix::of(*prefix));
+		refuse(fmt::format("{}{} entries or more, more than cidrLimit ({}{}). Remove entries, "
+				   "or raise cidrLimit in the same file", where(item.mark, key), count,
+				   loaded_.config.cidrLimit, limitNote(currentList_)));
+	list.staged.push_back(StagedPrefix::of(*prefix, static_cast<uint32_t>(item.mark.line + 1)));
 }
 
 void ConfigHandler::readInt(const Value &value, Key key, int &out)
@@ -792,25 +869,39 @@ Result<LoadedConfig> ConfigHandler::finish()
 		return fail(*refusal_);
 	Config &config = loaded_.config;
 	const size_t limit = static_cast<size_t>(config.cidrLimit);
-	if (!cidrListSeen_) {
-		// Upstream's guard against really bad mistakes applies to the defaults too.
-		if (config.nonMasqueradeCIDRs.size() > limit)
-			return fail(fmt::format("{}: nonMasqueradeCIDRs: {} entries (the defaults), more "
-						"than cidrLimit ({}; link-local is not counted). Remove "
+	// Upstream's guard against really bad mistakes applies to the defaults too.
+	if (!lists_[static_cast<size_t>(ListId::nonMasquerade)].seen &&
+	    config.nonMasqueradeCIDRs.size() > limit)
+		return fail(fmt::format("{}: nonMasqueradeCIDRs: {} entries (the defaults), more "
+					"than cidrLimit ({}; link-local is not counted). Remove "
+					"entries, or raise cidrLimit in the same file",
+					escaped(source_), config.nonMasqueradeCIDRs.size(), limit));
+	bool anyList = false;
+	for (size_t i = 0; i < kCidrLists; i++) {
+		const auto id = static_cast<ListId>(i);
+		CidrList &list = lists_[i];
+		if (!list.seen)
+			continue;
+		anyList = true;
+		if (list.count > limit)
+			return fail(fmt::format("{}{} entries, more than cidrLimit ({}{}). Remove "
 						"entries, or raise cidrLimit in the same file",
-						escaped(source_), config.nonMasqueradeCIDRs.size(), limit));
-		return std::move(loaded_);
+						where(list.mark, keyName(keyOf(id))), list.count, limit,
+						limitNote(id)));
+		std::vector<Prefix> &out = id == ListId::nonMasquerade ? config.nonMasqueradeCIDRs
+					   : id == ListId::masquerade	? config.masqueradeCIDRs
+									: config.masqueradeSourceCIDRs;
+		// The model, allocated once at its exact size.
+		out.clear();
+		out.reserve(list.staged.size());
+		for (const StagedPrefix &staged : list.staged)
+			out.push_back(staged.toPrefix());
+		std::deque<StagedPrefix>().swap(list.staged);
 	}
-	if (cidrCount_ > limit)
-		return fail(fmt::format("{}{} entries, more than cidrLimit ({}; link-local is not "
-					"counted). Remove entries, or raise cidrLimit in the same file",
-					where(cidrListMark_, "nonMasqueradeCIDRs"), cidrCount_, limit));
-	// The model, allocated once at its exact size.
-	config.nonMasqueradeCIDRs.clear();
-	config.nonMasqueradeCIDRs.reserve(staged_.size());
-	for (const StagedPrefix &staged : staged_)
-		config.nonMasqueradeCIDRs.push_back(staged.toPrefix());
-	std::deque<StagedPrefix>().swap(staged_);
+	config.nonMasqueradeCIDRsGiven = lists_[static_cast<size_t>(ListId::nonMasquerade)].seen;
+	// Origin::file 0 of every entry: this file.
+	if (anyList)
+		config.files = {source_};
 	return std::move(loaded_);
 }
 
@@ -968,7 +1059,14 @@ Result<LoadedConfig> parseConfigText(const std::optional<std::string> &text, con
 		loaded.config = defaultConfig(flags);
 		return loaded;
 	}
-	return parseConfig(*text, path, flags);
+	auto loaded = parseConfig(*text, path, flags);
+	if (!loaded)
+		return loaded;
+	// The whole config is this one file: check it as a whole (a merge of several files
+	// is checked once merged, not file by file).
+	if (auto checked = checkConfigPolicy(*loaded); !checked)
+		return fail(checked.error());
+	return loaded;
 }
 
 Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &flags)
@@ -979,10 +1077,11 @@ Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &
 	return parseConfigText(*text, path, flags);
 }
 
-std::string describeConfig(const Config &config)
+namespace {
+
+// "[a,b,c]", or for a long list "[a,...,h,... (N entries)]": one log line whatever its size.
+std::string summarizeList(const std::vector<Prefix> &list)
 {
-	// One log line, whatever the size of the list: a long one is summarized.
-	const std::vector<Prefix> &list = config.nonMasqueradeCIDRs;
 	const size_t listed = list.size() <= kDescribedInFull ? list.size() : kDescribedFirst;
 	std::string cidrs;
 	for (size_t i = 0; i < listed; i++) {
@@ -992,10 +1091,23 @@ std::string describeConfig(const Config &config)
 	}
 	if (listed < list.size())
 		cidrs += fmt::format(",... ({} entries)", list.size());
-	return fmt::format("nonMasqueradeCIDRs=[{}] cidrLimit={} masqLinkLocal={} "
-			   "masqLinkLocalIPv6={} resyncInterval={}",
-			   cidrs, config.cidrLimit, config.masqLinkLocal, config.masqLinkLocalIPv6,
-			   formatGoDuration(config.resyncInterval));
+	return "[" + cidrs + "]";
+}
+
+} // namespace
+
+std::string describeConfig(const Config &config)
+{
+	std::string out = fmt::format("nonMasqueradeCIDRs={} ", summarizeList(config.nonMasqueradeCIDRs));
+	// The newer lists only when used, so that a config without them logs as before.
+	if (!config.masqueradeCIDRs.empty())
+		out += fmt::format("masqueradeCIDRs={} ", summarizeList(config.masqueradeCIDRs));
+	if (!config.masqueradeSourceCIDRs.empty())
+		out += fmt::format("masqueradeSourceCIDRs={} ",
+				   summarizeList(config.masqueradeSourceCIDRs));
+	return out + fmt::format("cidrLimit={} masqLinkLocal={} masqLinkLocalIPv6={} resyncInterval={}",
+				 config.cidrLimit, config.masqLinkLocal, config.masqLinkLocalIPv6,
+				 formatGoDuration(config.resyncInterval));
 }
 
 } // namespace ipmasq

@@ -67,7 +67,13 @@ std::string renderStatement(const Statement &statement)
 		Overloaded{
 			[](const JumpIfNotLocal &s) {
 				std::string out;
-				if (s.onlyFamily)
+				// "ip saddr" implies the family, and nft lists it without the
+				// meta nfproto match it adds.
+				if (!s.sourceSet.empty())
+					out = fmt::format("{} saddr @{} ",
+							  s.onlyFamily == Family::ipv6 ? "ip6" : "ip",
+							  s.sourceSet);
+				else if (s.onlyFamily)
 					out = fmt::format("meta nfproto {} ", nfprotoName(*s.onlyFamily));
 				return out + fmt::format("fib daddr type != local jump {}", s.target);
 			},

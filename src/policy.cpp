@@ -3,10 +3,13 @@
 #include "ip-masq-agent/policy.h"
 
 #include <algorithm>
+#include <functional>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
 
@@ -25,7 +28,8 @@ bool prefixLess(const Prefix &a, const Prefix &b)
 }
 
 // The same prefix listed as non-masquerade and as masquerade: no rule could say which
-// the operator meant.
+// the operator meant. A built-in entry (a default) is not the operator's: the exception
+// wins over it (see resolveNonMasquerade).
 Status checkNoPrefixInBothLists(const Config &config)
 {
 	std::vector<const Prefix *> masquerade;
@@ -35,6 +39,8 @@ Status checkNoPrefixInBothLists(const Config &config)
 	std::sort(masquerade.begin(), masquerade.end(),
 		  [](const Prefix *a, const Prefix *b) { return prefixLess(*a, *b); });
 	for (const Prefix &prefix : config.nonMasqueradeCIDRs) {
+		if (prefix.origin.builtIn())
+			continue;
 		const auto found = std::lower_bound(
 			masquerade.begin(), masquerade.end(), &prefix,
 			[](const Prefix *a, const Prefix *b) { return prefixLess(*a, *b); });
@@ -48,11 +54,225 @@ Status checkNoPrefixInBothLists(const Config &config)
 	return {};
 }
 
+AddressValue lastOf(Family family, AddressValue first, unsigned length)
+{
+	const unsigned hostBits = familyBits(family) - length;
+	const AddressValue hostMask =
+		hostBits == 128 ? ~AddressValue(0) : (AddressValue(1) << hostBits) - 1;
+	return first | hostMask;
+}
+
+// One prefix in the sweep: 32 bytes, whatever the list it came from. `index` points back
+// at the entry (into config.nonMasqueradeCIDRs or config.masqueradeCIDRs; unused for
+// link-local).
+struct SweepEntry {
+	AddressValue first;
+	uint32_t index;
+	uint8_t length;
+	PolicyEntryKind kind;
+
+	bool masquerade() const { return kind == PolicyEntryKind::masquerade; }
+};
+
+// Sorted by first address, then by length (an enclosing prefix before what it encloses),
+// then non-masquerade before masquerade, so that of two equal prefixes the masquerade
+// one is the inner, deciding one.
+bool sweepLess(const SweepEntry &a, const SweepEntry &b)
+{
+	return std::tie(a.first, a.length, a.kind) < std::tie(b.first, b.length, b.kind);
+}
+static_assert(PolicyEntryKind::nonMasquerade < PolicyEntryKind::masquerade &&
+	      PolicyEntryKind::linkLocal < PolicyEntryKind::masquerade);
+
+std::vector<SweepEntry> sweepEntries(const Config &config, Family family)
+{
+	std::vector<SweepEntry> entries;
+	entries.reserve(config.nonMasqueradeCIDRs.size() + config.masqueradeCIDRs.size() + 1);
+	const auto add = [&](const std::vector<Prefix> &list, PolicyEntryKind kind) {
+		for (size_t i = 0; i < list.size(); i++)
+			if (list[i].network.family == family)
+				entries.push_back({list[i].network.value, static_cast<uint32_t>(i),
+						   static_cast<uint8_t>(list[i].length), kind});
+	};
+	add(config.nonMasqueradeCIDRs, PolicyEntryKind::nonMasquerade);
+	const bool masqLinkLocal =
+		family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6;
+	if (!masqLinkLocal) {
+		const Prefix linkLocal = linkLocalPrefix(family);
+		entries.push_back({linkLocal.network.value, 0, static_cast<uint8_t>(linkLocal.length),
+				   PolicyEntryKind::linkLocal});
+	}
+	add(config.masqueradeCIDRs, PolicyEntryKind::masquerade);
+	std::sort(entries.begin(), entries.end(), sweepLess);
+	return entries;
+}
+
+// The sweep: walks the entries in order with a stack of the prefixes enclosing the
+// current position (they nest or are disjoint, so the innermost is the longest match),
+// and hands every stretch of addresses to `segment` with its deciding entry.
+// `opened` sees each entry as it is pushed, with the number of non-masquerade entries
+// enclosing it.
+class Sweep
+{
+public:
+	using Segment = std::function<void(AddressValue first, AddressValue last, const SweepEntry &)>;
+	using Opened = std::function<void(const SweepEntry &, size_t enclosingNonMasquerade)>;
+
+	Sweep(Family family, Segment segment, Opened opened)
+		: family_(family), max_(Address::max(family).value), segment_(std::move(segment)),
+		  opened_(std::move(opened))
+	{
+	}
+
+	void run(const std::vector<SweepEntry> &entries)
+	{
+		for (const SweepEntry &entry : entries) {
+			while (!stack_.empty() && stack_.back().last < entry.first)
+				close();
+			if (!stack_.empty() && cursor_ < entry.first)
+				segment_(cursor_, entry.first - 1, stack_.back().entry);
+			cursor_ = entry.first;
+			if (opened_)
+				opened_(entry, nonMasqueradeOpen_);
+			stack_.push_back({lastOf(family_, entry.first, entry.length), entry});
+			if (!entry.masquerade())
+				nonMasqueradeOpen_++;
+		}
+		while (!stack_.empty())
+			close();
+	}
+
+private:
+	struct Open {
+		AddressValue last;
+		SweepEntry entry;
+	};
+
+	void close()
+	{
+		const Open top = stack_.back();
+		stack_.pop_back();
+		if (!top.entry.masquerade())
+			nonMasqueradeOpen_--;
+		// An equal prefix closed just before has covered this stretch already.
+		if (exhausted_ || cursor_ > top.last)
+			return;
+		segment_(cursor_, top.last, top.entry);
+		if (top.last == max_)
+			exhausted_ = true; // the top address: nothing follows (last + 1 would wrap)
+		else
+			cursor_ = top.last + 1;
+	}
+
+	Family family_;
+	AddressValue max_;
+	Segment segment_;
+	Opened opened_;
+	std::vector<Open> stack_;
+	AddressValue cursor_ = 0;
+	bool exhausted_ = false;
+	size_t nonMasqueradeOpen_ = 0;
+};
+
+// A masqueradeCIDRs entry that no non-masquerade prefix encloses changes nothing.
+void warnAboutUncoveredExceptions(LoadedConfig &loaded, Family family)
+{
+	const Config &config = loaded.config;
+	std::vector<uint32_t> uncovered;
+	Sweep sweep(
+		family, [](AddressValue, AddressValue, const SweepEntry &) {},
+		[&](const SweepEntry &entry, size_t enclosingNonMasquerade) {
+			if (entry.masquerade() && enclosingNonMasquerade == 0)
+				uncovered.push_back(entry.index);
+		});
+	sweep.run(sweepEntries(config, family));
+	// In the order written, not in address order.
+	std::sort(uncovered.begin(), uncovered.end());
+	for (const uint32_t index : uncovered) {
+		const Prefix &prefix = config.masqueradeCIDRs[index];
+		loaded.warnings.push_back(fmt::format(
+			"{}: masqueradeCIDRs: {} is inside no non-masquerade range (nonMasqueradeCIDRs "
+			"or its defaults, or link-local), so it changes nothing: it is masqueraded "
+			"anyway. Remove it, or list the range it is an exception of in "
+			"nonMasqueradeCIDRs",
+			describeOrigin(config, prefix.origin), prefix.toString()));
+	}
+}
+
+PolicyEntry policyEntry(const Config &config, const SweepEntry &entry, Family family)
+{
+	switch (entry.kind) {
+	case PolicyEntryKind::nonMasquerade:
+		return {config.nonMasqueradeCIDRs[entry.index], entry.kind};
+	case PolicyEntryKind::masquerade: return {config.masqueradeCIDRs[entry.index], entry.kind};
+	case PolicyEntryKind::linkLocal: break;
+	}
+	return {linkLocalPrefix(family), PolicyEntryKind::linkLocal};
+}
+
 } // namespace
 
 Status checkConfigPolicy(LoadedConfig &loaded)
 {
-	return checkNoPrefixInBothLists(loaded.config);
+	if (auto s = checkNoPrefixInBothLists(loaded.config); !s)
+		return s;
+	if (loaded.config.masqueradeCIDRs.empty())
+		return {};
+	for (const Family family : {Family::ipv4, Family::ipv6})
+		warnAboutUncoveredExceptions(loaded, family);
+	return {};
+}
+
+IntervalSet resolveNonMasquerade(const Config &config, Family family)
+{
+	std::vector<AddressRange> ranges;
+	Sweep sweep(
+		family,
+		[&](AddressValue first, AddressValue last, const SweepEntry &decidedBy) {
+			if (decidedBy.masquerade())
+				return;
+			// Stretches come in address order: extend an adjacent one.
+			if (!ranges.empty() && ranges.back().last.value + 1 == first)
+				ranges.back().last.value = last;
+			else
+				ranges.push_back({Address{family, first}, Address{family, last}});
+		},
+		nullptr);
+	sweep.run(sweepEntries(config, family));
+	return IntervalSet::fromRanges(family, std::move(ranges));
+}
+
+IntervalSet masqueradeSources(const Config &config, Family family)
+{
+	return IntervalSet::fromPrefixes(family, config.masqueradeSourceCIDRs);
+}
+
+DestinationDecision decideDestination(const Config &config, const Address &destination)
+{
+	const Family family = destination.family;
+	std::optional<SweepEntry> best;
+	std::optional<SweepEntry> bestOther; // filled in a second pass
+	const auto covers = [&](const SweepEntry &entry) {
+		return entry.first <= destination.value &&
+		       destination.value <= lastOf(family, entry.first, entry.length);
+	};
+	const std::vector<SweepEntry> entries = sweepEntries(config, family);
+	// Sorted: a later covering entry is at least as long, and wins a tie.
+	for (const SweepEntry &entry : entries)
+		if (covers(entry))
+			best = entry;
+	DestinationDecision decision;
+	if (!best)
+		return decision;
+	decision.masqueraded = best->masquerade();
+	decision.decidedBy = policyEntry(config, *best, family);
+	for (const SweepEntry &entry : entries)
+		if (covers(entry) && entry.masquerade() != best->masquerade() &&
+		    sweepLess(entry, *best))
+			bestOther = entry;
+	if (bestOther)
+		decision.overrides = policyEntry(config, *bestOther, family);
+	return decision;
 }
 
 } // namespace ipmasq

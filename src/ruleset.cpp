@@ -13,6 +13,7 @@
 #include <linux/netfilter/nf_tables.h>
 
 #include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/policy.h"
 
 namespace ipmasq {
 
@@ -172,6 +173,27 @@ std::vector<std::pair<std::string, std::string>> comments(const Ruleset &ruleset
 	return out;
 }
 
+// Built-in constants, valid by construction.
+Prefix constantPrefix(const char *text)
+{
+	return parsePrefix(text).value();
+}
+
+// Configs that between them make buildRuleset use every comment text it has: the
+// defaults; exceptions and restricted sources in both families; sources of IPv4 only
+// (an unrestricted IPv6 jump beside a restricted IPv4 one), and of IPv6 only.
+std::vector<Config> configsWithEveryComment()
+{
+	Config both;
+	both.masqueradeCIDRs = {constantPrefix("10.0.0.0/16"), constantPrefix("fe80::/64")};
+	both.masqueradeSourceCIDRs = {constantPrefix("10.0.0.0/8"), constantPrefix("fd00::/8")};
+	Config v4Sources;
+	v4Sources.masqueradeSourceCIDRs = {constantPrefix("10.0.0.0/8")};
+	Config v6Sources;
+	v6Sources.masqueradeSourceCIDRs = {constantPrefix("fd00::/8")};
+	return {Config{}, both, v4Sources, v6Sources};
+}
+
 } // namespace
 
 Status validateRulesetOptions(const RulesetOptions &options)
@@ -187,12 +209,16 @@ Status validateRulesetOptions(const RulesetOptions &options)
 		return fail(fmt::format("--priority {} is below {}: NAT chains must run after "
 					"conntrack", options.priority, kMinNatPriority));
 	// Names appear inside comments (e.g. "non-local destinations go through <chain>").
-	// Check the comments of the ruleset these options really build, rather than a
-	// bound per name that would drift when a comment is reworded. The config does not
-	// change any comment's length beyond what the defaults show (fixed texts only).
+	// Check the comments of the rulesets these options really build, rather than a
+	// bound per name that would drift when a comment is reworded. The config chooses
+	// among fixed texts only: these configs show every one of them.
 	RulesetOptions widest = options;
 	widest.enableIpv6 = true;
-	for (const auto &[owner, comment] : comments(buildRuleset(Config{}, widest))) {
+	std::vector<std::pair<std::string, std::string>> all;
+	for (const Config &config : configsWithEveryComment())
+		for (auto &entry : comments(buildRuleset(config, widest)))
+			all.push_back(std::move(entry));
+	for (const auto &[owner, comment] : all) {
 		if (comment.size() <= kMaxNftCommentLength)
 			continue;
 		const size_t excess = comment.size() - kMaxNftCommentLength;
@@ -216,27 +242,80 @@ Prefix linkLocalPrefix(Family family)
 
 const AddressSet *Ruleset::findSet(Family family) const
 {
+	const char *name = family == Family::ipv4 ? kSetNameV4 : kSetNameV6;
 	for (const AddressSet &set : sets)
-		if (set.family() == family)
+		if (set.family() == family && set.name == name)
 			return &set;
 	return nullptr;
 }
 
 namespace {
 
+bool hasFamily(const std::vector<Prefix> &prefixes, Family family)
+{
+	return std::any_of(prefixes.begin(), prefixes.end(),
+			   [family](const Prefix &p) { return p.network.family == family; });
+}
+
+// The kernel sees the resolved result: one set, one lookup per packet, however the
+// exceptions nest (policy.h).
 AddressSet nonMasqueradeSet(Family family, const Config &config)
 {
-	std::vector<Prefix> prefixes = config.nonMasqueradeCIDRs;
 	const bool masqLinkLocal =
 		family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6;
-	if (!masqLinkLocal)
-		prefixes.push_back(linkLocalPrefix(family));
-
 	AddressSet set{family == Family::ipv4 ? kSetNameV4 : kSetNameV6,
-		       IntervalSet::fromPrefixes(family, prefixes), {}};
-	set.comment = fmt::format("{} destinations not masqueraded: nonMasqueradeCIDRs{}",
-				  familyName(family), masqLinkLocal ? "" : " and link-local");
+		       resolveNonMasquerade(config, family), {}};
+	set.comment = fmt::format("{} destinations not masqueraded: nonMasqueradeCIDRs{}{}",
+				  familyName(family), masqLinkLocal ? "" : " and link-local",
+				  hasFamily(config.masqueradeCIDRs, family)
+					  ? ", less masqueradeCIDRs"
+					  : "");
 	return set;
+}
+
+// Only sources in this set are masqueraded (masqueradeSourceCIDRs of one family).
+AddressSet sourceSet(Family family, const Config &config)
+{
+	AddressSet set{family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6,
+		       masqueradeSources(config, family), {}};
+	set.comment = fmt::format("{} sources masqueraded: masqueradeSourceCIDRs", familyName(family));
+	return set;
+}
+
+// The base chain's jumps: one for every family at once (or IPv4 only) as upstream, or,
+// when masqueradeSourceCIDRs restricts a family, one per family, the restricted ones
+// matching their source set. Their comments do not embed the chain's name, so they do
+// not lower the longest --masq-chain that fits.
+void addJumpRules(Chain &base, const std::vector<Family> &families, const Ruleset &ruleset,
+		  const RulesetOptions &options)
+{
+	const auto sourceSetOf = [&ruleset](Family family) -> const AddressSet * {
+		const char *name = family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6;
+		for (const AddressSet &set : ruleset.sets)
+			if (set.name == name)
+				return &set;
+		return nullptr;
+	};
+	const bool restricted = std::any_of(families.begin(), families.end(), sourceSetOf);
+	if (!restricted) {
+		base.rules.push_back(Rule{
+			JumpIfNotLocal{options.enableIpv6 ? std::nullopt : std::optional(Family::ipv4),
+				       options.masqChain, {}},
+			fmt::format("non-local destinations go through {}", options.masqChain)});
+		return;
+	}
+	for (const Family family : families) {
+		if (const AddressSet *sources = sourceSetOf(family))
+			base.rules.push_back(Rule{
+				JumpIfNotLocal{family, options.masqChain, sources->name},
+				fmt::format("{} sources in masqueradeSourceCIDRs, to non-local "
+					    "destinations", familyName(family))});
+		else
+			base.rules.push_back(Rule{
+				JumpIfNotLocal{family, options.masqChain, {}},
+				fmt::format("every {} source (masqueradeSourceCIDRs lists no {}), to "
+					    "non-local destinations", familyName(family), familyName(family))});
+	}
 }
 
 void addMasqueradeRules(Chain &chain, const RulesetOptions &options)
@@ -274,19 +353,22 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options)
 		families.push_back(Family::ipv6);
 	for (Family family : families)
 		ruleset.sets.push_back(nonMasqueradeSet(family, config));
+	// Source sets only where masqueradeSourceCIDRs lists the family: without the key the
+	// table is exactly upstream's.
+	for (Family family : families)
+		if (hasFamily(config.masqueradeSourceCIDRs, family))
+			ruleset.sets.push_back(sourceSet(family, config));
 
 	Chain base{kBaseChainName, BaseChainHook{options.priority},
 		   "nat postrouting hook of ip-masq-agent", {}};
-	base.rules.push_back(Rule{
-		JumpIfNotLocal{options.enableIpv6 ? std::nullopt : std::optional(Family::ipv4),
-			       options.masqChain},
-		fmt::format("non-local destinations go through {}", options.masqChain)});
+	addJumpRules(base, families, ruleset, options);
 
 	Chain masq{options.masqChain, std::nullopt,
 		   "return for non-masquerade destinations, masquerade the rest", {}};
-	for (const AddressSet &set : ruleset.sets)
-		masq.rules.push_back(Rule{ReturnIfDestinationInSet{set.family(), set.name},
-					  fmt::format("{} is not subject to masquerade", set.name)});
+	for (Family family : families)
+		if (const AddressSet *set = ruleset.findSet(family))
+			masq.rules.push_back(Rule{ReturnIfDestinationInSet{set->family(), set->name},
+						  fmt::format("{} is not subject to masquerade", set->name)});
 	addMasqueradeRules(masq, options);
 
 	ruleset.chains.push_back(std::move(base));

@@ -3,6 +3,9 @@
 // across nonMasqueradeCIDRs (or the built-in defaults), link-local and masqueradeCIDRs.
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
@@ -17,5 +20,36 @@ Status checkConfigPolicy(LoadedConfig &loaded);
 
 // "file:line" of an entry, or "built-in default" for one that has no file.
 std::string describeOrigin(const Config &config, const Origin &origin);
+
+// The destinations of `family` that are not masqueraded: every address whose longest
+// matching prefix, among nonMasqueradeCIDRs (the defaults when no file gave the key),
+// link-local (unless masqLinkLocal / masqLinkLocalIPv6) and masqueradeCIDRs, is a
+// non-masquerade one. On a tie (the same prefix in both), the masqueradeCIDRs entry wins:
+// an operator's exception beats a built-in entry (a default or link-local), and two
+// explicit entries are refused by checkConfigPolicy. Without masqueradeCIDRs this is the
+// union of the non-masquerade prefixes. O(n log n), no recursion: prefixes either nest or
+// are disjoint, so one sorted sweep with a stack of the enclosing prefixes decides.
+IntervalSet resolveNonMasquerade(const Config &config, Family family);
+
+// The sources of `family` that masqueradeSourceCIDRs lists, normalized; empty when it
+// lists none of that family (then no source of that family is restricted).
+IntervalSet masqueradeSources(const Config &config, Family family);
+
+// One entry of the destination policy.
+enum class PolicyEntryKind { nonMasquerade, linkLocal, masquerade };
+struct PolicyEntry {
+	Prefix prefix; // origin: where it was written (built in for defaults and link-local)
+	PolicyEntryKind kind;
+};
+
+// Why one destination is (not) masqueraded, for --explain. A linear scan: for one address.
+struct DestinationDecision {
+	bool masqueraded = true;
+	// The longest prefix that covers the address; nullopt: none does (masqueraded).
+	std::optional<PolicyEntry> decidedBy;
+	// The longest less specific entry of the other verdict that `decidedBy` overrides.
+	std::optional<PolicyEntry> overrides;
+};
+DestinationDecision decideDestination(const Config &config, const Address &destination);
 
 } // namespace ipmasq

@@ -26,6 +26,9 @@ inline constexpr const char *kDefaultMasqChain = "IP-MASQ-AGENT";
 inline constexpr const char *kBaseChainName = "postrouting";
 inline constexpr const char *kSetNameV4 = "nomasq-v4";
 inline constexpr const char *kSetNameV6 = "nomasq-v6";
+// The sources masqueraded, per family, only when masqueradeSourceCIDRs lists that family.
+inline constexpr const char *kSourceSetNameV4 = "masq-src-v4";
+inline constexpr const char *kSourceSetNameV6 = "masq-src-v6";
 
 // Netfilter's standard priority for source NAT (NF_IP_PRI_NAT_SRC).
 inline constexpr int kSrcnatPriority = 100;
@@ -67,7 +70,7 @@ Status validateName(std::string_view what, std::string_view name);
 // name is part of a rule comment), the priority in range.
 Status validateRulesetOptions(const RulesetOptions &options);
 
-// An interval set of destination addresses.
+// An interval set of addresses: destinations (nomasq-v4/-v6) or sources (masq-src-v4/-v6).
 struct AddressSet {
 	std::string name;
 	IntervalSet elements;
@@ -80,10 +83,14 @@ struct AddressSet {
 // --- Statements: one per kind of rule the agent writes. ---
 
 // [meta nfproto ipv4] fib daddr type != local jump <target>
+// ip saddr @<sourceSet> fib daddr type != local jump <target>   (ip6 saddr for IPv6)
 // Upstream's "-m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT" in POSTROUTING.
 struct JumpIfNotLocal {
 	std::optional<Family> onlyFamily; // restrict to one family (IPv4 without --enable-ipv6)
 	std::string target;
+	// Set: only sources in this set of family `onlyFamily` (which must be set) jump
+	// (masqueradeSourceCIDRs); the set match implies the family.
+	std::string sourceSet;
 	bool operator==(const JumpIfNotLocal &) const = default;
 };
 
@@ -142,6 +149,7 @@ struct Ruleset {
 	std::vector<Chain> chains;
 	bool operator==(const Ruleset &) const = default;
 
+	// The destination set (nomasq-v4 / nomasq-v6) of a family, if any.
 	const AddressSet *findSet(Family family) const;
 };
 

@@ -372,11 +372,28 @@ void addNfprotoMatch(nftnl_rule *rule, Family family)
 	addCmp(rule, NFT_CMP_EQ, kReg1, std::span(&nfproto, 1));
 }
 
+enum class AddressField { source, destination };
+
+// "ip saddr" / "ip6 daddr" ...: the address loaded from the network header into reg 1.
+void addAddressLoad(nftnl_rule *rule, Family family, AddressField field)
+{
+	const bool source = field == AddressField::source;
+	if (family == Family::ipv4) // struct iphdr: saddr at 12, daddr at 16
+		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, source ? 12 : 16, 4, kReg1);
+	else // struct ipv6hdr: saddr at 8, daddr at 24
+		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, source ? 8 : 24, 16, kReg1);
+}
+
 void Encoder::encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement)
 {
 	nftnl_rule *rule = out.rule.get();
 	if (statement.onlyFamily)
 		addNfprotoMatch(rule, *statement.onlyFamily);
+	if (!statement.sourceSet.empty()) {
+		// "ip saddr @set": after its implicit nfproto match (above), as nft emits it.
+		addAddressLoad(rule, statement.onlyFamily.value_or(Family::ipv4), AddressField::source);
+		addLookup(rule, kReg1, statement.sourceSet, setIdOf(statement.sourceSet));
+	}
 	// fib's address type is a host-endian u32 (enum rtn_type).
 	addFibLoad(rule, NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1);
 	addCmp(rule, NFT_CMP_NEQ, kReg1, u32Bytes(RTN_LOCAL));
@@ -388,10 +405,7 @@ void Encoder::encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &
 	nftnl_rule *rule = out.rule.get();
 	// "ip daddr" in an inet table: nft adds the implicit "meta nfproto ipv4" dependency.
 	addNfprotoMatch(rule, statement.family);
-	if (statement.family == Family::ipv4)
-		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, 16, 4, kReg1);
-	else
-		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, 24, 16, kReg1);
+	addAddressLoad(rule, statement.family, AddressField::destination);
 	addLookup(rule, kReg1, statement.set, setIdOf(statement.set));
 	addVerdict(rule, NFT_RETURN);
 }

@@ -36,6 +36,24 @@ inline const std::vector<RulesetCase> &rulesetCases()
 		 {"--enable-ipv6", "--priority=-100"}},
 		{"everything", "", {"--enable-ipv6", "--priority", "0"}},
 		{"all-addresses", "nonMasqueradeCIDRs: [0.0.0.0/0, \"::/0\"]\n", {"--enable-ipv6"}},
+		// masqueradeCIDRs: exceptions resolved by the longest prefix (the example).
+		{"masquerade-cidrs", "nonMasqueradeCIDRs: [10.0.0.0/8, 10.1.2.0/24]\n"
+				     "masqueradeCIDRs: [10.1.0.0/16, 169.254.169.254/32]\n", {}},
+		{"masquerade-cidrs-ipv6", "nonMasqueradeCIDRs: [10.0.0.0/8, \"2001:db8::/32\"]\n"
+					  "masqueradeCIDRs: [\"2001:db8:1::/48\", \"fe80::/64\"]\n",
+		 {"--enable-ipv6"}},
+		// Exceptions equal to built-in entries (a default, link-local) win over them.
+		{"masquerade-cidrs-builtin", "masqueradeCIDRs: [172.16.0.0/12, 169.254.0.0/16]\n", {}},
+		{"masquerade-cidrs-edges", "nonMasqueradeCIDRs: [0.0.0.0/0, \"::/0\"]\n"
+					   "masqueradeCIDRs: [0.0.0.0/32, 255.255.255.255/32, \"::/128\", "
+					   "\"ffff::/16\"]\n", {"--enable-ipv6"}},
+		// masqueradeSourceCIDRs: only listed sources of a family are masqueraded.
+		{"masquerade-source", "masqueradeSourceCIDRs: [10.244.0.0/16, 192.0.2.0/24]\n", {}},
+		{"masquerade-source-ipv6", "masqueradeSourceCIDRs: [10.244.0.0/16, \"fd00:10:244::/56\"]\n",
+		 {"--enable-ipv6"}},
+		{"masquerade-source-ipv4-only", "masqueradeSourceCIDRs: [10.244.0.0/16]\n", {"--enable-ipv6"}},
+		{"masquerade-source-ipv6-only", "masqueradeSourceCIDRs: [\"fd00:10:244::/56\"]\n",
+		 {"--enable-ipv6"}},
 	};
 	return cases;
 }

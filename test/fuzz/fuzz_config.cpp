@@ -9,6 +9,7 @@
 #include "fuzz_support.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
 
 using namespace ipmasq;
@@ -34,14 +35,34 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz::checkOneLine(loaded.error().message);
 		return 0;
 	}
-	const Ruleset ruleset = buildRuleset(loaded->config, options);
+	const Config &config = loaded->config;
+	const Ruleset ruleset = buildRuleset(config, options);
 	for (const AddressSet &set : ruleset.sets) {
 		fuzz::checkIntervalSet(set.elements);
-		for (const Prefix &prefix : loaded->config.nonMasqueradeCIDRs)
-			if (prefix.network.family == set.family())
-				fuzz::check(set.elements.contains(prefix.first()) &&
-						    set.elements.contains(prefix.last()),
-					    "a configured CIDR is missing from its set", prefix.toString());
+		if (&set != ruleset.findSet(set.family())) {
+			// A source set holds every listed source of its family.
+			for (const Prefix &prefix : config.masqueradeSourceCIDRs)
+				if (prefix.network.family == set.family())
+					fuzz::check(set.elements.contains(prefix.first()) &&
+							    set.elements.contains(prefix.last()),
+						    "a source CIDR is missing from its set", prefix.toString());
+			continue;
+		}
+		// A destination set holds exactly what the longest prefix leaves unmasqueraded,
+		// checked at the edges of every entry (decideDestination is the linear scan).
+		const auto checkEdges = [&](const std::vector<Prefix> &list) {
+			for (const Prefix &prefix : list) {
+				if (prefix.network.family != set.family())
+					continue;
+				for (const Address &address : {prefix.first(), prefix.last()})
+					fuzz::check(set.elements.contains(address) ==
+							    !decideDestination(config, address).masqueraded,
+						    "the set disagrees with the longest prefix",
+						    address.toString());
+			}
+		};
+		checkEdges(config.nonMasqueradeCIDRs);
+		checkEdges(config.masqueradeCIDRs);
 	}
 	const std::string first = renderNftScript(ruleset);
 	fuzz::check(first == renderNftScript(buildRuleset(loaded->config, options)),

@@ -169,3 +169,83 @@ TEST_CASE("a config change reaches new connections within a second")
 	     << " edited in place, IPv6 to the node's; " << toNode
 	     << " renamed, IPv4 to the node's");
 }
+
+namespace {
+
+// Second addresses beside the first ones of the topology: a neighbour of the external
+// server in its own subnet, and a second pod source that routes choose for the other
+// external destination only (the pod's own address stays the source of everything else).
+inline const std::string kNeighbourV4 = "203.0.113.3";
+inline const std::string kNeighbourV6 = "2001:db8:2::3";
+inline const std::string kSecondPodV4 = "198.51.100.3";
+inline const std::string kSecondPodV6 = "2001:db8:1::3";
+
+void addNeighbours(const Topology &net)
+{
+	net.external.runOrFail(fmt::format("ip addr add {}/24 dev eth0 && ip addr add {}/64 dev eth0 nodad",
+					   kNeighbourV4, kNeighbourV6));
+}
+
+// Connections from the pod to kOtherServerV4 and kNeighbourV6 leave from its second address.
+void addSecondPodSource(const Topology &net)
+{
+	net.pod.runOrFail(fmt::format("ip addr add {}/24 dev eth0 && ip addr add {}/64 dev eth0 nodad && "
+				      "ip route add {}/32 via 198.51.100.1 src {} && "
+				      "ip -6 route add {}/128 via 2001:db8:1::1 src {}",
+				      kSecondPodV4, kSecondPodV6, kOtherServerV4, kSecondPodV4,
+				      kNeighbourV6, kSecondPodV6));
+}
+
+} // namespace
+
+TEST_CASE("masqueradeCIDRs: an exception inside a non-masquerade range is masqueraded, its neighbours are not")
+{
+	Topology net;
+	addNeighbours(net);
+	SourceEchoServer server(net.external);
+
+	SECTION("IPv4")
+	{
+		Agent agent("nonMasqueradeCIDRs: [203.0.113.0/24]\nmasqueradeCIDRs: [203.0.113.2/32]\n", {});
+		requireSource(net, agent, AF_INET, kServerV4, kServerPort, kNodeV4);
+		requireSource(net, agent, AF_INET, kNeighbourV4, kServerPort, kPodV4);
+	}
+	SECTION("IPv6, with --enable-ipv6")
+	{
+		Agent agent("nonMasqueradeCIDRs: [\"2001:db8:2::/64\"]\n"
+			    "masqueradeCIDRs: [\"2001:db8:2::2/128\"]\n",
+			    {"--enable-ipv6"});
+		requireSource(net, agent, AF_INET6, kServerV6, kServerPort, kNodeV6);
+		requireSource(net, agent, AF_INET6, kNeighbourV6, kServerPort, kPodV6);
+	}
+}
+
+TEST_CASE("masqueradeSourceCIDRs: only sources in the list are masqueraded")
+{
+	Topology net;
+	addNeighbours(net);
+	addSecondPodSource(net);
+	SourceEchoServer server(net.external);
+
+	SECTION("IPv4: the listed pod is masqueraded, a source outside the list is not")
+	{
+		Agent agent("masqueradeSourceCIDRs: [198.51.100.2/32]\n", {});
+		requireSource(net, agent, AF_INET, kServerV4, kServerPort, kNodeV4);
+		requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kSecondPodV4);
+	}
+	SECTION("IPv6, with --enable-ipv6: the same, IPv4 restricted alike")
+	{
+		Agent agent("masqueradeSourceCIDRs: [198.51.100.2/32, \"2001:db8:1::2/128\"]\n",
+			    {"--enable-ipv6"});
+		requireSource(net, agent, AF_INET6, kServerV6, kServerPort, kNodeV6);
+		requireSource(net, agent, AF_INET6, kNeighbourV6, kServerPort, kSecondPodV6);
+		requireSource(net, agent, AF_INET, kServerV4, kServerPort, kNodeV4);
+		requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kSecondPodV4);
+	}
+	SECTION("--enable-ipv6 with IPv4 sources only: IPv6 is not restricted")
+	{
+		Agent agent("masqueradeSourceCIDRs: [198.51.100.2/32]\n", {"--enable-ipv6"});
+		requireSource(net, agent, AF_INET6, kNeighbourV6, kServerPort, kNodeV6);
+		requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kSecondPodV4);
+	}
+}

@@ -253,3 +253,93 @@ TEST_CASE("describeConfig gives one line with every key")
 	CHECK(line == "nonMasqueradeCIDRs=[10.0.0.0/8,172.16.0.0/12,192.168.0.0/16] cidrLimit=64 "
 		      "masqLinkLocal=false masqLinkLocalIPv6=false resyncInterval=1m0s");
 }
+
+TEST_CASE("masqueradeCIDRs and masqueradeSourceCIDRs: lists of CIDRs with their lines")
+{
+	const LoadedConfig loaded = parseOk("nonMasqueradeCIDRs: [10.0.0.0/8]\n"
+					    "masqueradeCIDRs:\n"
+					    "  - 10.1.0.0/16\n"
+					    "  - 169.254.169.254/32\n"
+					    "MasqueradeSourceCIDRs: [10.244.0.0/16]\n");
+	const Config &c = loaded.config;
+	CHECK(c.nonMasqueradeCIDRsGiven);
+	REQUIRE(c.masqueradeCIDRs.size() == 2);
+	CHECK(c.masqueradeCIDRs[0].toString() == "10.1.0.0/16");
+	CHECK(c.masqueradeCIDRs[1].toString() == "169.254.169.254/32");
+	CHECK(c.masqueradeCIDRs[1].origin == Origin{0, 4});
+	REQUIRE(c.masqueradeSourceCIDRs.size() == 1);
+	CHECK(c.masqueradeSourceCIDRs[0].toString() == "10.244.0.0/16");
+	CHECK(c.masqueradeSourceCIDRs[0].origin == Origin{0, 5});
+	CHECK(c.nonMasqueradeCIDRs[0].origin == Origin{0, 1});
+	CHECK(c.files == std::vector<std::string>{kSource});
+	// Keys match case-insensitively, with the usual warning.
+	REQUIRE(loaded.warnings.size() == 1);
+	CHECK_THAT(loaded.warnings[0], Catch::Contains("\"masqueradeSourceCIDRs\""));
+
+	// Without the keys: empty lists, built-in defaults that say so.
+	const Config defaults = parseOk("masqLinkLocal: true\n").config;
+	CHECK(defaults.masqueradeCIDRs.empty());
+	CHECK(defaults.masqueradeSourceCIDRs.empty());
+	CHECK_FALSE(defaults.nonMasqueradeCIDRsGiven);
+	CHECK(defaults.nonMasqueradeCIDRs[0].origin.builtIn());
+	// An explicit null or [] is an empty list.
+	CHECK(parseOk("masqueradeCIDRs: null\nmasqueradeSourceCIDRs: []\n").config.masqueradeCIDRs.empty());
+	CHECK(parseOk("nonMasqueradeCIDRs: null\n").config.nonMasqueradeCIDRsGiven);
+}
+
+TEST_CASE("the new lists are validated exactly as nonMasqueradeCIDRs, and each message names them")
+{
+	for (const std::string key : {"masqueradeCIDRs", "masqueradeSourceCIDRs"}) {
+		INFO(key);
+		CHECK_THAT(parseError(key + ":\n  - 10.0.0.0/8\n  - abcdefg\n"),
+			   Catch::StartsWith(kSource + ":3:5: " + key + "[1]: ") &&
+				   Catch::Contains("\"abcdefg\" could not be parsed"));
+		CHECK_THAT(parseError(key + ": [\"10.0.0.1/8\"]\n"),
+			   Catch::StartsWith(kSource + ":1:") && Catch::Contains(key + "[0]") &&
+				   Catch::Contains("\"10.0.0.1/8\"") && Catch::Contains("host bits are set") &&
+				   Catch::Contains("Write \"10.0.0.0/8\""));
+		CHECK_THAT(parseError(key + ": [10.0.0.0/8, \"2001:db8::/32\"]\n"),
+			   Catch::Contains(key + "[1]") && Catch::Contains("2001:db8::/32") &&
+				   Catch::Contains("--enable-ipv6"));
+		CHECK(parseOk(key + ": [\"2001:db8::/32\"]\n", {.nomasqAllReservedRanges = false, .enableIpv6 = true}).warnings.empty());
+		CHECK_THAT(parseError(key + ": 10.0.0.0/8\n"),
+			   Catch::Contains(key) && Catch::Contains("expected a list"));
+		CHECK_THAT(parseError(key + ": [[10.0.0.0/8]]\n"),
+			   Catch::Contains(key + "[0]") && Catch::Contains("got a list"));
+		CHECK_THAT(parseError("a: &list [10.0.0.0/8]\n" + key + ": *list\n"),
+			   Catch::Contains(key) && Catch::Contains("alias of a list"));
+		CHECK_THAT(parseError(key + ": [10.0.0.0/8]\n" + key + ": [10.0.0.0/8]\n"),
+			   Catch::Contains("duplicate key"));
+	}
+}
+
+TEST_CASE("cidrLimit bounds each list separately")
+{
+	// Three entries in each list, at a limit of 3: fine (6 in all).
+	const std::string three = "[10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16]";
+	const LoadedConfig ok = parseOk("cidrLimit: 3\nnonMasqueradeCIDRs: " + three +
+					"\nmasqueradeCIDRs: [10.1.0.0/16, 10.2.0.0/16, 10.3.0.0/16]\n"
+					"masqueradeSourceCIDRs: " + three + "\n");
+	CHECK(ok.config.masqueradeCIDRs.size() == 3);
+	// Four in one: refused, naming that list, whether cidrLimit comes before or after it.
+	const std::string four = "[10.1.0.0/16, 10.2.0.0/16, 10.3.0.0/16, 10.4.0.0/16]";
+	CHECK_THAT(parseError("cidrLimit: 3\nmasqueradeCIDRs: " + four + "\n"),
+		   Catch::StartsWith(kSource + ":2:") && Catch::Contains("masqueradeCIDRs[3]") &&
+			   Catch::Contains("cidrLimit (3)") && Catch::Contains("raise cidrLimit"));
+	CHECK_THAT(parseError("masqueradeSourceCIDRs: " + four + "\ncidrLimit: 3\n"),
+		   Catch::Contains("masqueradeSourceCIDRs: 4 entries") && Catch::Contains("cidrLimit (3)"));
+	CHECK_THAT(parseError("nonMasqueradeCIDRs: " + four + "\ncidrLimit: 3\n"),
+		   Catch::Contains("nonMasqueradeCIDRs: 4 entries") &&
+			   Catch::Contains("link-local is not counted"));
+}
+
+TEST_CASE("describeConfig names the new lists only when they are used")
+{
+	Config config = defaultConfig({});
+	config.masqueradeCIDRs.push_back(parsePrefix("10.1.0.0/16").value());
+	config.masqueradeSourceCIDRs.push_back(parsePrefix("10.244.0.0/16").value());
+	CHECK(describeConfig(config) ==
+	      "nonMasqueradeCIDRs=[10.0.0.0/8,172.16.0.0/12,192.168.0.0/16] masqueradeCIDRs=[10.1.0.0/16] "
+	      "masqueradeSourceCIDRs=[10.244.0.0/16] cidrLimit=64 masqLinkLocal=false "
+	      "masqLinkLocalIPv6=false resyncInterval=1m0s");
+}

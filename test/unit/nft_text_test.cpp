@@ -72,9 +72,13 @@ TEST_CASE("the script replaces only the agent's table, in one file")
 
 TEST_CASE("statements render in nft's listing syntax")
 {
-	CHECK(renderStatement(JumpIfNotLocal{Family::ipv4, "X"}) ==
+	CHECK(renderStatement(JumpIfNotLocal{Family::ipv4, "X", {}}) ==
 	      "meta nfproto ipv4 fib daddr type != local jump X");
-	CHECK(renderStatement(JumpIfNotLocal{std::nullopt, "X"}) == "fib daddr type != local jump X");
+	CHECK(renderStatement(JumpIfNotLocal{std::nullopt, "X", {}}) == "fib daddr type != local jump X");
+	CHECK(renderStatement(JumpIfNotLocal{Family::ipv4, "X", "masq-src-v4"}) ==
+	      "ip saddr @masq-src-v4 fib daddr type != local jump X");
+	CHECK(renderStatement(JumpIfNotLocal{Family::ipv6, "X", "masq-src-v6"}) ==
+	      "ip6 saddr @masq-src-v6 fib daddr type != local jump X");
 	CHECK(renderStatement(ReturnIfDestinationInSet{Family::ipv6, "s"}) == "ip6 daddr @s return");
 	CHECK(renderStatement(Masquerade{std::nullopt, std::nullopt, false}) == "masquerade");
 	CHECK(renderStatement(Masquerade{PortRange{1024, 2047}, RandomSample{3000, 1024}, true}) ==

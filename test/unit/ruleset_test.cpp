@@ -266,3 +266,78 @@ TEST_CASE("names nft cannot carry are refused with the limit")
 	longTable.table = std::string(255, 't');
 	CHECK(validateRulesetOptions(longTable));
 }
+
+TEST_CASE("masqueradeCIDRs: the set holds the resolved result, and says so in its comment")
+{
+	Config config = configWith({"10.0.0.0/8", "10.1.2.0/24"});
+	const Ruleset plain = buildRuleset(config, RulesetOptions{});
+	config.masqueradeCIDRs.push_back(parsePrefix("10.1.0.0/16").value());
+	const Ruleset r = buildRuleset(config, RulesetOptions{});
+	CHECK(elements(r, Family::ipv4) ==
+	      std::vector<std::string>{"10.0.0.0/16", "10.1.2.0/24", "10.2.0.0-10.255.255.255",
+				       "169.254.0.0/16"});
+	CHECK(r.sets[0].comment == "IPv4 destinations not masqueraded: nonMasqueradeCIDRs and "
+				   "link-local, less masqueradeCIDRs");
+	CHECK(plain.sets[0].comment == "IPv4 destinations not masqueraded: nonMasqueradeCIDRs and link-local");
+	// Nothing else changes: one set, the same chains.
+	CHECK(r.sets.size() == 1);
+	CHECK(r.chains == plain.chains);
+}
+
+TEST_CASE("masqueradeSourceCIDRs: a source set per listed family, matched by the jump")
+{
+	Config config = defaultConfig({});
+	config.masqueradeSourceCIDRs = {parsePrefix("10.244.1.0/24").value(),
+					parsePrefix("10.244.0.0/24").value()};
+	const Ruleset v4 = buildRuleset(config, RulesetOptions{});
+	REQUIRE(v4.sets.size() == 2);
+	CHECK(v4.sets[1].name == "masq-src-v4");
+	CHECK(v4.sets[1].elements.ranges().size() == 1); // normalized: 10.244.0.0/23
+	CHECK(v4.sets[1].comment == "IPv4 sources masqueraded: masqueradeSourceCIDRs");
+	CHECK(v4.findSet(Family::ipv4)->name == "nomasq-v4");
+	CHECK(rules(v4, "postrouting") ==
+	      std::vector<std::string>{"ip saddr @masq-src-v4 fib daddr type != local jump IP-MASQ-AGENT"});
+
+	RulesetOptions ipv6;
+	ipv6.enableIpv6 = true;
+	const Ruleset v4OnlyListed = buildRuleset(config, ipv6);
+	CHECK(rules(v4OnlyListed, "postrouting") ==
+	      std::vector<std::string>{"ip saddr @masq-src-v4 fib daddr type != local jump IP-MASQ-AGENT",
+				       "meta nfproto ipv6 fib daddr type != local jump IP-MASQ-AGENT"});
+	CHECK(v4OnlyListed.sets.size() == 3);
+
+	config.masqueradeSourceCIDRs.push_back(parsePrefix("fd00::/8").value());
+	const Ruleset both = buildRuleset(config, ipv6);
+	CHECK(rules(both, "postrouting") ==
+	      std::vector<std::string>{"ip saddr @masq-src-v4 fib daddr type != local jump IP-MASQ-AGENT",
+				       "ip6 saddr @masq-src-v6 fib daddr type != local jump IP-MASQ-AGENT"});
+	REQUIRE(both.sets.size() == 4);
+	CHECK(both.sets[3].name == "masq-src-v6");
+	// The return rules still name only the destination sets.
+	CHECK(rules(both, "IP-MASQ-AGENT")[0] == "ip daddr @nomasq-v4 return");
+	CHECK(rules(both, "IP-MASQ-AGENT")[1] == "ip6 daddr @nomasq-v6 return");
+
+	// Without --enable-ipv6 an IPv6 source (which the config refuses anyway) adds nothing.
+	Config v6Only;
+	v6Only.masqueradeSourceCIDRs = {parsePrefix("fd00::/8").value()};
+	CHECK(buildRuleset(v6Only, RulesetOptions{}) == buildRuleset(Config{}, RulesetOptions{}));
+}
+
+TEST_CASE("the comments of the new sets and rules fit, and do not shorten --masq-chain")
+{
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	options.masqChain = std::string(94, 'C');
+	REQUIRE(validateRulesetOptions(options));
+	Config config;
+	config.masqueradeCIDRs = {parsePrefix("10.1.0.0/16").value(), parsePrefix("fe80::/64").value()};
+	config.masqueradeSourceCIDRs = {parsePrefix("10.0.0.0/8").value()};
+	for (const Config &c : {config, Config{}}) {
+		const Ruleset r = buildRuleset(c, options);
+		for (const AddressSet &set : r.sets)
+			CHECK(set.comment.size() <= kMaxNftCommentLength);
+		for (const Chain &chain : r.chains)
+			for (const Rule &rule : chain.rules)
+				CHECK(rule.comment.size() <= kMaxNftCommentLength);
+	}
+}

@@ -161,9 +161,10 @@ IntervalSet IntervalSet::fromRanges(Family family, std::vector<AddressRange> ran
 	std::erase_if(ranges, [family](const AddressRange &r) {
 		return r.first.family != family || r.last < r.first;
 	});
-	std::sort(ranges.begin(), ranges.end(), [](const AddressRange &a, const AddressRange &b) {
-		return a.first < b.first;
-	});
+	const auto byFirst = [](const AddressRange &a, const AddressRange &b) { return a.first < b.first; };
+	// Ranges that come sorted (a resolved policy) skip the sort: one pass instead.
+	if (!std::is_sorted(ranges.begin(), ranges.end(), byFirst))
+		std::sort(ranges.begin(), ranges.end(), byFirst);
 
 	IntervalSet set(family);
 	for (const AddressRange &range : ranges) {

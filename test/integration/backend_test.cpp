@@ -20,6 +20,7 @@
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset.h"
+#include "../common/ruleset_cases.h"
 #include "backend_support.h"
 #include "netns.h"
 
@@ -148,6 +149,18 @@ void requireParity(const std::string &name, const Ruleset &ruleset)
 }
 
 } // namespace
+
+TEST_CASE("every named config (the golden cases): the backend lists exactly like nft -f")
+{
+	for (const test::RulesetCase &c : test::rulesetCases()) {
+		auto ruleset = test::buildCase(c);
+		INFO("case " << c.name);
+		REQUIRE(ruleset);
+		if (ruleset->table != kDefaultTableName)
+			continue; // requireParity lists the default table only (kListTable)
+		requireParity(c.name, *ruleset);
+	}
+}
 
 TEST_CASE("apply creates, replaces and remove deletes the table, touching nothing else")
 {

@@ -189,6 +189,37 @@ TEST_CASE("element updates list exactly like a full apply of the same ruleset")
 	requireUpdateParity("1,000 of 3,000 ranges reshaped", rulesetOf(many), rulesetOf(changed));
 }
 
+namespace {
+
+// A ruleset with sources and exceptions besides the non-masquerade CIDRs (both families).
+Ruleset rulesetWith(std::vector<std::string> sources, std::vector<std::string> exceptions)
+{
+	Config config;
+	config.nonMasqueradeCIDRs = {parsePrefix("10.0.0.0/8").value(), parsePrefix("fd00::/8").value()};
+	for (const std::string &text : sources)
+		config.masqueradeSourceCIDRs.push_back(parsePrefix(text).value());
+	for (const std::string &text : exceptions)
+		config.masqueradeCIDRs.push_back(parsePrefix(text).value());
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	return buildRuleset(config, options);
+}
+
+} // namespace
+
+TEST_CASE("a change of masqueradeSourceCIDRs or masqueradeCIDRs alone is an element update")
+{
+	requireUpdateParity("sources changed in both families",
+			    rulesetWith({"198.51.100.0/24", "2001:db8:1::/64"}, {}),
+			    rulesetWith({"198.51.100.0/25", "203.0.113.0/24", "2001:db8:1::/48"}, {}));
+	requireUpdateParity("exceptions changed",
+			    rulesetWith({"198.51.100.0/24"}, {"10.1.0.0/16", "fd00::2/128"}),
+			    rulesetWith({"198.51.100.0/24"}, {"10.2.0.0/16", "10.3.3.3/32", "fd00::1/128"}));
+	// A family's first source changes the jump rules: no element diff, a replacement.
+	CHECK_FALSE(diffElements(rulesetWith({"198.51.100.0/24"}, {}),
+				 rulesetWith({"198.51.100.0/24", "2001:db8:1::/64"}, {})));
+}
+
 TEST_CASE("the table is kept by an element update and replaced by a rule change")
 {
 	auto backend = freshBackend();

@@ -187,9 +187,12 @@ void addNeighbours(const Topology &net)
 }
 
 // Connections from the pod to kOtherServerV4 and kNeighbourV6 leave from its second address.
+// The IPv6 one is deprecated (preferred_lft 0), else IPv6 would pick the newest address
+// for everything; a route's explicit source still uses it.
 void addSecondPodSource(const Topology &net)
 {
-	net.pod.runOrFail(fmt::format("ip addr add {}/24 dev eth0 && ip addr add {}/64 dev eth0 nodad && "
+	net.pod.runOrFail(fmt::format("ip addr add {}/24 dev eth0 && "
+				      "ip addr add {}/64 dev eth0 nodad preferred_lft 0 && "
 				      "ip route add {}/32 via 198.51.100.1 src {} && "
 				      "ip -6 route add {}/128 via 2001:db8:1::1 src {}",
 				      kSecondPodV4, kSecondPodV6, kOtherServerV4, kSecondPodV4,

@@ -18,8 +18,9 @@ std::string summarize(const Ruleset &ruleset)
 {
 	std::string sets;
 	for (const AddressSet &set : ruleset.sets)
-		sets += fmt::format("{}{} {} intervals", sets.empty() ? "" : ", ",
-				    set.elements.size(), familyName(set.family()));
+		sets += fmt::format("{}{} {}{} intervals", sets.empty() ? "" : ", ",
+				    set.elements.size(), familyName(set.family()),
+				    &set == ruleset.findSet(set.family()) ? "" : " source");
 	return sets.empty() ? "no sets" : sets;
 }
 

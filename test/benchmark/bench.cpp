@@ -43,6 +43,7 @@
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
 #include "netns.h"
 
@@ -936,6 +937,61 @@ std::string largestAcceptedText()
 	return out + tail;
 }
 
+// 7. Resolving destinations with masqueradeCIDRs (policy.h), in this process, at the
+// largest list a config may hold: kMaxNonMasqueradeCIDRs non-masquerade /24s (every
+// other one) with an exception (a /26) in every other of them, unsorted as a file gives
+// them; beside it the same list without exceptions, and the plain normalization that
+// built the set before exceptions existed.
+struct ResolveRow {
+	std::string label;
+	size_t entries = 0;
+	size_t intervals = 0;
+	Samples ms;
+};
+
+std::vector<ResolveRow> measureResolution()
+{
+	Config config;
+	for (size_t i = 0; i < kMaxNonMasqueradeCIDRs; i++) {
+		Prefix prefix;
+		prefix.network = Address{Family::ipv4, 0x14000000u + (static_cast<uint32_t>(2 * i) << 8)};
+		prefix.length = 24;
+		config.nonMasqueradeCIDRs.push_back(prefix);
+		if (i % 2 == 0) {
+			prefix.network.value += 64;
+			prefix.length = 26;
+			config.masqueradeCIDRs.push_back(prefix);
+		}
+	}
+	// A fixed shuffle: the file's order, not the address order.
+	for (size_t i = config.nonMasqueradeCIDRs.size() - 1; i > 0; i--)
+		std::swap(config.nonMasqueradeCIDRs[i], config.nonMasqueradeCIDRs[(i * 7919) % (i + 1)]);
+	Config plain = config;
+	plain.masqueradeCIDRs.clear();
+
+	std::vector<ResolveRow> rows;
+	const auto measure = [&rows](std::string label, size_t entries, const std::function<size_t()> &f) {
+		ResolveRow row{std::move(label), entries, 0, {}};
+		row.ms = repeat(3, 5, std::chrono::seconds(10), [&] { return wallMs([&] { row.intervals = f(); }); });
+		rows.push_back(std::move(row));
+	};
+	const size_t all = config.nonMasqueradeCIDRs.size() + config.masqueradeCIDRs.size();
+	measure("resolve, with exceptions", all,
+		[&] { return resolveNonMasquerade(config, Family::ipv4).size(); });
+	measure("checkConfigPolicy", all, [&] {
+		LoadedConfig loaded{config, {}, true};
+		return checkConfigPolicy(loaded) ? loaded.warnings.size() : SIZE_MAX;
+	});
+	measure("resolve, no exceptions", plain.nonMasqueradeCIDRs.size(),
+		[&] { return resolveNonMasquerade(plain, Family::ipv4).size(); });
+	measure("fromPrefixes (before)", plain.nonMasqueradeCIDRs.size(), [&] {
+		std::vector<Prefix> prefixes = plain.nonMasqueradeCIDRs;
+		prefixes.push_back(linkLocalPrefix(Family::ipv4));
+		return IntervalSet::fromPrefixes(Family::ipv4, prefixes).size();
+	});
+	return rows;
+}
+
 // --- Reporting ------------------------------------------------------------------------
 
 std::string cpuModel()
@@ -1087,6 +1143,7 @@ int main(int argc, char *argv[])
 	if (!quick)
 		loads.push_back(measureLoad("largest (16 MiB)", configPath, largestAcceptedText()));
 	const std::vector<WholeProcessRow> wholes = measureWholeProcesses(g_tmpDir, quick);
+	const std::vector<ResolveRow> resolutions = measureResolution();
 	const double totalSeconds = std::chrono::duration<double>(Clock::now() - started).count();
 
 	std::vector<Target> targets;
@@ -1246,6 +1303,16 @@ int main(int argc, char *argv[])
 		targets.push_back({"--once vs iptables-restore, 10,000", fmt::format("{:.2f}x", speedup),
 				   ">= 3x", speedup >= 3});
 	}
+
+	fmt::print("\n7. Resolving destinations by longest prefix (masqueradeCIDRs), in this "
+		   "process, {} non-masquerade /24s\n   and an exception /26 in every other one; "
+		   "ms (median, min-max); the last column: intervals (warnings for the check)\n",
+		   thousands(kMaxNonMasqueradeCIDRs));
+	for (const ResolveRow &r : resolutions)
+		fmt::print("{:>38} {:>9} {:>17} {:>5} {:>12}\n", fmt::format("{}, {} entries", r.label,
+									thousands(r.entries)),
+			   ms(r.ms.median()), fmt::format("({}-{})", ms(r.ms.min()), ms(r.ms.max())),
+			   r.ms.ms.size(), thousands(r.intervals));
 
 	fmt::print("\nTargets\n");
 	size_t missed = 0;

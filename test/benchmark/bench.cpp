@@ -1309,7 +1309,7 @@ int main(int argc, char *argv[])
 		   "ms (median, min-max); the last column: intervals (warnings for the check)\n",
 		   thousands(kMaxNonMasqueradeCIDRs));
 	for (const ResolveRow &r : resolutions)
-		fmt::print("{:>38} {:>9} {:>17} {:>5} {:>12}\n", fmt::format("{}, {} entries", r.label,
+		fmt::print("{:>44} {:>9} {:>17} {:>5} {:>12}\n", fmt::format("{}, {} entries", r.label,
 									thousands(r.entries)),
 			   ms(r.ms.median()), fmt::format("({}-{})", ms(r.ms.min()), ms(r.ms.max())),
 			   r.ms.ms.size(), thousands(r.intervals));

@@ -27,6 +27,8 @@ inline constexpr Duration kMinResyncInterval = std::chrono::seconds(1);
 inline constexpr size_t kMaxConfigFileBytes = 16 * 1024 * 1024;
 // The most nonMasqueradeCIDRs entries taken, whatever cidrLimit says: the bound on the
 // model's memory (80 bytes an entry) and on the kernel's set. Link-local is not counted.
+// masqueradeCIDRs and masqueradeSourceCIDRs have the same bound, each on its own (and
+// kMaxConfigValues bounds them all together).
 inline constexpr size_t kMaxNonMasqueradeCIDRs = 1000000;
 // The largest cidrLimit accepted. Upstream has no maximum; kept high so that manifests
 // that "turn the limit off" with a large number keep working (the list is still capped).

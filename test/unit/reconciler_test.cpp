@@ -117,12 +117,12 @@ struct Fixture {
 	Reconciler reconciler;
 
 	explicit Fixture(bool adopt = false, RulesetOptions options = {})
-		: reconciler(kernel, Reconciler::Settings{"/etc/config/ip-masq-agent", {}, options, adopt},
+		: reconciler(kernel, Reconciler::Settings{ConfigLocation::file("/etc/config/ip-masq-agent"), {}, options, adopt},
 			     status, [this] { return now; })
 	{
 	}
 
-	Status config(const std::string &text) { return reconciler.configRead(ConfigContent{text}); }
+	Status config(const std::string &text) { return reconciler.configRead(ConfigContent::single("/etc/config/ip-masq-agent", text)); }
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
 	Ruleset rulesetOf(const std::string &text, const RulesetOptions &options = {}) const
 	{

@@ -163,8 +163,10 @@ Result<std::optional<std::vector<std::string>>> listConfigDir(const std::string 
 				return cannotList(dir, errno);
 			break;
 		}
-		// "..data", "..2026_11_23_..." and dotfiles such as an editor's swap file.
-		if (entry->d_name[0] == '.' || !isConfigDirName(entry->d_name))
+		// A name that starts with "ip-masq" never starts with ".": a ConfigMap
+		// volume's "..data" and "..2026_11_23_...", and dotfiles such as an editor's
+		// swap file, are left out by this test alone.
+		if (!isConfigDirName(entry->d_name))
 			continue;
 		auto regular = isRegularFileIn(dirFd, dir, entry->d_name);
 		if (!regular)

@@ -235,6 +235,29 @@ TEST_CASE("--config-dir: a ConfigMap ..data swap in a projected volume is live w
 	cleanTable();
 }
 
+TEST_CASE("--dry-run and --once read --config-dir as the daemon does")
+{
+	TempDir dir;
+	dir.write("ip-masq-a", "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	dir.write("ip-masq-b", "nonMasqueradeCIDRs: [198.51.100.0/24]\nmasqLinkLocal: true\n");
+	dir.write("other", "nonMasqueradeCIDRs: [203.0.113.0/24]\n");
+	std::string script;
+	REQUIRE(run(fmt::format("{} --dry-run --config-dir={}", agentBinary(), dir.path()), &script) == 0);
+	CHECK_THAT(script, Catch::Contains(fmt::format("config: {} (ip-masq-a, ip-masq-b)", dir.path())) &&
+				   Catch::Contains("192.0.2.0/24") && Catch::Contains("198.51.100.0/24") &&
+				   !Catch::Contains("203.0.113.0/24") && !Catch::Contains("10.0.0.0/8") &&
+				   !Catch::Contains("169.254.0.0/16"));
+
+	REQUIRE(run(fmt::format("{} --once --config-dir={}", agentBinary(), dir.path())) == 0);
+	CHECK(tableElementsAre({"192.0.2.0/24", "198.51.100.0/24"}, {"203.0.113.0/24", "10.0.0.0/8"})());
+	cleanTable();
+
+	std::string both;
+	CHECK(run(fmt::format("{} --dry-run --config={} --config-dir={}", agentBinary(),
+			      dir.file("ip-masq-a"), dir.path()), &both, true) == 2);
+	CHECK_THAT(both, Catch::Contains("exclude each other"));
+}
+
 TEST_CASE("deleting the file means defaults; creating it again applies it")
 {
 	TempDir dir;

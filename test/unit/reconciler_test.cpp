@@ -541,3 +541,21 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 		CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
 	}
 }
+
+TEST_CASE("--config-dir content: the files merge; one bad file keeps the last good ruleset")
+{
+	Fixture f;
+	const auto two = [](const std::string &second) {
+		return ConfigContent{{{"/etc/config/ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"},
+				      {"/etc/config/ip-masq-agent-reconciled", second}}};
+	};
+	REQUIRE(f.reconciler.configRead(two("nonMasqueradeCIDRs: [192.0.2.0/24]\n")));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	CHECK(f.kernel.table == f.rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
+
+	const Status bad = f.reconciler.configRead(two("nonMasqueradeCIDRs: [192.0.2.1/24]\n"));
+	REQUIRE_FALSE(bad);
+	CHECK_THAT(bad.error().message, Catch::StartsWith("/etc/config/ip-masq-agent-reconciled"));
+	CHECK_FALSE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.table == f.rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
+}

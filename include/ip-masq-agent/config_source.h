@@ -41,8 +41,9 @@ enum class ConfigLook {
 };
 
 // inotify on the config's directory, or with --config-dir on that directory (and, while
-// the directory is missing, on its nearest existing ancestor, as systemd path units do), the debounce, the write guard,
-// the stamp and text cache, and the policy for a file that vanishes. It never blocks:
+// the directory is missing, on its nearest existing ancestor, as systemd path units do),
+// the debounce, the write guard, the stamp cache, and the policy for a file that
+// vanishes. It never blocks:
 // the loop polls fd(), calls onWatchEvents() when it is readable, calls look() on every
 // turn, and wakes itself up by nextWake() at the latest.
 //
@@ -58,7 +59,8 @@ public:
 	static constexpr std::chrono::milliseconds kSettle{30};
 	static constexpr std::chrono::milliseconds kSettleLimit{300};
 	// A file (or its directory) that vanishes means "absent" only once it has stayed
-	// away this long (with --config-dir: the last of the files); back within it, the new file is applied with no pass through
+	// away this long (with --config-dir: the last of the files); back within it, the new
+	// file is applied with no pass through
 	// the defaults. At start-up an absent file means absent at once.
 	static constexpr std::chrono::seconds kAbsentGrace{2};
 	// Where read leases are unavailable, a writer that stays silent this long after its

@@ -67,7 +67,8 @@ public:
 		   std::function<Clock::time_point()> clock = Clock::now);
 
 	// New config content from the ConfigSource (or a read error): load it as every mode
-	// does (loadConfigContent); a valid one becomes the desired ruleset, a bad one keeps the last good one.
+	// does (loadConfigContent); a valid one becomes the desired ruleset, a bad one keeps
+	// the last good one.
 	// Errors are logged once per distinct message.
 	Status configRead(const Result<ConfigContent> &content);
 

@@ -157,8 +157,9 @@ TEST_CASE("a Kubernetes ConfigMap update (the ..data symlink swap) is applied at
 
 namespace {
 
-// Whether one of the agent's sets holds exactly this prefix as an element, from the kernel's JSON listing
-// (nft -j), so that a prefix is never found inside a comment or a longer address.
+// Whether one of the agent's sets holds exactly this prefix as an element, from the
+// kernel's JSON listing (nft -j), so that a prefix is never found inside a comment or a
+// longer address.
 bool tableHoldsElement(const std::string &prefix)
 {
 	std::string out;

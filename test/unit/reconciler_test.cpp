@@ -110,6 +110,8 @@ private:
 	const Clock::time_point &now_;
 };
 
+constexpr const char *kPath = "/etc/config/ip-masq-agent";
+
 struct Fixture {
 	Clock::time_point now = Clock::time_point(100h);
 	FakeKernel kernel{now};
@@ -117,12 +119,15 @@ struct Fixture {
 	Reconciler reconciler;
 
 	explicit Fixture(bool adopt = false, RulesetOptions options = {})
-		: reconciler(kernel, Reconciler::Settings{ConfigLocation::file("/etc/config/ip-masq-agent"), {}, options, adopt},
+		: reconciler(kernel, Reconciler::Settings{ConfigLocation::file(kPath), {}, options, adopt},
 			     status, [this] { return now; })
 	{
 	}
 
-	Status config(const std::string &text) { return reconciler.configRead(ConfigContent::single("/etc/config/ip-masq-agent", text)); }
+	Status config(const std::string &text)
+	{
+		return reconciler.configRead(ConfigContent::single(kPath, text));
+	}
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
 	Ruleset rulesetOf(const std::string &text, const RulesetOptions &options = {}) const
 	{

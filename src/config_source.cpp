@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_dir.h"
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/log.h"
 
@@ -76,20 +77,25 @@ std::optional<FileStamp> FileStamp::of(const std::string &path)
 			 {st.st_ctim.tv_sec, st.st_ctim.tv_nsec}};
 }
 
-ConfigSource::ConfigSource(UniqueFd inotify, std::string path, std::string dir, std::string name)
-	: inotify_(std::move(inotify)), path_(std::move(path)), dir_(std::move(dir)),
+ConfigSource::ConfigSource(UniqueFd inotify, ConfigLocation location, std::string dir,
+			   std::string name)
+	: inotify_(std::move(inotify)), location_(std::move(location)), dir_(std::move(dir)),
 	  name_(std::move(name))
 {
 }
 
-ConfigSource ConfigSource::open(std::string configPath)
+ConfigSource ConfigSource::open(ConfigLocation location)
 {
-	const std::filesystem::path path(configPath);
-	std::string dir = path.has_parent_path() ? path.parent_path().string() : ".";
-	std::string name = path.filename().string();
+	std::string dir = location.path;
+	std::string name;
+	if (!location.isDirectory()) {
+		const std::filesystem::path path(location.path);
+		dir = path.has_parent_path() ? path.parent_path().string() : ".";
+		name = path.filename().string();
+	}
 	UniqueFd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
 	const int err = errno;
-	ConfigSource source(std::move(inotify), std::move(configPath), std::move(dir), std::move(name));
+	ConfigSource source(std::move(inotify), std::move(location), std::move(dir), std::move(name));
 	if (!source.inotify_.isValid())
 		source.warnWatch(fmt::format("cannot watch {} for config changes: inotify_init1: {}; "
 					     "changes are picked up at the next resync instead",
@@ -179,7 +185,9 @@ bool ConfigSource::concernsConfig(const char *name) const
 	// Another file in a shared directory such as /etc does not matter.
 	if (name == nullptr || *name == '\0')
 		return false;
-	return name_ == name || std::strcmp(name, kConfigMapDataLink) == 0;
+	if (std::strcmp(name, kConfigMapDataLink) == 0)
+		return true;
+	return location_.isDirectory() ? isConfigDirName(name) : name_ == name;
 }
 
 void ConfigSource::noteFileEvent(const char *name, uint32_t mask, Clock::time_point now)
@@ -277,9 +285,9 @@ Result<std::optional<ConfigContent>> ConfigSource::look(ConfigLook why, Clock::t
 
 	bool due = why == ConfigLook::reload || changeDue(now);
 	if (!due && why == ConfigLook::resync) {
-		// The resync is only the safety net behind inotify: the same file with the
-		// same size and timestamps is not read again (100,000 CIDRs are 2 MB).
-		due = !delivered_ || FileStamp::of(path_) != deliveredStamp_;
+		// The resync is only the safety net behind inotify: the same files with the
+		// same sizes and timestamps are not read again (100,000 CIDRs are 2 MB).
+		due = !delivered_ || stampsNow() != deliveredStamp_;
 	}
 	if (!due)
 		return std::optional<ConfigContent>();
@@ -287,74 +295,149 @@ Result<std::optional<ConfigContent>> ConfigSource::look(ConfigLook why, Clock::t
 	return read(now);
 }
 
-Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
+std::optional<ConfigSource::Stamps> ConfigSource::stampsNow() const
 {
-	using Nothing = std::optional<ConfigContent>;
-	// Stat before reading, so that a change racing the read is seen next time.
-	const std::optional<FileStamp> stamp = FileStamp::of(path_);
+	auto files = filesToRead();
+	if (!files)
+		return std::nullopt;
+	Stamps stamps;
+	stamps.reserve(files->size());
+	for (std::string &path : *files) {
+		const std::optional<FileStamp> stamp = FileStamp::of(path);
+		if (!stamp)
+			return std::nullopt;
+		stamps.emplace_back(std::move(path), *stamp);
+	}
+	return stamps;
+}
 
+Result<std::vector<std::string>> ConfigSource::filesToRead() const
+{
+	if (!location_.isDirectory())
+		return std::vector<std::string>{location_.path};
+	auto listing = listConfigDir(location_.path);
+	if (!listing)
+		return fail(listing.error());
+	return *listing ? std::move(**listing) : std::vector<std::string>();
+}
+
+std::optional<Result<std::optional<std::string>>>
+ConfigSource::readUnlessWritten(const std::string &path, Clock::time_point now)
+{
 	// Never read a file someone is writing. The lease (held until this function
 	// returns) also keeps a new writer out while we read.
-	const UniqueFd leaseFd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+	const UniqueFd leaseFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
 	const Lease lease = takeReadLease(leaseFd);
 	const bool writerSeen = lease == Lease::fileOpenForWriting ||
 		(lease == Lease::unavailable && writing_ && now < lastWrite_ + kWriteTimeout);
 	if (writerSeen) {
-		log::debug("{} is being written; reading it once it is closed", ipmasq::quoted(path_));
-		// It is there, so not absent; and no deadline may stay in the past, or the
-		// loop would spin until the writer is done.
-		absentSince_.reset();
+		log::debug("{} is being written; reading it once it is closed", ipmasq::quoted(path));
 		// The writer's close (IN_CLOSE_WRITE) is the next change. Without a lease,
 		// inotify alone cannot tell a slow writer from a dead one: kWriteTimeout.
 		waitingForWriterBlindly_ = lease == Lease::unavailable;
-		return Nothing();
+		return std::nullopt;
 	}
+	return readConfigText(path);
+}
+
+Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
+{
+	using Nothing = std::optional<ConfigContent>;
 	waitingForWriterBlindly_ = false;
-
-	auto text = readConfigText(path_);
-	if (!text) {
-		// Nothing changes: the last content stays, and the next resync reads again
-		// (its stamp was not taken). Neither is the file known to be absent.
+	// Stat before reading, so that a change racing the read is seen next time.
+	std::optional<Stamps> stamps = stampsNow();
+	auto files = filesToRead();
+	if (!files) {
 		absentSince_.reset();
-		return fail(text.error());
+		return fail(files.error());
 	}
-	deliveredStamp_ = stamp;
-	if (*text) {
-		absentSince_.reset();
-		ConfigContent content{std::move(*text)};
-		const ContentDigest digest = digestOf(content);
-		if (delivered_ == digest)
+
+	ConfigContent content;
+	size_t total = 0;
+	for (std::string &path : *files) {
+		auto text = readUnlessWritten(path, now);
+		if (!text) {
+			// It is there, so not absent; and no deadline may stay in the past, or
+			// the loop would spin until the writer is done.
+			absentSince_.reset();
 			return Nothing();
-		delivered_ = digest;
-		return std::optional(std::move(content));
+		}
+		if (!*text) {
+			// Nothing changes: the last content stays, and the next resync reads
+			// again (the stamps were not taken). Neither is the config known to
+			// be absent.
+			absentSince_.reset();
+			return fail(text->error());
+		}
+		if (!**text)
+			continue; // gone since the listing (or --config's file is absent)
+		total += (**text)->size();
+		if (location_.isDirectory())
+			if (auto fits = checkConfigDirBytes(location_.path, total); !fits) {
+				absentSince_.reset();
+				return fail(fits.error());
+			}
+		content.files.push_back({std::move(path), std::move(***text)});
 	}
+	deliveredStamp_ = std::move(stamps);
+	if (content.files.empty())
+		return absent(now);
 
-	// Absent. At start-up, or when it was absent already, that is settled.
+	absentSince_.reset();
+	const ContentDigest digest = digestOf(content);
+	if (delivered_ == digest)
+		return Nothing();
+	delivered_ = digest;
+	return std::optional(std::move(content));
+}
+
+Result<std::optional<ConfigContent>> ConfigSource::absent(Clock::time_point now)
+{
+	using Nothing = std::optional<ConfigContent>;
+	// At start-up, or when it was absent already, that is settled.
 	if (!delivered_ || !delivered_->present) {
 		if (delivered_)
 			return Nothing();
 		delivered_ = ContentDigest{};
-		return std::optional(ConfigContent{});
+		return std::optional(ConfigContent::absent());
 	}
 	// It was there: a save in progress, a ConfigMap or directory being replaced. Only
 	// once it stays away does "absent" (the defaults) replace the last content.
 	if (!absentSince_) {
 		absentSince_ = now;
-		log::info("{} is missing; the current rules stay, and the built-in defaults apply "
-			  "if it is still missing in {} s", ipmasq::quoted(path_), kAbsentGrace.count());
+		if (location_.isDirectory())
+			log::info("{} has no file whose name starts with {}; the current rules stay, "
+				  "and the built-in defaults apply if it still has none in {} s",
+				  ipmasq::quoted(location_.path), ipmasq::quoted(kConfigDirPrefix),
+				  kAbsentGrace.count());
+		else
+			log::info("{} is missing; the current rules stay, and the built-in defaults "
+				  "apply if it is still missing in {} s", ipmasq::quoted(location_.path),
+				  kAbsentGrace.count());
 	}
 	if (now < *absentSince_ + kAbsentGrace)
 		return Nothing();
 	absentSince_.reset();
 	delivered_ = ContentDigest{};
-	return std::optional(ConfigContent{});
+	return std::optional(ConfigContent::absent());
 }
 
 ConfigSource::ContentDigest ConfigSource::digestOf(const ConfigContent &content)
 {
-	if (!content.text)
+	if (content.files.empty())
 		return ContentDigest{};
-	return ContentDigest{true, content.text->size(), std::hash<std::string>{}(*content.text)};
+	// Names and bytes: a file renamed, or bytes moved from one file to another, is new.
+	ContentDigest digest{true, 0, 0};
+	const auto mix = [&digest](size_t value) {
+		digest.hash ^= value + 0x9e3779b97f4a7c15ULL + (digest.hash << 6) + (digest.hash >> 2);
+	};
+	for (const ConfigFile &file : content.files) {
+		digest.size += file.path.size() + file.text.size();
+		mix(std::hash<std::string>{}(file.path));
+		mix(file.text.size());
+		mix(std::hash<std::string>{}(file.text));
+	}
+	return digest;
 }
 
 } // namespace ipmasq

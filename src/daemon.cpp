@@ -54,7 +54,7 @@ timespec toTimespec(std::chrono::steady_clock::time_point at)
 
 Reconciler::Settings reconcilerSettings(const AgentOptions &options)
 {
-	return Reconciler::Settings{options.configPath, options.configFlags, options.ruleset, true};
+	return Reconciler::Settings{options.config, options.configFlags, options.ruleset, true};
 }
 
 } // namespace
@@ -62,7 +62,7 @@ Reconciler::Settings reconcilerSettings(const AgentOptions &options)
 Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *monitor,
 	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd)
 	: options_(std::move(options)), monitor_(monitor),
-	  source_(ConfigSource::open(options_.configPath)),
+	  source_(ConfigSource::open(options_.config)),
 	  reconciler_(backend, reconcilerSettings(options_), status_),
 	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd))
 {

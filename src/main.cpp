@@ -8,6 +8,7 @@
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/health_server.h"
 #include "ip-masq-agent/log.h"
@@ -25,7 +26,7 @@ namespace {
 
 int dryRun(const AgentOptions &options)
 {
-	auto loaded = loadConfigFile(options.configPath, options.configFlags);
+	auto loaded = loadConfig(options.config, options.configFlags);
 	if (!loaded) {
 		log::error("{}", loaded.error().message);
 		return EXIT_FAILURE;
@@ -34,9 +35,7 @@ int dryRun(const AgentOptions &options)
 		log::warning("{}", warning);
 
 	const Ruleset ruleset = buildRuleset(loaded->config, options.ruleset);
-	const std::string source = loaded->fromFile
-		? options.configPath
-		: fmt::format("built-in defaults ({} not found)", options.configPath);
+	const std::string source = describeConfigOrigin(options.config, *loaded);
 	const std::string script = renderNftScript(
 		ruleset, {fmt::format("ip-masq-agent {} dry run, config: {}", IP_MASQ_AGENT_VERSION,
 				      source),
@@ -58,14 +57,10 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 {
 	AgentStatus status;
 	Reconciler reconciler(backend,
-			      Reconciler::Settings{options.configPath, options.configFlags,
+			      Reconciler::Settings{options.config, options.configFlags,
 						   options.ruleset, false},
 			      status);
-	auto text = readConfigText(options.configPath);
-	if (text)
-		(void)reconciler.configRead(ConfigContent{std::move(*text)});
-	else
-		(void)reconciler.configRead(fail(text.error()));
+	(void)reconciler.configRead(readConfigContent(options.config));
 	return reconciler.reconcile(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

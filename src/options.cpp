@@ -133,6 +133,22 @@ std::string flagError(const po::error_with_option_name &e)
 	return fmt::format("flag {} cannot be parsed: write --flag=value (see --help)", name);
 }
 
+// --config or --config-dir. Only an explicit --config excludes --config-dir: the
+// default file is what --config-dir replaces.
+Result<ConfigLocation> configLocation(const po::variables_map &vm, const std::string &configFile,
+				      const std::string &configDir)
+{
+	if (!vm.count("config-dir"))
+		return ConfigLocation::file(configFile);
+	if (!vm["config"].defaulted())
+		return fail(fmt::format("--config {} and --config-dir {} exclude each other: give "
+					"--config for one file, or --config-dir for a directory of files "
+					"merged, not both", ipmasq::quoted(configFile), ipmasq::quoted(configDir)));
+	if (configDir.empty())
+		return fail("--config-dir needs a directory: write --config-dir=DIR (see --help)");
+	return ConfigLocation::directory(configDir);
+}
+
 } // namespace
 
 Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
@@ -141,6 +157,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	AgentOptions &o = cl.options;
 	// Every value is taken as text and converted here, so that each error names the
 	// flag and the offending value in our words (see flagError).
+	std::string configFile = kDefaultConfigPath, configDir;
 	std::string toPorts, priority = formatChainPriority(kDefaultPriority);
 	std::string version, verbosity = "0", loggingFormat = "text";
 	std::map<std::string, std::string> bools;
@@ -153,8 +170,12 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 				     "masquerades the rest,\nusing its own nftables table.\n\nFlags");
 	// clang-format off
 	desc.add_options()
-		("config", po::value(&o.configPath)->default_value(o.configPath),
+		("config", po::value(&configFile)->default_value(configFile),
 		 "Config file (YAML or JSON). Absent means all defaults.")
+		("config-dir", po::value(&configDir),
+		 "Instead of --config: merge every file in this directory whose name starts with "
+		 "\"ip-masq\" (e.g. a projected volume of several ConfigMaps). Missing or empty means "
+		 "all defaults.")
 		("masq-chain", po::value(&o.ruleset.masqChain)->default_value(o.ruleset.masqChain),
 		 "Name of the chain holding the masquerade rules.")
 		("nomasq-all-reserved-ranges", boolValue("nomasq-all-reserved-ranges", "false"),
@@ -272,6 +293,10 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		if (vm.count(flag))
 			if (auto value = boolFlag(flag, text); !value)
 				return fail(value.error());
+	auto location = configLocation(vm, configFile, configDir);
+	if (!location)
+		return fail(location.error());
+	o.config = std::move(*location);
 	auto level = verbosityFlag(verbosity);
 	if (!level)
 		return fail(level.error());
@@ -303,7 +328,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 
 	// Values from outside are escaped: these go into the start-up log line.
 	cl.effectiveFlags = {
-		fmt::format("--config={}", escaped(o.configPath)),
+		o.config.flag(),
 		fmt::format("--masq-chain={}", o.ruleset.masqChain),
 		fmt::format("--nomasq-all-reserved-ranges={}", boolText(o.configFlags.nomasqAllReservedRanges)),
 		fmt::format("--enable-ipv6={}", boolText(o.configFlags.enableIpv6)),

@@ -121,12 +121,12 @@ Status Reconciler::configStatus() const
 
 Status Reconciler::configRead(const Result<ConfigContent> &content)
 {
-	auto loaded = content ? parseConfigText(content->text, settings_.configPath, settings_.configFlags)
+	auto loaded = content ? loadConfigContent(*content, settings_.configFlags)
 			      : Result<LoadedConfig>(tl::unexpected(content.error()));
 	if (!loaded) {
 		// Say it (and count it) once per change, not once per resync.
 		if (loaded.error().message != configError_) {
-			log::error({{"file", settings_.configPath}, {"err", loaded.error().message}},
+			log::error({{"file", settings_.config.path}, {"err", loaded.error().message}},
 				   "{}; {}", loaded.error().message,
 				   desired_ ? "keeping the last good ruleset in force"
 					    : "no ruleset of this config is applied");
@@ -141,10 +141,7 @@ Status Reconciler::configRead(const Result<ConfigContent> &content)
 	if (!configError_.empty())
 		log::info("the config is valid again");
 	configError_.clear();
-	log::info("config {}: {}",
-		  loaded->fromFile ? settings_.configPath
-				   : fmt::format("(built-in defaults: {} not found)",
-						 ipmasq::quoted(settings_.configPath)),
+	log::info("config {}: {}", describeConfigOrigin(settings_.config, *loaded),
 		  describeConfig(loaded->config));
 	resyncInterval_ = loaded->config.resyncInterval;
 	Ruleset next = buildRuleset(loaded->config, settings_.ruleset);

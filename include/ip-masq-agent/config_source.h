@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The config source: watches the config file, lets changes settle, and yields new config
-// text, "the config is absent", or nothing. It holds the watch, not the policy of the rules.
+// The config source: watches the config file (or the config directory's files), lets
+// changes settle, and yields new config content, "the config is absent", or nothing. It
+// holds the watch, not the policy of the rules.
 #pragma once
 
 #include <chrono>
@@ -8,7 +9,9 @@
 #include <string>
 #include <sys/types.h>
 #include <utility>
+#include <vector>
 
+#include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/unique_fd.h"
 
@@ -30,13 +33,6 @@ struct FileStamp {
 	bool operator==(const FileStamp &) const = default;
 };
 
-// New config content: the file's bytes, or the config is absent (upstream's defaults).
-struct ConfigContent {
-	std::optional<std::string> text; // nullopt: absent
-
-	bool operator==(const ConfigContent &) const = default;
-};
-
 // Why the loop asks the source to look at the file.
 enum class ConfigLook {
 	ifDue,  // only if a change has settled or the absent grace time has run out
@@ -44,9 +40,10 @@ enum class ConfigLook {
 	reload, // SIGHUP or start-up: read it now
 };
 
-// inotify on the config's directory (and, while that directory is missing, on its
-// nearest existing ancestor, as systemd path units do), the debounce, the write guard,
-// the stamp and text cache, and the policy for a file that vanishes. It never blocks:
+// inotify on the config's directory, or with --config-dir on that directory (and, while
+// the directory is missing, on its nearest existing ancestor, as systemd path units do),
+// the debounce, the write guard, the stamp cache, and the policy for a file that
+// vanishes. It never blocks:
 // the loop polls fd(), calls onWatchEvents() when it is readable, calls look() on every
 // turn, and wakes itself up by nextWake() at the latest.
 //
@@ -62,7 +59,8 @@ public:
 	static constexpr std::chrono::milliseconds kSettle{30};
 	static constexpr std::chrono::milliseconds kSettleLimit{300};
 	// A file (or its directory) that vanishes means "absent" only once it has stayed
-	// away this long; back within it, the new file is applied with no pass through
+	// away this long (with --config-dir: the last of the files); back within it, the new
+	// file is applied with no pass through
 	// the defaults. At start-up an absent file means absent at once.
 	static constexpr std::chrono::seconds kAbsentGrace{2};
 	// Where read leases are unavailable, a writer that stays silent this long after its
@@ -71,9 +69,9 @@ public:
 
 	// Never fails: without inotify (out of instances, say) the source still works,
 	// and changes are found by the resync; takeWatchWarning() says so.
-	static ConfigSource open(std::string configPath);
+	static ConfigSource open(ConfigLocation location);
 
-	const std::string &path() const { return path_; }
+	const std::string &path() const { return location_.path; }
 	int fd() const { return inotify_.get(); }
 
 	// Drain the pending inotify events without blocking.
@@ -92,7 +90,7 @@ public:
 	std::optional<std::string> takeWatchWarning();
 
 private:
-	ConfigSource(UniqueFd inotify, std::string path, std::string dir, std::string name);
+	ConfigSource(UniqueFd inotify, ConfigLocation location, std::string dir, std::string name);
 
 	void armWatch(Clock::time_point now);
 	void watchAncestor();
@@ -102,14 +100,22 @@ private:
 	bool concernsConfig(const char *name) const;
 	void noteFileEvent(const char *name, uint32_t mask, Clock::time_point now);
 	bool changeDue(Clock::time_point now) const;
-	// Whether someone holds the file open for writing; nullopt: cannot tell here.
-	std::optional<bool> openForWriting() const;
+	// What identifies the config's files without reading them: each file's path and stamp
+	// (with --config, one, which may say "absent"). nullopt: cannot be told now.
+	using Stamps = std::vector<std::pair<std::string, FileStamp>>;
+	std::optional<Stamps> stampsNow() const;
+	// The files to read: --config's, or the directory's listing (none if it is missing).
+	Result<std::vector<std::string>> filesToRead() const;
+	// Read one file, unless a writer has it open: then nullopt, and the read waits.
+	std::optional<Result<std::optional<std::string>>> readUnlessWritten(const std::string &path,
+									 Clock::time_point now);
 	Result<std::optional<ConfigContent>> read(Clock::time_point now);
+	Result<std::optional<ConfigContent>> absent(Clock::time_point now);
 
 	UniqueFd inotify_;
-	std::string path_;
-	std::string dir_;
-	std::string name_;
+	ConfigLocation location_;
+	std::string dir_;  // the directory watched
+	std::string name_; // --config's file name in it; empty with --config-dir
 	int dirWatch_ = -1;
 	int ancestorWatch_ = -1;
 	std::string ancestorChild_; // the name in the watched ancestor that leads to dir_
@@ -137,7 +143,7 @@ private:
 	};
 	static ContentDigest digestOf(const ConfigContent &content);
 	std::optional<ContentDigest> delivered_;
-	std::optional<FileStamp> deliveredStamp_;
+	std::optional<Stamps> deliveredStamp_;
 	// The file was found missing after being present: since when.
 	std::optional<Clock::time_point> absentSince_;
 };

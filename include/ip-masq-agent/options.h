@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/ruleset.h"
@@ -13,7 +14,8 @@
 namespace ipmasq {
 
 struct AgentOptions {
-	std::string configPath = kDefaultConfigPath;
+	// --config=FILE (the default) or --config-dir=DIR; the two exclude each other.
+	ConfigLocation config;
 	ConfigFlags configFlags;
 	RulesetOptions ruleset;
 	bool dryRun = false;

@@ -12,6 +12,7 @@
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/ruleset.h"
@@ -53,7 +54,7 @@ public:
 	using Clock = std::chrono::steady_clock;
 
 	struct Settings {
-		std::string configPath; // for messages
+		ConfigLocation config; // for messages
 		ConfigFlags configFlags;
 		RulesetOptions ruleset;
 		// With a bad config and no good one yet, take the kernel's table as the last
@@ -65,8 +66,9 @@ public:
 	Reconciler(TableBackend &backend, Settings settings, AgentStatus &status,
 		   std::function<Clock::time_point()> clock = Clock::now);
 
-	// New config content from the ConfigSource (or a read error): parse and validate
-	// it; a valid one becomes the desired ruleset, a bad one keeps the last good one.
+	// New config content from the ConfigSource (or a read error): load it as every mode
+	// does (loadConfigContent); a valid one becomes the desired ruleset, a bad one keeps
+	// the last good one.
 	// Errors are logged once per distinct message.
 	Status configRead(const Result<ConfigContent> &content);
 

@@ -459,7 +459,7 @@ struct Row {
 AgentOptions agentOptions(const Case &c, const std::string &configPath, bool randomFully)
 {
 	AgentOptions options;
-	options.configPath = configPath;
+	options.config = ConfigLocation::file(configPath);
 	options.configFlags.enableIpv6 = c.mixed;
 	options.ruleset.enableIpv6 = c.mixed;
 	options.ruleset.randomFully = randomFully;
@@ -509,7 +509,7 @@ void measureApply(Row &row, NetlinkBackend &backend, const std::string &text,
 	std::optional<LoadedConfig> loaded;
 	row.parse = repeat(1, runs.parse, budget, [&] {
 		return wallMs([&] {
-			loaded = require(parseConfig(text, options.configPath, options.configFlags),
+			loaded = require(parseConfig(text, options.config.path, options.configFlags),
 					 "parsing the config");
 		});
 	});
@@ -591,9 +591,9 @@ void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgr
 		// What the daemon's loop does on a resync: look at the config (a stat when
 		// it did not change), then reconcile.
 		AgentStatus status;
-		ConfigSource source = ConfigSource::open(options.configPath);
+		ConfigSource source = ConfigSource::open(options.config);
 		Reconciler reconciler(backend,
-				      Reconciler::Settings{options.configPath, options.configFlags,
+				      Reconciler::Settings{options.config, options.configFlags,
 							   options.ruleset, false},
 				      status);
 		const auto sync = [&](SyncTrigger trigger) {
@@ -660,7 +660,7 @@ void measureDaemon(Row &row, NetlinkBackend &backend, const std::string &dir,
 	// Only now: a listener makes every commit in the namespace slower (see 1.).
 	NftablesMonitor monitor = require(NftablesMonitor::open(), "opening the nftables monitor");
 	const auto expectedFor = [&](const std::string &text) {
-		auto loaded = require(parseConfig(text, options.configPath, options.configFlags),
+		auto loaded = require(parseConfig(text, options.config.path, options.configFlags),
 				      "parsing the config");
 		return buildRuleset(loaded.config, options.ruleset);
 	};
@@ -671,7 +671,7 @@ void measureDaemon(Row &row, NetlinkBackend &backend, const std::string &dir,
 	swapInStaged(dir);
 	(void)monitor.drain();
 
-	std::vector<std::string> args{"--config=" + options.configPath};
+	std::vector<std::string> args{"--config=" + options.config.path};
 	if (row.c.mixed)
 		args.push_back("--enable-ipv6");
 	const auto spawned = Clock::now();

@@ -3,6 +3,7 @@
 // bad configs, signals, --once and --cleanup. Runs in a private network namespace.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <cstdio>
@@ -152,6 +153,110 @@ TEST_CASE("a Kubernetes ConfigMap update (the ..data symlink swap) is applied at
 		      "ConfigMap swap");
 	CHECK(agent.stop(SIGTERM) == 0);
 	cleanTable();
+}
+
+namespace {
+
+// Whether one of the agent's sets holds exactly this prefix as an element, from the
+// kernel's JSON listing (nft -j), so that a prefix is never found inside a comment or a
+// longer address.
+bool tableHoldsElement(const std::string &prefix)
+{
+	std::string out;
+	if (run("nft -j list table inet ip-masq-agent 2>/dev/null", &out) != 0)
+		return false;
+	const size_t slash = prefix.find('/');
+	const std::regex element(fmt::format("\\{{\\s*\"prefix\"\\s*:\\s*\\{{\\s*\"addr\"\\s*:\\s*"
+					     "\"{}\"\\s*,\\s*\"len\"\\s*:\\s*{}\\s*\\}}",
+					     std::regex_replace(prefix.substr(0, slash), std::regex("\\."), "\\."),
+					     prefix.substr(slash + 1)));
+	return std::regex_search(out, element);
+}
+
+// The table's sets hold every prefix of `in` and none of `out`.
+std::function<bool()> tableElementsAre(std::vector<std::string> in, std::vector<std::string> out)
+{
+	return [in, out] {
+		return std::all_of(in.begin(), in.end(), tableHoldsElement) &&
+		       std::none_of(out.begin(), out.end(), tableHoldsElement);
+	};
+}
+
+} // namespace
+
+TEST_CASE("--config-dir: adding, editing and removing one of two files is live within a second")
+{
+	TempDir dir;
+	// Every file says 1h: the shortest resyncInterval of the files holds.
+	dir.write("ip-masq-a", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	AgentProcess agent({"--config-dir=" + dir.path()});
+	requireWithin(tableElementsAre({"192.0.2.0/24"}, {"10.0.0.0/8"}), 5s, agent, "first apply");
+
+	dir.write("ip-masq-b", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
+	requireWithin(tableElementsAre({"192.0.2.0/24", "198.51.100.0/24"}, {}), 1s, agent, "file added");
+
+	dir.overwrite("ip-masq-b", kSlowResync + "nonMasqueradeCIDRs: [203.0.113.0/24]\n");
+	requireWithin(tableElementsAre({"192.0.2.0/24", "203.0.113.0/24"}, {"198.51.100.0/24"}), 1s, agent,
+		      "file edited in place");
+
+	runOrFail("rm " + dir.file("ip-masq-b"));
+	requireWithin(tableElementsAre({"192.0.2.0/24"}, {"203.0.113.0/24", "10.0.0.0/8"}), 1s, agent,
+		      "file removed");
+
+	// A file of another name is not part of the config.
+	dir.write("not-ip-masq", kSlowResync + "nonMasqueradeCIDRs: [198.18.0.0/15]\n");
+	std::this_thread::sleep_for(300ms);
+	CHECK_FALSE(tableHoldsElement("198.18.0.0/15"));
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("--config-dir: a ConfigMap ..data swap in a projected volume is live within a second")
+{
+	TempDir dir;
+	// kubelet's atomic writer for a projected volume of two ConfigMaps' keys.
+	runOrFail(fmt::format("cd {} && mkdir ..2026_11_23_21_00_00.1 && "
+			      "printf '{}nonMasqueradeCIDRs: [192.0.2.0/24]\\n' > ..2026_11_23_21_00_00.1/ip-masq-a && "
+			      "printf '{}nonMasqueradeCIDRs: [198.51.100.0/24]\\n' > ..2026_11_23_21_00_00.1/ip-masq-b && "
+			      "ln -s ..2026_11_23_21_00_00.1 ..data && ln -s ..data/ip-masq-a ip-masq-a && "
+			      "ln -s ..data/ip-masq-b ip-masq-b",
+			      dir.path(), kSlowResync, kSlowResync));
+	AgentProcess agent({"--config-dir=" + dir.path()});
+	requireWithin(tableElementsAre({"192.0.2.0/24", "198.51.100.0/24"}, {}), 5s, agent, "first apply");
+
+	runOrFail(fmt::format("cd {} && mkdir ..2026_11_23_21_05_00.2 && "
+			      "cp ..data/ip-masq-a ..2026_11_23_21_05_00.2/ && "
+			      "printf '{}nonMasqueradeCIDRs: [203.0.113.0/24]\\n' > ..2026_11_23_21_05_00.2/ip-masq-b && "
+			      "ln -s ..2026_11_23_21_05_00.2 ..data_tmp && mv -T ..data_tmp ..data && "
+			      "rm -rf ..2026_11_23_21_00_00.1",
+			      dir.path(), kSlowResync));
+	requireWithin(tableElementsAre({"192.0.2.0/24", "203.0.113.0/24"}, {"198.51.100.0/24"}), 1s, agent,
+		      "ConfigMap swap");
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("--dry-run and --once read --config-dir as the daemon does")
+{
+	TempDir dir;
+	dir.write("ip-masq-a", "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	dir.write("ip-masq-b", "nonMasqueradeCIDRs: [198.51.100.0/24]\nmasqLinkLocal: true\n");
+	dir.write("other", "nonMasqueradeCIDRs: [203.0.113.0/24]\n");
+	std::string script;
+	REQUIRE(run(fmt::format("{} --dry-run --config-dir={}", agentBinary(), dir.path()), &script) == 0);
+	CHECK_THAT(script, Catch::Contains(fmt::format("config: {} (ip-masq-a, ip-masq-b)", dir.path())) &&
+				   Catch::Contains("192.0.2.0/24") && Catch::Contains("198.51.100.0/24") &&
+				   !Catch::Contains("203.0.113.0/24") && !Catch::Contains("10.0.0.0/8") &&
+				   !Catch::Contains("169.254.0.0/16"));
+
+	REQUIRE(run(fmt::format("{} --once --config-dir={}", agentBinary(), dir.path())) == 0);
+	CHECK(tableElementsAre({"192.0.2.0/24", "198.51.100.0/24"}, {"203.0.113.0/24", "10.0.0.0/8"})());
+	cleanTable();
+
+	std::string both;
+	CHECK(run(fmt::format("{} --dry-run --config={} --config-dir={}", agentBinary(),
+			      dir.file("ip-masq-a"), dir.path()), &both, true) == 2);
+	CHECK_THAT(both, Catch::Contains("exclude each other"));
 }
 
 TEST_CASE("deleting the file means defaults; creating it again applies it")

@@ -270,17 +270,18 @@ TEST_CASE("the reconciler falls back to the full replacement when its update is 
 	auto netlink = freshBackend();
 	InterruptedBackend backend(*netlink);
 	AgentStatus status;
-	Reconciler reconciler(backend, Reconciler::Settings{"/etc/config/ip-masq-agent", {}, {}, false},
+	const ConfigLocation location = ConfigLocation::file("/etc/config/ip-masq-agent");
+	Reconciler reconciler(backend, Reconciler::Settings{location, {}, {}, false},
 			      status);
 	const std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
 					     "100.64.0.0/10"};
-	REQUIRE(reconciler.configRead(ConfigContent{configText(cidrs)}));
+	REQUIRE(reconciler.configRead(ConfigContent::single(location.path, configText(cidrs))));
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
 	const std::string handle = tableHandle();
 
 	std::vector<std::string> next = cidrs;
 	next[1] = "172.16.0.0/13";
-	REQUIRE(reconciler.configRead(ConfigContent{configText(next)}));
+	REQUIRE(reconciler.configRead(ConfigContent::single(location.path, configText(next))));
 	const Status synced = reconciler.reconcile(SyncTrigger::configChange);
 	INFO((synced ? "" : synced.error().message));
 	REQUIRE(synced);

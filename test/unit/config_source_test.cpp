@@ -49,7 +49,10 @@ std::string yielded(const Result<std::optional<ConfigContent>> &result)
 		return "error:" + result.error().message;
 	if (!*result)
 		return "nothing";
-	return (*result)->text ? "text:" + *(*result)->text : "absent";
+	if ((*result)->files.empty())
+		return "absent";
+	REQUIRE((*result)->files.size() == 1);
+	return "text:" + (*result)->files.front().text;
 }
 
 } // namespace
@@ -59,7 +62,7 @@ TEST_CASE("config source: start-up, a settled change, nothing while unchanged")
 	ScratchDir dir;
 	const auto file = dir.path / "config";
 	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(file.string());
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
 	Clock::time_point now = Clock::now();
 	CHECK(yielded(source.look(ConfigLook::reload, now)) == "text:a");
 	CHECK(yielded(source.look(ConfigLook::resync, now)) == "nothing"); // same stamp
@@ -78,7 +81,7 @@ TEST_CASE("config source: start-up, a settled change, nothing while unchanged")
 TEST_CASE("config source: absent at start-up means absent at once")
 {
 	ScratchDir dir;
-	ConfigSource source = ConfigSource::open((dir.path / "missing").string());
+	ConfigSource source = ConfigSource::open(ConfigLocation::file((dir.path / "missing").string()));
 	CHECK(yielded(source.look(ConfigLook::reload, Clock::now())) == "absent");
 }
 
@@ -87,7 +90,7 @@ TEST_CASE("config source: a vanished file is absent only after the grace time")
 	ScratchDir dir;
 	const auto file = dir.path / "config";
 	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(file.string());
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
 	Clock::time_point now = Clock::now();
 	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
 
@@ -124,7 +127,7 @@ TEST_CASE("config source: a directory deleted and re-created is watched again")
 	const auto sub = dir.path / "cfg";
 	std::filesystem::create_directory(sub);
 	writeAtomically(sub / "config", "a");
-	ConfigSource source = ConfigSource::open((sub / "config").string());
+	ConfigSource source = ConfigSource::open(ConfigLocation::file((sub / "config").string()));
 	Clock::time_point now = Clock::now();
 	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
 
@@ -152,7 +155,7 @@ TEST_CASE("config source: a file open for writing is not read until it is closed
 	ScratchDir dir;
 	const auto file = dir.path / "config";
 	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(file.string());
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
 	Clock::time_point now = Clock::now();
 	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
 	{
@@ -174,7 +177,7 @@ TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
 	ScratchDir dir;
 	const auto file = dir.path / "config";
 	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(file.string());
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
 	Clock::time_point now = Clock::now();
 	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
 
@@ -195,4 +198,121 @@ TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
 	source.onWatchEvents(now);
 	now += ConfigSource::kSettle;
 	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
+}
+
+namespace {
+
+// What a --config-dir look yielded: "files:a=1,b=2" (names and texts), "absent",
+// "nothing" or "error:<...>".
+std::string yieldedFiles(const Result<std::optional<ConfigContent>> &result)
+{
+	if (!result)
+		return "error:" + result.error().message;
+	if (!*result)
+		return "nothing";
+	if ((*result)->files.empty())
+		return "absent";
+	std::string out = "files:";
+	for (const ConfigFile &file : (*result)->files)
+		out += (out.size() > 6 ? "," : "") +
+			std::filesystem::path(file.path).filename().string() + "=" + file.text;
+	return out;
+}
+
+// The next look once the events have settled.
+std::string settled(ConfigSource &source, Clock::time_point &now)
+{
+	source.onWatchEvents(now);
+	now += ConfigSource::kSettle;
+	return yieldedFiles(source.look(ConfigLook::ifDue, now));
+}
+
+} // namespace
+
+TEST_CASE("config source, --config-dir: adding, editing and removing one of the files")
+{
+	ScratchDir dir;
+	writeAtomically(dir.path / "ip-masq-b", "2");
+	ConfigSource source = ConfigSource::open(ConfigLocation::directory(dir.path.string()));
+	Clock::time_point now = Clock::now();
+	CHECK(yieldedFiles(source.look(ConfigLook::reload, now)) == "files:ip-masq-b=2");
+
+	writeAtomically(dir.path / "ip-masq-a", "1");
+	CHECK(settled(source, now) == "files:ip-masq-a=1,ip-masq-b=2");
+	std::ofstream(dir.path / "ip-masq-b", std::ios::trunc) << "3"; // in place
+	CHECK(settled(source, now) == "files:ip-masq-a=1,ip-masq-b=3");
+	// One of two removed: at once, with no grace time (the other still says what holds).
+	std::filesystem::remove(dir.path / "ip-masq-a");
+	CHECK(settled(source, now) == "files:ip-masq-b=3");
+	// Other names do not matter, and wake nothing.
+	writeAtomically(dir.path / "unrelated", "x");
+	writeAtomically(dir.path / ".ip-masq-b.swp", "x");
+	source.onWatchEvents(now);
+	CHECK_FALSE(source.nextWake());
+	// The last one removed: absent once the grace time has passed, as for --config.
+	std::filesystem::remove(dir.path / "ip-masq-b");
+	CHECK(settled(source, now) == "nothing");
+	REQUIRE(source.nextWake());
+	now = *source.nextWake();
+	CHECK(yieldedFiles(source.look(ConfigLook::ifDue, now)) == "absent");
+}
+
+TEST_CASE("config source, --config-dir: a ConfigMap ..data swap and a key added to it")
+{
+	ScratchDir dir;
+	const auto cd = [&](const std::string &command) {
+		REQUIRE(std::system(("cd " + dir.path.string() + " && " + command).c_str()) == 0);
+	};
+	cd("mkdir ..2026_11_23_a && printf 1 > ..2026_11_23_a/ip-masq-a && ln -s ..2026_11_23_a ..data "
+	   "&& ln -s ..data/ip-masq-a ip-masq-a");
+	ConfigSource source = ConfigSource::open(ConfigLocation::directory(dir.path.string()));
+	Clock::time_point now = Clock::now();
+	CHECK(yieldedFiles(source.look(ConfigLook::reload, now)) == "files:ip-masq-a=1");
+
+	// The atomic writer's swap: only "..data" changes in the watched directory.
+	cd("mkdir ..2026_11_23_b && printf 2 > ..2026_11_23_b/ip-masq-a && "
+	   "ln -s ..2026_11_23_b ..data_tmp && mv -T ..data_tmp ..data && rm -rf ..2026_11_23_a");
+	CHECK(settled(source, now) == "files:ip-masq-a=2");
+
+	// A second ConfigMap's key appears in the projected volume.
+	cd("mkdir ..2026_11_23_c && cp ..2026_11_23_b/ip-masq-a ..2026_11_23_c/ && "
+	   "printf 3 > ..2026_11_23_c/ip-masq-b && ln -s ..2026_11_23_c ..data_tmp && "
+	   "mv -T ..data_tmp ..data && ln -s ..data/ip-masq-b ip-masq-b && rm -rf ..2026_11_23_b");
+	CHECK(settled(source, now) == "files:ip-masq-a=2,ip-masq-b=3");
+	// The resync finds nothing new: same files, same stamps.
+	CHECK(yieldedFiles(source.look(ConfigLook::resync, now)) == "nothing");
+}
+
+TEST_CASE("config source, --config-dir: a file open for writing holds the whole read back")
+{
+	ScratchDir dir;
+	writeAtomically(dir.path / "ip-masq-a", "1");
+	writeAtomically(dir.path / "ip-masq-b", "2");
+	ConfigSource source = ConfigSource::open(ConfigLocation::directory(dir.path.string()));
+	Clock::time_point now = Clock::now();
+	REQUIRE(yieldedFiles(source.look(ConfigLook::reload, now)) == "files:ip-masq-a=1,ip-masq-b=2");
+	{
+		std::ofstream writer(dir.path / "ip-masq-b", std::ios::trunc);
+		writer << "half" << std::flush;
+		source.onWatchEvents(now);
+		now += ConfigSource::kWriteTimeout + 1s;
+		CHECK(yieldedFiles(source.look(ConfigLook::reload, now)) == "nothing");
+		writer << " and whole";
+	}
+	CHECK(settled(source, now) == "files:ip-masq-a=1,ip-masq-b=half and whole");
+}
+
+TEST_CASE("config source, --config-dir: a missing directory is absent, and watched for")
+{
+	ScratchDir dir;
+	const auto sub = dir.path / "conf.d";
+	ConfigSource source = ConfigSource::open(ConfigLocation::directory(sub.string()));
+	Clock::time_point now = Clock::now();
+	CHECK(yieldedFiles(source.look(ConfigLook::reload, now)) == "absent");
+	std::filesystem::create_directory(sub);
+	writeAtomically(sub / "ip-masq-x", "1");
+	REQUIRE(readable(source.fd()));
+	source.onWatchEvents(now); // the directory appeared: now it is watched itself
+	CHECK(settled(source, now) == "files:ip-masq-x=1");
+	CHECK_FALSE(source.takeWatchWarning());
 }

@@ -2,6 +2,8 @@
 // Command-line flags: upstream's names and defaults in every spelling Go's flag package accepts.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "ip-masq-agent/options.h"
 
 using namespace ipmasq;
@@ -35,7 +37,7 @@ std::string parseError(std::vector<const char *> args)
 TEST_CASE("defaults are upstream's")
 {
 	const AgentOptions o = parseOk({});
-	CHECK(o.configPath == "/etc/config/ip-masq-agent");
+	CHECK(o.config == ConfigLocation::file("/etc/config/ip-masq-agent"));
 	CHECK(o.ruleset.masqChain == "IP-MASQ-AGENT");
 	CHECK_FALSE(o.configFlags.nomasqAllReservedRanges);
 	CHECK_FALSE(o.configFlags.enableIpv6);
@@ -229,4 +231,33 @@ TEST_CASE("--logging-format: text (the default) or json, anything else names the
 	auto cl = parse({"--logging-format=json"});
 	REQUIRE(cl);
 	CHECK_THAT(cl->effectiveFlags, Catch::VectorContains(std::string("--logging-format=json")));
+}
+
+TEST_CASE("--config-dir: every Go spelling, and it replaces the default --config")
+{
+	for (auto args : std::vector<std::vector<const char *>>{{"--config-dir=/etc/config"},
+								{"--config-dir", "/etc/config"},
+								{"-config-dir=/etc/config"},
+								{"-config-dir", "/etc/config"}})
+		CHECK(parseOk(args).config == ConfigLocation::directory("/etc/config"));
+	CHECK(parseOk({"--config=/x"}).config == ConfigLocation::file("/x"));
+
+	auto cl = parse({"--config-dir=/etc/config"});
+	REQUIRE(cl);
+	CHECK(std::count(cl->effectiveFlags.begin(), cl->effectiveFlags.end(),
+			 "--config-dir=/etc/config") == 1);
+	CHECK(std::none_of(cl->effectiveFlags.begin(), cl->effectiveFlags.end(),
+			   [](const std::string &flag) { return flag.rfind("--config=", 0) == 0; }));
+	CHECK_THAT(cl->helpText, Catch::Contains("--config-dir"));
+}
+
+TEST_CASE("--config and --config-dir exclude each other; --config-dir needs a directory")
+{
+	for (auto args : std::vector<std::vector<const char *>>{
+		     {"--config=/etc/config/ip-masq-agent", "--config-dir=/etc/config"},
+		     {"-config-dir", "/etc/config", "-config", "/etc/config/ip-masq-agent"}})
+		CHECK_THAT(parseError(args), Catch::Contains("--config \"/etc/config/ip-masq-agent\"") &&
+						     Catch::Contains("--config-dir \"/etc/config\"") &&
+						     Catch::Contains("exclude each other"));
+	CHECK_THAT(parseError({"--config-dir="}), Catch::Contains("--config-dir needs a directory"));
 }

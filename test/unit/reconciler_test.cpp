@@ -110,6 +110,8 @@ private:
 	const Clock::time_point &now_;
 };
 
+constexpr const char *kPath = "/etc/config/ip-masq-agent";
+
 struct Fixture {
 	Clock::time_point now = Clock::time_point(100h);
 	FakeKernel kernel{now};
@@ -117,12 +119,15 @@ struct Fixture {
 	Reconciler reconciler;
 
 	explicit Fixture(bool adopt = false, RulesetOptions options = {})
-		: reconciler(kernel, Reconciler::Settings{"/etc/config/ip-masq-agent", {}, options, adopt},
+		: reconciler(kernel, Reconciler::Settings{ConfigLocation::file(kPath), {}, options, adopt},
 			     status, [this] { return now; })
 	{
 	}
 
-	Status config(const std::string &text) { return reconciler.configRead(ConfigContent{text}); }
+	Status config(const std::string &text)
+	{
+		return reconciler.configRead(ConfigContent::single(kPath, text));
+	}
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
 	Ruleset rulesetOf(const std::string &text, const RulesetOptions &options = {}) const
 	{
@@ -540,4 +545,22 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 		CHECK(f.kernel.applies.size() == 1);
 		CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
 	}
+}
+
+TEST_CASE("--config-dir content: the files merge; one bad file keeps the last good ruleset")
+{
+	Fixture f;
+	const auto two = [](const std::string &second) {
+		return ConfigContent{{{"/etc/config/ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"},
+				      {"/etc/config/ip-masq-agent-reconciled", second}}};
+	};
+	REQUIRE(f.reconciler.configRead(two("nonMasqueradeCIDRs: [192.0.2.0/24]\n")));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	CHECK(f.kernel.table == f.rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
+
+	const Status bad = f.reconciler.configRead(two("nonMasqueradeCIDRs: [192.0.2.1/24]\n"));
+	REQUIRE_FALSE(bad);
+	CHECK_THAT(bad.error().message, Catch::StartsWith("/etc/config/ip-masq-agent-reconciled"));
+	CHECK_FALSE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.table == f.rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
 }

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// --config-dir: the listing of a directory's config files, and the merge of their configs.
+#include "ip-masq-agent/config_dir.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <filesystem>
+#include <memory>
+#include <numeric>
+#include <sys/stat.h>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/unique_fd.h"
+
+namespace ipmasq {
+
+namespace {
+
+struct DirCloser {
+	void operator()(DIR *dir) const { closedir(dir); }
+};
+using DirHandle = std::unique_ptr<DIR, DirCloser>;
+
+std::string joinPath(const std::string &dir, const std::string &name)
+{
+	return (std::filesystem::path(dir) / name).string();
+}
+
+tl::unexpected<Error> cannotList(const std::string &dir, int err)
+{
+	return fail(fmt::format("{}: cannot list the config directory: {}", escaped(dir),
+				std::strerror(err)),
+		    err);
+}
+
+// Whether the entry `name` of the open directory is a regular file, symlinks followed.
+// A dangling symlink or a symlink loop is not: during a ConfigMap update a link may
+// point at a key that is going away.
+Result<bool> isRegularFileIn(int dirFd, const std::string &dir, const char *name)
+{
+	struct stat st {};
+	if (fstatat(dirFd, name, &st, 0) != 0) {
+		if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)
+			return false;
+		return fail(fmt::format("{}: cannot tell what it is: {}", escaped(joinPath(dir, name)),
+					std::strerror(errno)),
+			    errno);
+	}
+	return S_ISREG(st.st_mode);
+}
+
+// The files of `list` (by index into merged.files) that gave entries to it.
+std::string filesOf(const Config &config, const std::vector<Prefix> &list)
+{
+	std::vector<uint32_t> files;
+	for (const Prefix &prefix : list)
+		if (!prefix.origin.builtIn() && prefix.origin.file < config.files.size())
+			files.push_back(prefix.origin.file);
+	std::sort(files.begin(), files.end());
+	files.erase(std::unique(files.begin(), files.end()), files.end());
+	std::vector<std::string> names;
+	for (uint32_t file : files)
+		names.push_back(escaped(config.files[file]));
+	return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// Append `from` (one file's list) to `to`, its origins moved by `fileOffset`.
+void appendRemapped(std::vector<Prefix> &to, std::vector<Prefix> &&from, uint32_t fileOffset)
+{
+	to.reserve(to.size() + from.size());
+	for (Prefix &prefix : from) {
+		if (!prefix.origin.builtIn())
+			prefix.origin.file += fileOffset;
+		to.push_back(std::move(prefix));
+	}
+}
+
+// A prefix listed by several files is kept once, where the first file (in the merged
+// order) lists it; repeats within one file stay, as they do with --config.
+void keepFirstFileOfEachPrefix(std::vector<Prefix> &list)
+{
+	std::vector<uint32_t> order(list.size());
+	std::iota(order.begin(), order.end(), 0);
+	const auto key = [&list](uint32_t i) { return std::tie(list[i].network, list[i].length); };
+	// Stable: among equal prefixes the first in the list, so of the first file, leads.
+	std::stable_sort(order.begin(), order.end(),
+			 [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
+	std::vector<bool> drop(list.size(), false);
+	for (size_t start = 0; start < order.size();) {
+		size_t end = start + 1;
+		while (end < order.size() && key(order[end]) == key(order[start]))
+			end++;
+		const uint32_t firstFile = list[order[start]].origin.file;
+		for (size_t i = start + 1; i < end; i++)
+			drop[order[i]] = list[order[i]].origin.file != firstFile;
+		start = end;
+	}
+	size_t kept = 0;
+	for (size_t i = 0; i < list.size(); i++)
+		if (!drop[i])
+			list[kept++] = std::move(list[i]);
+	list.resize(kept);
+}
+
+Status checkMergedLimit(const Config &config, const std::vector<Prefix> &list, const char *key)
+{
+	const size_t limit = std::min(static_cast<size_t>(config.cidrLimit), kMaxNonMasqueradeCIDRs);
+	if (list.size() <= limit)
+		return {};
+	return fail(fmt::format("{}: {}: the files together list {} entries, more than {} ({}; "
+				"link-local is not counted). Remove entries, or raise cidrLimit in "
+				"one of the files",
+				filesOf(config, list), key, list.size(),
+				limit == kMaxNonMasqueradeCIDRs && static_cast<size_t>(config.cidrLimit) > limit
+					? "the most the agent takes"
+					: "the largest cidrLimit of the files",
+				limit));
+}
+
+} // namespace
+
+bool isConfigDirName(std::string_view name)
+{
+	return name.substr(0, kConfigDirPrefix.size()) == kConfigDirPrefix;
+}
+
+Result<std::optional<std::vector<std::string>>> listConfigDir(const std::string &dir)
+{
+	using Listing = std::optional<std::vector<std::string>>;
+	UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	if (!fd.isValid()) {
+		if (errno == ENOENT)
+			return Listing();
+		if (errno == ENOTDIR)
+			return fail(fmt::format("{}: not a directory; --config-dir must name a directory "
+						"(for one file, use --config)", escaped(dir)),
+				    ENOTDIR);
+		return cannotList(dir, errno);
+	}
+	const int dirFd = fd.get();
+	DirHandle handle(fdopendir(dirFd));
+	if (!handle)
+		return cannotList(dir, errno);
+	(void)fd.release(); // closedir() closes it now
+
+	std::vector<std::string> names;
+	for (size_t seen = 0;; seen++) {
+		if (seen > kMaxConfigDirEntries)
+			return fail(fmt::format("{}: more than {} entries; --config-dir must name a "
+						"directory of config files, such as a ConfigMap volume",
+						escaped(dir), kMaxConfigDirEntries),
+				    E2BIG);
+		errno = 0;
+		const dirent *entry = readdir(handle.get());
+		if (entry == nullptr) {
+			if (errno != 0)
+				return cannotList(dir, errno);
+			break;
+		}
+		// A name that starts with "ip-masq" never starts with ".": a ConfigMap
+		// volume's "..data" and "..2026_11_23_...", and dotfiles such as an editor's
+		// swap file, are left out by this test alone.
+		if (!isConfigDirName(entry->d_name))
+			continue;
+		auto regular = isRegularFileIn(dirFd, dir, entry->d_name);
+		if (!regular)
+			return fail(regular.error());
+		if (!*regular)
+			continue;
+		if (names.size() == kMaxConfigDirFiles)
+			return fail(fmt::format("{}: more than {} files whose names start with {}; at "
+						"most {} are taken: remove files, or merge them into fewer",
+						escaped(dir), kMaxConfigDirFiles, kConfigDirPrefix,
+						kMaxConfigDirFiles),
+				    E2BIG);
+		names.emplace_back(entry->d_name);
+	}
+	std::sort(names.begin(), names.end()); // char_traits<char> compares bytes as unsigned
+	std::vector<std::string> paths;
+	paths.reserve(names.size());
+	for (const std::string &name : names)
+		paths.push_back(joinPath(dir, name));
+	return Listing(std::move(paths));
+}
+
+Status checkConfigDirBytes(const std::string &dir, size_t total)
+{
+	if (total <= kMaxConfigDirBytes)
+		return {};
+	return fail(fmt::format("{}: the config files together are {} bytes or more, more than the {} "
+				"MiB ({} bytes) they may have together; remove files from the "
+				"directory, or shorten the lists: adjacent and overlapping CIDRs can be "
+				"merged into fewer",
+				escaped(dir), total, kMaxConfigDirBytes / (1024 * 1024), kMaxConfigDirBytes),
+		    EFBIG);
+}
+
+Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigFlags &flags)
+{
+	if (parts.empty()) {
+		LoadedConfig defaults;
+		defaults.config = defaultConfig(flags);
+		return defaults;
+	}
+	if (parts.size() == 1)
+		return std::move(parts.front());
+
+	const auto firstFile = [](const LoadedConfig &part) {
+		return part.config.files.empty() ? std::string() : part.config.files.front();
+	};
+	std::stable_sort(parts.begin(), parts.end(), [&](const LoadedConfig &a, const LoadedConfig &b) {
+		return firstFile(a) < firstFile(b);
+	});
+
+	LoadedConfig merged;
+	Config &out = merged.config;
+	out.cidrLimit = 0;
+	out.resyncInterval = Duration::max();
+	for (LoadedConfig &part : parts) {
+		Config &in = part.config;
+		const auto offset = static_cast<uint32_t>(out.files.size());
+		if (in.nonMasqueradeCIDRsGiven) {
+			out.nonMasqueradeCIDRsGiven = true;
+			appendRemapped(out.nonMasqueradeCIDRs, std::move(in.nonMasqueradeCIDRs), offset);
+		}
+		appendRemapped(out.masqueradeCIDRs, std::move(in.masqueradeCIDRs), offset);
+		appendRemapped(out.masqueradeSourceCIDRs, std::move(in.masqueradeSourceCIDRs), offset);
+		out.masqLinkLocal = out.masqLinkLocal || in.masqLinkLocal;
+		out.masqLinkLocalIPv6 = out.masqLinkLocalIPv6 || in.masqLinkLocalIPv6;
+		out.cidrLimit = std::max(out.cidrLimit, in.cidrLimit);
+		out.resyncInterval = std::min(out.resyncInterval, in.resyncInterval);
+		for (std::string &file : in.files)
+			out.files.push_back(std::move(file));
+		for (std::string &warning : part.warnings)
+			merged.warnings.push_back(std::move(warning));
+		merged.fromFile = merged.fromFile || part.fromFile;
+	}
+	if (!out.nonMasqueradeCIDRsGiven)
+		out.nonMasqueradeCIDRs = defaultNonMasqueradeCIDRs(flags);
+
+	for (auto [list, key] : {std::pair{&out.nonMasqueradeCIDRs, "nonMasqueradeCIDRs"},
+				 std::pair{&out.masqueradeCIDRs, "masqueradeCIDRs"},
+				 std::pair{&out.masqueradeSourceCIDRs, "masqueradeSourceCIDRs"}}) {
+		keepFirstFileOfEachPrefix(*list);
+		if (auto status = checkMergedLimit(out, *list, key); !status)
+			return fail(status.error());
+	}
+	return merged;
+}
+
+} // namespace ipmasq

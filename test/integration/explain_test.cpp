@@ -70,10 +70,11 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 
 	Explained result = explain(config + " --explain=198.18.5.5 --explain=192.0.2.1 "
 					    "--explain=169.254.1.1 --explain=127.0.0.1 "
-					    "--explain=2001:db8:1::1 --explain=2001:db8:2::1");
+					    "--explain=2001:db8:1::1 --explain=2001:db8:2::1 "
+					    "--explain=127.0.0.53");
 	CHECK(result.status == 0);
 	std::vector<std::string> explained = lines(result.out);
-	REQUIRE(explained.size() == 6);
+	REQUIRE(explained.size() == 7);
 	CHECK_THAT(explained[0], Catch::StartsWith("198.18.5.5: not masqueraded: ") &&
 					 Catch::Contains(" 198.18.0.0/15") &&
 					 Catch::EndsWith("; the kernel agrees"));
@@ -87,6 +88,8 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 					 Catch::Contains(" 2001:db8:1::/48") &&
 					 Catch::EndsWith("; the kernel agrees"));
 	CHECK(explained[5] == "2001:db8:2::1: masqueraded: no entry covers it; the kernel agrees");
+	// The loopback interface's whole network is local (local 127.0.0.0/8 dev lo).
+	CHECK_THAT(explained[6], Catch::StartsWith("127.0.0.53: not masqueraded: a local address"));
 
 	SECTION("an element deleted by hand")
 	{

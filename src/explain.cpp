@@ -19,10 +19,12 @@ namespace ipmasq {
 
 namespace {
 
-// The source sets of part 3 of issue 9 (masqueradeSourceCIDRs). Compared only when the
-// kernel's table has them.
-constexpr const char *kSourceSetNameV4 = "masq-src-v4";
-constexpr const char *kSourceSetNameV6 = "masq-src-v6";
+// The source sets of masqueradeSourceCIDRs (issue 9, part 3), compared only when the
+// kernel's table has them. TODO(merge): ruleset.h's kSourceSetNameV4/V6 once merged.
+const char *sourceSetName(Family family)
+{
+	return family == Family::ipv4 ? "masq-src-v4" : "masq-src-v6";
+}
 
 bool covers(const Prefix &prefix, const Address &address)
 {
@@ -139,7 +141,7 @@ const AddressSet *findSet(const std::vector<AddressSet> &sets, std::string_view 
 void compareSourceSet(const Config &config, const ExplainContext &context, Family family,
 		      std::vector<std::string> &differences)
 {
-	const char *name = family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6;
+	const char *name = sourceSetName(family);
 	const AddressSet *set = findSet(context.kernel.sets, name);
 	const std::vector<Address> sources = ofFamily(context.sources, family);
 	if (!set || sources.empty())

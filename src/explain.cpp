@@ -47,30 +47,30 @@ bool masqLinkLocal(const Config &config, Family family)
 	return family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6;
 }
 
-std::string describeEntry(const Config &config, const PolicyEntry &entry)
+std::string describeEntry(const Config &config, const ExplainEntry &entry)
 {
 	switch (entry.kind) {
-	case PolicyEntry::Kind::nonMasquerade:
+	case ExplainEntry::Kind::nonMasquerade:
 		if (!config.nonMasqueradeCIDRsGiven || entry.prefix.origin.builtIn())
 			return fmt::format("built-in default {}", entry.prefix.toString());
 		return fmt::format("nonMasqueradeCIDRs {} ({})", entry.prefix.toString(),
 				   describeOrigin(config, entry.prefix.origin));
-	case PolicyEntry::Kind::linkLocal:
+	case ExplainEntry::Kind::linkLocal:
 		return fmt::format("link-local {}", entry.prefix.toString());
-	case PolicyEntry::Kind::masquerade:
+	case ExplainEntry::Kind::masquerade:
 		return fmt::format("masqueradeCIDRs {} ({})", entry.prefix.toString(),
 				   describeOrigin(config, entry.prefix.origin));
 	}
 	return {};
 }
 
-std::string describeDecision(const Config &config, const DestinationDecision &decision)
+std::string describeDecision(const Config &config, const ExplainDecision &decision)
 {
 	std::string text = decision.masqueraded ? "masqueraded: " : "not masqueraded: ";
 	if (!decision.decidedBy)
 		return text + "no entry covers it";
 	text += describeEntry(config, *decision.decidedBy);
-	if (decision.decidedBy->kind == PolicyEntry::Kind::linkLocal)
+	if (decision.decidedBy->kind == ExplainEntry::Kind::linkLocal)
 		text += decision.decidedBy->prefix.network.family == Family::ipv4
 			? " (masqLinkLocal is false)"
 			: " (masqLinkLocalIPv6 is false)";
@@ -220,7 +220,7 @@ std::string explainDestination(const Config &config, const ExplainContext &conte
 		return head + "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
 		       describeKernel(config, context, destination, false);
 
-	const DestinationDecision decision = decideDestination(config, destination);
+	const ExplainDecision decision = explainDecision(config, destination);
 	const std::string kernel = describeKernel(config, context, destination, decision.masqueraded);
 	if (isLocal(context, destination))
 		return head + "not masqueraded: a local address of this host (fib daddr type local "
@@ -232,25 +232,25 @@ std::string explainDestination(const Config &config, const ExplainContext &conte
 
 } // namespace
 
-DestinationDecision decideDestination(const Config &config, const Address &destination)
+ExplainDecision explainDecision(const Config &config, const Address &destination)
 {
 	const Family family = destination.family;
 	// The most specific non-masquerade entry: the config's list first, so that among
 	// equals an entry the user wrote is named rather than the link-local default.
-	std::optional<PolicyEntry> nonMasquerade;
+	std::optional<ExplainEntry> nonMasquerade;
 	if (const Prefix *entry = longestCovering(config.nonMasqueradeCIDRs, destination))
-		nonMasquerade = PolicyEntry{PolicyEntry::Kind::nonMasquerade, *entry};
+		nonMasquerade = ExplainEntry{ExplainEntry::Kind::nonMasquerade, *entry};
 	if (!masqLinkLocal(config, family)) {
 		const Prefix linkLocal = linkLocalPrefix(family);
 		if (covers(linkLocal, destination) &&
 		    (!nonMasquerade || linkLocal.length > nonMasquerade->prefix.length))
-			nonMasquerade = PolicyEntry{PolicyEntry::Kind::linkLocal, linkLocal};
+			nonMasquerade = ExplainEntry{ExplainEntry::Kind::linkLocal, linkLocal};
 	}
-	std::optional<PolicyEntry> masquerade;
+	std::optional<ExplainEntry> masquerade;
 	if (const Prefix *entry = longestCovering(config.masqueradeCIDRs, destination))
-		masquerade = PolicyEntry{PolicyEntry::Kind::masquerade, *entry};
+		masquerade = ExplainEntry{ExplainEntry::Kind::masquerade, *entry};
 
-	DestinationDecision decision;
+	ExplainDecision decision;
 	if (masquerade && (!nonMasquerade || masquerade->prefix.length >= nonMasquerade->prefix.length)) {
 		decision.masqueraded = true;
 		decision.decidedBy = std::move(masquerade);

@@ -18,7 +18,7 @@
 namespace ipmasq {
 
 // One entry that takes part in the destination decision.
-struct PolicyEntry {
+struct ExplainEntry {
 	enum class Kind {
 		nonMasquerade, // nonMasqueradeCIDRs, or a built-in default when none is given
 		linkLocal,     // 169.254.0.0/16 or fe80::/10, unless masqLinkLocal(IPv6)
@@ -30,16 +30,17 @@ struct PolicyEntry {
 
 // The longest prefix covering a destination decides; a masqueradeCIDRs entry wins a tie
 // (only a built-in entry can tie with one: the same prefix in both lists is refused).
-struct DestinationDecision {
+struct ExplainDecision {
 	bool masqueraded = true;
-	std::optional<PolicyEntry> decidedBy; // nullopt: no entry covers it (masqueraded)
+	std::optional<ExplainEntry> decidedBy; // nullopt: no entry covers it (masqueraded)
 	// The most specific entry of the other verdict that also covers it, if any.
-	std::optional<PolicyEntry> overrides;
+	std::optional<ExplainEntry> overrides;
 };
 
 // The decision of the config alone (no local-address or source check), for one address
-// of a family the agent handles.
-DestinationDecision decideDestination(const Config &config, const Address &destination);
+// of a family the agent handles. Deliberately its own scan, apart from policy.h's sweep
+// that builds the kernel's sets, so that the live check compares two derivations.
+ExplainDecision explainDecision(const Config &config, const Address &destination);
 
 // What the kernel holds, to compare with.
 struct KernelView {

@@ -89,7 +89,7 @@ TEST_CASE("the longest prefix decides, naming the entry it overrides")
 	const Config config = nestedConfig();
 	SECTION("inside the more specific non-masquerade entry")
 	{
-		const DestinationDecision decision = decideDestination(config, address("10.1.2.3"));
+		const ExplainDecision decision = explainDecision(config, address("10.1.2.3"));
 		CHECK_FALSE(decision.masqueraded);
 		REQUIRE(decision.decidedBy);
 		CHECK(decision.decidedBy->prefix.toString() == "10.1.2.0/24");
@@ -102,7 +102,7 @@ TEST_CASE("the longest prefix decides, naming the entry it overrides")
 	}
 	SECTION("inside the exception")
 	{
-		CHECK(decideDestination(config, address("10.1.3.4")).masqueraded);
+		CHECK(explainDecision(config, address("10.1.3.4")).masqueraded);
 		CHECK(line(config, "10.1.3.4") ==
 		      "10.1.3.4: masqueraded: masqueradeCIDRs 10.1.0.0/16 (/etc/config/ip-masq-agent:6) "
 		      "overrides nonMasqueradeCIDRs 10.0.0.0/8 (/etc/config/ip-masq-agent:2); "
@@ -110,7 +110,7 @@ TEST_CASE("the longest prefix decides, naming the entry it overrides")
 	}
 	SECTION("the rest of the broad entry, with nothing to override")
 	{
-		const DestinationDecision decision = decideDestination(config, address("10.2.0.1"));
+		const ExplainDecision decision = explainDecision(config, address("10.2.0.1"));
 		CHECK_FALSE(decision.masqueraded);
 		CHECK_FALSE(decision.overrides);
 		CHECK(line(config, "10.2.0.1").starts_with(
@@ -118,7 +118,7 @@ TEST_CASE("the longest prefix decides, naming the entry it overrides")
 	}
 	SECTION("no entry covers it")
 	{
-		const DestinationDecision decision = decideDestination(config, address("192.0.2.1"));
+		const ExplainDecision decision = explainDecision(config, address("192.0.2.1"));
 		CHECK(decision.masqueraded);
 		CHECK_FALSE(decision.decidedBy);
 		CHECK(line(config, "192.0.2.1").starts_with("192.0.2.1: masqueraded: no entry covers it; "));
@@ -133,7 +133,7 @@ TEST_CASE("built-in defaults: named as such, and a masqueradeCIDRs entry of the 
 		"172.16.0.1: not masqueraded: built-in default 172.16.0.0/12; "));
 
 	config.masqueradeCIDRs = {entry("172.16.0.0/12", 4)};
-	const DestinationDecision decision = decideDestination(config, address("172.16.0.1"));
+	const ExplainDecision decision = explainDecision(config, address("172.16.0.1"));
 	CHECK(decision.masqueraded);
 	CHECK(line(config, "172.16.0.1").starts_with(
 		"172.16.0.1: masqueraded: masqueradeCIDRs 172.16.0.0/12 (/etc/config/ip-masq-agent:4) "
@@ -155,7 +155,7 @@ TEST_CASE("link-local: non-masquerade unless masqLinkLocal, and an exception ins
 
 	config.nonMasqueradeCIDRs.pop_back();
 	config.masqLinkLocal = true;
-	CHECK(decideDestination(config, address("169.254.1.1")).masqueraded);
+	CHECK(explainDecision(config, address("169.254.1.1")).masqueraded);
 	CHECK(line(config, "169.254.1.1").starts_with("169.254.1.1: masqueraded: no entry covers it; "));
 
 	ExplainContext context;
@@ -181,9 +181,9 @@ TEST_CASE("IPv6 without --enable-ipv6 is left alone; with it, IPv6 entries decid
 	CHECK(line(config, context, "2001:db9::1").starts_with("2001:db9::1: masqueraded: no entry covers it; "));
 	// An IPv4 entry never covers an IPv6 address of the same value, nor the reverse.
 	config.nonMasqueradeCIDRs.push_back(entry("0.0.0.0/0", 4));
-	CHECK(decideDestination(config, address("::1.2.3.4")).masqueraded);
-	CHECK(decideDestination(config, address("2001:db9::1")).masqueraded);
-	CHECK_FALSE(decideDestination(config, address("198.51.100.1")).masqueraded);
+	CHECK(explainDecision(config, address("::1.2.3.4")).masqueraded);
+	CHECK(explainDecision(config, address("2001:db9::1")).masqueraded);
+	CHECK_FALSE(explainDecision(config, address("198.51.100.1")).masqueraded);
 }
 
 TEST_CASE("a local address is never masqueraded, whatever the config says")
@@ -360,7 +360,7 @@ TEST_CASE("the scan agrees with a brute-force oracle over random nested entries"
 					expected = false;
 			}
 			INFO("round " << round << " destination " << destination.toString());
-			CHECK(decideDestination(config, destination).masqueraded == expected.value_or(true));
+			CHECK(explainDecision(config, destination).masqueraded == expected.value_or(true));
 		}
 	}
 }

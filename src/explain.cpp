@@ -110,8 +110,9 @@ std::string describeSources(const Config &config, const ExplainContext &context,
 						     familyName(family));
 	if (sources.empty())
 		return masqueraded ? fmt::format("; only from sources in masqueradeSourceCIDRs ({} {} "
-						 "entries): the agent leaves other sources alone",
-						 allowed.size(), familyName(family))
+						 "{}): the agent leaves other sources alone",
+						 allowed.size(), familyName(family),
+						 allowed.size() == 1 ? "entry" : "entries")
 				   : std::string();
 	std::string text;
 	for (const Address &source : sources) {

@@ -214,6 +214,8 @@ TEST_CASE("masqueradeSourceCIDRs: the source is named when given, the condition 
 		      "192.0.2.1: masqueraded: no entry covers it; only from sources in "
 		      "masqueradeSourceCIDRs (2 IPv4 entries): the agent leaves other sources alone; "
 		      "could not check the kernel: no CAP_NET_ADMIN");
+		config.masqueradeSourceCIDRs.erase(config.masqueradeSourceCIDRs.begin());
+		CHECK(line(config, context, "192.0.2.1").find("(1 IPv4 entry)") != std::string::npos);
 		// Not masqueraded anyway: the source does not matter.
 		CHECK(line(config, context, "10.0.0.1") ==
 		      "10.0.0.1: not masqueraded: nonMasqueradeCIDRs 10.0.0.0/8 (/etc/config/ip-masq-agent:2); "

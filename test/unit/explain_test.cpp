@@ -2,6 +2,7 @@
 // --explain: the decision for one address by a scan of the config's entries, and its lines.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 
 #include "ip-masq-agent/explain.h"
@@ -363,6 +364,75 @@ TEST_CASE("the scan agrees with a brute-force oracle over random nested entries"
 			}
 			INFO("round " << round << " destination " << destination.toString());
 			CHECK(explainDecision(config, destination).masqueraded == expected.value_or(true));
+		}
+	}
+}
+
+TEST_CASE("the scan agrees with the sets buildRuleset gives the kernel, for both families")
+{
+	// Two derivations of one policy: explain's scan and the ruleset's interval sets.
+	// masqueradeCIDRs take part once buildRuleset resolves them (issue 9, part 1): probed
+	// here, so that this test grows stronger by itself when that code is merged.
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	Config probe = fileConfig({entry("10.0.0.0/8", 1)}, {entry("10.1.0.0/16", 2)});
+	const bool rulesetResolvesExceptions =
+		!buildRuleset(probe, options).findSet(Family::ipv4)->elements.contains(address("10.1.0.1"));
+	if (!rulesetResolvesExceptions)
+		WARN("buildRuleset ignores masqueradeCIDRs on this branch: compared without them");
+
+	std::mt19937_64 random(4);
+	for (const Family family : {Family::ipv4, Family::ipv6}) {
+		const unsigned bits = familyBits(family);
+		// Addresses near a few bases, so that random prefixes nest and overlap.
+		const AddressValue base = family == Family::ipv4 ? 0xc6120000 : AddressValue(0x20010db8) << 96;
+		const auto randomAddress = [&] {
+			return Address{family, base | (random() & 0xffff)};
+		};
+		const auto randomPrefix = [&](uint32_t line) {
+			// Lengths from /0 to the full width, most of them near the bottom 16 bits.
+			const unsigned length = random() % 8 == 0 ? unsigned(random() % (bits + 1))
+								  : bits - unsigned(random() % 17);
+			const AddressValue host = length == 0 ? ~AddressValue(0) >> (128 - bits)
+							      : (AddressValue(1) << (bits - length)) - 1;
+			Prefix prefix;
+			prefix.network = Address{family, randomAddress().value & ~host};
+			prefix.length = length;
+			prefix.origin = Origin{0, line};
+			return prefix;
+		};
+		for (int round = 0; round < 300; round++) {
+			Config config = fileConfig({});
+			config.masqLinkLocal = random() % 2;
+			config.masqLinkLocalIPv6 = random() % 2;
+			for (uint32_t i = 0; i < 1 + random() % 6; i++)
+				config.nonMasqueradeCIDRs.push_back(randomPrefix(i));
+			if (rulesetResolvesExceptions)
+				for (uint32_t i = 0; i < random() % 4; i++) {
+					Prefix exception = randomPrefix(10 + i);
+					// The same prefix in both lists is refused when loading.
+					if (std::find(config.nonMasqueradeCIDRs.begin(), config.nonMasqueradeCIDRs.end(),
+						      exception) == config.nonMasqueradeCIDRs.end())
+						config.masqueradeCIDRs.push_back(exception);
+				}
+			const Ruleset ruleset = buildRuleset(config, options);
+			const IntervalSet &set = ruleset.findSet(family)->elements;
+			for (int probeIndex = 0; probeIndex < 40; probeIndex++) {
+				// Boundaries of the entries are where a wrong comparison shows.
+				Address destination = randomAddress();
+				const std::vector<Prefix> &list = probeIndex % 2 ? config.nonMasqueradeCIDRs
+										 : config.masqueradeCIDRs;
+				if (probeIndex % 4 < 2 && !list.empty()) {
+					const Prefix &p = list[random() % list.size()];
+					destination = probeIndex % 8 < 4 ? p.first() : p.last();
+				}
+				if (probeIndex >= 38)
+					destination = probeIndex == 38 ? linkLocalPrefix(family).first()
+								       : linkLocalPrefix(family).last();
+				INFO(familyName(family) << " round " << round << " destination "
+							<< destination.toString());
+				CHECK(explainDecision(config, destination).masqueraded != set.contains(destination));
+			}
 		}
 	}
 }

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/policy.h"
 
@@ -172,7 +173,7 @@ std::string describeKernel(const Config &config, const ExplainContext &context,
 	case KernelView::State::noPermission:
 		return "; could not check the kernel: no CAP_NET_ADMIN";
 	case KernelView::State::unreadable:
-		return fmt::format("; could not check the kernel: {}", kernel.problem);
+		return fmt::format("; could not check the kernel: {}", escaped(kernel.problem));
 	case KernelView::State::tableAbsent:
 		return fmt::format("; the kernel disagrees: table inet {} is not in the kernel, so the "
 				   "agent masquerades nothing here", context.table);

@@ -287,9 +287,9 @@ TEST_CASE("the kernel's sets: agreement, each kind of disagreement, and why it c
 	CHECK(line(config, context, "192.0.2.1").ends_with(
 		"; the kernel disagrees: table inet my-table is not in the kernel, so the agent "
 		"masquerades nothing here"));
-	context.kernel = KernelView{KernelView::State::unreadable, {}, "cannot talk to nf_tables: boom"};
+	context.kernel = KernelView{KernelView::State::unreadable, {}, "cannot talk to nf_tables: boom\n"};
 	CHECK(line(config, context, "192.0.2.1").ends_with(
-		"; could not check the kernel: cannot talk to nf_tables: boom"));
+		"; could not check the kernel: cannot talk to nf_tables: boom\\n"));
 }
 
 TEST_CASE("the kernel's source set is compared for the sources asked about")

@@ -220,4 +220,28 @@ IntervalSet IntervalSet::difference(const IntervalSet &other) const
 	return out;
 }
 
+Result<Address> parseAddress(std::string_view text)
+{
+	const std::string quoted = ipmasq::quoted(text);
+	if (text.empty())
+		return fail("address \"\" is empty: write one address, such as 192.0.2.1 or 2001:db8::1");
+	if (text.find('/') != std::string_view::npos)
+		return fail(fmt::format("address {} is a CIDR, not an address: write one address "
+					"without \"/length\", such as {}",
+					quoted, ipmasq::quoted(text.substr(0, text.find('/')))));
+	const std::string addressText(text);
+	const bool v6 = addressText.find(':') != std::string::npos;
+	const Family family = v6 ? Family::ipv6 : Family::ipv4;
+	uint8_t raw[16] = {};
+	if (addressText.find('\0') != std::string::npos ||
+	    inet_pton(v6 ? AF_INET6 : AF_INET, addressText.c_str(), raw) != 1)
+		return fail(fmt::format("address {} could not be parsed: it is not a valid {} address "
+					"(write one address, such as {})",
+					quoted, familyName(family), v6 ? "2001:db8::1" : "192.0.2.1"));
+	AddressValue value = 0;
+	for (unsigned i = 0; i < familyBits(family) / 8; i++)
+		value = (value << 8) | raw[i];
+	return Address{family, value};
+}
+
 } // namespace ipmasq

@@ -3,7 +3,6 @@
 // with upstream's semantics and errors that name file, line, key, value and fix.
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/escape.h"
-#include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/unique_fd.h"
 
 #include <algorithm>
@@ -876,13 +875,11 @@ Result<LoadedConfig> ConfigHandler::finish()
 					"than cidrLimit ({}; link-local is not counted). Remove "
 					"entries, or raise cidrLimit in the same file",
 					escaped(source_), config.nonMasqueradeCIDRs.size(), limit));
-	bool anyList = false;
 	for (size_t i = 0; i < kCidrLists; i++) {
 		const auto id = static_cast<ListId>(i);
 		CidrList &list = lists_[i];
 		if (!list.seen)
 			continue;
-		anyList = true;
 		if (list.count > limit)
 			return fail(fmt::format("{}{} entries, more than cidrLimit ({}{}). Remove "
 						"entries, or raise cidrLimit in the same file",
@@ -900,8 +897,7 @@ Result<LoadedConfig> ConfigHandler::finish()
 	}
 	config.nonMasqueradeCIDRsGiven = lists_[static_cast<size_t>(ListId::nonMasquerade)].seen;
 	// Origin::file 0 of every entry: this file.
-	if (anyList)
-		config.files = {source_};
+	config.files = {source_};
 	return std::move(loaded_);
 }
 
@@ -1049,32 +1045,6 @@ Result<std::optional<std::string>> readConfigText(const std::string &path)
 		text.append(buf, static_cast<size_t>(n));
 	}
 	return tooLarge(path, "growing while it is read and now larger than that");
-}
-
-Result<LoadedConfig> parseConfigText(const std::optional<std::string> &text, const std::string &path,
-				     const ConfigFlags &flags)
-{
-	if (!text) {
-		LoadedConfig loaded;
-		loaded.config = defaultConfig(flags);
-		return loaded;
-	}
-	auto loaded = parseConfig(*text, path, flags);
-	if (!loaded)
-		return loaded;
-	// The whole config is this one file: check it as a whole (a merge of several files
-	// is checked once merged, not file by file).
-	if (auto checked = checkConfigPolicy(*loaded); !checked)
-		return fail(checked.error());
-	return loaded;
-}
-
-Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &flags)
-{
-	auto text = readConfigText(path);
-	if (!text)
-		return fail(text.error());
-	return parseConfigText(*text, path, flags);
 }
 
 namespace {

@@ -15,22 +15,6 @@ namespace ipmasq {
 
 namespace {
 
-// TRANSITION (issue 9): the parser is to record the file in `files`, the line of each
-// entry and whether nonMasqueradeCIDRs was given. Until it does, infer them here so that
-// the merge works; once config.cpp fills `files`, this does nothing and can go.
-void fillOriginsIfParserDidNot(LoadedConfig &loaded, const std::string &path,
-			       const ConfigFlags &flags)
-{
-	Config &config = loaded.config;
-	if (!config.files.empty())
-		return;
-	config.files.push_back(path);
-	config.nonMasqueradeCIDRsGiven = config.nonMasqueradeCIDRs != defaultNonMasqueradeCIDRs(flags);
-	if (config.nonMasqueradeCIDRsGiven)
-		for (Prefix &prefix : config.nonMasqueradeCIDRs)
-			prefix.origin = Origin{0, 0};
-}
-
 Result<ConfigContent> readConfigDir(const std::string &dir)
 {
 	auto listing = listConfigDir(dir);
@@ -86,7 +70,6 @@ Result<LoadedConfig> loadConfigContent(const ConfigContent &content, const Confi
 		auto parsed = parseConfig(file.text, file.path, flags);
 		if (!parsed)
 			return fail(parsed.error());
-		fillOriginsIfParserDidNot(*parsed, file.path, flags);
 		parts.push_back(std::move(*parsed));
 	}
 	auto merged = mergeConfigs(std::move(parts), flags);

@@ -10,6 +10,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/daemon.h"
+#include "ip-masq-agent/explain.h"
 #include "ip-masq-agent/health_server.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/backend.h"
@@ -43,6 +44,32 @@ int dryRun(const AgentOptions &options)
 				      ruleset.table),
 			  "Apply by hand with: ip-masq-agent --dry-run | nft -f -"});
 	std::fwrite(script.data(), 1, script.size(), stdout);
+	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+// --explain: one line per address on stdout. Like --dry-run it needs no privileges; the
+// comparison with the kernel is skipped, in one clause, when it cannot be made.
+int explain(const AgentOptions &options)
+{
+	auto loaded = loadConfig(options.config, options.configFlags);
+	if (!loaded) {
+		log::error("{}", loaded.error().message);
+		return EXIT_FAILURE;
+	}
+	for (const std::string &warning : loaded->warnings)
+		log::warning("{}", warning);
+
+	ExplainContext context;
+	context.enableIpv6 = options.configFlags.enableIpv6;
+	context.table = options.ruleset.table;
+	context.sources = options.explainSources;
+	if (auto local = readLocalPrefixes())
+		context.localPrefixes = std::move(*local);
+	else
+		log::warning("{}; local addresses are not recognized as such", local.error().message);
+	context.kernel = readKernelView(options.ruleset.table);
+	for (const std::string &line : explainDestinations(loaded->config, context, options.explain))
+		std::fprintf(stdout, "%s\n", line.c_str());
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
@@ -152,6 +179,8 @@ int main(int argc, char **argv)
 
 	if (cl->options.dryRun)
 		return dryRun(cl->options);
+	if (!cl->options.explain.empty())
+		return explain(cl->options);
 
 	const std::string flags = fmt::format("{}", fmt::join(cl->effectiveFlags, " "));
 	log::info({{"version", IP_MASQ_AGENT_VERSION}, {"flags", flags}},

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include <boost/program_options.hpp>
@@ -149,6 +150,25 @@ Result<ConfigLocation> configLocation(const po::variables_map &vm, const std::st
 	return ConfigLocation::directory(configDir);
 }
 
+// --explain and --explain-source: addresses, each error naming the flag and the value.
+Status explainFlags(const std::vector<std::string> &destinations,
+		    const std::vector<std::string> &sources, AgentOptions &o)
+{
+	if (destinations.empty() && !sources.empty())
+		return fail("--explain-source needs --explain=ADDRESS: it says which source the "
+			    "explained destinations are sent from");
+	for (const auto &[flag, texts, target] :
+	     {std::tuple{"explain", &destinations, &o.explain},
+	      std::tuple{"explain-source", &sources, &o.explainSources}})
+		for (const std::string &text : *texts) {
+			auto address = parseAddress(text);
+			if (!address)
+				return fail(address.error().withContext(fmt::format("--{}: ", flag)));
+			target->push_back(*address);
+		}
+	return {};
+}
+
 } // namespace
 
 Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
@@ -161,6 +181,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	std::string toPorts, priority = formatChainPriority(kDefaultPriority);
 	std::string version, verbosity = "0", loggingFormat = "text";
 	std::map<std::string, std::string> bools;
+	std::vector<std::string> explainTexts, explainSourceTexts;
 	const auto boolValue = [&bools](const char *name, const char *defaultValue) {
 		return po::value(&bools[name])->default_value(defaultValue)->implicit_value("true");
 	};
@@ -197,6 +218,11 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Apply the ruleset once and exit; the exit status says whether it worked.")
 		("cleanup", boolValue("cleanup", "false"),
 		 "Delete the agent's table, and nothing else, and exit.")
+		("explain", po::value(&explainTexts),
+		 "Say why this destination address is (not) masqueraded and exit; repeatable. "
+		 "Needs no privileges; with CAP_NET_ADMIN also checks the kernel's table.")
+		("explain-source", po::value(&explainSourceTexts),
+		 "A source address for --explain, checked against masqueradeSourceCIDRs; repeatable.")
 		("health-addr", po::value(&o.healthAddr)->default_value(kDefaultHealthAddr),
 		 "Serve /livez, /readyz, /healthz and /metrics on this host:port (\":port\" = every address); "
 		 "empty turns it off.")
@@ -317,8 +343,10 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	o.ruleset.enableIpv6 = o.configFlags.enableIpv6;
 	if (auto status = validateRulesetOptions(o.ruleset); !status)
 		return fail(status.error());
-	if (int(o.dryRun) + int(o.once) + int(o.cleanup) > 1)
-		return fail("--dry-run, --once and --cleanup exclude each other: pick one");
+	if (int(o.dryRun) + int(o.once) + int(o.cleanup) + int(!explainTexts.empty()) > 1)
+		return fail("--dry-run, --once, --cleanup and --explain exclude each other: pick one");
+	if (auto status = explainFlags(explainTexts, explainSourceTexts, o); !status)
+		return fail(status.error());
 	if (!o.healthAddr.empty())
 		if (auto address = parseListenAddress(o.healthAddr); !address)
 			return fail(address.error());

@@ -21,6 +21,9 @@ std::string describeOrigin(const Config &config, const Origin &origin)
 
 namespace {
 
+// What kind of entry a prefix of the sweep is; the order breaks ties of equal prefixes.
+enum class PolicyEntryKind { nonMasquerade, linkLocal, masquerade };
+
 bool prefixLess(const Prefix &a, const Prefix &b)
 {
 	return std::tie(a.network, a.length) < std::tie(b.network, b.length);
@@ -196,17 +199,6 @@ void warnAboutUncoveredExceptions(LoadedConfig &loaded, Family family)
 	}
 }
 
-PolicyEntry policyEntry(const Config &config, const SweepEntry &entry, Family family)
-{
-	switch (entry.kind) {
-	case PolicyEntryKind::nonMasquerade:
-		return {config.nonMasqueradeCIDRs[entry.index], entry.kind};
-	case PolicyEntryKind::masquerade: return {config.masqueradeCIDRs[entry.index], entry.kind};
-	case PolicyEntryKind::linkLocal: break;
-	}
-	return {linkLocalPrefix(family), PolicyEntryKind::linkLocal};
-}
-
 } // namespace
 
 Status checkConfigPolicy(LoadedConfig &loaded)
@@ -242,34 +234,6 @@ IntervalSet resolveNonMasquerade(const Config &config, Family family)
 IntervalSet masqueradeSources(const Config &config, Family family)
 {
 	return IntervalSet::fromPrefixes(family, config.masqueradeSourceCIDRs);
-}
-
-DestinationDecision decideDestination(const Config &config, const Address &destination)
-{
-	const Family family = destination.family;
-	std::optional<SweepEntry> best;
-	std::optional<SweepEntry> bestOther; // filled in a second pass
-	const auto covers = [&](const SweepEntry &entry) {
-		return entry.first <= destination.value &&
-		       destination.value <= lastOf(family, entry.first, entry.length);
-	};
-	const std::vector<SweepEntry> entries = sweepEntries(config, family);
-	// Sorted: a later covering entry is at least as long, and wins a tie.
-	for (const SweepEntry &entry : entries)
-		if (covers(entry))
-			best = entry;
-	DestinationDecision decision;
-	if (!best)
-		return decision;
-	decision.masqueraded = best->masquerade();
-	decision.decidedBy = policyEntry(config, *best, family);
-	for (const SweepEntry &entry : entries)
-		if (covers(entry) && entry.masquerade() != best->masquerade() &&
-		    sweepLess(entry, *best))
-			bestOther = entry;
-	if (bestOther)
-		decision.overrides = policyEntry(config, *bestOther, family);
-	return decision;
 }
 
 } // namespace ipmasq

@@ -107,4 +107,8 @@ private:
 	std::vector<AddressRange> ranges_;
 };
 
+// Parse one address, "192.0.2.1" or "2001:db8::1", with no "/length" (for --explain).
+// A CIDR, an empty text or a malformed address is an error that names it.
+Result<Address> parseAddress(std::string_view text);
+
 } // namespace ipmasq

@@ -69,7 +69,18 @@ struct Config {
 	// The files the entries came from, in the order read; Origin::file indexes this.
 	std::vector<std::string> files;
 
-	bool operator==(const Config &) const = default;
+	// The same meaning: where the entries were written (`files`, each Prefix's origin)
+	// does not take part, so moving a line or renaming a file changes no ruleset.
+	bool operator==(const Config &other) const
+	{
+		return nonMasqueradeCIDRs == other.nonMasqueradeCIDRs &&
+		       nonMasqueradeCIDRsGiven == other.nonMasqueradeCIDRsGiven &&
+		       masqueradeCIDRs == other.masqueradeCIDRs &&
+		       masqueradeSourceCIDRs == other.masqueradeSourceCIDRs &&
+		       cidrLimit == other.cidrLimit && masqLinkLocal == other.masqLinkLocal &&
+		       masqLinkLocalIPv6 == other.masqLinkLocalIPv6 &&
+		       resyncInterval == other.resyncInterval;
+	}
 };
 
 // A config that passed validation, with the non-fatal findings to log
@@ -96,12 +107,7 @@ Result<LoadedConfig> parseConfig(std::string_view text, const std::string &sourc
 // device, a socket or a directory is an error that says which, and never blocks.
 Result<std::optional<std::string>> readConfigText(const std::string &path);
 
-// Parse what readConfigText returned: nullopt gives the defaults.
-Result<LoadedConfig> parseConfigText(const std::optional<std::string> &text, const std::string &path,
-				     const ConfigFlags &flags);
 
-// Read and parse a file. A missing file means all defaults (as upstream).
-Result<LoadedConfig> loadConfigFile(const std::string &path, const ConfigFlags &flags);
 
 // One line for logs: "nonMasqueradeCIDRs=[...] cidrLimit=64 ...". Long lists are
 // summarized: the first few entries and the count.

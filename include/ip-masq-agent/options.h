@@ -24,6 +24,8 @@ struct AgentOptions {
 	int verbosity = 0;
 	log::Format loggingFormat = log::Format::text; // --logging-format=text|json
 	std::string healthAddr; // "" turns the HTTP endpoint off
+	std::vector<Address> explain;        // --explain: say why each is (not) masqueraded, exit
+	std::vector<Address> explainSources; // --explain-source: sources for --explain
 };
 
 struct CommandLine {

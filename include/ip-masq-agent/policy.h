@@ -3,7 +3,6 @@
 // across nonMasqueradeCIDRs (or the built-in defaults), link-local and masqueradeCIDRs.
 #pragma once
 
-#include <optional>
 #include <string>
 
 #include "ip-masq-agent/cidr.h"
@@ -34,22 +33,5 @@ IntervalSet resolveNonMasquerade(const Config &config, Family family);
 // The sources of `family` that masqueradeSourceCIDRs lists, normalized; empty when it
 // lists none of that family (then no source of that family is restricted).
 IntervalSet masqueradeSources(const Config &config, Family family);
-
-// One entry of the destination policy.
-enum class PolicyEntryKind { nonMasquerade, linkLocal, masquerade };
-struct PolicyEntry {
-	Prefix prefix; // origin: where it was written (built in for defaults and link-local)
-	PolicyEntryKind kind;
-};
-
-// Why one destination is (not) masqueraded, for --explain. A linear scan: for one address.
-struct DestinationDecision {
-	bool masqueraded = true;
-	// The longest prefix that covers the address; nullopt: none does (masqueraded).
-	std::optional<PolicyEntry> decidedBy;
-	// The longest less specific entry of the other verdict that `decidedBy` overrides.
-	std::optional<PolicyEntry> overrides;
-};
-DestinationDecision decideDestination(const Config &config, const Address &destination);
 
 } // namespace ipmasq

@@ -35,6 +35,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/element_diff.h"
@@ -834,7 +835,7 @@ std::vector<WholeProcessRow> measureWholeProcesses(const std::string &dir, bool 
 	return rows;
 }
 
-// 5. Loading the config file (loadConfigFile: read and parse), each in a fresh process
+// 5. Loading the config file (loadConfig: read and parse), each in a fresh process
 // (this executable with --measure-load), so that its peak RSS is the load's own and not
 // this process's heap: VmHWM minus VmRSS just before, next to what the model itself takes.
 struct LoadRow {
@@ -862,7 +863,7 @@ int measureLoadChild(const std::string &path)
 	std::optional<LoadedConfig> loaded;
 	std::string error;
 	const double ms = wallMs([&] {
-		auto result = loadConfigFile(path, {});
+		auto result = loadConfig(ConfigLocation::file(path), {});
 		if (result)
 			loaded = std::move(*result);
 		else

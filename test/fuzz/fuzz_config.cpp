@@ -8,6 +8,7 @@
 
 #include "fuzz_support.h"
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/explain.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
@@ -49,14 +50,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			continue;
 		}
 		// A destination set holds exactly what the longest prefix leaves unmasqueraded,
-		// checked at the edges of every entry (decideDestination is the linear scan).
+		// checked at the edges of every entry (explainDecision is a linear scan of its own).
 		const auto checkEdges = [&](const std::vector<Prefix> &list) {
 			for (const Prefix &prefix : list) {
 				if (prefix.network.family != set.family())
 					continue;
 				for (const Address &address : {prefix.first(), prefix.last()})
 					fuzz::check(set.elements.contains(address) ==
-							    !decideDestination(config, address).masqueraded,
+							    !explainDecision(config, address).masqueraded,
 						    "the set disagrees with the longest prefix",
 						    address.toString());
 			}

@@ -20,6 +20,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/unique_fd.h"
 
 using namespace ipmasq;
@@ -163,7 +164,7 @@ TEST_CASE("a FIFO as the config path is an error at once, not a hang")
 
 	const std::string fifo = dir.file("fifo");
 	REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
-	auto fromFifo = loadConfigFile(fifo, {});
+	auto fromFifo = loadConfig(ConfigLocation::file(fifo), {});
 	REQUIRE_FALSE(fromFifo);
 	CHECK_THAT(fromFifo.error().message,
 		   Catch::StartsWith(fifo + ": is a FIFO") && Catch::Contains("--config"));
@@ -176,7 +177,7 @@ TEST_CASE("a FIFO as the config path is an error at once, not a hang")
 	// Symlinks are followed: a ConfigMap volume's key is one.
 	const std::string linkToFifo = dir.file("config");
 	REQUIRE(symlink(fifo.c_str(), linkToFifo.c_str()) == 0);
-	CHECK_THAT(loadConfigFile(linkToFifo, {}).error().message, Catch::Contains("is a FIFO"));
+	CHECK_THAT(loadConfig(ConfigLocation::file(linkToFifo), {}).error().message, Catch::Contains("is a FIFO"));
 }
 
 TEST_CASE("a symlink to /dev/zero, a socket: errors at once, nothing read")
@@ -186,7 +187,7 @@ TEST_CASE("a symlink to /dev/zero, a socket: errors at once, nothing read")
 
 	const std::string linkToZero = dir.file("zero");
 	REQUIRE(symlink("/dev/zero", linkToZero.c_str()) == 0);
-	auto fromZero = loadConfigFile(linkToZero, {});
+	auto fromZero = loadConfig(ConfigLocation::file(linkToZero), {});
 	REQUIRE_FALSE(fromZero);
 	CHECK_THAT(fromZero.error().message, Catch::StartsWith(linkToZero + ": is a character device"));
 
@@ -198,12 +199,12 @@ TEST_CASE("a symlink to /dev/zero, a socket: errors at once, nothing read")
 	REQUIRE(socketPath.size() < sizeof(addr.sun_path));
 	std::copy(socketPath.begin(), socketPath.end(), addr.sun_path);
 	REQUIRE(bind(sock.get(), reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0);
-	CHECK_THAT(loadConfigFile(socketPath, {}).error().message, Catch::Contains("is a socket"));
+	CHECK_THAT(loadConfig(ConfigLocation::file(socketPath), {}).error().message, Catch::Contains("is a socket"));
 
 	// A dangling symlink is a missing file: the defaults, as before.
 	const std::string dangling = dir.file("dangling");
 	REQUIRE(symlink(dir.file("nowhere").c_str(), dangling.c_str()) == 0);
-	auto absent = loadConfigFile(dangling, {});
+	auto absent = loadConfig(ConfigLocation::file(dangling), {});
 	REQUIRE(absent);
 	CHECK_FALSE(absent->fromFile);
 }
@@ -220,7 +221,7 @@ TEST_CASE("a file over the 16 MiB cap is refused unread, naming cap, size and fi
 		REQUIRE(ftruncate(fd.get(), static_cast<off_t>(kMaxConfigFileBytes) + 1) == 0);
 	}
 	const auto started = std::chrono::steady_clock::now();
-	auto loaded = loadConfigFile(path, {});
+	auto loaded = loadConfig(ConfigLocation::file(path), {});
 	REQUIRE_FALSE(loaded);
 	CHECK_THAT(loaded.error().message,
 		   Catch::StartsWith(path + ": ") && Catch::Contains("16777217 bytes") &&

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
@@ -216,30 +217,30 @@ TEST_CASE("YAML syntax errors give line and column")
 	CHECK_THAT(tabs, Catch::StartsWith(kSource + ":2:"));
 }
 
-TEST_CASE("loadConfigFile: a missing file means defaults, a present one is parsed")
+TEST_CASE("loadConfig: a missing file means defaults, a present one is parsed")
 {
 	char dir[] = "/tmp/ipmasq-config-test-XXXXXX";
 	REQUIRE(mkdtemp(dir));
 	const std::string path = std::string(dir) + "/ip-masq-agent";
 
-	auto missing = loadConfigFile(path, {});
+	auto missing = loadConfig(ConfigLocation::file(path), {});
 	REQUIRE(missing);
 	CHECK_FALSE(missing->fromFile);
 	CHECK(missing->config == defaultConfig({}));
 
 	std::ofstream(path) << "nonMasqueradeCIDRs: [198.51.100.0/24]\n";
-	auto present = loadConfigFile(path, {});
+	auto present = loadConfig(ConfigLocation::file(path), {});
 	REQUIRE(present);
 	CHECK(present->fromFile);
 	CHECK(cidrs(present->config) == std::vector<std::string>{"198.51.100.0/24"});
 
 	std::ofstream(path) << "nonMasqueradeCIDRs: [198.51.100.1/24]\n";
-	auto bad = loadConfigFile(path, {});
+	auto bad = loadConfig(ConfigLocation::file(path), {});
 	REQUIRE_FALSE(bad);
 	CHECK_THAT(bad.error().message, Catch::StartsWith(path + ":1:"));
 
 	// A directory is not a config (a ConfigMap volume path without the key's file name).
-	auto directory = loadConfigFile(dir, {});
+	auto directory = loadConfig(ConfigLocation::file(dir), {});
 	REQUIRE_FALSE(directory);
 	CHECK_THAT(directory.error().message, Catch::Contains("is a directory"));
 

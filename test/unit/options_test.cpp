@@ -261,3 +261,26 @@ TEST_CASE("--config and --config-dir exclude each other; --config-dir needs a di
 						     Catch::Contains("exclude each other"));
 	CHECK_THAT(parseError({"--config-dir="}), Catch::Contains("--config-dir needs a directory"));
 }
+
+TEST_CASE("--explain and --explain-source: repeatable addresses, a bad one names the flag")
+{
+	const AgentOptions o = parseOk({"--explain=10.1.2.3", "-explain", "2001:db8::1",
+					"--explain-source=10.244.0.5", "--enable-ipv6"});
+	REQUIRE(o.explain.size() == 2);
+	CHECK(o.explain[0].toString() == "10.1.2.3");
+	CHECK(o.explain[1].toString() == "2001:db8::1");
+	REQUIRE(o.explainSources.size() == 1);
+	CHECK(o.explainSources[0].toString() == "10.244.0.5");
+	CHECK(parseOk({}).explain.empty());
+
+	CHECK(parseError({"--explain=10.0.0.300"}) ==
+	      "--explain: address \"10.0.0.300\" could not be parsed: it is not a valid IPv4 address "
+	      "(write one address, such as 192.0.2.1)");
+	CHECK(parseError({"--explain=10.0.0.0/8"}).starts_with("--explain: address \"10.0.0.0/8\" is a CIDR"));
+	CHECK(parseError({"--explain="}).starts_with("--explain: address \"\" is empty"));
+	CHECK(parseError({"--explain=10.0.0.1", "--explain-source=x\n"}).starts_with(
+		"--explain-source: address \"x\\n\" could not be parsed"));
+	CHECK(parseError({"--explain-source=10.0.0.1"}).starts_with("--explain-source needs --explain"));
+	CHECK(parseError({"--explain=10.0.0.1", "--dry-run"}) ==
+	      "--dry-run, --once, --cleanup and --explain exclude each other: pick one");
+}

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/explain.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
 
@@ -156,7 +158,7 @@ void checkAgainstOracle(Family family, uint64_t seed)
 			const bool expected = oracleMasqueraded(config, address);
 			INFO("seed " << seed << " round " << round << " address " << address.toString());
 			REQUIRE(resolved.contains(address) == !expected);
-			REQUIRE(decideDestination(config, address).masqueraded == expected);
+			REQUIRE(explainDecision(config, address).masqueraded == expected);
 		}
 	}
 }
@@ -171,7 +173,7 @@ std::vector<std::string> rangesOf(const IntervalSet &set)
 
 LoadedConfig loadOk(const std::string &text, ConfigFlags flags = {})
 {
-	auto loaded = parseConfigText(text, kSource, flags);
+	auto loaded = loadConfigContent(ConfigContent::single(kSource, text), flags);
 	INFO(text << (loaded ? "" : loaded.error().message));
 	REQUIRE(loaded);
 	return *loaded;
@@ -199,8 +201,8 @@ TEST_CASE("the issue's example: 10.1.2.x kept, the rest of 10.1.x masqueraded, t
 	CHECK(rangesOf(resolveNonMasquerade(loaded.config, Family::ipv4)) ==
 	      std::vector<std::string>{"10.0.0.0/16", "10.1.2.0/24", "10.2.0.0-10.255.255.255",
 				       "169.254.0.0-169.254.169.253", "169.254.169.255-169.254.255.255"});
-	const DestinationDecision decision =
-		decideDestination(loaded.config, parsePrefix("10.1.3.4/32")->network);
+	const ExplainDecision decision =
+		explainDecision(loaded.config, parsePrefix("10.1.3.4/32")->network);
 	CHECK(decision.masqueraded);
 	REQUIRE(decision.decidedBy);
 	CHECK(decision.decidedBy->prefix.toString() == "10.1.0.0/16");
@@ -254,12 +256,12 @@ TEST_CASE("an exception no non-masquerade prefix covers gets one warning naming 
 
 TEST_CASE("the same prefix in both lists is an error naming both entries")
 {
-	auto loaded = parseConfigText(std::string("nonMasqueradeCIDRs:\n"
-						  "  - 192.168.0.0/16\n"
-						  "  - 10.0.0.0/8\n"
-						  "masqueradeCIDRs:\n"
-						  "  - 10.0.0.0/8\n"),
-				      kSource, {});
+	auto loaded = loadConfigContent(ConfigContent::single(kSource, "nonMasqueradeCIDRs:\n"
+									   "  - 192.168.0.0/16\n"
+									   "  - 10.0.0.0/8\n"
+									   "masqueradeCIDRs:\n"
+									   "  - 10.0.0.0/8\n"),
+					{});
 	REQUIRE_FALSE(loaded);
 	CHECK(loaded.error().message ==
 	      kSource + ":5: masqueradeCIDRs: 10.0.0.0/8 is also listed in nonMasqueradeCIDRs at " +

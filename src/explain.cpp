@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: Apache-2.0
+// --explain: the decision for each address by a scan of the config, the source check, and the
+// comparison with the kernel's sets.
+#include "ip-masq-agent/explain.h"
+
+#include <cerrno>
+#include <cstring>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <memory>
+#include <netinet/in.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/policy.h"
+
+namespace ipmasq {
+
+namespace {
+
+// The source sets of masqueradeSourceCIDRs, compared only when the kernel's table has them.
+const char *sourceSetName(Family family)
+{
+	return family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6;
+}
+
+bool covers(const Prefix &prefix, const Address &address)
+{
+	return prefix.network.family == address.family && prefix.first() <= address &&
+	       address <= prefix.last();
+}
+
+// The longest prefix of `prefixes` covering `address`; the first listed among equals.
+const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address &address)
+{
+	const Prefix *best = nullptr;
+	for (const Prefix &prefix : prefixes)
+		if (covers(prefix, address) && (!best || prefix.length > best->length))
+			best = &prefix;
+	return best;
+}
+
+bool masqLinkLocal(const Config &config, Family family)
+{
+	return family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6;
+}
+
+std::string describeEntry(const Config &config, const ExplainEntry &entry)
+{
+	switch (entry.kind) {
+	case ExplainEntry::Kind::nonMasquerade:
+		if (!config.nonMasqueradeCIDRsGiven || entry.prefix.origin.builtIn())
+			return fmt::format("built-in default {}", entry.prefix.toString());
+		return fmt::format("nonMasqueradeCIDRs {} ({})", entry.prefix.toString(),
+				   describeOrigin(config, entry.prefix.origin));
+	case ExplainEntry::Kind::linkLocal:
+		return fmt::format("link-local {}", entry.prefix.toString());
+	case ExplainEntry::Kind::masquerade:
+		return fmt::format("masqueradeCIDRs {} ({})", entry.prefix.toString(),
+				   describeOrigin(config, entry.prefix.origin));
+	}
+	return {};
+}
+
+std::string describeDecision(const Config &config, const ExplainDecision &decision)
+{
+	std::string text = decision.masqueraded ? "masqueraded: " : "not masqueraded: ";
+	if (!decision.decidedBy)
+		return text + "no entry covers it";
+	text += describeEntry(config, *decision.decidedBy);
+	if (decision.decidedBy->kind == ExplainEntry::Kind::linkLocal)
+		text += decision.decidedBy->prefix.network.family == Family::ipv4
+			? " (masqLinkLocal is false)"
+			: " (masqLinkLocalIPv6 is false)";
+	if (decision.overrides)
+		text += " overrides " + describeEntry(config, *decision.overrides);
+	return text;
+}
+
+std::vector<Prefix> ofFamily(const std::vector<Prefix> &prefixes, Family family)
+{
+	std::vector<Prefix> out;
+	for (const Prefix &prefix : prefixes)
+		if (prefix.network.family == family)
+			out.push_back(prefix);
+	return out;
+}
+
+std::vector<Address> ofFamily(const std::vector<Address> &addresses, Family family)
+{
+	std::vector<Address> out;
+	for (const Address &address : addresses)
+		if (address.family == family)
+			out.push_back(address);
+	return out;
+}
+
+// The masqueradeSourceCIDRs part of a line: empty when the source does not matter.
+std::string describeSources(const Config &config, const ExplainContext &context,
+			    const Address &destination, bool masqueraded)
+{
+	const Family family = destination.family;
+	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
+	const std::vector<Address> sources = ofFamily(context.sources, family);
+	if (allowed.empty())
+		return sources.empty() ? std::string()
+				       : fmt::format("; any source: masqueradeSourceCIDRs lists no {} prefix",
+						     familyName(family));
+	if (sources.empty())
+		return masqueraded ? fmt::format("; only from sources in masqueradeSourceCIDRs ({} {} "
+						 "{}): the agent leaves other sources alone",
+						 allowed.size(), familyName(family),
+						 allowed.size() == 1 ? "entry" : "entries")
+				   : std::string();
+	std::string text;
+	for (const Address &source : sources) {
+		const Prefix *entry = longestCovering(allowed, source);
+		if (entry)
+			text += fmt::format("; from {}: {}: source in masqueradeSourceCIDRs {} ({})",
+					    source.toString(),
+					    masqueraded ? "masqueraded" : "not masqueraded",
+					    entry->toString(), describeOrigin(config, entry->origin));
+		else
+			text += fmt::format("; from {}: not masqueraded: source in no masqueradeSourceCIDRs "
+					    "entry, so the agent leaves it alone whatever the destination",
+					    source.toString());
+	}
+	return text;
+}
+
+const AddressSet *findSet(const std::vector<AddressSet> &sets, std::string_view name)
+{
+	for (const AddressSet &set : sets)
+		if (set.name == name)
+			return &set;
+	return nullptr;
+}
+
+// Where the kernel's source set differs from the config, for the sources asked about.
+void compareSourceSet(const Config &config, const ExplainContext &context, Family family,
+		      std::vector<std::string> &differences)
+{
+	const char *name = sourceSetName(family);
+	const AddressSet *set = findSet(context.kernel.sets, name);
+	const std::vector<Address> sources = ofFamily(context.sources, family);
+	if (!set || sources.empty())
+		return;
+	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
+	if (allowed.empty()) {
+		differences.push_back(fmt::format("it has set {} although masqueradeSourceCIDRs lists "
+						  "no {} prefix", name, familyName(family)));
+		return;
+	}
+	for (const Address &source : sources) {
+		const bool inKernel = set->elements.contains(source);
+		if (inKernel != (longestCovering(allowed, source) != nullptr))
+			differences.push_back(fmt::format("its set {} {} source {}", name,
+							  inKernel ? "holds" : "does not hold",
+							  source.toString()));
+	}
+}
+
+// The live check: "; the kernel agrees", what differs, or why it could not be checked.
+// `masqueraded` is the config's decision (set membership, before the local check).
+std::string describeKernel(const Config &config, const ExplainContext &context,
+			   const Address &destination, bool masqueraded)
+{
+	const KernelView &kernel = context.kernel;
+	switch (kernel.state) {
+	case KernelView::State::noPermission:
+		return "; could not check the kernel: no CAP_NET_ADMIN";
+	case KernelView::State::unreadable:
+		return fmt::format("; could not check the kernel: {}", escaped(kernel.problem));
+	case KernelView::State::tableAbsent:
+		return fmt::format("; the kernel disagrees: table inet {} is not in the kernel, so the "
+				   "agent masquerades nothing here", context.table);
+	case KernelView::State::sets:
+		break;
+	}
+
+	const Family family = destination.family;
+	const char *setName = family == Family::ipv4 ? kSetNameV4 : kSetNameV6;
+	const AddressSet *set = findSet(kernel.sets, setName);
+	std::vector<std::string> differences;
+	if (family == Family::ipv6 && !context.enableIpv6) {
+		if (set)
+			differences.push_back(fmt::format("its table has set {}, as if applied with "
+							  "--enable-ipv6", setName));
+	} else if (!set) {
+		differences.push_back(fmt::format("table inet {} has no set {}", context.table, setName));
+	} else {
+		const bool inSet = set->elements.contains(destination);
+		if (inSet == masqueraded)
+			differences.push_back(fmt::format("its set {} {} it, so the kernel {}", setName,
+							  inSet ? "holds" : "does not hold",
+							  inSet ? "does not masquerade it" : "masquerades it"));
+		compareSourceSet(config, context, family, differences);
+	}
+	if (differences.empty())
+		return "; the kernel agrees";
+	return fmt::format("; the kernel disagrees: {} (the table is stale, was edited, or was made "
+			   "from another config or other flags)",
+			   fmt::join(differences, ", "));
+}
+
+bool isLocal(const ExplainContext &context, const Address &address)
+{
+	for (const Prefix &prefix : context.localPrefixes)
+		if (covers(prefix, address))
+			return true;
+	return false;
+}
+
+std::string explainDestination(const Config &config, const ExplainContext &context,
+			       const Address &destination)
+{
+	const std::string head = destination.toString() + ": ";
+	if (destination.family == Family::ipv6 && !context.enableIpv6)
+		return head + "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
+		       describeKernel(config, context, destination, false);
+
+	const ExplainDecision decision = explainDecision(config, destination);
+	const std::string kernel = describeKernel(config, context, destination, decision.masqueraded);
+	if (isLocal(context, destination))
+		return head + "not masqueraded: a local address of this host (fib daddr type local "
+			      "never enters the agent's chain); by the config alone: " +
+		       describeDecision(config, decision) + kernel;
+	return head + describeDecision(config, decision) +
+	       describeSources(config, context, destination, decision.masqueraded) + kernel;
+}
+
+} // namespace
+
+ExplainDecision explainDecision(const Config &config, const Address &destination)
+{
+	const Family family = destination.family;
+	// The most specific non-masquerade entry: the config's list first, so that among
+	// equals an entry the user wrote is named rather than the link-local default.
+	std::optional<ExplainEntry> nonMasquerade;
+	if (const Prefix *entry = longestCovering(config.nonMasqueradeCIDRs, destination))
+		nonMasquerade = ExplainEntry{ExplainEntry::Kind::nonMasquerade, *entry};
+	if (!masqLinkLocal(config, family)) {
+		const Prefix linkLocal = linkLocalPrefix(family);
+		if (covers(linkLocal, destination) &&
+		    (!nonMasquerade || linkLocal.length > nonMasquerade->prefix.length))
+			nonMasquerade = ExplainEntry{ExplainEntry::Kind::linkLocal, linkLocal};
+	}
+	std::optional<ExplainEntry> masquerade;
+	if (const Prefix *entry = longestCovering(config.masqueradeCIDRs, destination))
+		masquerade = ExplainEntry{ExplainEntry::Kind::masquerade, *entry};
+
+	ExplainDecision decision;
+	if (masquerade && (!nonMasquerade || masquerade->prefix.length >= nonMasquerade->prefix.length)) {
+		decision.masqueraded = true;
+		decision.decidedBy = std::move(masquerade);
+		decision.overrides = std::move(nonMasquerade);
+	} else if (nonMasquerade) {
+		decision.masqueraded = false;
+		decision.decidedBy = std::move(nonMasquerade);
+		decision.overrides = std::move(masquerade);
+	}
+	return decision;
+}
+
+std::vector<std::string> explainDestinations(const Config &config, const ExplainContext &context,
+					     const std::vector<Address> &destinations)
+{
+	std::vector<std::string> lines;
+	lines.reserve(destinations.size());
+	for (const Address &destination : destinations)
+		lines.push_back(explainDestination(config, context, destination));
+	return lines;
+}
+
+namespace {
+
+struct IfaddrsDeleter {
+	void operator()(ifaddrs *list) const { freeifaddrs(list); }
+};
+
+unsigned maskLength(const sockaddr_in &mask)
+{
+	return static_cast<unsigned>(__builtin_popcount(ntohl(mask.sin_addr.s_addr)));
+}
+
+} // namespace
+
+Result<std::vector<Prefix>> readLocalPrefixes()
+{
+	ifaddrs *raw = nullptr;
+	if (getifaddrs(&raw) != 0)
+		return fail(fmt::format("cannot list this host's addresses: {}", std::strerror(errno)),
+			    errno);
+	const std::unique_ptr<ifaddrs, IfaddrsDeleter> list(raw);
+	std::vector<Prefix> out;
+	for (const ifaddrs *ifa = list.get(); ifa; ifa = ifa->ifa_next) {
+		if (!ifa->ifa_addr)
+			continue;
+		Prefix prefix;
+		if (ifa->ifa_addr->sa_family == AF_INET) {
+			const auto *in = reinterpret_cast<const sockaddr_in *>(ifa->ifa_addr);
+			prefix.network = Address{Family::ipv4, ntohl(in->sin_addr.s_addr)};
+			prefix.length = 32;
+			// The kernel routes a loopback interface's whole network as local
+			// (local 127.0.0.0/8 dev lo) once the interface is up.
+			if ((ifa->ifa_flags & IFF_LOOPBACK) && (ifa->ifa_flags & IFF_UP) && ifa->ifa_netmask) {
+				prefix.length = maskLength(*reinterpret_cast<const sockaddr_in *>(ifa->ifa_netmask));
+				prefix.network.value &= ~((AddressValue(1) << (32 - prefix.length)) - 1);
+			}
+		} else if (ifa->ifa_addr->sa_family == AF_INET6) {
+			const auto *in6 = reinterpret_cast<const sockaddr_in6 *>(ifa->ifa_addr);
+			AddressValue value = 0;
+			for (const uint8_t byte : in6->sin6_addr.s6_addr)
+				value = (value << 8) | byte;
+			prefix.network = Address{Family::ipv6, value};
+			prefix.length = 128;
+		} else {
+			continue;
+		}
+		out.push_back(std::move(prefix));
+	}
+	return out;
+}
+
+KernelView readKernelView(const std::string &table)
+{
+	KernelView view;
+	const auto failed = [&view](const Error &error) {
+		view.state = error.errnum == EPERM ? KernelView::State::noPermission
+						   : KernelView::State::unreadable;
+		view.problem = error.message;
+		return view;
+	};
+	auto backend = NetlinkBackend::open();
+	if (!backend)
+		return failed(backend.error());
+	auto sets = (*backend)->readAddressSets(table);
+	if (!sets)
+		return failed(sets.error());
+	if (!*sets) {
+		view.state = KernelView::State::tableAbsent;
+		return view;
+	}
+	view.state = KernelView::State::sets;
+	view.sets = std::move(**sets);
+	return view;
+}
+
+} // namespace ipmasq

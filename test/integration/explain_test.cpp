@@ -1,0 +1,203 @@
+// SPDX-License-Identifier: Apache-2.0
+// --explain against the real kernel: agreement with a table --once applied, a deleted element,
+// a deleted table, no CAP_NET_ADMIN, a malformed address. Runs in a private network namespace.
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <fmt/format.h>
+
+#include "agent_process.h"
+#include "netns.h"
+
+using namespace ipmasq::test;
+
+namespace {
+
+struct Explained {
+	int status = -1;
+	std::string out; // stdout only: the lines
+	std::string all; // stdout and stderr
+};
+
+// Runs the agent with `args`, optionally through `prefix` (setpriv ...).
+Explained explain(const std::string &args, const std::string &prefix = "")
+{
+	Explained result;
+	const std::string command = fmt::format("{} {} {}", prefix, agentBinary(), args);
+	result.status = run(command + " 2>/dev/null", &result.out);
+	run(command, &result.all, true);
+	INFO(command << "\n" << result.all);
+	return result;
+}
+
+std::vector<std::string> lines(const std::string &text)
+{
+	std::vector<std::string> out;
+	size_t start = 0;
+	for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+		out.push_back(text.substr(start, end - start));
+	if (start < text.size())
+		out.push_back(text.substr(start));
+	return out;
+}
+
+void applyOnce(const std::vector<std::string> &args)
+{
+	AgentProcess once(args);
+	INFO(once.log());
+	REQUIRE(once.wait() == 0);
+}
+
+// A directory and config file the unprivileged run can read too.
+void makeReadable(const TempDir &dir, const std::string &file)
+{
+	REQUIRE(chmod(dir.path().c_str(), 0755) == 0);
+	REQUIRE(chmod(dir.file(file).c_str(), 0644) == 0);
+}
+
+const std::string kUnprivileged = "setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all";
+
+} // namespace
+
+TEST_CASE("--explain: the kernel agrees with --once's table, and each way it stops agreeing is said")
+{
+	TempDir dir;
+	dir.write("config", "nonMasqueradeCIDRs: [198.18.0.0/15, 203.0.113.0/24, 2001:db8:1::/48]\n");
+	makeReadable(dir, "config");
+	const std::string config = "--config=" + dir.file("config") + " --enable-ipv6";
+	applyOnce({"--once", "--config=" + dir.file("config"), "--enable-ipv6"});
+
+	Explained result = explain(config + " --explain=198.18.5.5 --explain=192.0.2.1 "
+					    "--explain=169.254.1.1 --explain=127.0.0.1 "
+					    "--explain=2001:db8:1::1 --explain=2001:db8:2::1 "
+					    "--explain=127.0.0.53");
+	CHECK(result.status == 0);
+	std::vector<std::string> explained = lines(result.out);
+	REQUIRE(explained.size() == 7);
+	CHECK_THAT(explained[0], Catch::StartsWith("198.18.5.5: not masqueraded: ") &&
+					 Catch::Contains(" 198.18.0.0/15") &&
+					 Catch::EndsWith("; the kernel agrees"));
+	CHECK(explained[1] == "192.0.2.1: masqueraded: no entry covers it; the kernel agrees");
+	CHECK(explained[2] == "169.254.1.1: not masqueraded: link-local 169.254.0.0/16 "
+			      "(masqLinkLocal is false); the kernel agrees");
+	CHECK(explained[3] == "127.0.0.1: not masqueraded: a local address of this host (fib daddr "
+			      "type local never enters the agent's chain); by the config alone: "
+			      "masqueraded: no entry covers it; the kernel agrees");
+	CHECK_THAT(explained[4], Catch::StartsWith("2001:db8:1::1: not masqueraded: ") &&
+					 Catch::Contains(" 2001:db8:1::/48") &&
+					 Catch::EndsWith("; the kernel agrees"));
+	CHECK(explained[5] == "2001:db8:2::1: masqueraded: no entry covers it; the kernel agrees");
+	// The loopback interface's whole network is local (local 127.0.0.0/8 dev lo).
+	CHECK_THAT(explained[6], Catch::StartsWith("127.0.0.53: not masqueraded: a local address"));
+
+	SECTION("an element deleted by hand")
+	{
+		runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }'");
+		result = explain(config + " --explain=203.0.113.9 --explain=198.18.5.5");
+		CHECK(result.status == 0);
+		explained = lines(result.out);
+		REQUIRE(explained.size() == 2);
+		CHECK_THAT(explained[0], Catch::StartsWith("203.0.113.9: not masqueraded: ") &&
+						 Catch::EndsWith("; the kernel disagrees: its set nomasq-v4 "
+								 "does not hold it, so the kernel masquerades "
+								 "it (the table is stale, was edited, or was "
+								 "made from another config or other flags)"));
+		CHECK_THAT(explained[1], Catch::EndsWith("; the kernel agrees"));
+	}
+	SECTION("a table applied with --enable-ipv6, explained without it")
+	{
+		// Without --enable-ipv6 an IPv6 entry is refused: the same config minus that.
+		dir.write("ipv4-only", "nonMasqueradeCIDRs: [198.18.0.0/15, 203.0.113.0/24]\n");
+		result = explain("--config=" + dir.file("ipv4-only") + " --explain=2001:db8:2::1");
+		CHECK(result.status == 0);
+		CHECK(result.out == "2001:db8:2::1: not masqueraded: the agent leaves IPv6 alone without "
+				    "--enable-ipv6; the kernel disagrees: its table has set nomasq-v6, as "
+				    "if applied with --enable-ipv6 (the table is stale, was edited, or was "
+				    "made from another config or other flags)\n");
+	}
+	SECTION("the table deleted")
+	{
+		runOrFail("nft delete table inet ip-masq-agent");
+		result = explain(config + " --explain=192.0.2.1");
+		CHECK(result.status == 0);
+		CHECK(result.out == "192.0.2.1: masqueraded: no entry covers it; the kernel disagrees: "
+				    "table inet ip-masq-agent is not in the kernel, so the agent "
+				    "masquerades nothing here\n");
+	}
+	SECTION("another --table is looked up")
+	{
+		result = explain(config + " --table=other --explain=192.0.2.1");
+		CHECK(result.status == 0);
+		CHECK_THAT(result.out, Catch::Contains("table inet other is not in the kernel"));
+	}
+	SECTION("without CAP_NET_ADMIN it still explains, and says it could not check")
+	{
+		result = explain(config + " --explain=198.18.5.5 --explain=192.0.2.1", kUnprivileged);
+		CHECK(result.status == 0);
+		explained = lines(result.out);
+		REQUIRE(explained.size() == 2);
+		CHECK_THAT(explained[0], Catch::StartsWith("198.18.5.5: not masqueraded: ") &&
+						 Catch::EndsWith("; could not check the kernel: no CAP_NET_ADMIN"));
+		CHECK(explained[1] == "192.0.2.1: masqueraded: no entry covers it; could not check the "
+				      "kernel: no CAP_NET_ADMIN");
+		CHECK_THAT(result.all, !Catch::Contains("error"));
+	}
+	(void)run("nft delete table inet ip-masq-agent 2>/dev/null");
+}
+
+TEST_CASE("--explain: a malformed address is a flag error naming it, exit status 2")
+{
+	for (const std::string bad : {"10.0.0.300", "10.0.0.0/8", "", "2001:db8::g"}) {
+		const Explained result = explain("--config=/nonexistent --explain=192.0.2.1 '--explain=" + bad + "'");
+		CHECK(result.status == 2);
+		CHECK(result.out.empty());
+		CHECK_THAT(result.all, Catch::Contains("--explain: address \"" + bad + "\""));
+	}
+	const Explained source = explain("--config=/nonexistent --explain=192.0.2.1 --explain-source=nope");
+	CHECK(source.status == 2);
+	CHECK_THAT(source.all, Catch::Contains("--explain-source: address \"nope\""));
+}
+
+TEST_CASE("--explain: a config that cannot be loaded is an error, as for --dry-run")
+{
+	TempDir dir;
+	dir.write("config", "nonMasqueradeCIDRs: [192.0.2.1/24]\n");
+	const Explained result = explain("--config=" + dir.file("config") + " --explain=192.0.2.1");
+	CHECK(result.status == 1);
+	CHECK(result.out.empty());
+	CHECK_THAT(result.all, Catch::Contains("host bits are set"));
+}
+
+// Needs the parser of issue 9's parts 1 and 3 (masqueradeCIDRs, masqueradeSourceCIDRs, the
+// entries' file and line): until it is merged, the agent warns that the keys are unknown
+// and this test stops there, with a warning.
+TEST_CASE("--explain: file:line of each entry, an exception, sources, and the kernel's source set")
+{
+	TempDir dir;
+	dir.write("config", "nonMasqueradeCIDRs: [198.18.0.0/15]\n"
+			    "masqueradeCIDRs: [198.18.7.0/24]\n"
+			    "masqueradeSourceCIDRs: [198.51.100.0/24]\n");
+	const std::string config = "--config=" + dir.file("config");
+	Explained result = explain(config + " --explain=198.18.7.1");
+	if (result.all.find("ignoring unknown key") != std::string::npos) {
+		WARN("skipped until the masqueradeCIDRs parser is merged: " << result.all);
+		return;
+	}
+	applyOnce({"--once", config});
+	result = explain(config + " --explain=198.18.7.1 --explain=198.18.6.1 "
+				  "--explain-source=198.51.100.5 --explain-source=203.0.113.5");
+	CHECK(result.status == 0);
+	const std::vector<std::string> explained = lines(result.out);
+	REQUIRE(explained.size() == 2);
+	const std::string file = dir.file("config");
+	CHECK(explained[0] == fmt::format(
+		"198.18.7.1: masqueraded: masqueradeCIDRs 198.18.7.0/24 ({0}:2) overrides "
+		"nonMasqueradeCIDRs 198.18.0.0/15 ({0}:1); from 198.51.100.5: masqueraded: source in "
+		"masqueradeSourceCIDRs 198.51.100.0/24 ({0}:3); from 203.0.113.5: not masqueraded: "
+		"source in no masqueradeSourceCIDRs entry, so the agent leaves it alone whatever the "
+		"destination; the kernel agrees", file));
+	CHECK_THAT(explained[1], Catch::StartsWith(fmt::format(
+		"198.18.6.1: not masqueraded: nonMasqueradeCIDRs 198.18.0.0/15 ({}:1); ", file)));
+	(void)run("nft delete table inet ip-masq-agent 2>/dev/null");
+}

@@ -3,6 +3,7 @@
 // with upstream's semantics and errors that name file, line, key, value and fix.
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/plain_yaml.h"
 #include "ip-masq-agent/unique_fd.h"
 
 #include <algorithm>
@@ -901,7 +902,10 @@ Result<LoadedConfig> ConfigHandler::finish()
 	return std::move(loaded_);
 }
 
-Result<LoadedConfig> parseText(std::string_view text, const std::string &source, const ConfigFlags &flags)
+enum class Scanner { plainFirst, yamlCppOnly };
+
+Result<LoadedConfig> parseText(std::string_view text, const std::string &source, const ConfigFlags &flags,
+			       Scanner scanner)
 {
 	ConfigHandler handler(source, flags);
 	TextStreamBuf buffer(text);
@@ -913,6 +917,9 @@ Result<LoadedConfig> parseText(std::string_view text, const std::string &source,
 					escaped(source), mark.line + 1, mark.column + 1, escaped(what)));
 	};
 	try {
+		// The common case, fast (plain_yaml.h); yaml-cpp reads everything else.
+		if (scanner == Scanner::plainFirst && scanPlainYaml(text, handler))
+			return handler.finish();
 		YAML::Parser parser(stream);
 		// A second document is refused in OnDocumentStart, as soon as it starts.
 		while (parser.HandleNextDocument(handler)) {
@@ -957,7 +964,13 @@ Config defaultConfig(const ConfigFlags &flags)
 Result<LoadedConfig> parseConfig(std::string_view text, const std::string &source,
 				 const ConfigFlags &flags)
 {
-	return parseText(text, source, flags);
+	return parseText(text, source, flags, Scanner::plainFirst);
+}
+
+Result<LoadedConfig> parseConfigWithYamlCpp(std::string_view text, const std::string &source,
+					    const ConfigFlags &flags)
+{
+	return parseText(text, source, flags, Scanner::yamlCppOnly);
 }
 
 namespace {

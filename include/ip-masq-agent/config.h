@@ -101,6 +101,10 @@ Config defaultConfig(const ConfigFlags &flags);
 // (aliases are looked up, never expanded; see docs/configuration.md for the policy).
 Result<LoadedConfig> parseConfig(std::string_view text, const std::string &source,
 				 const ConfigFlags &flags);
+// The same through yaml-cpp's own scanner only, never the fast one (plain_yaml.h): the
+// reference that the tests and the fuzzer hold the fast path to.
+Result<LoadedConfig> parseConfigWithYamlCpp(std::string_view text, const std::string &source,
+					    const ConfigFlags &flags);
 
 // The file's bytes, or nullopt if it does not exist (which means all defaults). The path
 // (symlinks followed) must be a regular file of at most kMaxConfigFileBytes: a FIFO, a

@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config cidr duration port_ranges priority command_line)
+[ ${#targets[@]} -gt 0 ] || targets=(config plain_yaml cidr duration port_ranges priority command_line)
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 artifacts=${FUZZ_ARTIFACTS:-$(mktemp -d /tmp/ip-masq-agent-fuzz-artifacts.XXXXXX)}
 mkdir -p "$artifacts"

@@ -440,7 +440,7 @@ private:
 	void onCidrListStart(ListId list, const YAML::Mark &mark);
 	void onCidr(const Value &item);
 	void checkListAgainstLimit(ListId list);
-	std::string itemKey() const;
+	std::string itemKey(size_t index) const;
 	CidrList &currentList() { return lists_[static_cast<size_t>(currentList_)]; }
 	void readInt(const Value &value, Key key, int &out);
 	void readBool(const Value &value, Key key, bool &out);
@@ -627,7 +627,7 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 				   kind == Kind::list ? "a list" : "a mapping"));
 	case State::cidrs:
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
-				   where(mark, itemKey()), kind == Kind::list ? "a list" : "a mapping"));
+				   where(mark, itemKey(currentList().count)), kind == Kind::list ? "a list" : "a mapping"));
 	case State::skip:
 		// The root mapping and the unknown key's value are two levels already.
 		if (++skipDepth_ + 1 > kMaxConfigDepth)
@@ -720,6 +720,7 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 		return;
 	case Key::cidrLimit:
 		readInt(value, key, loaded_.config.cidrLimit);
+		loaded_.cidrLimitGiven = value.kind != Kind::null;
 		cidrLimitFinal_ = true;
 		// A list before cidrLimit was only checked against the hard maximum.
 		for (size_t i = 0; i < kCidrLists; i++)
@@ -740,11 +741,10 @@ void ConfigHandler::onCidrListStart(ListId list, const YAML::Mark &mark)
 	state_ = State::cidrs;
 }
 
-// "masqueradeCIDRs[3]": the list being read and the index of its next entry.
-std::string ConfigHandler::itemKey() const
+// "masqueradeCIDRs[3]": the list being read and the index of an entry.
+std::string ConfigHandler::itemKey(size_t index) const
 {
-	return fmt::format("{}[{}]", keyName(keyOf(currentList_)),
-			   lists_[static_cast<size_t>(currentList_)].count);
+	return fmt::format("{}[{}]", keyName(keyOf(currentList_)), index);
 }
 
 // cidrLimit bounds each list on its own.
@@ -760,23 +760,25 @@ void ConfigHandler::checkListAgainstLimit(ListId id)
 
 void ConfigHandler::onCidr(const Value &item)
 {
-	const std::string key = itemKey();
+	// Formatted only for a message: this runs for each of up to a million entries.
+	const size_t index = currentList().count;
+	const auto here = [&] { return where(item.mark, itemKey(index)); };
 	if (item.kind != Kind::scalar)
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
-				   where(item.mark, key), item.describe()));
+				   here(), item.describe()));
 	const std::string_view text = item.text;
 	// parsePrefix quotes its input into its messages as it is: give it only short text
 	// that prints as itself.
 	if (text.size() > kMaxValueBytes || !printsVerbatim(text))
 		refuse(fmt::format("{}CIDR {} could not be parsed: a CIDR is an address, \"/\" and a "
 				   "length, such as \"10.0.0.0/8\" or \"2001:db8::/32\"",
-				   where(item.mark, key), shown(text)));
+				   here(), shown(text)));
 	auto prefix = parsePrefix(text);
 	if (!prefix)
-		throw Refusal{prefix.error().withContext(where(item.mark, key))};
+		throw Refusal{prefix.error().withContext(here())};
 	if (prefix->network.family == Family::ipv6 && !flags_.enableIpv6)
 		refuse(fmt::format("{}{} is an IPv6 CIDR but IPv6 is not enabled: start the agent with "
-				   "--enable-ipv6, or remove this entry", where(item.mark, key), shown(text)));
+				   "--enable-ipv6, or remove this entry", here(), shown(text)));
 
 	CidrList &list = currentList();
 	const size_t count = ++list.count;
@@ -785,10 +787,10 @@ void ConfigHandler::onCidr(const Value &item)
 	if (count > kMaxNonMasqueradeCIDRs)
 		refuse(fmt::format("{}more than {} entries, the most the agent takes whatever "
 				   "cidrLimit says. Merge adjacent CIDRs into shorter prefixes",
-				   where(item.mark, key), kMaxNonMasqueradeCIDRs));
+				   here(), kMaxNonMasqueradeCIDRs));
 	if (cidrLimitFinal_ && count > static_cast<size_t>(loaded_.config.cidrLimit))
 		refuse(fmt::format("{}{} entries or more, more than cidrLimit ({}{}). Remove entries, "
-				   "or raise cidrLimit in the same file", where(item.mark, key), count,
+				   "or raise cidrLimit in the same file", here(), count,
 				   loaded_.config.cidrLimit, limitNote(currentList_)));
 	list.staged.push_back(StagedPrefix::of(*prefix, static_cast<uint32_t>(item.mark.line + 1)));
 }
@@ -861,6 +863,7 @@ void ConfigHandler::readDuration(const Value &value)
 		*duration = kMinResyncInterval;
 	}
 	loaded_.config.resyncInterval = *duration;
+	loaded_.resyncIntervalGiven = true;
 }
 
 Result<LoadedConfig> ConfigHandler::finish()

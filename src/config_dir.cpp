@@ -220,8 +220,6 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 
 	LoadedConfig merged;
 	Config &out = merged.config;
-	out.cidrLimit = 0;
-	out.resyncInterval = Duration::max();
 	for (LoadedConfig &part : parts) {
 		Config &in = part.config;
 		const auto offset = static_cast<uint32_t>(out.files.size());
@@ -233,8 +231,16 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 		appendRemapped(out.masqueradeSourceCIDRs, std::move(in.masqueradeSourceCIDRs), offset);
 		out.masqLinkLocal = out.masqLinkLocal || in.masqLinkLocal;
 		out.masqLinkLocalIPv6 = out.masqLinkLocalIPv6 || in.masqLinkLocalIPv6;
-		out.cidrLimit = std::max(out.cidrLimit, in.cidrLimit);
-		out.resyncInterval = std::min(out.resyncInterval, in.resyncInterval);
+		// A file that leaves a key out does not vote with the default.
+		if (part.cidrLimitGiven)
+			out.cidrLimit = merged.cidrLimitGiven ? std::max(out.cidrLimit, in.cidrLimit)
+							      : in.cidrLimit;
+		if (part.resyncIntervalGiven)
+			out.resyncInterval = merged.resyncIntervalGiven
+				? std::min(out.resyncInterval, in.resyncInterval)
+				: in.resyncInterval;
+		merged.cidrLimitGiven = merged.cidrLimitGiven || part.cidrLimitGiven;
+		merged.resyncIntervalGiven = merged.resyncIntervalGiven || part.resyncIntervalGiven;
 		for (std::string &file : in.files)
 			out.files.push_back(std::move(file));
 		for (std::string &warning : part.warnings)

@@ -89,6 +89,10 @@ struct LoadedConfig {
 	Config config;
 	std::vector<std::string> warnings;
 	bool fromFile = false; // false: the file was absent and defaults apply
+	// Whether the file set these keys: a merge of several files (config_dir.h) takes the
+	// largest cidrLimit and the shortest resyncInterval of the files that give them.
+	bool cidrLimitGiven = false;
+	bool resyncIntervalGiven = false;
 };
 
 // RFC 1918, plus the other reserved IPv4 ranges with --nomasq-all-reserved-ranges.

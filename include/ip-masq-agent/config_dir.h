@@ -47,8 +47,9 @@ Status checkConfigDirBytes(const std::string &dir, size_t total);
 //   listed in several files is kept once, with the origin of the first file; the
 //   built-in defaults apply only if no file gives nonMasqueradeCIDRs.
 // - masqLinkLocal and masqLinkLocalIPv6 are true if any file says true.
-// - cidrLimit is the largest of the files' and bounds each merged list; resyncInterval
-//   the shortest. A file without the key counts with its default (64, 60s).
+// - cidrLimit is the largest the files give and bounds each merged list; resyncInterval
+//   the shortest they give. A file without the key does not count; if none gives it,
+//   the default holds (64, 60s).
 // - Origins are remapped into the merged `files`; warnings are all kept.
 // No part: the defaults. One part: that part as it is.
 Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigFlags &flags);

@@ -88,12 +88,15 @@ std::vector<LoadedConfig> threeFiles()
 	b.config.masqueradeCIDRs = {entry("10.1.0.0/16", 8)};
 	b.config.masqLinkLocalIPv6 = true;
 	b.config.cidrLimit = 100;
+	b.cidrLimitGiven = true;
 	b.config.resyncInterval = 30s;
+	b.resyncIntervalGiven = true;
 
 	LoadedConfig c = fileConfig("/d/ip-masq-c"); // no nonMasqueradeCIDRs: the defaults
 	c.config.masqLinkLocal = true;
 	c.config.masqueradeSourceCIDRs = {entry("10.244.0.0/16", 1)};
 	c.config.resyncInterval = 2min;
+	c.resyncIntervalGiven = true;
 	c.warnings = {"warning from c"};
 	return {a, b, c};
 }
@@ -179,10 +182,12 @@ TEST_CASE("merge: the largest cidrLimit bounds each merged list, naming count, l
 	LoadedConfig a = fileConfig("/d/ip-masq-a");
 	giveNonMasquerade(a, {entry("192.0.2.0/26", 1), entry("192.0.2.64/26", 2)});
 	a.config.cidrLimit = 2;
+	a.cidrLimitGiven = true;
 	LoadedConfig b = fileConfig("/d/ip-masq-b");
 	giveNonMasquerade(b, {entry("192.0.2.128/26", 1), entry("192.0.2.192/26", 2),
 			      entry("192.0.2.0/26", 3)}); // a lists it too: counted once
 	b.config.cidrLimit = 3;
+	b.cidrLimitGiven = true;
 
 	auto refused = mergeConfigs({a, b}, {});
 	REQUIRE_FALSE(refused);
@@ -251,7 +256,7 @@ TEST_CASE("loadConfigContent: parsed files merge (the path every mode takes)")
 	CHECK(config.nonMasqueradeCIDRs[1].toString() == "192.0.2.0/24");
 	CHECK(config.nonMasqueradeCIDRs[1].origin.file == 1);
 	CHECK(config.masqLinkLocal);
-	CHECK(config.resyncInterval == 60s); // b leaves it out: its default counts
+	CHECK(config.resyncInterval == 1h); // b leaves it out: it does not vote with the default
 
 	auto none = loadConfigContent(ConfigContent::absent(), {});
 	REQUIRE(none);

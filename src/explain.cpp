@@ -145,9 +145,15 @@ void compareSourceSet(const Config &config, const ExplainContext &context, Famil
 	const char *name = sourceSetName(family);
 	const AddressSet *set = findSet(context.kernel.sets, name);
 	const std::vector<Address> sources = ofFamily(context.sources, family);
-	if (!set || sources.empty())
+	if (sources.empty())
 		return;
 	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
+	if (!set) {
+		if (!allowed.empty())
+			differences.push_back(fmt::format("it has no set {} although masqueradeSourceCIDRs "
+							  "lists {} prefixes", name, familyName(family)));
+		return;
+	}
 	if (allowed.empty()) {
 		differences.push_back(fmt::format("it has set {} although masqueradeSourceCIDRs lists "
 						  "no {} prefix", name, familyName(family)));

@@ -48,6 +48,11 @@ std::optional<Ruleset> candidateFromKernel(const RulesetOptions &options,
 	Config config;
 	config.masqLinkLocal = masqLinkLocalV4;
 	config.masqLinkLocalIPv6 = masqLinkLocalV6;
+	// A source set in the kernel came from masqueradeSourceCIDRs: one placeholder prefix
+	// of its family gives the candidate that set and its jump; the elements come below.
+	for (const AddressSet &set : kernelSets)
+		if (set.name == kSourceSetNameV4 || set.name == kSourceSetNameV6)
+			config.masqueradeSourceCIDRs.push_back(Prefix{Address{set.family(), 0}, 0, {}, {}});
 	Ruleset candidate = buildRuleset(config, options);
 	for (AddressSet &set : candidate.sets) {
 		const auto kernel = std::find_if(kernelSets.begin(), kernelSets.end(),

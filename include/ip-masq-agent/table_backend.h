@@ -48,7 +48,7 @@ public:
 	// commits is not an error: it is TableCheck::unsettled.
 	virtual Result<TableCheck> check(const Ruleset &ruleset) = 0;
 
-	// The named address sets (nomasq-v4, nomasq-v6) of inet `table` as the kernel holds
+	// The address sets (nomasq-v4/-v6, masq-src-v4/-v6) of inet `table` as the kernel holds
 	// them, elements included; nullopt when the table does not exist. For adoption:
 	// the caller builds a candidate ruleset from them and confirms it with check().
 	virtual Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) = 0;

@@ -474,9 +474,9 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 				return {};
 			const std::string setName = name;
 			const uint32_t keyLen = nftnl_set_get_u32(set.get(), NFTNL_SET_KEY_LEN);
-			if (setName == kSetNameV4 && keyLen == 4)
+			if ((setName == kSetNameV4 || setName == kSourceSetNameV4) && keyLen == 4)
 				declared.push_back({setName, Family::ipv4});
-			else if (setName == kSetNameV6 && keyLen == 16)
+			else if ((setName == kSetNameV6 || setName == kSourceSetNameV6) && keyLen == 16)
 				declared.push_back({setName, Family::ipv6});
 			return {};
 		});

@@ -329,7 +329,9 @@ TEST_CASE("a new config is applied at once even while restores are paced")
 
 TEST_CASE("started with a bad config, the agent adopts its table from the kernel and heals it")
 {
-	for (const std::string &earlier : {kGood, std::string("masqLinkLocal: true\nnonMasqueradeCIDRs: [10.0.0.0/8]\n")}) {
+	for (const std::string &earlier :
+	     {kGood, std::string("masqLinkLocal: true\nnonMasqueradeCIDRs: [10.0.0.0/8]\n"),
+	      std::string("nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeSourceCIDRs: [10.244.0.0/16]\n")}) {
 		Fixture f(true);
 		const Ruleset inKernel = f.rulesetOf(earlier);
 		f.kernel.table = inKernel;

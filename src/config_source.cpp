@@ -212,6 +212,8 @@ void ConfigSource::noteFileEvent(const char *name, uint32_t mask, Clock::time_po
 	// Closed, renamed, deleted, re-linked: whatever was being written is settled.
 	writing_ = false;
 	noteChange(now);
+	if ((mask & IN_MOVED_TO) && !location_.isDirectory())
+		changeComplete_ = true; // onto the file's name, or "..data": complete as it lands
 }
 
 void ConfigSource::onWatchEvents(Clock::time_point now)
@@ -258,8 +260,8 @@ void ConfigSource::onWatchEvents(Clock::time_point now)
 
 bool ConfigSource::changeDue(Clock::time_point now) const
 {
-	if (changeSince_ &&
-	    (now >= lastEvent_ + kSettle || now >= *changeSince_ + kSettleLimit))
+	if (changeSince_ && (changeComplete_ || now >= lastEvent_ + kSettle ||
+			     now >= *changeSince_ + kSettleLimit))
 		return true;
 	if (absentSince_ && now >= *absentSince_ + kAbsentGrace)
 		return true;
@@ -270,7 +272,8 @@ std::optional<Clock::time_point> ConfigSource::nextWake() const
 {
 	std::optional<Clock::time_point> wake;
 	if (changeSince_)
-		keepEarliest(wake, std::min(lastEvent_ + kSettle, *changeSince_ + kSettleLimit));
+		keepEarliest(wake, changeComplete_ ? lastEvent_
+						   : std::min(lastEvent_ + kSettle, *changeSince_ + kSettleLimit));
 	if (absentSince_)
 		keepEarliest(wake, *absentSince_ + kAbsentGrace);
 	if (waitingForWriterBlindly_)
@@ -292,6 +295,7 @@ Result<std::optional<ConfigContent>> ConfigSource::look(ConfigLook why, Clock::t
 	if (!due)
 		return std::optional<ConfigContent>();
 	changeSince_.reset();
+	changeComplete_ = false;
 	return read(now);
 }
 

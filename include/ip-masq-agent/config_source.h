@@ -56,6 +56,10 @@ public:
 
 	// Events settle this long before the file is read (an editor renames the old file
 	// away, then writes the new one); a burst that goes on is cut short after the limit.
+	// With --config, a rename onto the file's name or a ConfigMap "..data" swap is read at
+	// once: the new content is complete the moment it appears. (With --config-dir the
+	// settle stays: after a swap, the kubelet still links a new key's file, and files
+	// renamed one by one are one change.)
 	static constexpr std::chrono::milliseconds kSettle{30};
 	static constexpr std::chrono::milliseconds kSettleLimit{300};
 	// A file (or its directory) that vanishes means "absent" only once it has stayed
@@ -125,6 +129,8 @@ private:
 	// A change seen and not yet read: the first and last event of the burst.
 	std::optional<Clock::time_point> changeSince_;
 	Clock::time_point lastEvent_;
+	// The burst ended with a complete new file (see kSettle): nothing to wait for.
+	bool changeComplete_ = false;
 
 	// inotify's view of a write in progress (IN_MODIFY or a new empty file, no close yet),
 	// and whether a read waits for it without a lease to tell (then kWriteTimeout holds).

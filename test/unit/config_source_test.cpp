@@ -68,7 +68,8 @@ TEST_CASE("config source: start-up, a settled change, nothing while unchanged")
 	CHECK(yielded(source.look(ConfigLook::resync, now)) == "nothing"); // same stamp
 	CHECK(yielded(source.look(ConfigLook::reload, now)) == "nothing"); // same bytes
 
-	writeAtomically(file, "b");
+	// Written in place: the events settle before the file is read.
+	std::ofstream(file) << "b";
 	source.onWatchEvents(now);
 	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "nothing"); // still settling
 	REQUIRE(source.nextWake());
@@ -76,6 +77,39 @@ TEST_CASE("config source: start-up, a settled change, nothing while unchanged")
 	now += ConfigSource::kSettle;
 	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
 	CHECK_FALSE(source.nextWake());
+}
+
+TEST_CASE("config source: a rename onto the file, or a ..data swap, is read at once")
+{
+	ScratchDir dir;
+	const auto cd = [&](const std::string &command) {
+		REQUIRE(std::system(("cd " + dir.path.string() + " && " + command).c_str()) == 0);
+	};
+	const auto file = dir.path / "config";
+	writeAtomically(file, "a");
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
+	const Clock::time_point now = Clock::now();
+	CHECK(yielded(source.look(ConfigLook::reload, now)) == "text:a");
+
+	// A new file renamed over the old one is complete: no settle time.
+	writeAtomically(file, "b");
+	source.onWatchEvents(now);
+	REQUIRE(source.nextWake());
+	CHECK(*source.nextWake() <= now);
+	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
+	CHECK_FALSE(source.nextWake());
+
+	// The same for a ConfigMap's atomic swap of "..data" under a symlinked file.
+	std::filesystem::remove(file);
+	cd("mkdir ..2026_11_23_a && printf c > ..2026_11_23_a/config && ln -s ..2026_11_23_a ..data "
+	   "&& ln -s ..data/config config");
+	source.onWatchEvents(now);
+	CHECK(yielded(source.look(ConfigLook::ifDue, now + ConfigSource::kSettle)) == "text:c");
+	cd("mkdir ..2026_11_23_b && printf d > ..2026_11_23_b/config && "
+	   "ln -s ..2026_11_23_b ..data_tmp && mv -T ..data_tmp ..data && rm -rf ..2026_11_23_a");
+	const Clock::time_point later = now + 1s;
+	source.onWatchEvents(later);
+	CHECK(yielded(source.look(ConfigLook::ifDue, later)) == "text:d");
 }
 
 TEST_CASE("config source: absent at start-up means absent at once")

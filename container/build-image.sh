@@ -339,6 +339,9 @@ build_arm64() {
 	cache=${IP_MASQ_AGENT_CACHE:-/var/cache/ip-masq-agent}
 	builddir=$cache/build-arm64-$(printf '%s\n%s\n' "$srcdir" "$sysroot" | sha256sum | cut -c1-12)
 	mkdir -p "$builddir"
+	# One build at a time in it (two image builds of one tree at once).
+	exec 8>"$builddir.lock"
+	flock 8
 	printf "# Written by container/build-image.sh\n[constants]\nsysroot = '%s'\n" "$sysroot" \
 		>"$builddir/sysroot.ini"
 	local setup=(meson setup --cross-file "$builddir/sysroot.ini"

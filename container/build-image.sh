@@ -9,7 +9,15 @@
 # package list and of the recipe below>, and reused by later runs until the list
 # changes or --refresh-base asks for a new one (to pick up Debian updates).
 #
+# --platform linux/amd64,linux/arm64 builds a manifest list of both: the native image
+# as above, and the arm64 one cross-compiled on this host with Debian's cross toolchain
+# (container/cross/aarch64-linux-gnu.ini) against an arm64 sysroot that
+# container/make-sysroot.sh makes and caches in /var/cache/ip-masq-agent; its
+# filesystem is assembled by the same make-rootfs.sh. Nothing of arm64 runs here.
+#
 # On a fresh Debian 12 machine, as root: apt-get install buildah mmdebstrap
+# (and for --platform ...,linux/arm64: crossbuild-essential-arm64 meson ninja-build
+# pkg-config; .ci/install-deps installs all of it).
 set -euo pipefail
 
 usage() {
@@ -19,6 +27,10 @@ Build the ip-masq-agent container image from this source tree.
 
   -t, --tag NAME            image name (default: localhost/ip-masq-agent:VERSION,
                             VERSION being meson.build's project version)
+      --platform LIST       linux/amd64, linux/arm64 or both, comma-separated
+                            (default: this machine's, native only). Several make
+                            NAME a manifest list of the images NAME-amd64 and
+                            NAME-arm64; arm64 is cross-compiled (buildah only)
       --tool TOOL           buildah, podman or docker (default: buildah, else podman,
                             else docker if its daemon answers)
       --storage-driver DRV  containers-storage driver for buildah/podman (default: the
@@ -47,10 +59,11 @@ die() {
 
 srcdir=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tag='' tool='' driver='' root='' runroot='' build_base='' mirror='' source_url=''
-refresh_base=0 quiet=0
+platforms='' refresh_base=0 quiet=0
 while [ $# -gt 0 ]; do
 	case $1 in
 	-t | --tag) tag=${2:?$1 needs a value}; shift ;;
+	--platform) platforms=${2:?$1 needs a value}; shift ;;
 	--tool) tool=${2:?$1 needs a value}; shift ;;
 	--storage-driver) driver=${2:?$1 needs a value}; shift ;;
 	--root) root=${2:?$1 needs a value}; shift ;;
@@ -71,6 +84,24 @@ version=$(sed -n "s/^[[:space:]]*version[[:space:]]*:[[:space:]]*'\([^']*\)'.*/\
 [ -n "$version" ] || die "cannot read the project version from $srcdir/meson.build"
 tag=${tag:-localhost/ip-masq-agent:$version}
 [ -f "$srcdir/LICENSE" ] || die "$srcdir/LICENSE is missing (the image ships it)"
+
+# The platforms: this machine's architecture builds natively in the Containerfile;
+# arm64 on amd64 is cross-compiled on the host. No other pairs.
+native_arch=$(dpkg --print-architecture 2>/dev/null || uname -m)
+case $native_arch in x86_64) native_arch=amd64 ;; aarch64) native_arch=arm64 ;; esac
+platforms=${platforms:-linux/$native_arch}
+arches=()
+for platform in ${platforms//,/ }; do
+	arch=${platform#linux/}
+	case $platform in
+	linux/"$native_arch") ;;
+	linux/arm64) [ "$native_arch" = amd64 ] || die "--platform linux/arm64: cross builds run on amd64 only" ;;
+	*) die "--platform: linux/amd64 or linux/arm64, not $platform" ;;
+	esac
+	case " ${arches[*]} " in *" $arch "*) continue ;; esac
+	arches+=("$arch")
+done
+[ "${#arches[@]}" -gt 0 ] || die "--platform names no platform"
 
 # --- the tool and its image store -----------------------------------------------------
 
@@ -130,6 +161,7 @@ image_exists() { image_id "$1" >/dev/null; }
 work=
 cleanup() {
 	[ -z "${base_ctr:-}" ] || run rm "$base_ctr" >/dev/null 2>&1 || true
+	[ -z "${cross_ctr:-}" ] || run rm "$cross_ctr" >/dev/null 2>&1 || true
 	[ -z "$work" ] || rm -rf "$work"
 }
 trap cleanup EXIT
@@ -206,7 +238,11 @@ make_base() {
 }
 
 pull=()
-if [ -n "$build_base" ]; then
+need_native=0
+case " ${arches[*]} " in *" $native_arch "*) need_native=1 ;; esac
+if [ "$need_native" = 0 ]; then
+	: # only cross builds: no build base
+elif [ -n "$build_base" ]; then
 	say "build base: $build_base (given)"
 else
 	hash=$(printf 'recipe %s\nmirror %s\n%s\n' "$recipe" "$mirror" "$packages" | sha256sum | cut -c1-12)
@@ -237,7 +273,7 @@ args=(-f "$srcdir/container/Containerfile"
 	--build-arg "VERSION=$version"
 	--build-arg "REVISION=$revision"
 	--build-arg "SOURCE=$source_url"
-	"${pull[@]}" -t "$tag")
+	"${pull[@]}")
 case $tool in
 buildah)
 	# chroot isolation needs no OCI runtime and works inside containers and VMs alike.
@@ -264,16 +300,103 @@ if [ "${#pull[@]}" -gt 0 ]; then
 	esac
 fi
 
-say "building $tag (version $version)"
-previous_id=$(image_id "$tag") || true
-start=$SECONDS
-case $tool in
-buildah) "${isolate[@]}" "$tool" "${store[@]}" bud "${args[@]}" "$srcdir" >&2 ;;
-*) run build "${args[@]}" "$srcdir" >&2 ;;
-esac
-say "built $tag in $((SECONDS - start)) s"
 # Rebuilding a tag leaves the previous image untagged: drop it (unless in use).
-if [ -n "$previous_id" ] && [ "$previous_id" != "$(image_id "$tag")" ]; then
-	run rmi "$previous_id" >/dev/null 2>&1 || true
+drop_replaced() {
+	if [ -n "$2" ] && [ "$2" != "$(image_id "$1")" ]; then
+		run rmi "$2" >/dev/null 2>&1 || true
+	fi
+}
+
+build_native() {
+	local image=$1 previous_id start
+	say "building $image (version $version, linux/$native_arch)"
+	previous_id=$(image_id "$image") || true
+	start=$SECONDS
+	case $tool in
+	buildah) "${isolate[@]}" "$tool" "${store[@]}" bud "${args[@]}" -t "$image" "$srcdir" >&2 ;;
+	*) run build "${args[@]}" -t "$image" "$srcdir" >&2 ;;
+	esac
+	say "built $image in $((SECONDS - start)) s"
+	drop_replaced "$image" "$previous_id"
+}
+
+# The arm64 image, cross-compiled on this host: the same release build as the
+# Containerfile's (no tests, werror off), make-rootfs.sh against the sysroot, then the
+# same runtime image: the rootfs alone on an empty base, the same labels and entrypoint.
+cross_ctr=
+build_arm64() {
+	local image=$1 previous_id start sysroot cache builddir rootfs
+	local triplet=aarch64-linux-gnu
+	[ "$tool" = buildah ] || die "--platform linux/arm64 needs buildah (the cross-built image is committed with it)"
+	for program in "$triplet-g++" "$triplet-strip" meson ninja pkg-config readelf; do
+		command -v "$program" >/dev/null ||
+			die "$program: not found (apt-get install crossbuild-essential-arm64 meson ninja-build pkg-config binutils)"
+	done
+	start=$SECONDS
+	sysroot=$("$srcdir/container/make-sysroot.sh" --arch arm64 ${mirror:+--mirror "$mirror"})
+	# The cross build directory is kept beside the sysroot (one per source tree), so
+	# that a rebuild compiles only what changed.
+	cache=${IP_MASQ_AGENT_CACHE:-/var/cache/ip-masq-agent}
+	builddir=$cache/build-arm64-$(printf '%s\n%s\n' "$srcdir" "$sysroot" | sha256sum | cut -c1-12)
+	mkdir -p "$builddir"
+	# One build at a time in it (two image builds of one tree at once).
+	exec 8>"$builddir.lock"
+	flock 8
+	printf "# Written by container/build-image.sh\n[constants]\nsysroot = '%s'\n" "$sysroot" \
+		>"$builddir/sysroot.ini"
+	local setup=(meson setup --cross-file "$builddir/sysroot.ini"
+		--cross-file "$srcdir/container/cross/$triplet.ini"
+		--buildtype=release -Dtests=false -Dwerror=false "$builddir/build" "$srcdir")
+	say "cross-compiling for linux/arm64 in $builddir/build"
+	if [ -f "$builddir/build/build.ninja" ]; then
+		"${setup[@]}" --reconfigure >&2 || "${setup[@]}" --wipe >&2
+	else
+		"${setup[@]}" >&2
+	fi
+	meson compile -C "$builddir/build" ip-masq-agent >&2
+	work=$(mktemp -d "${TMPDIR:-/var/tmp}/ip-masq-agent-arm64.XXXXXX")
+	rootfs=$work/rootfs
+	/bin/sh "$srcdir/container/make-rootfs.sh" --sysroot "$sysroot" --multiarch "$triplet" \
+		"$builddir/build/src/ip-masq-agent" "$srcdir/LICENSE" "$rootfs" >&2
+
+	previous_id=$(image_id "$image") || true
+	cross_ctr=$(run from --quiet --pull=never scratch)
+	run copy --quiet "$cross_ctr" "$rootfs" / >/dev/null
+	# The Containerfile's labels and entrypoint (test/container compares the two images').
+	run config --os linux --arch arm64 \
+		--label org.opencontainers.image.title=ip-masq-agent \
+		--label "org.opencontainers.image.description=Keeps pod traffic to non-masquerade destinations un-NATed and masquerades the rest, programming nftables over netlink" \
+		--label "org.opencontainers.image.version=$version" \
+		--label "org.opencontainers.image.revision=$revision" \
+		--label org.opencontainers.image.licenses=Apache-2.0 \
+		--label "org.opencontainers.image.source=$source_url" \
+		--entrypoint '["/usr/sbin/ip-masq-agent"]' "$cross_ctr"
+	run commit --quiet --rm "$cross_ctr" "$image" >/dev/null
+	cross_ctr=
+	rm -rf "$work"
+	work=
+	say "built $image in $((SECONDS - start)) s"
+	drop_replaced "$image" "$previous_id"
+}
+
+build_for() {
+	if [ "$2" = "$native_arch" ]; then build_native "$1"; else build_arm64 "$1"; fi
+}
+
+if [ "${#arches[@]}" = 1 ]; then
+	build_for "$tag" "${arches[0]}"
+else
+	[ "$tool" != docker ] || die "several platforms need buildah or podman (a local manifest list)"
+	for arch in "${arches[@]}"; do
+		build_for "$tag-$arch" "$arch"
+	done
+	# The list lives in the local store, next to its images; a previous one (or an
+	# image of that name) makes way.
+	run manifest rm "$tag" >/dev/null 2>&1 || run rmi "$tag" >/dev/null 2>&1 || true
+	run manifest create "$tag" >/dev/null
+	for arch in "${arches[@]}"; do
+		run manifest add --os linux --arch "$arch" "$tag" "containers-storage:$tag-$arch" >/dev/null
+	done
+	say "manifest list $tag: ${platforms//,/ }"
 fi
 echo "$tag"

@@ -227,7 +227,11 @@ IntervalSet resolveNonMasquerade(const Config &config, Family family)
 				ranges.push_back({Address{family, first}, Address{family, last}});
 		},
 		[](const SweepEntry &, size_t) {});
-	sweep.run(sweepEntries(config, family));
+	const std::vector<SweepEntry> entries = sweepEntries(config, family);
+	// Without exceptions there is at most one range per entry: reserved at once, the list
+	// is not doubled (and copied) on its way, which was the daemon's peak memory.
+	ranges.reserve(entries.size() + 1);
+	sweep.run(entries);
 	return IntervalSet::fromRanges(family, std::move(ranges));
 }
 

@@ -28,6 +28,8 @@ if [ ! -f "$build/build.ninja" ]; then
 	CXX=${CXX:-clang++-14} meson setup "$build" -Dfuzzing=true -Dtests=false \
 		-Dbuildtype=debug -Doptimization=1 >/dev/null
 fi
+# Regenerate first if meson.build changed (a new target is unknown until then).
+ninja -C "$build" build.ninja >/dev/null
 meson compile -C "$build" "${targets[@]/#/fuzz_}" >/dev/null
 
 work=$(mktemp -d /tmp/ip-masq-agent-fuzz.XXXXXX)

@@ -139,9 +139,14 @@ int runAgent(AgentOptions options)
 	std::unique_ptr<HealthServer> health;
 	if (!healthAddr.empty()) {
 		// A port that cannot be bound is fatal: probes would fail forever otherwise,
-		// and an exit makes the conflict visible at once.
-		auto server = HealthServer::start(parseListenAddress(healthAddr).value(),
-						  (*daemon)->status());
+		// and an exit makes the conflict visible at once. (The flag's parser already
+		// refused a malformed address; this is the same parse.)
+		auto address = parseListenAddress(healthAddr);
+		if (!address) {
+			log::error("--health-addr: {}", address.error().message);
+			return EXIT_FAILURE;
+		}
+		auto server = HealthServer::start(*address, (*daemon)->status());
 		if (!server) {
 			log::error("{}", server.error().message);
 			return EXIT_FAILURE;

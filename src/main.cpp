@@ -2,6 +2,7 @@
 // ip-masq-agent's entry point: parse flags, then wire config -> ruleset -> renderer or kernel.
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include <fmt/format.h>
@@ -25,15 +26,25 @@ using namespace ipmasq;
 
 namespace {
 
-int dryRun(const AgentOptions &options)
+// --dry-run and --explain read the config as the daemon would, once: its error or its
+// warnings go to the log.
+std::optional<LoadedConfig> loadAndReport(const AgentOptions &options)
 {
 	auto loaded = loadConfig(options.config, options.configFlags);
 	if (!loaded) {
 		log::error("{}", loaded.error().message);
-		return EXIT_FAILURE;
+		return std::nullopt;
 	}
 	for (const std::string &warning : loaded->warnings)
 		log::warning("{}", warning);
+	return std::move(*loaded);
+}
+
+int dryRun(const AgentOptions &options)
+{
+	const auto loaded = loadAndReport(options);
+	if (!loaded)
+		return EXIT_FAILURE;
 
 	const Ruleset ruleset = buildRuleset(loaded->config, options.ruleset);
 	const std::string source = describeConfigOrigin(options.config, *loaded);
@@ -51,13 +62,9 @@ int dryRun(const AgentOptions &options)
 // comparison with the kernel is skipped, in one clause, when it cannot be made.
 int explain(const AgentOptions &options)
 {
-	auto loaded = loadConfig(options.config, options.configFlags);
-	if (!loaded) {
-		log::error("{}", loaded.error().message);
+	const auto loaded = loadAndReport(options);
+	if (!loaded)
 		return EXIT_FAILURE;
-	}
-	for (const std::string &warning : loaded->warnings)
-		log::warning("{}", warning);
 
 	ExplainContext context;
 	context.enableIpv6 = options.configFlags.enableIpv6;

@@ -13,27 +13,13 @@
 #include "ip-masq-agent/config_dir.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/policy.h"
+#include "scratch_dir.h"
 
 using namespace ipmasq;
+using ipmasq::test::ScratchDir;
 using namespace std::chrono_literals;
 
 namespace {
-
-struct ScratchDir {
-	std::filesystem::path path;
-	ScratchDir()
-	{
-		char tmpl[] = "/tmp/ipmasq-dir-XXXXXX";
-		REQUIRE(mkdtemp(tmpl) != nullptr);
-		path = tmpl;
-	}
-	~ScratchDir() { std::filesystem::remove_all(path); }
-	std::string file(const std::string &name) const { return (path / name).string(); }
-	void write(const std::string &name, const std::string &text) const
-	{
-		std::ofstream(path / name) << text;
-	}
-};
 
 Prefix entry(const char *text, uint32_t line)
 {

@@ -22,8 +22,10 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/unique_fd.h"
+#include "scratch_dir.h"
 
 using namespace ipmasq;
+using ipmasq::test::ScratchDir;
 
 namespace {
 
@@ -63,29 +65,6 @@ public:
 	~Deadline() { alarm(0); }
 	Deadline(const Deadline &) = delete;
 	Deadline &operator=(const Deadline &) = delete;
-};
-
-class TempDir
-{
-public:
-	TempDir()
-	{
-		char dir[] = "/tmp/ipmasq-config-limits-XXXXXX";
-		REQUIRE(mkdtemp(dir));
-		path_ = dir;
-	}
-	~TempDir()
-	{
-		std::error_code ec;
-		std::filesystem::remove_all(path_, ec);
-	}
-	TempDir(const TempDir &) = delete;
-	TempDir &operator=(const TempDir &) = delete;
-
-	std::string file(const std::string &name) const { return path_ + "/" + name; }
-
-private:
-	std::string path_;
 };
 
 std::string cidrsYaml(size_t count, const std::string &before, const std::string &after)
@@ -159,7 +138,7 @@ TEST_CASE("booleans: the same spellings as yaml-cpp's convert<bool>")
 
 TEST_CASE("a FIFO as the config path is an error at once, not a hang")
 {
-	TempDir dir;
+	ScratchDir dir;
 	Deadline deadline(10); // before the fix, a FIFO blocked the open for ever
 
 	const std::string fifo = dir.file("fifo");
@@ -182,7 +161,7 @@ TEST_CASE("a FIFO as the config path is an error at once, not a hang")
 
 TEST_CASE("a symlink to /dev/zero, a socket: errors at once, nothing read")
 {
-	TempDir dir;
+	ScratchDir dir;
 	Deadline deadline(10); // before the fix, /dev/zero was read until std::bad_alloc
 
 	const std::string linkToZero = dir.file("zero");
@@ -211,7 +190,7 @@ TEST_CASE("a symlink to /dev/zero, a socket: errors at once, nothing read")
 
 TEST_CASE("a file over the 16 MiB cap is refused unread, naming cap, size and fix")
 {
-	TempDir dir;
+	ScratchDir dir;
 	Deadline deadline(10);
 	const std::string path = dir.file("config");
 	{

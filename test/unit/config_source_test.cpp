@@ -10,23 +10,14 @@
 #include <poll.h>
 
 #include "ip-masq-agent/config_source.h"
+#include "scratch_dir.h"
 
 using namespace ipmasq;
+using ipmasq::test::ScratchDir;
 using namespace std::chrono_literals;
 using Clock = ConfigSource::Clock;
 
 namespace {
-
-struct ScratchDir {
-	std::filesystem::path path;
-	ScratchDir()
-	{
-		char tmpl[] = "/tmp/ipmasq-source-XXXXXX";
-		REQUIRE(mkdtemp(tmpl) != nullptr);
-		path = tmpl;
-	}
-	~ScratchDir() { std::filesystem::remove_all(path); }
-};
 
 void writeAtomically(const std::filesystem::path &file, const std::string &text)
 {
@@ -42,8 +33,8 @@ bool readable(int fd)
 	return poll(&pfd, 1, 0) == 1;
 }
 
-// What look() yielded: "text:<...>", "absent", "nothing" or "error:<...>".
-std::string yielded(const Result<std::optional<ConfigContent>> &result)
+// What look() yielded unless it is files: "error:<...>", "nothing" or "absent".
+std::optional<std::string> yieldedNoFiles(const Result<std::optional<ConfigContent>> &result)
 {
 	if (!result)
 		return "error:" + result.error().message;
@@ -51,6 +42,14 @@ std::string yielded(const Result<std::optional<ConfigContent>> &result)
 		return "nothing";
 	if ((*result)->files.empty())
 		return "absent";
+	return std::nullopt;
+}
+
+// What look() yielded with --config: "text:<...>", or as yieldedNoFiles says.
+std::string yielded(const Result<std::optional<ConfigContent>> &result)
+{
+	if (auto state = yieldedNoFiles(result))
+		return *state;
 	REQUIRE((*result)->files.size() == 1);
 	return "text:" + (*result)->files.front().text;
 }
@@ -236,16 +235,12 @@ TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
 
 namespace {
 
-// What a --config-dir look yielded: "files:a=1,b=2" (names and texts), "absent",
-// "nothing" or "error:<...>".
+// What a --config-dir look yielded: "files:a=1,b=2" (names and texts), or as
+// yieldedNoFiles says.
 std::string yieldedFiles(const Result<std::optional<ConfigContent>> &result)
 {
-	if (!result)
-		return "error:" + result.error().message;
-	if (!*result)
-		return "nothing";
-	if ((*result)->files.empty())
-		return "absent";
+	if (auto state = yieldedNoFiles(result))
+		return *state;
 	std::string out = "files:";
 	for (const ConfigFile &file : (*result)->files)
 		out += (out.size() > 6 ? "," : "") +

@@ -8,6 +8,7 @@
 
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
+#include "scratch_dir.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
@@ -219,9 +220,8 @@ TEST_CASE("YAML syntax errors give line and column")
 
 TEST_CASE("loadConfig: a missing file means defaults, a present one is parsed")
 {
-	char dir[] = "/tmp/ipmasq-config-test-XXXXXX";
-	REQUIRE(mkdtemp(dir));
-	const std::string path = std::string(dir) + "/ip-masq-agent";
+	const ipmasq::test::ScratchDir dir;
+	const std::string path = dir.file("ip-masq-agent");
 
 	auto missing = loadConfig(ConfigLocation::file(path), {});
 	REQUIRE(missing);
@@ -240,12 +240,9 @@ TEST_CASE("loadConfig: a missing file means defaults, a present one is parsed")
 	CHECK_THAT(bad.error().message, Catch::StartsWith(path + ":1:"));
 
 	// A directory is not a config (a ConfigMap volume path without the key's file name).
-	auto directory = loadConfig(ConfigLocation::file(dir), {});
+	auto directory = loadConfig(ConfigLocation::file(dir.path.string()), {});
 	REQUIRE_FALSE(directory);
 	CHECK_THAT(directory.error().message, Catch::Contains("is a directory"));
-
-	std::remove(path.c_str());
-	rmdir(dir);
 }
 
 TEST_CASE("describeConfig gives one line with every key")

@@ -48,11 +48,17 @@ std::optional<Ruleset> candidateFromKernel(const RulesetOptions &options,
 	Config config;
 	config.masqLinkLocal = masqLinkLocalV4;
 	config.masqLinkLocalIPv6 = masqLinkLocalV6;
-	// A source set in the kernel came from masqueradeSourceCIDRs: one placeholder prefix
-	// of its family gives the candidate that set and its jump; the elements come below.
-	for (const AddressSet &set : kernelSets)
+	// What masqueradeSourceCIDRs and masqueradeCIDRs left in the kernel: a source set, or
+	// a destination set whose comment says exceptions were cut out of it. One placeholder
+	// prefix of the family gives the candidate the same sets, rules and comments; the
+	// elements are the kernel's (below).
+	for (const AddressSet &set : kernelSets) {
+		const Prefix placeholder{Address{set.family(), 0}, 0, {}, {}};
 		if (set.name == kSourceSetNameV4 || set.name == kSourceSetNameV6)
-			config.masqueradeSourceCIDRs.push_back(Prefix{Address{set.family(), 0}, 0, {}, {}});
+			config.masqueradeSourceCIDRs.push_back(placeholder);
+		else if (set.comment.ends_with(kExceptionsCommentSuffix))
+			config.masqueradeCIDRs.push_back(placeholder);
+	}
 	Ruleset candidate = buildRuleset(config, options);
 	for (AddressSet &set : candidate.sets) {
 		const auto kernel = std::find_if(kernelSets.begin(), kernelSets.end(),

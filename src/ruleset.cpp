@@ -268,7 +268,7 @@ AddressSet nonMasqueradeSet(Family family, const Config &config)
 	set.comment = fmt::format("{} destinations not masqueraded: nonMasqueradeCIDRs{}{}",
 				  familyName(family), masqLinkLocal ? "" : " and link-local",
 				  hasFamily(config.masqueradeCIDRs, family)
-					  ? ", less masqueradeCIDRs"
+					  ? kExceptionsCommentSuffix
 					  : "");
 	return set;
 }

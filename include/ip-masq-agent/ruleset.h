@@ -26,6 +26,9 @@ inline constexpr const char *kDefaultMasqChain = "IP-MASQ-AGENT";
 inline constexpr const char *kBaseChainName = "postrouting";
 inline constexpr const char *kSetNameV4 = "nomasq-v4";
 inline constexpr const char *kSetNameV6 = "nomasq-v6";
+// Ends the comment of a destination set that masqueradeCIDRs cut holes in: adoption
+// (reconciler.cpp) reads it back to rebuild such a table.
+inline constexpr const char *kExceptionsCommentSuffix = ", less masqueradeCIDRs";
 // The sources masqueraded, per family, only when masqueradeSourceCIDRs lists that family.
 inline constexpr const char *kSourceSetNameV4 = "masq-src-v4";
 inline constexpr const char *kSourceSetNameV6 = "masq-src-v6";

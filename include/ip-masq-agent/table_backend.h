@@ -49,7 +49,7 @@ public:
 	virtual Result<TableCheck> check(const Ruleset &ruleset) = 0;
 
 	// The address sets (nomasq-v4/-v6, masq-src-v4/-v6) of inet `table` as the kernel holds
-	// them, elements included; nullopt when the table does not exist. For adoption:
+	// them, elements and comments included; nullopt when the table does not exist. For adoption:
 	// the caller builds a candidate ruleset from them and confirms it with check().
 	virtual Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) = 0;
 };

@@ -12,6 +12,7 @@
 #include <linux/netlink.h>
 
 #include <fmt/format.h>
+#include <libnftnl/udata.h>
 
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/batch.h"
@@ -24,6 +25,28 @@ namespace ipmasq {
 using namespace netlink;
 
 namespace {
+
+// The comment a set carries in its user data (as nft writes it), or "" without one.
+std::string setComment(const nftnl_set *set)
+{
+	uint32_t len = 0;
+	const void *data = nftnl_set_get_data(set, NFTNL_SET_USERDATA, &len);
+	if (!data || len == 0)
+		return {};
+	const nftnl_udata *found[NFTNL_UDATA_SET_MAX + 1] = {};
+	const auto collect = [](const nftnl_udata *attr, void *out) -> int {
+		const uint8_t type = nftnl_udata_type(attr);
+		if (type <= NFTNL_UDATA_SET_MAX)
+			static_cast<const nftnl_udata **>(out)[type] = attr;
+		return 0;
+	};
+	if (nftnl_udata_parse(data, len, collect, found) < 0 || !found[NFTNL_UDATA_SET_COMMENT])
+		return {};
+	const nftnl_udata *comment = found[NFTNL_UDATA_SET_COMMENT];
+	// nft stores the comment with its NUL; keep to the bytes before it.
+	const auto *text = static_cast<const char *>(nftnl_udata_get(comment));
+	return std::string(text, strnlen(text, nftnl_udata_len(comment)));
+}
 
 // How often check() reads a table again when other commits interrupted the read, before
 // it answers "unsettled" (the caller then re-applies or looks again later).
@@ -457,6 +480,7 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 	struct Declared {
 		std::string name;
 		Family family;
+		std::string comment;
 	};
 	std::vector<Declared> declared;
 	SetPtr setFilter = newSet();
@@ -475,9 +499,9 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 			const std::string setName = name;
 			const uint32_t keyLen = nftnl_set_get_u32(set.get(), NFTNL_SET_KEY_LEN);
 			if ((setName == kSetNameV4 || setName == kSourceSetNameV4) && keyLen == 4)
-				declared.push_back({setName, Family::ipv4});
+				declared.push_back({setName, Family::ipv4, setComment(set.get())});
 			else if ((setName == kSetNameV6 || setName == kSourceSetNameV6) && keyLen == 16)
-				declared.push_back({setName, Family::ipv6});
+				declared.push_back({setName, Family::ipv6, setComment(set.get())});
 			return {};
 		});
 	if (!s)
@@ -500,7 +524,7 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 		auto ranges = rangesFromBoundaries(set.family, std::move(collector.boundaries), set.name);
 		if (!ranges)
 			return fail(ranges.error());
-		out.push_back(AddressSet{set.name, std::move(*ranges), {}});
+		out.push_back(AddressSet{set.name, std::move(*ranges), set.comment});
 	}
 	return std::optional(std::move(out));
 }

@@ -94,6 +94,10 @@ TEST_CASE("restarted with a bad config, the agent adopts its table and restores 
 		// IPv6, link-local masqueraded, and a range up to the top address.
 		{{"--enable-ipv6"}, "masqLinkLocal: true\nmasqLinkLocalIPv6: true\nnonMasqueradeCIDRs: "
 				    "[192.0.2.0/24, 198.51.100.0/24, 255.255.255.0/24, 2001:db8::/32]\n"},
+		// Exceptions in both families (the sets' comments say so) and a source set.
+		{{"--enable-ipv6"}, "nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24, 198.51.100.0/24, "
+				    "2001:db8::/32]\nmasqueradeCIDRs: [10.1.0.0/16, 2001:db8:1::/48]\n"
+				    "masqueradeSourceCIDRs: [203.0.113.0/24]\n"},
 	};
 	for (const Variant &variant : variants) {
 		TempDir dir;

@@ -331,7 +331,8 @@ TEST_CASE("started with a bad config, the agent adopts its table from the kernel
 {
 	for (const std::string &earlier :
 	     {kGood, std::string("masqLinkLocal: true\nnonMasqueradeCIDRs: [10.0.0.0/8]\n"),
-	      std::string("nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeSourceCIDRs: [10.244.0.0/16]\n")}) {
+	      std::string("nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeSourceCIDRs: [10.244.0.0/16]\n"),
+	      std::string("nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.1.0.0/16]\n")}) {
 		Fixture f(true);
 		const Ruleset inKernel = f.rulesetOf(earlier);
 		f.kernel.table = inKernel;

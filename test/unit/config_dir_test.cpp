@@ -320,3 +320,16 @@ TEST_CASE("readConfigContent: the files together are bounded like one file")
 	REQUIRE_FALSE(two);
 	CHECK_THAT(two.error().message, Catch::Contains("together") && Catch::Contains(dir.path.string()));
 }
+
+TEST_CASE("listConfigDir: a directory of very many entries is refused, not scanned to its end")
+{
+	ScratchDir dir;
+	// Other names count too: the bound is on the listing's loop, not on the matches.
+	for (size_t i = 0; i < kMaxConfigDirEntries; i++)
+		std::ofstream(dir.path / ("other-" + std::to_string(i)));
+	auto tooMany = listConfigDir(dir.path.string());
+	REQUIRE_FALSE(tooMany);
+	CHECK_THAT(tooMany.error().message,
+		   Catch::Contains(std::to_string(kMaxConfigDirEntries) + " entries") &&
+			   Catch::Contains(dir.path.string()));
+}

@@ -304,13 +304,18 @@ std::optional<ConfigSource::Stamps> ConfigSource::stampsNow() const
 	auto files = filesToRead();
 	if (!files)
 		return std::nullopt;
+	return stampsOf(*files);
+}
+
+std::optional<ConfigSource::Stamps> ConfigSource::stampsOf(const std::vector<std::string> &files)
+{
 	Stamps stamps;
-	stamps.reserve(files->size());
-	for (std::string &path : *files) {
+	stamps.reserve(files.size());
+	for (const std::string &path : files) {
 		const std::optional<FileStamp> stamp = FileStamp::of(path);
 		if (!stamp)
 			return std::nullopt;
-		stamps.emplace_back(std::move(path), *stamp);
+		stamps.emplace_back(path, *stamp);
 	}
 	return stamps;
 }
@@ -348,13 +353,13 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 {
 	using Nothing = std::optional<ConfigContent>;
 	waitingForWriterBlindly_ = false;
-	// Stat before reading, so that a change racing the read is seen next time.
-	std::optional<Stamps> stamps = stampsNow();
 	auto files = filesToRead();
 	if (!files) {
 		absentSince_.reset();
 		return fail(files.error());
 	}
+	// Stat before reading, so that a change racing the read is seen next time.
+	std::optional<Stamps> stamps = stampsOf(*files);
 
 	ConfigContent content;
 	size_t total = 0;

@@ -20,12 +20,6 @@ namespace ipmasq {
 
 namespace {
 
-// The source sets of masqueradeSourceCIDRs, compared only when the kernel's table has them.
-const char *sourceSetName(Family family)
-{
-	return family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6;
-}
-
 bool covers(const Prefix &prefix, const Address &address)
 {
 	return prefix.network.family == address.family && prefix.first() <= address &&
@@ -40,11 +34,6 @@ const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address
 		if (covers(prefix, address) && (!best || prefix.length > best->length))
 			best = &prefix;
 	return best;
-}
-
-bool masqLinkLocal(const Config &config, Family family)
-{
-	return family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6;
 }
 
 std::string describeEntry(const Config &config, const ExplainEntry &entry)
@@ -187,7 +176,7 @@ std::string describeKernel(const Config &config, const ExplainContext &context,
 	}
 
 	const Family family = destination.family;
-	const char *setName = family == Family::ipv4 ? kSetNameV4 : kSetNameV6;
+	const char *setName = destinationSetName(family);
 	const AddressSet *set = findSet(kernel.sets, setName);
 	std::vector<std::string> differences;
 	if (family == Family::ipv6 && !context.enableIpv6) {
@@ -247,7 +236,7 @@ ExplainDecision explainDecision(const Config &config, const Address &destination
 	std::optional<ExplainEntry> nonMasquerade;
 	if (const Prefix *entry = longestCovering(config.nonMasqueradeCIDRs, destination))
 		nonMasquerade = ExplainEntry{ExplainEntry::Kind::nonMasquerade, *entry};
-	if (!masqLinkLocal(config, family)) {
+	if (!config.masqueradesLinkLocal(family)) {
 		const Prefix linkLocal = linkLocalPrefix(family);
 		if (covers(linkLocal, destination) &&
 		    (!nonMasquerade || linkLocal.length > nonMasquerade->prefix.length))

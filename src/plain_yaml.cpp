@@ -224,10 +224,8 @@ private:
 
 bool scanPlainYaml(std::string_view text, YAML::EventHandler &handler)
 {
-	if (!Walker(text, nullptr).run())
-		return false;
-	const bool sent = Walker(text, &handler).run();
-	return sent;
+	// Check first: no event may be sent for a text yaml-cpp must read after all.
+	return Walker(text, nullptr).run() && Walker(text, &handler).run();
 }
 
 } // namespace ipmasq

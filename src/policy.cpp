@@ -97,9 +97,7 @@ std::vector<SweepEntry> sweepEntries(const Config &config, Family family)
 						   static_cast<uint8_t>(list[i].length), kind});
 	};
 	add(config.nonMasqueradeCIDRs, PolicyEntryKind::nonMasquerade);
-	const bool masqLinkLocal =
-		family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6;
-	if (!masqLinkLocal) {
+	if (!config.masqueradesLinkLocal(family)) {
 		const Prefix linkLocal = linkLocalPrefix(family);
 		entries.push_back({linkLocal.network.value, 0, static_cast<uint8_t>(linkLocal.length),
 				   PolicyEntryKind::linkLocal});

@@ -242,7 +242,7 @@ Prefix linkLocalPrefix(Family family)
 
 const AddressSet *Ruleset::findSet(Family family) const
 {
-	const char *name = family == Family::ipv4 ? kSetNameV4 : kSetNameV6;
+	const char *name = destinationSetName(family);
 	for (const AddressSet &set : sets)
 		if (set.family() == family && set.name == name)
 			return &set;
@@ -261,12 +261,10 @@ bool hasFamily(const std::vector<Prefix> &prefixes, Family family)
 // exceptions nest (policy.h).
 AddressSet nonMasqueradeSet(Family family, const Config &config)
 {
-	const bool masqLinkLocal =
-		family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6;
-	AddressSet set{family == Family::ipv4 ? kSetNameV4 : kSetNameV6,
-		       resolveNonMasquerade(config, family), {}};
+	AddressSet set{destinationSetName(family), resolveNonMasquerade(config, family), {}};
 	set.comment = fmt::format("{} destinations not masqueraded: nonMasqueradeCIDRs{}{}",
-				  familyName(family), masqLinkLocal ? "" : " and link-local",
+				  familyName(family),
+				  config.masqueradesLinkLocal(family) ? "" : " and link-local",
 				  hasFamily(config.masqueradeCIDRs, family)
 					  ? kExceptionsCommentSuffix
 					  : "");
@@ -276,8 +274,7 @@ AddressSet nonMasqueradeSet(Family family, const Config &config)
 // Only sources in this set are masqueraded (masqueradeSourceCIDRs of one family).
 AddressSet sourceSet(Family family, const Config &config)
 {
-	AddressSet set{family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6,
-		       masqueradeSources(config, family), {}};
+	AddressSet set{sourceSetName(family), masqueradeSources(config, family), {}};
 	set.comment = fmt::format("{} sources masqueraded: masqueradeSourceCIDRs", familyName(family));
 	return set;
 }
@@ -290,7 +287,7 @@ void addJumpRules(Chain &base, const std::vector<Family> &families, const Rulese
 		  const RulesetOptions &options)
 {
 	const auto sourceSetOf = [&ruleset](Family family) -> const AddressSet * {
-		const char *name = family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6;
+		const char *name = sourceSetName(family);
 		for (const AddressSet &set : ruleset.sets)
 			if (set.name == name)
 				return &set;

@@ -69,6 +69,12 @@ struct Config {
 	// The files the entries came from, in the order read; Origin::file indexes this.
 	std::vector<std::string> files;
 
+	// masqLinkLocal or masqLinkLocalIPv6: whether link-local of `family` is masqueraded.
+	bool masqueradesLinkLocal(Family family) const
+	{
+		return family == Family::ipv4 ? masqLinkLocal : masqLinkLocalIPv6;
+	}
+
 	// The same meaning: where the entries were written (`files`, each Prefix's origin)
 	// does not take part, so moving a line or renaming a file changes no ruleset.
 	bool operator==(const Config &other) const

@@ -108,6 +108,7 @@ private:
 	// (with --config, one, which may say "absent"). nullopt: cannot be told now.
 	using Stamps = std::vector<std::pair<std::string, FileStamp>>;
 	std::optional<Stamps> stampsNow() const;
+	static std::optional<Stamps> stampsOf(const std::vector<std::string> &files);
 	// The files to read: --config's, or the directory's listing (none if it is missing).
 	Result<std::vector<std::string>> filesToRead() const;
 	// Read one file, unless a writer has it open: then nullopt, and the read waits.

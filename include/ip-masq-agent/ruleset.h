@@ -33,6 +33,16 @@ inline constexpr const char *kExceptionsCommentSuffix = ", less masqueradeCIDRs"
 inline constexpr const char *kSourceSetNameV4 = "masq-src-v4";
 inline constexpr const char *kSourceSetNameV6 = "masq-src-v6";
 
+// The set of a family: non-masquerade destinations, or masqueraded sources.
+inline const char *destinationSetName(Family family)
+{
+	return family == Family::ipv4 ? kSetNameV4 : kSetNameV6;
+}
+inline const char *sourceSetName(Family family)
+{
+	return family == Family::ipv4 ? kSourceSetNameV4 : kSourceSetNameV6;
+}
+
 // Netfilter's standard priority for source NAT (NF_IP_PRI_NAT_SRC).
 inline constexpr int kSrcnatPriority = 100;
 // After kube-proxy's nat-postrouting chain (at srcnat): kube-proxy's masquerade

@@ -346,7 +346,7 @@ build_arm64() {
 		>"$builddir/sysroot.ini"
 	local setup=(meson setup --cross-file "$builddir/sysroot.ini"
 		--cross-file "$srcdir/container/cross/$triplet.ini"
-		--buildtype=release -Dtests=false -Dwerror=false "$builddir/build" "$srcdir")
+		--buildtype=release -Dtests=disabled -Dwerror=false "$builddir/build" "$srcdir")
 	say "cross-compiling for linux/arm64 in $builddir/build"
 	if [ -f "$builddir/build/build.ninja" ]; then
 		"${setup[@]}" --reconfigure >&2 || "${setup[@]}" --wipe >&2

@@ -25,7 +25,7 @@ mkdir -p "$artifacts"
 
 if [ ! -f "$build/build.ninja" ]; then
 	# -O1: fast to compile, and what libFuzzer's documentation suggests.
-	CXX=${CXX:-clang++-14} meson setup "$build" -Dfuzzing=true -Dtests=false \
+	CXX=${CXX:-clang++-14} meson setup "$build" -Dfuzzing=true -Dtests=disabled \
 		-Dbuildtype=debug -Doptimization=1 >/dev/null
 fi
 # Regenerate first if meson.build changed (a new target is unknown until then).

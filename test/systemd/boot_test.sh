@@ -178,11 +178,17 @@ note "booting $machine: systemd-nspawn ${nspawn_args[*]}"
 ) </dev/null >"$work/console.log" 2>&1 &
 nspawn_pid=$!
 
-# The container's PID 1 is nspawn's child. If nspawn dies before it exists, this host
-# cannot run containers at all: say why and skip.
+# The container's PID 1 ends up nspawn's child: nspawn first forks an outer child, still
+# in the host's namespaces, which clones PID 1 into new ones and exits (a busy machine
+# shows the outer child for a while). So wait for a child in a network namespace of its
+# own. If nspawn dies first, this host cannot run containers at all: say why and skip.
+host_net=$(readlink /proc/self/ns/net)
 for _ in $(seq 200); do
 	leader=$(cut -d' ' -f1 "/proc/$nspawn_pid/task/$nspawn_pid/children" 2>/dev/null) || true
-	[ -n "$leader" ] && break
+	if [ -n "$leader" ]; then
+		leader_net=$(readlink "/proc/$leader/ns/net" 2>/dev/null) || leader_net=
+		[ -n "$leader_net" ] && [ "$leader_net" != "$host_net" ] && break
+	fi
 	kill -0 "$nspawn_pid" 2>/dev/null || {
 		tail -n 15 "$work/console.log"
 		skip "systemd-nspawn could not start a container here (its output is above)"; }
@@ -190,8 +196,8 @@ for _ in $(seq 200); do
 done
 [ -n "$leader" ] || fail "no container PID 1 after 20s"
 # Belt and braces: the agent must never see the host's network namespace.
-[ "$(readlink /proc/"$leader"/ns/net)" != "$(readlink /proc/self/ns/net)" ] ||
-	{ kill -KILL "$leader"; fail "the container shares the host's network namespace"; }
+[ "$(readlink /proc/"$leader"/ns/net)" != "$host_net" ] ||
+	{ kill -KILL "$nspawn_pid" "$leader"; fail "the container shares the host's network namespace"; }
 note "container PID 1 is host PID $leader"
 
 in_ct() { nsenter -t "$leader" -a "$@"; }

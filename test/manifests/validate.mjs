@@ -190,6 +190,8 @@ function validateObject(object) {
 
 const AGENT = "ip-masq-agent";
 const SELECTOR = { "k8s-app": AGENT };
+// Kubernetes' recommended labels, besides upstream's k8s-app; never in the selector.
+const RECOMMENDED_LABELS = { "app.kubernetes.io/name": AGENT, "app.kubernetes.io/component": "node-agent" };
 const HEALTH_PORT = 10263; // the agent's default --health-addr, ":10263"
 
 const deepEqual = (a, b) => JSON.stringify(a) === JSON.stringify(b);
@@ -218,6 +220,9 @@ function daemonSetPolicy(ds) {
 
 	const template = spec.template ?? {};
 	need(template.metadata?.labels?.["k8s-app"] === AGENT, "the pod template must carry the label k8s-app: ip-masq-agent");
+	for (const [where, labels] of [["metadata", ds?.metadata?.labels], ["the pod template", template.metadata?.labels]])
+		for (const [key, value] of Object.entries(RECOMMENDED_LABELS))
+			need(labels?.[key] === value, `${where} must carry the label ${key}: ${value} (docs/kubernetes.md)`);
 	const pod = template.spec ?? {};
 	need(pod.hostNetwork === true, "hostNetwork must be true: the agent programs the node's nftables");
 	need(pod.nodeSelector?.["kubernetes.io/os"] === "linux", "nodeSelector must hold kubernetes.io/os: linux");
@@ -339,6 +344,7 @@ const WEAKENINGS = {
 	"any OS": (ds) => { delete ds.spec.template.spec.nodeSelector; },
 	"OnDelete": (ds) => { ds.spec.updateStrategy = { type: "OnDelete" }; },
 	"selector changed": (ds) => { ds.spec.selector.matchLabels["app.kubernetes.io/name"] = AGENT; },
+	"recommended label dropped from the pod template": (ds) => { delete ds.spec.template.metadata.labels["app.kubernetes.io/name"]; },
 	"mount moved": (ds) => { ds.spec.template.spec.containers[0].volumeMounts[0].mountPath = "/config"; },
 	"no memory limit": (ds) => { delete ds.spec.template.spec.containers[0].resources.limits; },
 };
@@ -366,10 +372,11 @@ function kustomizationChecks(dir, kustomization, objectsByFile) {
 	if ((resources ?? []).includes("configmap.yaml"))
 		v.push("resources must not list configmap.yaml: `kubectl apply -k` would overwrite the config already in the cluster");
 	if ("commonLabels" in (kustomization ?? {}))
-		v.push("commonLabels rewrites the DaemonSet's immutable selector: use labels with includeSelectors: false");
-	for (const entry of kustomization?.labels ?? [])
-		if (entry.includeSelectors === true)
-			v.push("labels must not set includeSelectors: the DaemonSet's selector is immutable");
+		v.push("commonLabels rewrites the DaemonSet's immutable selector: write labels in daemonset.yaml");
+	// Debian 12's kubectl (1.20, kustomize v2.0.3) refuses the whole kustomization for
+	// a `labels` field ("json: unknown field"); the labels live in daemonset.yaml.
+	if ("labels" in (kustomization ?? {}))
+		v.push("labels needs kustomize v4.1 (kubectl 1.22): kubectl 1.21 and older refuse the kustomization; write labels in daemonset.yaml");
 
 	const images = new Set();
 	for (const resource of resources ?? [])
@@ -378,7 +385,7 @@ function kustomizationChecks(dir, kustomization, objectsByFile) {
 				images.add(String(c.image).replace(/@sha256:.*$/, "").replace(/:[^/:]+$/, ""));
 	const entries = kustomization?.images ?? [];
 	if (entries.length === 0)
-		v.push("images must have an entry, so that `kustomize edit set image` has a default to replace");
+		v.push("images must have an entry: it pins the tag, which an overlay's images entry replaces");
 	for (const entry of entries) {
 		if (!images.has(entry.name))
 			v.push(`images: ${entry.name} matches no container image (${[...images].join(", ")}): kustomize would ignore it`);
@@ -504,7 +511,7 @@ if (ds) {
 }
 
 if (kustomization) {
-	check("kustomization.yaml: namespace, resources exist, images entry, selector-safe labels",
+	check("kustomization.yaml: namespace, resources exist, images entry, no label transformers",
 	      kustomizationChecks(manifestsDir, kustomization, objectsByFile));
 	const kubectl = findKubectl();
 	if (!kubectl) {
@@ -519,8 +526,7 @@ if (kustomization) {
 		}
 		check("kubectl kustomize manifests/: valid objects, policy intact", problems);
 
-		// What docs/kubernetes.md tells users: an overlay (or kustomize edit set image)
-		// replaces the image.
+		// What docs/kubernetes.md tells users: an overlay replaces the image.
 		const overlay = fs.mkdtempSync(path.join(args.work, "overlay-"));
 		const image = kustomization.images?.[0]?.name;
 		fs.writeFileSync(path.join(overlay, "kustomization.yaml"), YAML.stringify({

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // What users get from manifests/ with a real kubectl, the commands of docs/kubernetes.md:
 // `kubectl kustomize` of the kustomization (the DaemonSet, its labels, image, probes
-// and nodes), of an overlay that sets the image, and `kubectl create configmap
-// --from-file` of the example config.
+// and nodes), of an overlay that sets the image, of one with the opt-in component
+// components/masq-agent-ds-ready, and `kubectl create configmap --from-file` of the
+// example config.
 //
 // node kustomize.mjs --manifests DIR --packages DIR --work DIR [--version X]
 //   --packages, --work: as for validate.mjs (the npm packages, for the YAML parser)
@@ -190,6 +191,28 @@ if (ds) {
 			overlay.push(`the overlay changed more than the image:\n${json(overlaid)}`);
 	}
 	check("an overlay's images entry replaces the image and nothing else", overlay);
+
+	// docs/kubernetes.md, "Only some nodes": the opt-in component adds the addon's
+	// node label to the nodeSelector, keeps kubernetes.io/os, and changes nothing else.
+	if (version.minor <= 20) {
+		console.log(`# kubectl ${version.gitVersion} (kustomize ${version.kustomize}) has no components: ` +
+			    "components/masq-agent-ds-ready is not rendered (docs/kubernetes.md: it needs kubectl 1.21 or later)");
+	} else {
+		const problems = [];
+		const restricted = daemonSetOf(renderOverlay("overlay-component", (base) => ({
+			components: [`${base}/components/masq-agent-ds-ready`],
+		})), problems);
+		if (restricted) {
+			const nodeSelector = { "kubernetes.io/os": "linux", "node.kubernetes.io/masq-agent-ds-ready": "true" };
+			expect(problems, "spec.template.spec.nodeSelector", restricted.spec?.template?.spec?.nodeSelector, nodeSelector);
+			const want = structuredClone(ds);
+			want.spec.template.spec.nodeSelector = nodeSelector;
+			if (!same(restricted, want))
+				problems.push(`the component changed more than the nodeSelector:\n${json(restricted)}`);
+		}
+		check("components/masq-agent-ds-ready: nodeSelector kubernetes.io/os: linux and " +
+		      "node.kubernetes.io/masq-agent-ds-ready: \"true\", nothing else changed", problems);
+	}
 }
 
 // ---------------------------------------------------------------- the ConfigMap

@@ -365,6 +365,54 @@ function kustomizationChecks(dir, kustomization, objectsByFile) {
 	return v;
 }
 
+// manifests/components/*: kustomize components an overlay may add. Without kubectl
+// (kustomize.mjs renders them where there is one), at least: each is a Component whose
+// patches target the DaemonSet, leave its immutable selector alone, and give the
+// nodeSelector string values (a bare YAML true is a boolean the API server refuses).
+function componentChecks(dir) {
+	const results = [];
+	const componentsDir = path.join(dir, "components");
+	if (!fs.existsSync(componentsDir))
+		return results;
+	for (const name of fs.readdirSync(componentsDir).sort()) {
+		const v = [];
+		const file = path.join(componentsDir, name, "kustomization.yaml");
+		if (!fs.existsSync(file)) {
+			results.push([name, [`${file} is missing`]]);
+			continue;
+		}
+		const { objects, problems } = parseYamlFile(file);
+		v.push(...problems);
+		const component = objects[0];
+		if (component?.apiVersion !== "kustomize.config.k8s.io/v1alpha1" || component?.kind !== "Component")
+			v.push("apiVersion/kind must be kustomize.config.k8s.io/v1alpha1 Component");
+		const patches = component?.patches ?? [];
+		if (!Array.isArray(patches) || patches.length === 0)
+			v.push("patches must be a non-empty list");
+		for (const [index, entry] of (Array.isArray(patches) ? patches : []).entries()) {
+			const where = `patches[${index}]`;
+			if (entry?.target?.kind !== "DaemonSet" || entry?.target?.name !== AGENT)
+				v.push(`${where}.target must name the DaemonSet ${AGENT}`);
+			if (typeof entry?.patch !== "string") {
+				v.push(`${where}.patch must be an inline strategic merge patch`);
+				continue;
+			}
+			const doc = YAML.parseDocument(entry.patch, { version: "1.1", uniqueKeys: true });
+			v.push(...doc.errors.map((e) => `${where}.patch: ${e.message}`));
+			const patch = doc.toJS();
+			if (patch?.kind !== "DaemonSet" || patch?.metadata?.name !== AGENT)
+				v.push(`${where}.patch must be a DaemonSet named ${AGENT}`);
+			if (patch?.spec?.selector !== undefined)
+				v.push(`${where}.patch must not touch spec.selector: it is immutable`);
+			for (const [key, value] of Object.entries(patch?.spec?.template?.spec?.nodeSelector ?? {}))
+				if (typeof value !== "string")
+					v.push(`${where}.patch: nodeSelector ${key} must be a string (quote it), not ${JSON.stringify(value)}`);
+		}
+		results.push([name, v]);
+	}
+	return results;
+}
+
 // ---------------------------------------------------------------- the agent
 
 function runAgent(agent, agentArgs) {
@@ -485,10 +533,13 @@ if (kustomization) {
 				problems.push(...daemonSetPolicy(object));
 		}
 		check(`kubectl ${version.gitVersion} kustomize manifests/: valid objects, policy intact`, problems);
-		// What users do with it (an overlay with images:) is rendered and checked by
-		// kustomize.mjs, with any kubectl.
+		// What users do with it (an overlay with images:, the opt-in component) is
+		// rendered and checked by kustomize.mjs, with any kubectl.
 	}
 }
+
+for (const [name, problems] of componentChecks(manifestsDir))
+	check(`manifests/components/${name}: a Component patching the DaemonSet, selector untouched, string node labels`, problems);
 
 if (args.agent) {
 	check("the agent accepts the DaemonSet's args and the example config (and runs without it)",

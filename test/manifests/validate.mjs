@@ -10,12 +10,11 @@
 // Exit status: 0 all passed, 1 a check failed, 77 skipped (no npm).
 
 import { spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
-
-const SKIP = 77;
+import { kubectlVersion, kustomizeBuild, offlineEnv } from "./kubectl.mjs";
+import { installPackages } from "./npm-packages.mjs";
 
 function parseArgs(argv) {
 	const args = {};
@@ -37,35 +36,6 @@ function parseArgs(argv) {
 const args = parseArgs(process.argv.slice(2));
 
 // ---------------------------------------------------------------- dependencies
-
-// `npm ci` into the build directory, once per lock file: a stamp holds the lock's hash.
-function installPackages(packagesDir, workDir) {
-	const npmDir = path.join(workDir, "npm");
-	fs.mkdirSync(npmDir, { recursive: true });
-	const lock = fs.readFileSync(path.join(packagesDir, "package-lock.json"));
-	const hash = createHash("sha256").update(lock).digest("hex");
-	const stamp = path.join(npmDir, "node_modules", ".ip-masq-agent-lock-sha256");
-	if (fs.existsSync(stamp) && fs.readFileSync(stamp, "utf8") === hash)
-		return npmDir;
-
-	for (const name of ["package.json", "package-lock.json"])
-		fs.copyFileSync(path.join(packagesDir, name), path.join(npmDir, name));
-	const started = Date.now();
-	// --prefer-offline: npm's cache answers without asking the registry again.
-	const npm = spawnSync("npm", ["ci", "--no-audit", "--no-fund", "--ignore-scripts", "--prefer-offline"],
-			      { cwd: npmDir, encoding: "utf8" });
-	if (npm.error && npm.error.code === "ENOENT") {
-		console.log("npm not found (Debian: apt-get install npm): manifests test skipped");
-		process.exit(SKIP);
-	}
-	if (npm.status !== 0) {
-		console.error(`npm ci in ${npmDir} failed (exit ${npm.status}):\n${npm.stdout}${npm.stderr}`);
-		process.exit(1);
-	}
-	fs.writeFileSync(stamp, hash);
-	console.log(`# npm ci: installed the pinned packages in ${((Date.now() - started) / 1000).toFixed(1)} s`);
-	return npmDir;
-}
 
 const npmDir = installPackages(args.packages, args.work);
 const requireFromNpm = createRequire(path.join(npmDir, "package.json"));
@@ -190,6 +160,8 @@ function validateObject(object) {
 
 const AGENT = "ip-masq-agent";
 const SELECTOR = { "k8s-app": AGENT };
+// Kubernetes' recommended labels, besides upstream's k8s-app; never in the selector.
+const RECOMMENDED_LABELS = { "app.kubernetes.io/name": AGENT, "app.kubernetes.io/component": "node-agent" };
 const HEALTH_PORT = 10263; // the agent's default --health-addr, ":10263"
 
 const deepEqual = (a, b) => JSON.stringify(a) === JSON.stringify(b);
@@ -218,6 +190,9 @@ function daemonSetPolicy(ds) {
 
 	const template = spec.template ?? {};
 	need(template.metadata?.labels?.["k8s-app"] === AGENT, "the pod template must carry the label k8s-app: ip-masq-agent");
+	for (const [where, labels] of [["metadata", ds?.metadata?.labels], ["the pod template", template.metadata?.labels]])
+		for (const [key, value] of Object.entries(RECOMMENDED_LABELS))
+			need(labels?.[key] === value, `${where} must carry the label ${key}: ${value} (docs/kubernetes.md)`);
 	const pod = template.spec ?? {};
 	need(pod.hostNetwork === true, "hostNetwork must be true: the agent programs the node's nftables");
 	need(pod.nodeSelector?.["kubernetes.io/os"] === "linux", "nodeSelector must hold kubernetes.io/os: linux");
@@ -339,6 +314,7 @@ const WEAKENINGS = {
 	"any OS": (ds) => { delete ds.spec.template.spec.nodeSelector; },
 	"OnDelete": (ds) => { ds.spec.updateStrategy = { type: "OnDelete" }; },
 	"selector changed": (ds) => { ds.spec.selector.matchLabels["app.kubernetes.io/name"] = AGENT; },
+	"recommended label dropped from the pod template": (ds) => { delete ds.spec.template.metadata.labels["app.kubernetes.io/name"]; },
 	"mount moved": (ds) => { ds.spec.template.spec.containers[0].volumeMounts[0].mountPath = "/config"; },
 	"no memory limit": (ds) => { delete ds.spec.template.spec.containers[0].resources.limits; },
 };
@@ -366,10 +342,11 @@ function kustomizationChecks(dir, kustomization, objectsByFile) {
 	if ((resources ?? []).includes("configmap.yaml"))
 		v.push("resources must not list configmap.yaml: `kubectl apply -k` would overwrite the config already in the cluster");
 	if ("commonLabels" in (kustomization ?? {}))
-		v.push("commonLabels rewrites the DaemonSet's immutable selector: use labels with includeSelectors: false");
-	for (const entry of kustomization?.labels ?? [])
-		if (entry.includeSelectors === true)
-			v.push("labels must not set includeSelectors: the DaemonSet's selector is immutable");
+		v.push("commonLabels rewrites the DaemonSet's immutable selector: write labels in daemonset.yaml");
+	// Debian 12's kubectl (1.20, kustomize v2.0.3) refuses the whole kustomization for
+	// a `labels` field ("json: unknown field"); the labels live in daemonset.yaml.
+	if ("labels" in (kustomization ?? {}))
+		v.push("labels needs kustomize v4.1 (kubectl 1.22): kubectl 1.21 and older refuse the kustomization; write labels in daemonset.yaml");
 
 	const images = new Set();
 	for (const resource of resources ?? [])
@@ -378,7 +355,7 @@ function kustomizationChecks(dir, kustomization, objectsByFile) {
 				images.add(String(c.image).replace(/@sha256:.*$/, "").replace(/:[^/:]+$/, ""));
 	const entries = kustomization?.images ?? [];
 	if (entries.length === 0)
-		v.push("images must have an entry, so that `kustomize edit set image` has a default to replace");
+		v.push("images must have an entry: it pins the tag, which an overlay's images entry replaces");
 	for (const entry of entries) {
 		if (!images.has(entry.name))
 			v.push(`images: ${entry.name} matches no container image (${[...images].join(", ")}): kustomize would ignore it`);
@@ -388,16 +365,52 @@ function kustomizationChecks(dir, kustomization, objectsByFile) {
 	return v;
 }
 
-function findKubectl() {
-	const probe = spawnSync("kubectl", ["version", "--client"], { encoding: "utf8", timeout: 60000 });
-	return probe.status === 0 && /Kustomize Version: v[5-9]/.test(probe.stdout) ? "kubectl" : null;
-}
-
-function kustomizeBuild(kubectl, dir) {
-	const out = spawnSync(kubectl, ["kustomize", dir], { encoding: "utf8", timeout: 120000 });
-	if (out.status !== 0)
-		return { error: `kubectl kustomize ${dir} failed: ${out.stderr || out.error}` };
-	return { objects: YAML.parseAllDocuments(out.stdout, { version: "1.1" }).map((d) => d.toJS()).filter(Boolean) };
+// manifests/components/*: kustomize components an overlay may add. Without kubectl
+// (kustomize.mjs renders them where there is one), at least: each is a Component whose
+// patches target the DaemonSet, leave its immutable selector alone, and give the
+// nodeSelector string values (a bare YAML true is a boolean the API server refuses).
+function componentChecks(dir) {
+	const results = [];
+	const componentsDir = path.join(dir, "components");
+	if (!fs.existsSync(componentsDir))
+		return results;
+	for (const name of fs.readdirSync(componentsDir).sort()) {
+		const v = [];
+		const file = path.join(componentsDir, name, "kustomization.yaml");
+		if (!fs.existsSync(file)) {
+			results.push([name, [`${file} is missing`]]);
+			continue;
+		}
+		const { objects, problems } = parseYamlFile(file);
+		v.push(...problems);
+		const component = objects[0];
+		if (component?.apiVersion !== "kustomize.config.k8s.io/v1alpha1" || component?.kind !== "Component")
+			v.push("apiVersion/kind must be kustomize.config.k8s.io/v1alpha1 Component");
+		const patches = component?.patches ?? [];
+		if (!Array.isArray(patches) || patches.length === 0)
+			v.push("patches must be a non-empty list");
+		for (const [index, entry] of (Array.isArray(patches) ? patches : []).entries()) {
+			const where = `patches[${index}]`;
+			if (entry?.target?.kind !== "DaemonSet" || entry?.target?.name !== AGENT)
+				v.push(`${where}.target must name the DaemonSet ${AGENT}`);
+			if (typeof entry?.patch !== "string") {
+				v.push(`${where}.patch must be an inline strategic merge patch`);
+				continue;
+			}
+			const doc = YAML.parseDocument(entry.patch, { version: "1.1", uniqueKeys: true });
+			v.push(...doc.errors.map((e) => `${where}.patch: ${e.message}`));
+			const patch = doc.toJS();
+			if (patch?.kind !== "DaemonSet" || patch?.metadata?.name !== AGENT)
+				v.push(`${where}.patch must be a DaemonSet named ${AGENT}`);
+			if (patch?.spec?.selector !== undefined)
+				v.push(`${where}.patch must not touch spec.selector: it is immutable`);
+			for (const [key, value] of Object.entries(patch?.spec?.template?.spec?.nodeSelector ?? {}))
+				if (typeof value !== "string")
+					v.push(`${where}.patch: nodeSelector ${key} must be a string (quote it), not ${JSON.stringify(value)}`);
+		}
+		results.push([name, v]);
+	}
+	return results;
 }
 
 // ---------------------------------------------------------------- the agent
@@ -504,39 +517,29 @@ if (ds) {
 }
 
 if (kustomization) {
-	check("kustomization.yaml: namespace, resources exist, images entry, selector-safe labels",
+	check("kustomization.yaml: namespace, resources exist, images entry, no label transformers",
 	      kustomizationChecks(manifestsDir, kustomization, objectsByFile));
-	const kubectl = findKubectl();
-	if (!kubectl) {
-		console.log("# kubectl (with kustomize v5) not found: the rendered kustomization is not checked");
+	const kubectl = process.env.KUBECTL || "kubectl";
+	const env = offlineEnv(args.work);
+	const version = kubectlVersion(kubectl, env);
+	if (version.missing || version.error) {
+		console.log(`# ${version.error ?? "kubectl not found"}: the rendered kustomization is not checked`);
 	} else {
-		const built = kustomizeBuild(kubectl, manifestsDir);
+		const built = kustomizeBuild(kubectl, env, YAML, manifestsDir);
 		const problems = built.error ? [built.error] : [];
 		for (const object of built.objects ?? []) {
 			problems.push(...validateObject(object).map((p) => `${describe(object)}: ${p}`));
 			if (object.kind === "DaemonSet")
 				problems.push(...daemonSetPolicy(object));
 		}
-		check("kubectl kustomize manifests/: valid objects, policy intact", problems);
-
-		// What docs/kubernetes.md tells users: an overlay (or kustomize edit set image)
-		// replaces the image.
-		const overlay = fs.mkdtempSync(path.join(args.work, "overlay-"));
-		const image = kustomization.images?.[0]?.name;
-		fs.writeFileSync(path.join(overlay, "kustomization.yaml"), YAML.stringify({
-			apiVersion: "kustomize.config.k8s.io/v1beta1",
-			kind: "Kustomization",
-			resources: [path.relative(overlay, manifestsDir)],
-			images: [{ name: image, newName: "registry.example/ip-masq-agent", newTag: "test" }],
-		}));
-		const rendered = kustomizeBuild(kubectl, overlay);
-		fs.rmSync(overlay, { recursive: true, force: true });
-		const got = rendered.objects?.find((o) => o.kind === "DaemonSet")?.spec?.template?.spec?.containers?.[0]?.image;
-		check("an overlay's images entry replaces the agent's image",
-		      rendered.error ? [rendered.error]
-				     : got === "registry.example/ip-masq-agent:test" ? [] : [`the image is ${got}`]);
+		check(`kubectl ${version.gitVersion} kustomize manifests/: valid objects, policy intact`, problems);
+		// What users do with it (an overlay with images:, the opt-in component) is
+		// rendered and checked by kustomize.mjs, with any kubectl.
 	}
 }
+
+for (const [name, problems] of componentChecks(manifestsDir))
+	check(`manifests/components/${name}: a Component patching the DaemonSet, selector untouched, string node labels`, problems);
 
 if (args.agent) {
 	check("the agent accepts the DaemonSet's args and the example config (and runs without it)",

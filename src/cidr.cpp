@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -117,6 +119,17 @@ Result<Prefix> parsePrefix(std::string_view text)
 					"(the network is {}). Write \"{}\" if you meant the whole network",
 					quoted, prefix.toString(), prefix.toString()));
 	return prefix;
+}
+
+Prefix builtinPrefix(std::string_view text)
+{
+	auto prefix = parsePrefix(text);
+	if (!prefix) {
+		std::fprintf(stderr, "ip-masq-agent: internal error: built-in prefix: %s\n",
+			     prefix.error().message.c_str());
+		std::abort();
+	}
+	return std::move(*prefix);
 }
 
 int AddressRange::prefixLength() const

@@ -2,6 +2,7 @@
 // The agent's config file: read bounded, streamed through yaml-cpp's event API into the model,
 // with upstream's semantics and errors that name file, line, key, value and fix.
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/plain_yaml.h"
 #include "ip-masq-agent/unique_fd.h"
@@ -49,21 +50,13 @@ constexpr size_t kMaxValueBytes = 100;
 constexpr size_t kDescribedInFull = 16;
 constexpr size_t kDescribedFirst = 8;
 
-Prefix builtinPrefix(const char *text)
-{
-	// Built-in constants are valid by construction; a failure here is a programming error.
-	return parsePrefix(text).value();
-}
-
-bool isLowerAscii(char c) { return c >= 'a' && c <= 'z'; }
-bool isUpperAscii(char c) { return c >= 'A' && c <= 'Z'; }
-bool isDigit(char c) { return c >= '0' && c <= '9'; }
+using ascii::isDigit;
 
 std::string lower(std::string_view s)
 {
 	std::string out(s);
 	for (char &c : out)
-		if (isUpperAscii(c))
+		if (ascii::isUpper(c))
 			c = static_cast<char>(c - 'A' + 'a');
 	return out;
 }
@@ -155,8 +148,8 @@ std::optional<bool> parseYamlBool(std::string_view s)
 	const auto all = [](std::string_view t, bool (*pred)(char)) {
 		return std::all_of(t.begin(), t.end(), pred);
 	};
-	const bool flexibleCase = all(s, isLowerAscii) ||
-		(isUpperAscii(s[0]) && (all(s.substr(1), isLowerAscii) || all(s.substr(1), isUpperAscii)));
+	const bool flexibleCase = all(s, ascii::isLower) ||
+		(ascii::isUpper(s[0]) && (all(s.substr(1), ascii::isLower) || all(s.substr(1), ascii::isUpper)));
 	if (!flexibleCase)
 		return std::nullopt;
 	static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kNames{{

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/monitor.h"
@@ -54,7 +55,7 @@ timespec toTimespec(std::chrono::steady_clock::time_point at)
 
 Reconciler::Settings reconcilerSettings(const AgentOptions &options)
 {
-	return Reconciler::Settings{options.config, options.configFlags, options.ruleset, true};
+	return Reconciler::Settings{options.ruleset, true, options.config.path};
 }
 
 } // namespace
@@ -104,10 +105,15 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 		log::warning("{}", *warning);
 	if (content && !*content)
 		return false; // nothing new
-	if (content)
-		(void)reconciler_.configRead(**content);
-	else
-		(void)reconciler_.configRead(fail(content.error()));
+	Result<DesiredState> desired =
+		content ? desiredFromContent(**content, options_.config, options_.configFlags,
+					     options_.ruleset)
+			: Result<DesiredState>(fail(content.error()));
+	if (desired)
+		configuredResync_ = desired->resyncInterval;
+	// A bad config is logged and reported by the reconciler, which keeps the last good
+	// ruleset; the loop goes on either way.
+	(void)reconciler_.setDesired(std::move(desired));
 	return true;
 }
 
@@ -172,9 +178,11 @@ int Daemon::run()
 	status_.loopTurned();
 	Clock::time_point now = Clock::now();
 	takeConfig(ConfigLook::reload, now);
+	// A failed sync is logged, counted and reported (/readyz) by the reconciler, and
+	// retried by the loop: nothing more to do with it here.
 	(void)reconciler_.reconcile(SyncTrigger::startup);
 	giveMemoryBack();
-	resyncEvery_ = reconciler_.resyncInterval();
+	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
 	if (const auto period = notifier_.watchdogPeriod()) {
@@ -244,13 +252,13 @@ int Daemon::run()
 		else if (retryAt && now >= *retryAt)
 			trigger = SyncTrigger::retry;
 		if (trigger) {
-			(void)reconciler_.reconcile(*trigger);
+			(void)reconciler_.reconcile(*trigger); // reported by the reconciler (above)
 			giveMemoryBack();
 			reportToSystemd();
 		}
 
-		if (reconciler_.resyncInterval() != resyncEvery_) {
-			resyncEvery_ = reconciler_.resyncInterval();
+		if (configuredResync_ != resyncEvery_) {
+			resyncEvery_ = configuredResync_;
 			nextResync_ = Clock::now() + resyncEvery_;
 			log::debug("resync every {}", formatGoDuration(resyncEvery_));
 		}

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/escape.h"
 
 namespace ipmasq {
@@ -26,7 +27,7 @@ constexpr std::array<std::pair<std::string_view, int64_t>, 8> kUnits{{
 	{"ms", kMs}, {"s", kS}, {"m", kM}, {"h", kH},
 }};
 
-bool isDigit(char c) { return c >= '0' && c <= '9'; }
+using ascii::isDigit;
 
 // Fractional digits kept: 10^18 keeps more than nanosecond precision for every unit.
 constexpr Int128 kFractionScaleLimit = static_cast<Int128>(1000000000000000000LL);

@@ -11,6 +11,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/daemon.h"
+#include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/explain.h"
 #include "ip-masq-agent/health_server.h"
 #include "ip-masq-agent/log.h"
@@ -26,31 +27,26 @@ using namespace ipmasq;
 
 namespace {
 
-// --dry-run and --explain read the config as the daemon would, once: its error or its
-// warnings go to the log.
-std::optional<LoadedConfig> loadAndReport(const AgentOptions &options)
+// --dry-run and --explain read the config once, as the daemon would, and log what it says.
+void logWarnings(const std::vector<std::string> &warnings)
 {
-	auto loaded = loadConfig(options.config, options.configFlags);
-	if (!loaded) {
-		log::error("{}", loaded.error().message);
-		return std::nullopt;
-	}
-	for (const std::string &warning : loaded->warnings)
+	for (const std::string &warning : warnings)
 		log::warning("{}", warning);
-	return std::move(*loaded);
 }
 
 int dryRun(const AgentOptions &options)
 {
-	const auto loaded = loadAndReport(options);
-	if (!loaded)
+	const auto state = desiredFromLocation(options.config, options.configFlags, options.ruleset);
+	if (!state) {
+		log::error("{}", state.error().message);
 		return EXIT_FAILURE;
+	}
+	logWarnings(state->warnings);
 
-	const Ruleset ruleset = buildRuleset(loaded->config, options.ruleset);
-	const std::string source = describeConfigOrigin(options.config, *loaded);
+	const Ruleset &ruleset = state->ruleset;
 	const std::string script = renderNftScript(
 		ruleset, {fmt::format("ip-masq-agent {} dry run, config: {}", IP_MASQ_AGENT_VERSION,
-				      source),
+				      state->origin),
 			  fmt::format("Replaces table inet {} atomically and touches nothing else.",
 				      ruleset.table),
 			  "Apply by hand with: ip-masq-agent --dry-run | nft -f -"});
@@ -62,9 +58,12 @@ int dryRun(const AgentOptions &options)
 // comparison with the kernel is skipped, in one clause, when it cannot be made.
 int explain(const AgentOptions &options)
 {
-	const auto loaded = loadAndReport(options);
-	if (!loaded)
+	const auto loaded = loadConfig(options.config, options.configFlags);
+	if (!loaded) {
+		log::error("{}", loaded.error().message);
 		return EXIT_FAILURE;
+	}
+	logWarnings(loaded->warnings);
 
 	ExplainContext context;
 	context.enableIpv6 = options.configFlags.enableIpv6;
@@ -90,11 +89,11 @@ constexpr std::string_view kFaultNoFullyRandom = "kernel-without-fully-random";
 int applyOnce(const AgentOptions &options, TableBackend &backend)
 {
 	AgentStatus status;
-	Reconciler reconciler(backend,
-			      Reconciler::Settings{options.config, options.configFlags,
-						   options.ruleset, false},
+	Reconciler reconciler(backend, Reconciler::Settings{options.ruleset, false, options.config.path},
 			      status);
-	(void)reconciler.configRead(readConfigContent(options.config));
+	// A bad config is logged here and fails the reconcile below.
+	(void)reconciler.setDesired(
+		desiredFromLocation(options.config, options.configFlags, options.ruleset));
 	return reconciler.reconcile(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

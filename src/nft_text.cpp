@@ -8,14 +8,6 @@ namespace ipmasq {
 
 namespace {
 
-// Helper for std::visit over the closed set of statements.
-template<class... Ts>
-struct Overloaded : Ts... {
-	using Ts::operator()...;
-};
-template<class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
-
 const char *nfprotoName(Family family)
 {
 	return family == Family::ipv4 ? "ipv4" : "ipv6";

@@ -3,6 +3,7 @@
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/health_server.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 #include <cstdint>
 #include <limits>

@@ -8,12 +8,15 @@
 #include <yaml-cpp/emitterstyle.h>
 #include <yaml-cpp/mark.h>
 
+#include "ip-masq-agent/ascii.h"
+
 namespace ipmasq {
 
 namespace {
 
-bool isLetter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool isDigit(char c) { return c >= '0' && c <= '9'; }
+using ascii::isDigit;
+using ascii::isLetter;
+
 bool isKeyChar(char c) { return isLetter(c) || isDigit(c); }
 bool isValueChar(char c) { return isKeyChar(c) || c == '.' || c == '/' || c == ':'; }
 

@@ -8,9 +8,13 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/escape.h"
-#include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
+
+Prefix linkLocalPrefix(Family family)
+{
+	return builtinPrefix(family == Family::ipv4 ? "169.254.0.0/16" : "fe80::/10");
+}
 
 std::string describeOrigin(const Config &config, const Origin &origin)
 {

@@ -9,6 +9,7 @@
 
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 namespace ipmasq {
 
@@ -36,51 +37,6 @@ template<typename Duration>
 double milliseconds(Duration d)
 {
 	return std::chrono::duration<double, std::milli>(d).count();
-}
-
-// What the agent itself would build from its flags with `masqLinkLocal` settings and no
-// CIDRs, with the kernel's elements in place of its own: the candidate for adoption.
-// nullopt when the kernel lacks one of the sets these flags need.
-std::optional<Ruleset> candidateFromKernel(const RulesetOptions &options,
-					   const std::vector<AddressSet> &kernelSets,
-					   bool masqLinkLocalV4, bool masqLinkLocalV6)
-{
-	Config config;
-	config.masqLinkLocal = masqLinkLocalV4;
-	config.masqLinkLocalIPv6 = masqLinkLocalV6;
-	// What masqueradeSourceCIDRs and masqueradeCIDRs left in the kernel: a source set, or
-	// a destination set whose comment says exceptions were cut out of it. One placeholder
-	// prefix of the family gives the candidate the same sets, rules and comments; the
-	// elements are the kernel's (below).
-	for (const AddressSet &set : kernelSets) {
-		const Prefix placeholder{Address{set.family(), 0}, 0, {}, {}};
-		if (set.name == kSourceSetNameV4 || set.name == kSourceSetNameV6)
-			config.masqueradeSourceCIDRs.push_back(placeholder);
-		else if (set.comment.ends_with(kExceptionsCommentSuffix))
-			config.masqueradeCIDRs.push_back(placeholder);
-	}
-	Ruleset candidate = buildRuleset(config, options);
-	for (AddressSet &set : candidate.sets) {
-		const auto kernel = std::find_if(kernelSets.begin(), kernelSets.end(),
-						 [&](const AddressSet &k) { return k.name == set.name; });
-		if (kernel == kernelSets.end())
-			return std::nullopt;
-		set.elements = kernel->elements;
-	}
-	return candidate;
-}
-
-// Whether a set's elements hold the whole link-local range (then masqLinkLocal was
-// probably false: the agent adds the range itself).
-bool holdsLinkLocal(const std::vector<AddressSet> &sets, Family family)
-{
-	const Prefix linkLocal = linkLocalPrefix(family);
-	for (const AddressSet &set : sets)
-		if (set.family() == family)
-			for (const AddressRange &range : set.elements.ranges())
-				if (range.first <= linkLocal.first() && linkLocal.last() <= range.last)
-					return true;
-	return false;
 }
 
 } // namespace
@@ -130,35 +86,30 @@ Status Reconciler::configStatus() const
 	return configError_.empty() ? Status() : fail(configError_);
 }
 
-Status Reconciler::configRead(const Result<ConfigContent> &content)
+Status Reconciler::setDesired(Result<DesiredState> desired)
 {
-	auto loaded = content ? loadConfigContent(*content, settings_.configFlags)
-			      : Result<LoadedConfig>(tl::unexpected(content.error()));
-	if (!loaded) {
+	if (!desired) {
 		// Say it (and count it) once per change, not once per resync.
-		if (loaded.error().message != configError_) {
-			log::error({{"file", settings_.config.path}, {"err", loaded.error().message}},
-				   "{}; {}", loaded.error().message,
+		const std::string &message = desired.error().message;
+		if (message != configError_) {
+			log::error({{"file", settings_.source}, {"err", message}}, "{}; {}", message,
 				   desired_ ? "keeping the last good ruleset in force"
 					    : "no ruleset of this config is applied");
-			status_.configFailed(loaded.error().message);
+			status_.configFailed(message);
 		}
-		configError_ = loaded.error().message;
-		return fail(loaded.error());
+		configError_ = message;
+		return fail(desired.error());
 	}
 
-	for (const std::string &warning : loaded->warnings)
+	for (const std::string &warning : desired->warnings)
 		log::warning("{}", warning);
 	if (!configError_.empty())
 		log::info("the config is valid again");
 	configError_.clear();
-	log::info("config {}: {}", describeConfigOrigin(settings_.config, *loaded),
-		  describeConfig(loaded->config));
-	resyncInterval_ = loaded->config.resyncInterval;
-	Ruleset next = buildRuleset(loaded->config, settings_.ruleset);
+	log::info("config {}: {}", desired->origin, desired->summary);
 	// Compare rulesets once per config change, not on every sync.
-	if (!desired_ || next != *desired_) {
-		desired_ = std::make_shared<const Ruleset>(std::move(next));
+	if (!desired_ || desired->ruleset != *desired_) {
+		desired_ = std::make_shared<const Ruleset>(std::move(desired->ruleset));
 		desiredVersion_++;
 	}
 	return {};
@@ -190,42 +141,28 @@ void Reconciler::tryAdopt()
 					generation.error().message),
 			    true);
 
-	// The agent always adds link-local to a set unless masqLinkLocal(IPv6) is set: a
-	// set without it can only come from masqLinkLocal; one with it, most likely not.
-	std::vector<bool> v4Options{!holdsLinkLocal(**sets, Family::ipv4)};
-	if (!v4Options.front())
-		v4Options.push_back(true);
-	std::vector<bool> v6Options{!holdsLinkLocal(**sets, Family::ipv6)};
-	if (settings_.ruleset.enableIpv6 && !v6Options.front())
-		v6Options.push_back(true);
-	for (bool masqLinkLocalV4 : v4Options) {
-		for (bool masqLinkLocalV6 : v6Options) {
-			auto candidate = candidateFromKernel(settings_.ruleset, **sets,
-							     masqLinkLocalV4, masqLinkLocalV6);
-			if (!candidate)
-				return note(fmt::format("table inet {} exists but cannot be adopted: it "
-							"lacks a set these flags need; it is left as it "
-							"is until the config is fixed", table),
-					    true);
-			auto checked = backend_.check(*candidate);
-			if (!checked)
-				return note(fmt::format("cannot adopt table inet {}: {}", table,
-							checked.error().message),
-					    true);
-			if (*checked == TableCheck::unsettled)
-				return; // others kept committing: the next event tries again
-			if (*checked == TableCheck::different)
-				continue;
-			desired_ = std::make_shared<const Ruleset>(std::move(*candidate));
-			desiredVersion_++;
-			appliedVersion_ = desiredVersion_;
-			appliedGeneration_ = *generation;
-			applied_.reset(); // adopted, not committed by us: the next change replaces
-			log::info("adopted table inet {} as it is in the kernel ({}) as the last good "
-				  "ruleset: it is restored if deleted or edited, until the config is "
-				  "fixed", table, summarize(*desired_));
-			return;
-		}
+	auto candidate = rulesetFromKernelSets(settings_.ruleset, **sets);
+	if (!candidate)
+		return note(fmt::format("table inet {} exists but cannot be adopted: its sets are not "
+					"what these flags make (another version or other flags made "
+					"it); it is left as it is until the config is fixed", table),
+			    true);
+	auto checked = backend_.check(*candidate);
+	if (!checked)
+		return note(fmt::format("cannot adopt table inet {}: {}", table, checked.error().message),
+			    true);
+	if (*checked == TableCheck::unsettled)
+		return; // others kept committing: the next event tries again
+	if (*checked == TableCheck::same) {
+		desired_ = std::make_shared<const Ruleset>(std::move(*candidate));
+		desiredVersion_++;
+		appliedVersion_ = desiredVersion_;
+		appliedGeneration_ = *generation;
+		applied_.reset(); // adopted, not committed by us: the next change replaces
+		log::info("adopted table inet {} as it is in the kernel ({}) as the last good "
+			  "ruleset: it is restored if deleted or edited, until the config is fixed",
+			  table, summarize(*desired_));
+		return;
 	}
 	note(fmt::format("table inet {} exists but cannot be adopted: it is not what these flags "
 			 "build (another version or other flags made it; run with -v=1 for the "

@@ -67,6 +67,11 @@ struct Prefix {
 // Parse "a.b.c.d/n" or "x:y::/n". Rejects host bits set, and says which network was meant.
 Result<Prefix> parsePrefix(std::string_view text);
 
+// A prefix written in the program itself (a default, link-local), not by a user: valid
+// by construction. An invalid one is a programming error that the unit tests meet
+// first; it aborts with the text rather than return an error no caller could handle.
+Prefix builtinPrefix(std::string_view text);
+
 // An inclusive range of addresses of one family.
 struct AddressRange {
 	Address first;

@@ -49,6 +49,15 @@ struct ConfigFlags {
 	bool enableIpv6 = false;
 };
 
+// Where a config's entries were written: its files in the order read (Origin::file indexes
+// this). Not part of what the config means: it compares equal to any other, so that
+// moving a line or renaming a file changes no ruleset, while Config's defaulted == still
+// compares every key, including any added later.
+struct ConfigFiles : std::vector<std::string> {
+	using std::vector<std::string>::vector;
+	bool operator==(const ConfigFiles &) const { return true; }
+};
+
 struct Config {
 	// From a file these hold no `spelling`: every message about an entry is made while
 	// parsing, where the text is at hand, and a million spellings would cost 30 MB.
@@ -67,7 +76,7 @@ struct Config {
 	bool masqLinkLocalIPv6 = false;
 	Duration resyncInterval = kDefaultResyncInterval;
 	// The files the entries came from, in the order read; Origin::file indexes this.
-	std::vector<std::string> files;
+	ConfigFiles files;
 
 	// masqLinkLocal or masqLinkLocalIPv6: whether link-local of `family` is masqueraded.
 	bool masqueradesLinkLocal(Family family) const
@@ -75,18 +84,10 @@ struct Config {
 		return family == Family::ipv4 ? masqLinkLocal : masqLinkLocalIPv6;
 	}
 
-	// The same meaning: where the entries were written (`files`, each Prefix's origin)
-	// does not take part, so moving a line or renaming a file changes no ruleset.
-	bool operator==(const Config &other) const
-	{
-		return nonMasqueradeCIDRs == other.nonMasqueradeCIDRs &&
-		       nonMasqueradeCIDRsGiven == other.nonMasqueradeCIDRsGiven &&
-		       masqueradeCIDRs == other.masqueradeCIDRs &&
-		       masqueradeSourceCIDRs == other.masqueradeSourceCIDRs &&
-		       cidrLimit == other.cidrLimit && masqLinkLocal == other.masqLinkLocal &&
-		       masqLinkLocalIPv6 == other.masqLinkLocalIPv6 &&
-		       resyncInterval == other.resyncInterval;
-	}
+	// The same meaning: where the entries were written (`files`, each Prefix's origin
+	// and spelling) does not take part, so moving a line or renaming a file changes no
+	// ruleset. Every other member does, a key added later included.
+	bool operator==(const Config &) const = default;
 };
 
 // A config that passed validation, with the non-fatal findings to log

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/options.h"
@@ -74,6 +75,8 @@ private:
 
 	Clock::time_point nextResync_;
 	Duration resyncEvery_{0};
+	// The last good config's resyncInterval (the default until one was read).
+	Duration configuredResync_ = kDefaultResyncInterval;
 	std::optional<Clock::time_point> nextWatchdog_;
 	bool readySent_ = false;
 	std::string lastStatusLine_;

@@ -26,10 +26,22 @@ struct Error {
 	}
 };
 
+// A value or the Error that kept it from being made. [[nodiscard]]: dropping a result
+// unread is a compile error, so no failure goes unnoticed by accident; a caller that
+// means to ignore one says so (and why) with a cast to void.
 template<typename T>
-using Result = tl::expected<T, Error>;
+class [[nodiscard]] Result : public tl::expected<T, Error>
+{
+public:
+	using Base = tl::expected<T, Error>;
+	using Base::Base;
+	Result() = default;
+	Result(const Base &base) : Base(base) {}
+	Result(Base &&base) : Base(std::move(base)) {}
+};
 
-using Status = tl::expected<void, Error>;
+// Success, or the Error that says what failed.
+using Status = Result<void>;
 
 inline tl::unexpected<Error> fail(std::string message, int errnum = 0)
 {

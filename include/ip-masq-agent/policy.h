@@ -11,6 +11,9 @@
 
 namespace ipmasq {
 
+// Link-local (169.254.0.0/16, fe80::/10): non-masquerade unless masqLinkLocal(IPv6).
+Prefix linkLocalPrefix(Family family);
+
 // Check the config as a whole, once every file of it is merged: the same prefix both
 // non-masquerade and masquerade is an error naming both entries (file:line); a
 // masqueradeCIDRs entry that no non-masquerade prefix covers has no effect, and gets a

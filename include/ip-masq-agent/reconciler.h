@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The reconciler: the last good desired ruleset, what the kernel was last seen to hold, and
-// what to do on each event (apply, verify, heal, skip). It holds no descriptors.
+// what to do on each event (apply, verify, heal, skip). It holds no descriptors, and knows
+// nothing of the config: it receives desired states (desired_state.h).
 #pragma once
 
 #include <chrono>
@@ -11,9 +12,7 @@
 #include <string>
 
 #include "ip-masq-agent/agent_status.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/config_source.h"
+#include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/table_backend.h"
@@ -54,23 +53,24 @@ public:
 	using Clock = std::chrono::steady_clock;
 
 	struct Settings {
-		ConfigLocation config; // for messages
-		ConfigFlags configFlags;
+		// The options every desired ruleset was built with: what adoption rebuilds
+		// from the kernel's sets (ruleset_mapping.h), and the table's name.
 		RulesetOptions ruleset;
 		// With a bad config and no good one yet, take the kernel's table as the last
-		// good state if it is exactly what these flags would build (daemon only).
+		// good state if it is exactly what these options would build (daemon only).
 		bool adoptExistingTable = false;
+		// Where desired states come from (the config's path), for the log.
+		std::string source;
 	};
 
 	// `clock` is steady_clock::now unless a test drives time itself.
 	Reconciler(TableBackend &backend, Settings settings, AgentStatus &status,
 		   std::function<Clock::time_point()> clock = Clock::now);
 
-	// New config content from the ConfigSource (or a read error): load it as every mode
-	// does (loadConfigContent); a valid one becomes the desired ruleset, a bad one keeps
-	// the last good one.
-	// Errors are logged once per distinct message.
-	Status configRead(const Result<ConfigContent> &content);
+	// A new desired state (from desiredFromContent), or why there is none (a bad or
+	// unreadable config): a new ruleset is applied at the next reconcile(); an error
+	// keeps the last good one in force. Errors are logged once per distinct message.
+	Status setDesired(Result<DesiredState> desired);
 
 	// Make the kernel hold the desired ruleset, doing nothing when nothing changed:
 	// apply a new ruleset; skip when the generation is the one of our last commit;
@@ -84,8 +84,7 @@ public:
 	// pace. nullopt: nothing pending.
 	std::optional<Clock::time_point> nextWake() const { return retryAt_; }
 
-	// The config's resyncInterval (the default until a config was read).
-	Duration resyncInterval() const { return resyncInterval_; }
+	// Whether there is a ruleset to enforce (from a desired state, or adopted).
 	bool hasDesired() const { return desired_ != nullptr; }
 
 private:
@@ -112,9 +111,8 @@ private:
 	AgentStatus &status_;
 	std::function<Clock::time_point()> clock_;
 
-	// The config as last read, and what it meant.
-	std::string configError_; // empty: valid
-	Duration resyncInterval_ = kDefaultResyncInterval;
+	// Why the last desired state could not be made; empty: it was.
+	std::string configError_;
 
 	// The last good desired ruleset (from the config, or adopted from the kernel), and
 	// what we know the kernel holds: the version last committed and that commit's

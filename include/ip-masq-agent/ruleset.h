@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// The desired ruleset: the agent's whole nftables table as plain data, built from config + flags.
+// The desired ruleset: the agent's whole nftables table as plain data.
 //
 // This is the one model both consumers read: the dry-run renderer (nft_text.h) prints it
-// and the netlink backend (netlink/) encodes it. Rules are a closed set of domain
-// statements rather than free-form expressions, so each consumer handles every kind
-// exhaustively (std::visit) and both emit the bytecode `nft` itself would.
+// and the netlink backend (netlink/) encodes it. ruleset_mapping.h builds it from the
+// config (and back from the kernel's sets); this header knows nothing of the config.
+// Rules are a closed set of domain statements rather than free-form expressions, so each
+// consumer handles every kind exhaustively (std::visit) and both emit the bytecode `nft`
+// itself would.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +17,6 @@
 #include <vector>
 
 #include "ip-masq-agent/cidr.h"
-#include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/port_ranges.h"
 
@@ -26,9 +27,6 @@ inline constexpr const char *kDefaultMasqChain = "IP-MASQ-AGENT";
 inline constexpr const char *kBaseChainName = "postrouting";
 inline constexpr const char *kSetNameV4 = "nomasq-v4";
 inline constexpr const char *kSetNameV6 = "nomasq-v6";
-// Ends the comment of a destination set that masqueradeCIDRs cut holes in: adoption
-// (reconciler.cpp) reads it back to rebuild such a table.
-inline constexpr const char *kExceptionsCommentSuffix = ", less masqueradeCIDRs";
 // The sources masqueraded, per family, only when masqueradeSourceCIDRs lists that family.
 inline constexpr const char *kSourceSetNameV4 = "masq-src-v4";
 inline constexpr const char *kSourceSetNameV6 = "masq-src-v6";
@@ -57,6 +55,8 @@ inline constexpr int kMaxPriority = 2147483647;
 inline constexpr size_t kMaxNameLength = 255;
 // nft refuses longer comments (NFTNL_UDATA_COMMENT_MAXLEN in libnftnl/udata.h).
 inline constexpr size_t kMaxNftCommentLength = 128;
+// The one check of that limit: "the comment of <what> is N characters long; ...".
+Status checkCommentLength(std::string_view what, const std::string &comment);
 
 // Parse "110", "srcnat", "srcnat + 10", "srcnat+10", "filter - 5" (nft's names and
 // syntax: the offset after + or - is a number without a sign). The result is within
@@ -78,10 +78,6 @@ struct RulesetOptions {
 // Table, chain and set names end up unquoted in nft syntax: keep them identifiers of
 // 1 to kMaxNameLength characters that are not nft keywords.
 Status validateName(std::string_view what, std::string_view name);
-// Names valid, and everything the ruleset built from these options carries fits what
-// nft and the kernel accept: no comment longer than kMaxNftCommentLength (the chain
-// name is part of a rule comment), the priority in range.
-Status validateRulesetOptions(const RulesetOptions &options);
 
 // An interval set of addresses: destinations (nomasq-v4/-v6) or sources (masq-src-v4/-v6).
 struct AddressSet {
@@ -133,7 +129,18 @@ struct Masquerade {
 // The transport protocols --to-ports applies to, as upstream: tcp, udp, sctp.
 inline constexpr uint8_t kPortProtocols[] = {6, 17, 132};
 
+// Every kind of rule. A consumer whose behaviour depends on the kind (rendering,
+// encoding, kernel-feature fallbacks) decides with an exhaustive std::visit, never with
+// std::get_if of one kind: a new kind is then a compile error until each handles it.
 using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet, Masquerade>;
+
+// The visitor of such a std::visit: one lambda per kind.
+template<class... Ts>
+struct Overloaded : Ts... {
+	using Ts::operator()...;
+};
+template<class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
 
 struct Rule {
 	Statement statement;
@@ -164,12 +171,8 @@ struct Ruleset {
 
 	// The destination set (nomasq-v4 / nomasq-v6) of a family, if any.
 	const AddressSet *findSet(Family family) const;
+	// The set of this name, if any.
+	const AddressSet *findSet(std::string_view name) const;
 };
-
-// The pure function at the heart of the agent: config + flags -> desired table.
-Ruleset buildRuleset(const Config &config, const RulesetOptions &options);
-
-// Link-local ranges that are non-masquerade unless masqLinkLocal(IPv6) is set.
-Prefix linkLocalPrefix(Family family);
 
 } // namespace ipmasq

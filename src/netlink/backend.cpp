@@ -48,6 +48,22 @@ std::string setComment(const nftnl_set *set)
 	return std::string(text, strnlen(text, nftnl_udata_len(comment)));
 }
 
+// The family of an interval set of addresses (the kind AddressSet models), or nullopt
+// for any other set.
+std::optional<Family> addressSetFamily(const nftnl_set *set)
+{
+	const uint32_t flags = nftnl_set_get_u32(set, NFTNL_SET_FLAGS);
+	if ((flags & NFT_SET_INTERVAL) == 0 || (flags & NFT_SET_ANONYMOUS) != 0)
+		return std::nullopt;
+	const uint32_t type = nftnl_set_get_u32(set, NFTNL_SET_KEY_TYPE);
+	const uint32_t keyLen = nftnl_set_get_u32(set, NFTNL_SET_KEY_LEN);
+	if (type == kTypeIpv4Address && keyLen == 4)
+		return Family::ipv4;
+	if (type == kTypeIpv6Address && keyLen == 16)
+		return Family::ipv6;
+	return std::nullopt;
+}
+
 // How often check() reads a table again when other commits interrupted the read, before
 // it answers "unsettled" (the caller then re-applies or looks again later).
 constexpr int kSnapshotAttempts = 3;
@@ -174,6 +190,31 @@ Result<IntervalSet> rangesFromBoundaries(Family family, std::vector<IntervalBoun
 	return IntervalSet::fromRanges(family, std::move(ranges));
 }
 
+// One dump of the objects of one kind (chains, sets or rules) of inet `table`, with the
+// libnftnl functions of that kind, appended to `out` in the kernel's order. The kernel
+// filters set and rule dumps by the table attribute but dumps the chains of every table
+// of the family, so only the table's own objects are kept.
+template<typename Ptr, typename SetStr, typename Build, typename Parse, typename GetStr>
+Status dumpTableObjects(Socket &socket, uint8_t message, const std::string &table,
+			const char *what, Ptr (*make)(), SetStr setStr, uint16_t tableAttr,
+			Build build, Parse parse, GetStr getStr, std::vector<Ptr> &out)
+{
+	Ptr filter = make();
+	setStr(filter.get(), tableAttr, table.c_str());
+	return socket.query(
+		nftType(message), NFPROTO_INET, NLM_F_DUMP,
+		[&](nlmsghdr *nlh) { build(nlh, filter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			Ptr object = make();
+			if (auto p = parsed(parse(nlh, object.get()), what); !p)
+				return p;
+			const char *owner = getStr(object.get(), tableAttr);
+			if (owner && table == owner)
+				out.push_back(std::move(object));
+			return {};
+		});
+}
+
 } // namespace
 
 NetlinkBackend::NetlinkBackend(Socket socket) : socket_(std::move(socket)) {}
@@ -200,24 +241,20 @@ Result<BatchAnswer> NetlinkBackend::transact(const Batch &batch)
 
 Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool createOnly)
 {
-	auto encoded = encodeForKernel(ruleset, true);
+	auto encoded = encodeForKernel(ruleset);
 	if (!encoded)
 		return fail(encoded.error());
+	const std::vector<FeatureCarrier> carriers = featureCarriers(ruleset, *encoded);
 	auto batch = createOnly ? createTableBatch(*encoded, socket_.sequence())
 				: replaceTableBatch(*encoded, socket_.sequence());
 	if (!batch)
 		return fail(batch.error());
-	if (quietMonitor_)
-		(void)quietMonitor_->pause(); // best effort: listening only costs time
-	auto answer = transact(*batch);
-	if (quietMonitor_)
-		if (auto resumed = quietMonitor_->resume(); !resumed)
-			log::warning("{}; outside changes are repaired at the next resync only",
-				     resumed.error().message);
+	auto answer = transactQuietly(*batch);
 	if (!answer)
 		return fail(answer.error());
 	if (!answer->failures.empty()) {
-		noteRefusal(*batch, answer->failures.front().seq, answer->failures.front().error);
+		refusedFeature_ = refusedFeature(*batch, carriers, answer->failures.front().seq,
+						 answer->failures.front().error);
 		return fail(batchError(*batch, *answer));
 	}
 	log::debug("applied table inet {}: {} messages, {} bytes", ruleset.table,
@@ -301,7 +338,7 @@ Result<uint32_t> NetlinkBackend::generation()
 
 Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
 {
-	auto encoded = encodeForKernel(ruleset, false);
+	auto encoded = encodeForKernel(ruleset);
 	if (!encoded)
 		return fail(encoded.error());
 	const std::string desired = canonicalForm(*encoded);
@@ -365,65 +402,38 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	TableSnapshot snapshot;
 
 	TablePtr request = tableHandle(table, false);
-	Status s = socket_.query(
+	const Status found = socket_.query(
 		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
 		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
 		[&](const nlmsghdr *nlh) {
 			snapshot.table = newTable();
 			return parsed(nftnl_table_nlmsg_parse(nlh, snapshot.table.get()), "table");
 		});
-	if (!s) {
-		if (s.error().errnum == ENOENT)
+	if (!found) {
+		if (found.error().errnum == ENOENT)
 			return false;
-		return fail(withPermissionHint(s.error().withContext(context("table"))));
+		return fail(withPermissionHint(found.error().withContext(context("table"))));
 	}
 	if (!snapshot.table)
 		return fail(context("table") + "the kernel sent no table", EPROTO);
 
-	// The kernel filters set and rule dumps by the table attribute, but dumps the chains
-	// of every table of the family: we keep only our table's objects in any case.
-	const auto dump = [&](uint8_t message, const RequestBuilder &build,
-			      const ReplyHandler &onReply) {
-		return socket_.query(nftType(message), NFPROTO_INET, NLM_F_DUMP, build, onReply);
-	};
-	const auto ours = [&table](const char *owner) { return owner && table == owner; };
-
-	ChainPtr chainFilter = newChain();
-	nftnl_chain_set_str(chainFilter.get(), NFTNL_CHAIN_TABLE, table.c_str());
-	s = dump(
-		NFT_MSG_GETCHAIN,
-		[&](nlmsghdr *nlh) { nftnl_chain_nlmsg_build_payload(nlh, chainFilter.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			ChainPtr chain = newChain();
-			if (auto p = parsed(nftnl_chain_nlmsg_parse(nlh, chain.get()), "chain"); !p)
-				return p;
-			if (ours(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_TABLE)))
-				snapshot.chains.push_back(std::move(chain));
-			return {};
-		});
-	if (!s)
+	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETCHAIN, table, "chain", newChain,
+				      nftnl_chain_set_str, NFTNL_CHAIN_TABLE,
+				      nftnl_chain_nlmsg_build_payload, nftnl_chain_nlmsg_parse,
+				      nftnl_chain_get_str, snapshot.chains);
+	    !s)
 		return fail(s.error().withContext(context("chains")));
-
-	SetPtr setFilter = newSet();
-	nftnl_set_set_str(setFilter.get(), NFTNL_SET_TABLE, table.c_str());
-	s = dump(
-		NFT_MSG_GETSET,
-		[&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, setFilter.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			SetPtr set = newSet();
-			if (auto p = parsed(nftnl_set_nlmsg_parse(nlh, set.get()), "set"); !p)
-				return p;
-			if (ours(nftnl_set_get_str(set.get(), NFTNL_SET_TABLE)))
-				snapshot.sets.push_back(std::move(set));
-			return {};
-		});
-	if (!s)
+	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETSET, table, "set", newSet,
+				      nftnl_set_set_str, NFTNL_SET_TABLE,
+				      nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
+				      nftnl_set_get_str, snapshot.sets);
+	    !s)
 		return fail(s.error().withContext(context("sets")));
 
 	for (const SetPtr &set : snapshot.sets) {
 		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
 		std::vector<std::string> &lines = snapshot.elements[name];
-		s = dumpSetElements(table, name, [&lines](const nftnl_set *part) -> Status {
+		Status s = dumpSetElements(table, name, [&lines](const nftnl_set *part) -> Status {
 			appendElementLines(part, lines);
 			return {};
 		});
@@ -431,20 +441,11 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 			return fail(s.error().withContext(context("elements of set " + name)));
 	}
 
-	RulePtr ruleFilter = newRule();
-	nftnl_rule_set_str(ruleFilter.get(), NFTNL_RULE_TABLE, table.c_str());
-	s = dump(
-		NFT_MSG_GETRULE,
-		[&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, ruleFilter.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			RulePtr rule = newRule();
-			if (auto p = parsed(nftnl_rule_nlmsg_parse(nlh, rule.get()), "rule"); !p)
-				return p;
-			if (ours(nftnl_rule_get_str(rule.get(), NFTNL_RULE_TABLE)))
-				snapshot.rules.push_back(std::move(rule));
-			return {};
-		});
-	if (!s)
+	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETRULE, table, "rule", newRule,
+				      nftnl_rule_set_str, NFTNL_RULE_TABLE,
+				      nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
+				      nftnl_rule_get_str, snapshot.rules);
+	    !s)
 		return fail(s.error().withContext(context("rules")));
 
 	const std::string actual = canonicalForm(snapshot);
@@ -477,35 +478,25 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 		return fail(s.error());
 	}
 
+	// Every address set of the table, whatever its name: a set the agent adds needs no
+	// change here. Anonymous sets ({ tcp, udp, sctp }) belong to their rules.
+	std::vector<SetPtr> sets;
+	s = dumpTableObjects(socket_, NFT_MSG_GETSET, table, "set", newSet, nftnl_set_set_str,
+			     NFTNL_SET_TABLE, nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
+			     nftnl_set_get_str, sets);
+	if (!s)
+		return fail(s.error());
 	struct Declared {
 		std::string name;
 		Family family;
 		std::string comment;
 	};
 	std::vector<Declared> declared;
-	SetPtr setFilter = newSet();
-	nftnl_set_set_str(setFilter.get(), NFTNL_SET_TABLE, table.c_str());
-	s = socket_.query(
-		nftType(NFT_MSG_GETSET), NFPROTO_INET, NLM_F_DUMP,
-		[&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, setFilter.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			SetPtr set = newSet();
-			if (auto p = parsed(nftnl_set_nlmsg_parse(nlh, set.get()), "set"); !p)
-				return p;
-			const char *owner = nftnl_set_get_str(set.get(), NFTNL_SET_TABLE);
-			const char *name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
-			if (!owner || table != owner || !name)
-				return {};
-			const std::string setName = name;
-			const uint32_t keyLen = nftnl_set_get_u32(set.get(), NFTNL_SET_KEY_LEN);
-			if ((setName == kSetNameV4 || setName == kSourceSetNameV4) && keyLen == 4)
-				declared.push_back({setName, Family::ipv4, setComment(set.get())});
-			else if ((setName == kSetNameV6 || setName == kSourceSetNameV6) && keyLen == 16)
-				declared.push_back({setName, Family::ipv6, setComment(set.get())});
-			return {};
-		});
-	if (!s)
-		return fail(s.error());
+	for (const SetPtr &set : sets) {
+		const char *name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
+		if (const auto family = addressSetFamily(set.get()); name && family)
+			declared.push_back({name, *family, setComment(set.get())});
+	}
 
 	std::vector<AddressSet> out;
 	for (const Declared &set : declared) {

@@ -9,11 +9,9 @@
 // batch's sequence numbers, never from the text of an error.
 #include <cerrno>
 #include <cstdint>
-#include <cstdio> // libnftnl/expr.h needs FILE
 #include <utility>
+#include <variant>
 
-#include <libnftnl/expr.h>
-#include <libnftnl/rule.h>
 #include <libnftnl/table.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_nat.h>
@@ -38,24 +36,24 @@ namespace {
 constexpr uint32_t kUnknownNatFlag = 0x8000;
 static_assert((kUnknownNatFlag & NF_NAT_RANGE_MASK) == 0);
 
-bool usesFullyRandom(const Rule &rule)
+// The fully-random flag of a statement, or null for a kind that has none. Exhaustive: a
+// new kind of statement is a compile error here until it says whether it has one, so the
+// fallback below cannot skip a new NAT statement.
+bool *fullyRandomFlag(Statement &statement)
 {
-	const auto *masquerade = std::get_if<Masquerade>(&rule.statement);
-	return masquerade != nullptr && masquerade->fullyRandom;
+	return std::visit(Overloaded{
+				  [](JumpIfNotLocal &) -> bool * { return nullptr; },
+				  [](ReturnIfDestinationInSet &) -> bool * { return nullptr; },
+				  [](Masquerade &s) -> bool * { return &s.fullyRandom; },
+			  },
+			  statement);
 }
 
-// A C callback (nftnl_expr_foreach): swaps the fully-random flag for the unknown one.
-int replaceFullyRandomFlag(nftnl_expr *expr, void *)
+bool usesFullyRandom(const Statement &statement)
 {
-	const char *name = nftnl_expr_get_str(expr, NFTNL_EXPR_NAME);
-	if (name == nullptr || std::string_view(name) != "masq" ||
-	    !nftnl_expr_is_set(expr, NFTNL_EXPR_MASQ_FLAGS))
-		return 0;
-	const uint32_t flags = nftnl_expr_get_u32(expr, NFTNL_EXPR_MASQ_FLAGS);
-	if (flags & NF_NAT_RANGE_PROTO_RANDOM_FULLY)
-		nftnl_expr_set_u32(expr, NFTNL_EXPR_MASQ_FLAGS,
-				   (flags & ~NF_NAT_RANGE_PROTO_RANDOM_FULLY) | kUnknownNatFlag);
-	return 0;
+	// fullyRandomFlag() only points into the statement; nothing is written here.
+	const bool *flag = fullyRandomFlag(const_cast<Statement &>(statement));
+	return flag != nullptr && *flag;
 }
 
 // `ruleset` as this kernel can hold it: a copy only on kernels that refused a feature.
@@ -64,8 +62,8 @@ Ruleset withoutFullyRandom(const Ruleset &ruleset)
 	Ruleset adapted = ruleset;
 	for (Chain &chain : adapted.chains)
 		for (Rule &rule : chain.rules)
-			if (auto *masquerade = std::get_if<Masquerade>(&rule.statement))
-				masquerade->fullyRandom = false;
+			if (bool *flag = fullyRandomFlag(rule.statement))
+				*flag = false;
 	return adapted;
 }
 
@@ -121,56 +119,61 @@ Result<bool> NetlinkBackend::tableExists(const std::string &table)
 	return fail(s.error().withContext(fmt::format("reading table inet {}: ", table)));
 }
 
-Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset, bool forCommit)
+Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset) const
 {
-	auto encoded = limits_.noFullyRandom ? encodeRuleset(withoutFullyRandom(ruleset))
-					     : encodeRuleset(ruleset);
-	if (!encoded || !forCommit)
-		return encoded;
-
-	featureObjects_.clear();
-	// encodeRuleset() keeps the model's order of chains and rules.
-	if (encoded->chains.size() != ruleset.chains.size())
-		return encoded;
-	for (size_t c = 0; c < ruleset.chains.size(); c++) {
-		const Chain &chain = ruleset.chains[c];
-		EncodedChain &out = encoded->chains[c];
-		if (chain.hook)
-			featureObjects_.push_back({out.description, Feature::inetNat});
-		if (limits_.noFullyRandom || out.rules.size() != chain.rules.size())
-			continue;
-		for (size_t r = 0; r < chain.rules.size(); r++) {
-			if (!usesFullyRandom(chain.rules[r]))
-				continue;
-			featureObjects_.push_back({out.rules[r].description,
-						   Feature::fullyRandomMasquerade});
-			if (simulateNoFullyRandom_)
-				nftnl_expr_foreach(out.rules[r].rule.get(), replaceFullyRandomFlag,
-						   nullptr);
-		}
-	}
-	return encoded;
+	// The fault hook: the flag bit becomes one no kernel knows, until apply() learns to
+	// leave it out.
+	const EncodingOptions options{simulateNoFullyRandom_ ? kUnknownNatFlag
+							    : NF_NAT_RANGE_PROTO_RANDOM_FULLY};
+	return limits_.noFullyRandom ? encodeRuleset(withoutFullyRandom(ruleset), options)
+				     : encodeRuleset(ruleset, options);
 }
 
-void NetlinkBackend::noteRefusal(const Batch &batch, uint32_t seq, int error)
+std::vector<NetlinkBackend::FeatureCarrier>
+NetlinkBackend::featureCarriers(const Ruleset &ruleset, const EncodedTable &encoded) const
 {
-	const std::string object = batch.describe(seq);
-	for (const FeatureObject &carrier : featureObjects_) {
-		if (carrier.description != object)
+	std::vector<FeatureCarrier> carriers;
+	// encodeRuleset() keeps the model's order of chains and rules.
+	if (encoded.chains.size() != ruleset.chains.size())
+		return carriers;
+	for (size_t c = 0; c < ruleset.chains.size(); c++) {
+		const Chain &chain = ruleset.chains[c];
+		const EncodedChain &out = encoded.chains[c];
+		if (chain.hook)
+			carriers.push_back({&out, Feature::inetNat});
+		if (limits_.noFullyRandom || out.rules.size() != chain.rules.size())
+			continue;
+		for (size_t r = 0; r < chain.rules.size(); r++)
+			if (usesFullyRandom(chain.rules[r].statement))
+				carriers.push_back({&out.rules[r], Feature::fullyRandomMasquerade});
+	}
+	return carriers;
+}
+
+std::optional<NetlinkBackend::Feature>
+NetlinkBackend::refusedFeature(const Batch &batch, const std::vector<FeatureCarrier> &carriers,
+			       uint32_t seq, int error)
+{
+	// The refused message's sequence number names the object it carried: two objects
+	// may share a description, never an identity.
+	const void *refused = batch.sourceOf(seq);
+	for (const FeatureCarrier &carrier : carriers) {
+		if (refused == nullptr || carrier.object != refused)
 			continue;
 		switch (carrier.feature) {
 		case Feature::fullyRandomMasquerade:
 			// An unknown NAT flag: EINVAL from nft_masq's validation.
 			if (error == EINVAL || error == EOPNOTSUPP)
-				refusedFeature_ = carrier.feature;
-			return;
+				return carrier.feature;
+			return std::nullopt;
 		case Feature::inetNat:
 			// No "nat" chain type for family inet: its lookup fails.
 			if (error == ENOENT || error == EOPNOTSUPP)
-				refusedFeature_ = carrier.feature;
-			return;
+				return carrier.feature;
+			return std::nullopt;
 		}
 	}
+	return std::nullopt;
 }
 
 } // namespace ipmasq

@@ -30,10 +30,11 @@ Batch::Batch(uint32_t firstSeq)
 		throw std::bad_alloc();
 }
 
-nlmsghdr *Batch::startMessage(uint16_t type, uint16_t flags, std::string description)
+nlmsghdr *Batch::startMessage(uint16_t type, uint16_t flags, std::string description,
+			       const void *source)
 {
 	const uint32_t seq = nextSequence();
-	descriptions_.push_back(std::move(description));
+	messages_.push_back({std::move(description), source});
 	auto *buf = static_cast<char *>(nftnl_batch_buffer(batch_.get()));
 	acknowledged_++;
 	return nftnl_nlmsg_build_hdr(buf, type, NFPROTO_INET, flags | NLM_F_ACK, seq);
@@ -53,7 +54,7 @@ Status Batch::finishMessage(nlmsghdr *nlh)
 
 void Batch::begin(bool echoGeneration)
 {
-	descriptions_.push_back("transaction start");
+	messages_.push_back({"transaction start"});
 	nlmsghdr *nlh = nftnl_batch_begin(static_cast<char *>(nftnl_batch_buffer(batch_.get())),
 					  nextSequence() - 1);
 	if (echoGeneration)
@@ -64,7 +65,7 @@ void Batch::begin(bool echoGeneration)
 
 void Batch::beginGuarded(uint32_t generation)
 {
-	descriptions_.push_back("transaction start");
+	messages_.push_back({"transaction start"});
 	nlmsghdr *nlh = nftnl_batch_begin(static_cast<char *>(nftnl_batch_buffer(batch_.get())),
 					  nextSequence() - 1);
 	nlh->nlmsg_flags |= NLM_F_ECHO;
@@ -75,7 +76,7 @@ void Batch::beginGuarded(uint32_t generation)
 
 void Batch::end()
 {
-	descriptions_.push_back("transaction commit");
+	messages_.push_back({"transaction commit"});
 	nftnl_batch_end(static_cast<char *>(nftnl_batch_buffer(batch_.get())), nextSequence() - 1);
 	if (nftnl_batch_update(batch_.get()) < 0)
 		throw std::bad_alloc();
@@ -90,9 +91,9 @@ Status Batch::addTable(uint16_t type, uint16_t flags, const nftnl_table *table,
 	return finishMessage(nlh);
 }
 
-Status Batch::addChain(const nftnl_chain *chain, std::string description)
+Status Batch::addChain(const nftnl_chain *chain, std::string description, const void *source)
 {
-	nlmsghdr *nlh = startMessage(NFT_MSG_NEWCHAIN, NLM_F_CREATE, std::move(description));
+	nlmsghdr *nlh = startMessage(NFT_MSG_NEWCHAIN, NLM_F_CREATE, std::move(description), source);
 	nftnl_chain_nlmsg_build_payload(nlh, chain);
 	return finishMessage(nlh);
 }
@@ -112,11 +113,11 @@ Status Batch::addSetElements(const nftnl_set *elements, std::string description)
 	return finishMessage(nlh);
 }
 
-Status Batch::addRule(const nftnl_rule *rule, std::string description)
+Status Batch::addRule(const nftnl_rule *rule, std::string description, const void *source)
 {
 	// APPEND: rules keep the order of the model.
 	nlmsghdr *nlh = startMessage(NFT_MSG_NEWRULE, NLM_F_CREATE | NLM_F_APPEND,
-				     std::move(description));
+				     std::move(description), source);
 	nftnl_rule_nlmsg_build_payload(nlh, const_cast<nftnl_rule *>(rule));
 	return finishMessage(nlh);
 }
@@ -145,7 +146,7 @@ Status Batch::addEncodedTable(const EncodedTable &table, uint16_t tableFlags)
 		return s;
 	// Chains first, so that a jump can name a chain declared later in the model.
 	for (const EncodedChain &chain : table.chains)
-		if (auto s = addChain(chain.chain.get(), chain.description); !s)
+		if (auto s = addChain(chain.chain.get(), chain.description, &chain); !s)
 			return s;
 	for (const EncodedSet &set : table.sets)
 		if (auto s = addSetWithElements(set); !s)
@@ -155,7 +156,7 @@ Status Batch::addEncodedTable(const EncodedTable &table, uint16_t tableFlags)
 			for (const EncodedSet &set : rule.anonymousSets)
 				if (auto s = addSetWithElements(set); !s)
 					return s;
-			if (auto s = addRule(rule.rule.get(), rule.description); !s)
+			if (auto s = addRule(rule.rule.get(), rule.description, &rule); !s)
 				return s;
 		}
 	}
@@ -170,10 +171,22 @@ size_t Batch::bytes() const
 	return total;
 }
 
-std::string Batch::describe(uint32_t seq) const
+const Batch::Message *Batch::messageAt(uint32_t seq) const
 {
 	const uint32_t index = seq - firstSeq_; // wraps for numbers before the batch
-	return index < descriptions_.size() ? descriptions_[index] : std::string();
+	return index < messages_.size() ? &messages_[index] : nullptr;
+}
+
+std::string Batch::describe(uint32_t seq) const
+{
+	const Message *message = messageAt(seq);
+	return message ? message->description : std::string();
+}
+
+const void *Batch::sourceOf(uint32_t seq) const
+{
+	const Message *message = messageAt(seq);
+	return message ? message->source : nullptr;
 }
 
 std::vector<iovec> Batch::iovecs() const

@@ -15,13 +15,13 @@
 
 namespace ipmasq::netlink {
 
+static_assert(kNatFlagFullyRandom == NF_NAT_RANGE_PROTO_RANDOM_FULLY);
+
 namespace {
 
 // nft's own numbering, which it stores in the kernel for `nft list` to read back:
 // datatype ids (nft's enum datatypes), byte orders (enum byteorder) and the expression
 // kind plus meta key of a set's "typeof" (enum expr_types, NFTNL_UDATA_META_KEY).
-constexpr uint32_t kTypeIpv4Address = 7;
-constexpr uint32_t kTypeIpv6Address = 8;
 constexpr uint32_t kTypeInetProtocol = 12;
 constexpr uint32_t kByteorderHost = 1;
 constexpr uint32_t kByteorderBig = 2;
@@ -75,14 +75,6 @@ private:
 	UdataBufPtr buf_;
 	bool ok_ = true;
 };
-
-Status checkComment(const std::string &what, const std::string &comment)
-{
-	if (comment.size() > kMaxCommentLength)
-		return fail(fmt::format("the comment of {} is {} characters long; nftables allows "
-					"at most {}", what, comment.size(), kMaxCommentLength));
-	return {};
-}
 
 std::vector<uint8_t> u32Bytes(uint32_t hostValue)
 {
@@ -218,7 +210,10 @@ std::vector<ElementChunk> splitIntoChunks(const std::string &table, const std::s
 class Encoder
 {
 public:
-	explicit Encoder(const Ruleset &ruleset) : ruleset_(ruleset) {}
+	Encoder(const Ruleset &ruleset, const EncodingOptions &options)
+		: ruleset_(ruleset), options_(options)
+	{
+	}
 
 	Result<EncodedTable> encode();
 
@@ -235,6 +230,7 @@ private:
 	uint32_t setIdOf(const std::string &name) const;
 
 	const Ruleset &ruleset_;
+	const EncodingOptions &options_;
 	// nft numbers the sets of a batch 1, 2, ... in the order it declares them; rules
 	// and element messages refer to a set of the same batch by that id.
 	uint32_t nextSetId_ = 1;
@@ -245,7 +241,7 @@ Result<EncodedTable> Encoder::encode()
 {
 	EncodedTable out;
 	out.description = fmt::format("table {}", ruleset_.table);
-	if (auto s = checkComment(out.description, ruleset_.comment); !s)
+	if (auto s = checkCommentLength(out.description, ruleset_.comment); !s)
 		return fail(s.error());
 	out.table = tableHandle(ruleset_.table, true);
 	if (!ruleset_.comment.empty()) {
@@ -274,7 +270,7 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 {
 	EncodedSet out;
 	out.description = fmt::format("set {}", set.name);
-	if (auto s = checkComment(out.description, set.comment); !s)
+	if (auto s = checkCommentLength(out.description, set.comment); !s)
 		return fail(s.error());
 
 	const bool v4 = set.family() == Family::ipv4;
@@ -313,7 +309,7 @@ Result<EncodedChain> Encoder::encodeChain(const Chain &chain)
 {
 	EncodedChain out;
 	out.description = fmt::format("chain {}", chain.name);
-	if (auto s = checkComment(out.description, chain.comment); !s)
+	if (auto s = checkCommentLength(out.description, chain.comment); !s)
 		return fail(s.error());
 
 	out.chain = newChain();
@@ -347,7 +343,7 @@ Result<EncodedRule> Encoder::encodeRule(const Chain &chain, const Rule &rule)
 	EncodedRule out;
 	out.description = fmt::format("rule in chain {}: {}", chain.name,
 				      renderStatement(rule.statement));
-	if (auto s = checkComment(out.description, rule.comment); !s)
+	if (auto s = checkCommentLength(out.description, rule.comment); !s)
 		return fail(s.error());
 
 	out.rule = newRule();
@@ -440,7 +436,7 @@ void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
 			maxReg = kReg2;
 	}
 	if (statement.fullyRandom)
-		flags |= NF_NAT_RANGE_PROTO_RANDOM_FULLY;
+		flags |= options_.fullyRandomFlag;
 	addMasq(rule, flags, minReg, maxReg);
 }
 
@@ -517,9 +513,9 @@ TablePtr tableHandle(const std::string &name, bool withFlags)
 	return table;
 }
 
-Result<EncodedTable> encodeRuleset(const Ruleset &ruleset)
+Result<EncodedTable> encodeRuleset(const Ruleset &ruleset, const EncodingOptions &options)
 {
-	return Encoder(ruleset).encode();
+	return Encoder(ruleset, options).encode();
 }
 
 EncodedElementChanges encodeElementChanges(const std::string &table, const ElementDiff &diff)

@@ -24,7 +24,6 @@
 #include <poll.h>
 #include <sstream>
 #include <string>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -34,18 +33,21 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config_source.h"
+#include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/element_diff.h"
-#include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
+#include "agent_process.h"
 #include "netns.h"
 
 #ifndef BENCH_BUILD_TYPE
@@ -321,30 +323,14 @@ public:
 	{
 		std::vector<std::string> argv{AGENT_BINARY};
 		argv.insert(argv.end(), args.begin(), args.end());
-		const pid_t parent = getpid();
-		const pid_t pid = fork();
+		const int log = open(logPath_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (log < 0)
+			die(fmt::format("{}: {}", logPath_, std::strerror(errno)));
+		// Dies with the benchmark, whatever kills it (spawnChild).
+		const pid_t pid = ipmasq::test::spawnChild(argv, {"/dev/null", log, log});
+		close(log);
 		if (pid < 0)
 			die(fmt::format("fork: {}", std::strerror(errno)));
-		if (pid == 0) {
-			// Die with the benchmark, whatever kills it.
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(127);
-			sigset_t none;
-			sigemptyset(&none);
-			sigprocmask(SIG_SETMASK, &none, nullptr);
-			const int fd = open(logPath_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-			if (fd >= 0) {
-				dup2(fd, STDOUT_FILENO);
-				dup2(fd, STDERR_FILENO);
-			}
-			std::vector<char *> cargv;
-			for (std::string &a : argv)
-				cargv.push_back(a.data());
-			cargv.push_back(nullptr);
-			execv(cargv[0], cargv.data());
-			_exit(127);
-		}
 		g_agentPid = pid;
 	}
 
@@ -594,8 +580,7 @@ void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgr
 		AgentStatus status;
 		ConfigSource source = ConfigSource::open(options.config);
 		Reconciler reconciler(backend,
-				      Reconciler::Settings{options.config, options.configFlags,
-							   options.ruleset, false},
+				      Reconciler::Settings{options.ruleset, false, options.config.path},
 				      status);
 		const auto sync = [&](SyncTrigger trigger) {
 			if (!failure.empty())
@@ -607,8 +592,9 @@ void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgr
 				failure = "ConfigSource::look: " + content.error().message;
 				return;
 			}
-			if (*content)
-				(void)reconciler.configRead(**content);
+			if (*content) // a bad config shows in reconcile() below
+				(void)reconciler.setDesired(desiredFromContent(
+					**content, options.config, options.configFlags, options.ruleset));
 			if (Status s = reconciler.reconcile(trigger); !s)
 				failure = "Reconciler::reconcile: " + s.error().message;
 		};
@@ -726,28 +712,9 @@ struct WholeProcessRow {
 double timedRun(const std::vector<std::string> &argv, const std::string &stdinPath = "/dev/null")
 {
 	const auto start = Clock::now();
-	const pid_t pid = fork();
+	const pid_t pid = ipmasq::test::spawnChild(argv, {stdinPath});
 	if (pid < 0)
 		die(fmt::format("fork: {}", std::strerror(errno)));
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		sigset_t none;
-		sigemptyset(&none);
-		sigprocmask(SIG_SETMASK, &none, nullptr);
-		const int in = open(stdinPath.c_str(), O_RDONLY);
-		const int out = open("/dev/null", O_WRONLY);
-		if (in < 0 || out < 0)
-			_exit(126);
-		dup2(in, STDIN_FILENO);
-		dup2(out, STDOUT_FILENO);
-		dup2(out, STDERR_FILENO);
-		std::vector<char *> cargv;
-		for (const std::string &a : argv)
-			cargv.push_back(const_cast<char *>(a.c_str()));
-		cargv.push_back(nullptr);
-		execv(cargv[0], cargv.data());
-		_exit(127);
-	}
 	int status = 0;
 	// Bounded by the watchdog (kWatchdogSeconds), which kills the whole run.
 	while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -887,19 +854,12 @@ LoadRow measureLoad(const std::string &label, const std::string &path, const std
 	int out[2];
 	if (pipe2(out, O_CLOEXEC) != 0)
 		die(fmt::format("pipe2: {}", std::strerror(errno)));
-	const pid_t pid = fork();
+	// The benchmark itself, in a process of its own: its peak memory is the load's.
+	const pid_t pid = ipmasq::test::spawnChild({"/proc/self/exe", "--measure-load", path},
+						  {"/dev/null", out[1], STDERR_FILENO});
+	close(out[1]);
 	if (pid < 0)
 		die(fmt::format("fork: {}", std::strerror(errno)));
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(out[1], STDOUT_FILENO);
-		std::string self = "/proc/self/exe", flag = "--measure-load";
-		std::string target = path;
-		char *argv[] = {self.data(), flag.data(), target.data(), nullptr};
-		execv(argv[0], argv);
-		_exit(127);
-	}
-	close(out[1]);
 	std::string reply;
 	char buf[4096];
 	for (ssize_t n; (n = read(out[0], buf, sizeof(buf))) != 0;) {

@@ -8,6 +8,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 namespace ipmasq::test {
 
@@ -58,8 +59,14 @@ inline const std::vector<RulesetCase> &rulesetCases()
 	return cases;
 }
 
+// A case's ruleset and the options its flags give.
+struct BuiltCase {
+	RulesetOptions options;
+	Ruleset ruleset;
+};
+
 // Parse a case's flags and config text into the ruleset the agent would want.
-inline Result<Ruleset> buildCase(const RulesetCase &c)
+inline Result<BuiltCase> buildCaseWithOptions(const RulesetCase &c)
 {
 	std::vector<const char *> argv{"ip-masq-agent"};
 	for (const std::string &flag : c.flags)
@@ -70,7 +77,15 @@ inline Result<Ruleset> buildCase(const RulesetCase &c)
 	auto loaded = parseConfig(c.configText, c.name, cl->options.configFlags);
 	if (!loaded)
 		return fail(loaded.error());
-	return buildRuleset(loaded->config, cl->options.ruleset);
+	return BuiltCase{cl->options.ruleset, buildRuleset(loaded->config, cl->options.ruleset)};
+}
+
+inline Result<Ruleset> buildCase(const RulesetCase &c)
+{
+	auto built = buildCaseWithOptions(c);
+	if (!built)
+		return fail(built.error());
+	return std::move(built->ruleset);
 }
 
 } // namespace ipmasq::test

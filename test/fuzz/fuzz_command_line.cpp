@@ -12,6 +12,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 

@@ -12,6 +12,7 @@
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 

@@ -3,6 +3,7 @@
 #include "agent_process.h"
 
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
@@ -45,6 +46,40 @@ void TempDir::overwrite(const std::string &name, const std::string &content) con
 	out << content;
 }
 
+pid_t spawnChild(const std::vector<std::string> &argv, const ChildStreams &streams,
+		 const std::vector<std::string> &env)
+{
+	// Everything the child needs is prepared before fork(): after it, only
+	// async-signal-safe calls.
+	std::vector<std::string> words = argv;
+	std::vector<char *> cargv;
+	for (std::string &word : words)
+		cargv.push_back(word.data());
+	cargv.push_back(nullptr);
+	std::vector<std::string> entries = env;
+	const pid_t parent = getpid();
+	const pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent) // the parent died before the request took effect
+		_exit(126);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, nullptr);
+	const int in = open(streams.stdinPath.c_str(), O_RDONLY);
+	const int devNull = open("/dev/null", O_WRONLY);
+	if (in < 0 || devNull < 0)
+		_exit(126);
+	dup2(in, STDIN_FILENO);
+	dup2(streams.out == ChildStreams::kDevNull ? devNull : streams.out, STDOUT_FILENO);
+	dup2(streams.err == ChildStreams::kDevNull ? devNull : streams.err, STDERR_FILENO);
+	for (std::string &entry : entries)
+		putenv(entry.data());
+	execvp(cargv[0], cargv.data());
+	_exit(127);
+}
+
 AgentProcess::AgentProcess(const std::vector<std::string> &args, const std::vector<std::string> &env)
 {
 	char tmpl[] = "/tmp/ipmasq-agent-log-XXXXXX";
@@ -54,23 +89,10 @@ AgentProcess::AgentProcess(const std::vector<std::string> &args, const std::vect
 
 	std::vector<std::string> argv{agentBinary()};
 	argv.insert(argv.end(), args.begin(), args.end());
-	pid_ = fork();
-	REQUIRE(pid_ >= 0);
-	if (pid_ == 0) {
-		// If the test dies outright, the agent must not outlive it.
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(logFd, STDERR_FILENO);
-		dup2(logFd, STDOUT_FILENO);
-		for (const std::string &entry : env)
-			putenv(const_cast<char *>(entry.c_str()));
-		std::vector<char *> cargv;
-		for (std::string &a : argv)
-			cargv.push_back(a.data());
-		cargv.push_back(nullptr);
-		execv(cargv[0], cargv.data());
-		_exit(127);
-	}
+	// If the test dies outright, the agent must not outlive it (spawnChild).
+	pid_ = spawnChild(argv, ChildStreams{"/dev/null", logFd, logFd}, env);
 	close(logFd);
+	REQUIRE(pid_ >= 0);
 }
 
 AgentProcess::~AgentProcess()
@@ -130,6 +152,35 @@ std::optional<std::chrono::milliseconds> waitFor(const std::function<bool()> &co
 		std::this_thread::sleep_for(step);
 	}
 	return std::nullopt;
+}
+
+std::string tableListing(const std::string &table)
+{
+	std::string out;
+	if (run("nft list table inet " + table + " 2>/dev/null", &out) != 0)
+		return {};
+	return out;
+}
+
+bool tableHas(const std::string &needle)
+{
+	return tableListing().find(needle) != std::string::npos;
+}
+
+void deleteTable(const std::string &table)
+{
+	run("nft delete table inet " + table + " 2>/dev/null");
+}
+
+void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
+		   const AgentProcess &agent, const char *what,
+		   const std::function<std::string()> &context)
+{
+	const auto took = waitFor(condition, timeout);
+	INFO(what << "\n" << (context ? context() + "\n" : "") << "agent log:\n" << agent.log()
+		  << "\ntable:\n" << tableListing());
+	REQUIRE(took);
+	WARN(what << ": " << took->count() << " ms");
 }
 
 std::string agentBinary()

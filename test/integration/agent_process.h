@@ -31,6 +31,24 @@ private:
 	std::string path_;
 };
 
+// Where a child's standard streams go: stdin from a file, stdout and stderr into
+// descriptors of the caller (kDevNull: /dev/null).
+struct ChildStreams {
+	static constexpr int kDevNull = -1;
+	std::string stdinPath = "/dev/null";
+	int out = kDevNull;
+	int err = kDevNull;
+};
+
+// The one way the tests and the benchmark start a program (the agent, Prometheus, a
+// whole --once run): a child that dies with its parent (PR_SET_PDEATHSIG, also when the
+// parent died before it could ask), with no signal blocked, `streams` connected, and
+// `env` entries ("NAME=value") added. argv[0] is a path or a name looked up in PATH. A
+// child that cannot start its program exits with 127 (126 when its streams cannot be
+// opened). Returns the child's pid, or -1 with errno when fork() fails.
+pid_t spawnChild(const std::vector<std::string> &argv, const ChildStreams &streams,
+		 const std::vector<std::string> &env = {});
+
 // Runs the agent with `args`; stderr goes to a log file the test can read.
 // The destructor kills it (SIGKILL) if it is still running, so no test leaves one behind.
 class AgentProcess
@@ -56,6 +74,21 @@ private:
 	std::string logPath_;
 	int status_ = -1;
 };
+
+// `nft list table inet TABLE`, or empty when there is no such table.
+std::string tableListing(const std::string &table = "ip-masq-agent");
+// Whether the agent's table lists `needle`.
+bool tableHas(const std::string &needle);
+// Deletes table inet TABLE if it exists: a test's clean start or end.
+void deleteTable(const std::string &table = "ip-masq-agent");
+
+// The one wait of the daemon tests: until `condition` holds, at most `timeout`. On
+// timeout the test fails, showing `what`, the agent's log, the agent's table and
+// whatever `context` adds (the health endpoint's answers, say); otherwise it reports how
+// long it took.
+void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
+		   const AgentProcess &agent, const char *what,
+		   const std::function<std::string()> &context = {});
 
 // Polls `condition` every few milliseconds until it holds or `timeout` passes.
 // Returns how long it took, or nothing on timeout. Bounded in time and count.

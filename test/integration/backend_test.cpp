@@ -20,6 +20,7 @@
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 #include "backend_support.h"
 #include "netns.h"
@@ -150,15 +151,23 @@ void requireParity(const std::string &name, const Ruleset &ruleset)
 
 } // namespace
 
-TEST_CASE("every named config (the golden cases): the backend lists exactly like nft -f")
+TEST_CASE("every named config (the golden cases): the backend lists exactly like nft -f, "
+	  "and the kernel's sets map back to the same ruleset")
 {
 	for (const test::RulesetCase &c : test::rulesetCases()) {
-		auto ruleset = test::buildCase(c);
+		auto built = test::buildCaseWithOptions(c);
 		INFO("case " << c.name);
-		REQUIRE(ruleset);
-		if (ruleset->table != kDefaultTableName)
+		REQUIRE(built);
+		if (built->ruleset.table != kDefaultTableName)
 			continue; // requireParity lists the default table only (kListTable)
-		requireParity(c.name, *ruleset);
+		requireParity(c.name, built->ruleset);
+		// The reverse mapping (adoption's) over the sets as the kernel holds them.
+		auto backend = NetlinkBackend::open();
+		REQUIRE(backend);
+		auto sets = (*backend)->readAddressSets(built->ruleset.table);
+		REQUIRE(sets);
+		REQUIRE(*sets);
+		CHECK(rulesetFromKernelSets(built->options, **sets) == built->ruleset);
 	}
 }
 

@@ -20,28 +20,6 @@ namespace {
 const std::string kSlowResync = "resyncInterval: 1h\n";
 const std::string kHealth = "http://127.0.0.1:10263";
 
-std::string listing()
-{
-	std::string out;
-	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
-		return {};
-	return out;
-}
-
-bool tableHas(const std::string &needle)
-{
-	return listing().find(needle) != std::string::npos;
-}
-
-void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
-		   const AgentProcess &agent, const char *what)
-{
-	const auto took = waitFor(condition, timeout);
-	INFO(what << "\nagent log:\n" << agent.log() << "\ntable:\n" << listing());
-	REQUIRE(took);
-	WARN(what << ": " << took->count() << " ms");
-}
-
 // The value of a series in /metrics, or "" if absent.
 std::string metric(const std::string &series)
 {
@@ -76,11 +54,6 @@ bool defaultsInForce()
 	return tableHas("172.16.0.0/12");
 }
 
-void cleanTable()
-{
-	run("nft delete table inet ip-masq-agent 2>/dev/null");
-}
-
 } // namespace
 
 TEST_CASE("restarted with a bad config, the agent adopts its table and restores it exactly")
@@ -109,7 +82,7 @@ TEST_CASE("restarted with a bad config, the agent adopts its table and restores 
 			requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, first, "first apply");
 			REQUIRE(first.stop(SIGTERM) == 0);
 		}
-		const std::string before = listing();
+		const std::string before = tableListing();
 		REQUIRE_FALSE(before.empty());
 
 		dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [abcdefg]\n");
@@ -117,31 +90,31 @@ TEST_CASE("restarted with a bad config, the agent adopts its table and restores 
 		requireWithin([&] { return agent.log().find("adopted table inet ip-masq-agent") !=
 					   std::string::npos; },
 			      5s, agent, "adopted");
-		CHECK(listing() == before); // adopted, not rewritten
+		CHECK(tableListing() == before); // adopted, not rewritten
 
 		runOrFail("nft delete table inet ip-masq-agent");
-		requireWithin([&] { return listing() == before; }, 5s, agent, "restored after delete");
+		requireWithin([&] { return tableListing() == before; }, 5s, agent, "restored after delete");
 
 		runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 192.0.2.0/24 }'");
 		runOrFail("nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }'");
-		requireWithin([&] { return listing() == before; }, 5s, agent, "restored after an edit");
+		requireWithin([&] { return tableListing() == before; }, 5s, agent, "restored after an edit");
 		CHECK(agent.running());
 		CHECK(agent.stop(SIGTERM) == 0);
-		cleanTable();
+		deleteTable();
 	}
 }
 
 TEST_CASE("a fresh node with a bad config gets no table, and the log says why")
 {
 	TempDir dir;
-	cleanTable();
+	deleteTable();
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [abcdefg]\n");
 	AgentProcess agent({"--config=" + dir.file("config")});
 	requireWithin([&] { return agent.log().find("no table inet ip-masq-agent exists to adopt") !=
 				   std::string::npos; },
 		      5s, agent, "reason logged");
 	CHECK_THAT(agent.log(), Catch::Contains("abcdefg"));
-	CHECK(listing().empty());
+	CHECK(tableListing().empty());
 	CHECK(agent.stop(SIGTERM) == 0);
 }
 
@@ -178,7 +151,7 @@ TEST_CASE("a config directory deleted and re-created is live within 1 s, never v
 	dir.write("cfg/config", kSlowResync + "nonMasqueradeCIDRs: [203.0.113.0/24]\n");
 	requireWithin([] { return tableHas("203.0.113.0/24"); }, 1s, agent, "edit after re-creation");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a file that vanishes and comes back within the grace time never passes through defaults")
@@ -206,7 +179,7 @@ TEST_CASE("a file that vanishes and comes back within the grace time never passe
 	CHECK_FALSE(sawDefaults);
 	CHECK(countOf(agent.log(), "config (built-in defaults") == 0);
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("50,000 CIDRs while another program re-creates its table in a loop: no failure, ready")
@@ -257,7 +230,7 @@ TEST_CASE("50,000 CIDRs while another program re-creates its table in a loop: no
 	CHECK(metric("ip_masq_agent_nonmasquerade_intervals{family=\"ipv4\"}") == "50001");
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet bystander 2>/dev/null");
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a writer deleting the table in a loop: restored at a bounded pace, cheaply, one log line")
@@ -287,5 +260,5 @@ TEST_CASE("a writer deleting the table in a loop: restored at a bounded pace, ch
 	CHECK(cpu < 1.0); // well under a tenth of a core over the 10 s
 	CHECK(countOf(log, "changed or deleted outside the agent") == 1); // one episode
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }

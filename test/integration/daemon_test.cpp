@@ -27,19 +27,6 @@ namespace {
 // A long resync, so anything that happens faster was triggered by inotify or netlink.
 const std::string kSlowResync = "resyncInterval: 1h\n";
 
-std::string listing(const std::string &table = "ip-masq-agent")
-{
-	std::string out;
-	if (run("nft list table inet " + table + " 2>/dev/null", &out) != 0)
-		return {};
-	return out;
-}
-
-bool tableHas(const std::string &needle)
-{
-	return listing().find(needle) != std::string::npos;
-}
-
 // The kernel's handle of our table: it changes whenever the table is re-created,
 // so an unchanged handle proves the agent wrote nothing.
 long tableHandle()
@@ -51,20 +38,6 @@ long tableHandle()
 	if (!std::regex_search(out, m, std::regex("\"table\": \\{[^}]*\"handle\": ([0-9]+)")))
 		return -1;
 	return std::stol(m[1]);
-}
-
-void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
-		   const AgentProcess &agent, const char *what)
-{
-	const auto took = waitFor(condition, timeout);
-	INFO(what << "\nagent log:\n" << agent.log() << "\ntable:\n" << listing());
-	REQUIRE(took);
-	WARN(what << ": " << took->count() << " ms");
-}
-
-void cleanTable()
-{
-	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }
 
 } // namespace
@@ -84,7 +57,7 @@ TEST_CASE("a config edit is applied at once, not at the next resync")
 	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "in-place edit");
 
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("an editor's save (rename away, write anew) never passes through defaults")
@@ -106,7 +79,7 @@ TEST_CASE("an editor's save (rename away, write anew) never passes through defau
 	CHECK(countOf(log, "built-in defaults") == 0);
 	CHECK(countOf(log, "info: applied table") == 2);
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a file still being written is not read, whatever triggers the sync")
@@ -131,7 +104,7 @@ TEST_CASE("a file still being written is not read, whatever triggers the sync")
 	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "complete file applied");
 	CHECK(countOf(agent.log(), "info: applied table") == 2);
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a Kubernetes ConfigMap update (the ..data symlink swap) is applied at once")
@@ -152,7 +125,7 @@ TEST_CASE("a Kubernetes ConfigMap update (the ..data symlink swap) is applied at
 	requireWithin([] { return tableHas("203.0.113.0/24") && !tableHas("10.0.0.0/8"); }, 5s, agent,
 		      "ConfigMap swap");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 namespace {
@@ -208,7 +181,7 @@ TEST_CASE("--config-dir: adding, editing and removing one of two files is live w
 	std::this_thread::sleep_for(300ms);
 	CHECK_FALSE(tableHoldsElement("198.18.0.0/15"));
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("--config-dir: a ConfigMap ..data swap in a projected volume is live within a second")
@@ -233,7 +206,7 @@ TEST_CASE("--config-dir: a ConfigMap ..data swap in a projected volume is live w
 	requireWithin(tableElementsAre({"192.0.2.0/24", "203.0.113.0/24"}, {"198.51.100.0/24"}), 1s, agent,
 		      "ConfigMap swap");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("--dry-run and --once read --config-dir as the daemon does")
@@ -251,7 +224,7 @@ TEST_CASE("--dry-run and --once read --config-dir as the daemon does")
 
 	REQUIRE(run(fmt::format("{} --once --config-dir={}", agentBinary(), dir.path())) == 0);
 	CHECK(tableElementsAre({"192.0.2.0/24", "198.51.100.0/24"}, {"203.0.113.0/24", "10.0.0.0/8"})());
-	cleanTable();
+	deleteTable();
 
 	std::string both;
 	CHECK(run(fmt::format("{} --dry-run --config={} --config-dir={}", agentBinary(),
@@ -274,7 +247,7 @@ TEST_CASE("deleting the file means defaults; creating it again applies it")
 	requireWithin([] { return tableHas("198.51.100.0/24") && !tableHas("172.16.0.0/12"); }, 5s,
 		      agent, "re-created");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a table deleted or flushed by hand is restored at once")
@@ -294,7 +267,7 @@ TEST_CASE("a table deleted or flushed by hand is restored at once")
 	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, agent, "restored after an element edit");
 	CHECK_THAT(agent.log(), Catch::Contains("changed or deleted outside the agent"));
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("no work when nothing changed, also when other tables change")
@@ -316,7 +289,7 @@ TEST_CASE("no work when nothing changed, also when other tables change")
 	CHECK(countOf(log, "nothing changed") >= 1);
 	CHECK(agent.stop(SIGTERM) == 0);
 	runOrFail("nft delete table inet bystander");
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a bad config keeps the last good table, logs once, and heals")
@@ -341,7 +314,7 @@ TEST_CASE("a bad config keeps the last good table, logs once, and heals")
 	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "fixed config applied");
 	CHECK_THAT(agent.log(), Catch::Contains("valid again"));
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("started with a bad config, the agent leaves its existing table alone until fixed")
@@ -351,20 +324,20 @@ TEST_CASE("started with a bad config, the agent leaves its existing table alone 
 	runOrFail("nft add table inet ip-masq-agent && "
 		  "nft add set inet ip-masq-agent nomasq-v4 '{ type ipv4_addr; flags interval; }' && "
 		  "nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }'");
-	const std::string before = listing();
+	const std::string before = tableListing();
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [abcdefg]\n");
 	AgentProcess agent({"--config=" + dir.file("config")});
 	requireWithin([&] { return agent.log().find("abcdefg") != std::string::npos; }, 5s, agent,
 		      "error reported");
 	std::this_thread::sleep_for(300ms);
-	CHECK(listing() == before);
+	CHECK(tableListing() == before);
 	CHECK(agent.running());
 
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
 	requireWithin([] { return tableHas("10.0.0.0/8") && !tableHas("203.0.113.0/24"); }, 5s, agent,
 		      "applied once fixed");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("SIGTERM and SIGINT exit cleanly and leave the table; SIGHUP reloads")
@@ -387,7 +360,7 @@ TEST_CASE("SIGTERM and SIGINT exit cleanly and leave the table; SIGHUP reloads")
 		CHECK(agent.stop(SIGINT) == 0);
 		CHECK(tableHas("10.0.0.0/8"));
 	}
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("--once applies and exits; --cleanup removes only the agent's table")
@@ -410,8 +383,8 @@ TEST_CASE("--once applies and exits; --cleanup removes only the agent's table")
 	{
 		AgentProcess cleanup({"--cleanup"});
 		CHECK(cleanup.wait() == 0);
-		CHECK(listing().empty());
-		CHECK_FALSE(listing("bystander").empty());
+		CHECK(tableListing().empty());
+		CHECK_FALSE(tableListing("bystander").empty());
 	}
 	{
 		AgentProcess again({"--cleanup"}); // nothing to delete is not an error
@@ -431,7 +404,7 @@ TEST_CASE("the start-up log names the version and the effective flags")
 	CHECK_THAT(log, Catch::Contains("built-in defaults"));
 	CHECK_THAT(log, Catch::Contains("applied table inet ip-masq-agent") &&
 				Catch::Contains("IPv4 intervals") && Catch::Contains(" ms"));
-	cleanTable();
+	deleteTable();
 }
 
 namespace {
@@ -489,7 +462,7 @@ TEST_CASE("/healthz and /metrics follow the daemon's state, seen by curl")
 		      "drift repaired and counted");
 	CHECK(httpGet("/healthz") == "200 ok\n");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a health port that cannot be bound is a clear start-up error")
@@ -503,7 +476,7 @@ TEST_CASE("a health port that cannot be bound is a clear start-up error")
 	CHECK_THAT(second.log(), Catch::Contains("cannot serve /healthz") &&
 					 Catch::Contains("--health-addr"));
 	CHECK(holder.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("under systemd: READY=1 after the first sync, STATUS= lines, WATCHDOG=1 pings")
@@ -546,7 +519,7 @@ TEST_CASE("under systemd: READY=1 after the first sync, STATUS= lines, WATCHDOG=
 	CHECK(agent.stop(SIGTERM) == 0);
 	CHECK(count("STOPPING=1") == 1);
 	CHECK(count("READY=1") == 1);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("a config directory that appears later is watched from then on")
@@ -566,7 +539,7 @@ TEST_CASE("a config directory that appears later is watched from then on")
 	dir.write("later/config", "resyncInterval: 1h\nnonMasqueradeCIDRs: [198.51.100.0/24]\n");
 	requireWithin([] { return tableHas("198.51.100.0/24"); }, 5s, agent, "edit seen by inotify");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteTable();
 }
 
 TEST_CASE("the default --health-addr serves IPv4 and IPv6; an empty one serves nothing")
@@ -591,5 +564,5 @@ TEST_CASE("the default --health-addr serves IPv4 and IPv6; an empty one serves n
 		CHECK(agent.log().find("serving /healthz") == std::string::npos);
 		CHECK(agent.stop(SIGTERM) == 0);
 	}
-	cleanTable();
+	deleteTable();
 }

@@ -55,23 +55,12 @@ bool answers(const std::string &path, int status, const std::string &bodyPart = 
 	return a.status == status && a.body.find(bodyPart) != std::string::npos;
 }
 
-std::string listing()
+// What the endpoints answer, for a failed wait's message.
+std::string endpoints()
 {
-	std::string out;
-	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
-		return {};
-	return out;
-}
-
-void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
-		   const AgentProcess &agent, const char *what)
-{
-	const auto took = waitFor(condition, timeout);
-	INFO(what << "\n/livez: " << request("/livez").status << " " << request("/livez").body
-		  << "\n/readyz: " << request("/readyz").status << " " << request("/readyz").body
-		  << "\nagent log:\n" << agent.log());
-	REQUIRE(took);
-	WARN(what << ": " << took->count() << " ms");
+	const Answer live = request("/livez"), ready = request("/readyz");
+	return fmt::format("/livez: {} {}\n/readyz: {} {}", live.status, live.body, ready.status,
+			   ready.body);
 }
 
 void requireCurl()
@@ -123,7 +112,7 @@ TEST_CASE("a bad config: /readyz and /healthz fail with the reason, /livez stays
 	TempDir dir;
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
 	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr});
-	requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready");
+	requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready", endpoints);
 	CHECK(request("/livez").status == 200);
 	CHECK(request("/livez").body == "ok\n");
 	CHECK(request("/healthz").status == 200);
@@ -136,7 +125,7 @@ TEST_CASE("a bad config: /readyz and /healthz fail with the reason, /livez stays
 
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.1/24]\n");
 	requireWithin([] { return answers("/readyz", 503, "config invalid"); }, 5s, agent,
-		      "not ready on a bad config");
+		      "not ready on a bad config", endpoints);
 	const Answer ready = request("/readyz");
 	CHECK_THAT(ready.body, Catch::Contains(dir.file("config")) && Catch::Contains("host bits") &&
 				       Catch::Contains("last good ruleset stays in force"));
@@ -144,7 +133,7 @@ TEST_CASE("a bad config: /readyz and /healthz fail with the reason, /livez stays
 	CHECK(health.status == 503);
 	CHECK(health.body == ready.body);
 	CHECK(request("/livez").status == 200);
-	CHECK_THAT(listing(), Catch::Contains("192.0.2.0/24"));
+	CHECK_THAT(tableListing(), Catch::Contains("192.0.2.0/24"));
 
 	// Nothing wakes the loop now (no config event, no nftables change, resync in an
 	// hour) but its heartbeat: a probe after longer than the liveness limit must still
@@ -155,10 +144,10 @@ TEST_CASE("a bad config: /readyz and /healthz fail with the reason, /livez stays
 	CHECK(live.status == 200);
 	CHECK(request("/readyz").status == 503);
 	CHECK(agent.running()); // never restarted, never exited
-	CHECK_THAT(listing(), Catch::Contains("192.0.2.0/24"));
+	CHECK_THAT(tableListing(), Catch::Contains("192.0.2.0/24"));
 
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
-	requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready again");
+	requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready again", endpoints);
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }
@@ -169,7 +158,7 @@ TEST_CASE("SIGSTOP: a probe gets no answer, which the kubelet counts as a failur
 	TempDir dir;
 	dir.write("config", kSlowResync);
 	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr});
-	requireWithin([] { return answers("/livez", 200, "ok"); }, 5s, agent, "live");
+	requireWithin([] { return answers("/livez", 200, "ok"); }, 5s, agent, "live", endpoints);
 
 	// Every thread stops, the HTTP thread too: the probe times out (as a kubelet's
 	// probe with timeoutSeconds would) instead of reading a 503.
@@ -177,7 +166,7 @@ TEST_CASE("SIGSTOP: a probe gets no answer, which the kubelet counts as a failur
 	const Answer stopped = request("/livez", "GET", 1s);
 	REQUIRE(kill(agent.pid(), SIGCONT) == 0);
 	CHECK(stopped.status == 0);
-	requireWithin([] { return answers("/livez", 200, "ok"); }, 5s, agent, "live after SIGCONT");
+	requireWithin([] { return answers("/livez", 200, "ok"); }, 5s, agent, "live after SIGCONT", endpoints);
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }
@@ -188,7 +177,7 @@ TEST_CASE("a loop that stops turning while the HTTP thread runs: /livez 503 with
 	TempDir dir;
 	dir.write("config", kSlowResync);
 	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr});
-	requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready");
+	requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready", endpoints);
 	REQUIRE(answers("/livez", 200, "ok"));
 
 	{
@@ -198,7 +187,7 @@ TEST_CASE("a loop that stops turning while the HTTP thread runs: /livez 503 with
 		// The last turn was at most one heartbeat period before the stop.
 		requireWithin([] { return answers("/livez", 503, "the event loop has not turned for"); },
 			      AgentStatus::kLivenessLimit + AgentStatus::kHeartbeatPeriod + 5s, agent,
-			      "not live while the loop is stopped");
+			      "not live while the loop is stopped", endpoints);
 		const Answer dead = request("/livez");
 		CHECK_THAT(dead.body, Catch::Matches("the event loop has not turned for 1[5-9] s .*\n"));
 		// Readiness is the state the loop last reported: it cannot tell a hang.
@@ -206,7 +195,7 @@ TEST_CASE("a loop that stops turning while the HTTP thread runs: /livez 503 with
 		loop.resume();
 		// The overdue heartbeat timer wakes the loop at once.
 		requireWithin([] { return answers("/livez", 200, "ok"); }, 3s, agent,
-			      "live once the loop turns again");
+			      "live once the loop turns again", endpoints);
 	}
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet ip-masq-agent 2>/dev/null");

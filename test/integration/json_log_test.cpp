@@ -234,13 +234,6 @@ bool applied(const Entry &e)
 	return e.at("level") == "info" && startsWith(e.at("msg"), "applied table inet");
 }
 
-bool tableHas(const std::string &needle)
-{
-	std::string out;
-	return run("nft list table inet ip-masq-agent 2>/dev/null", &out) == 0 &&
-	       out.find(needle) != std::string::npos;
-}
-
 } // namespace
 
 TEST_CASE("the strict reader refuses what is not one flat JSON object")

@@ -17,6 +17,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

@@ -7,6 +7,7 @@
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 #include "netns.h"
 
 using namespace ipmasq;

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 #include "netns.h"
 

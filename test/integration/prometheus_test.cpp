@@ -9,12 +9,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -142,27 +142,14 @@ std::vector<Sample> parseExposition(const std::string &text)
 class ChildProcess
 {
 public:
-	ChildProcess(std::vector<std::string> argv, const std::string &logPath) : logPath_(logPath)
+	ChildProcess(const std::vector<std::string> &argv, const std::string &logPath)
+		: logPath_(logPath)
 	{
-		const pid_t parent = getpid();
-		pid_ = fork();
+		const int log = open(logPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		REQUIRE(log >= 0);
+		pid_ = spawnChild(argv, ChildStreams{"/dev/null", log, log});
+		close(log);
 		REQUIRE(pid_ >= 0);
-		if (pid_ == 0) {
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			if (getppid() != parent)
-				_exit(126);
-			FILE *log = std::fopen(logPath.c_str(), "w");
-			if (!log)
-				_exit(126);
-			dup2(fileno(log), STDOUT_FILENO);
-			dup2(fileno(log), STDERR_FILENO);
-			std::vector<char *> cargv;
-			for (std::string &a : argv)
-				cargv.push_back(a.data());
-			cargv.push_back(nullptr);
-			execvp(cargv[0], cargv.data());
-			_exit(127);
-		}
 	}
 
 	~ChildProcess()

@@ -318,14 +318,6 @@ Observation connectFromPod(const Topology &net, int family, std::chrono::millise
 			      timeout);
 }
 
-std::string tableListing()
-{
-	std::string out;
-	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
-		return {};
-	return out;
-}
-
 Agent::Agent(const std::string &config, std::vector<std::string> flags)
 {
 	run("nft delete table inet ip-masq-agent 2>/dev/null");

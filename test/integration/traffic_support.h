@@ -143,8 +143,6 @@ Observation connectFromPod(const Topology &net, int family, const std::string &a
 Observation connectFromPod(const Topology &net, int family,
 			   std::chrono::milliseconds timeout = std::chrono::seconds(2));
 
-// `nft list table inet ip-masq-agent`, or empty when there is no such table.
-std::string tableListing();
 
 // The agent as a daemon in the node namespace (this process's own), watching a config
 // file. Its table is deleted first, so the table's appearance marks its first apply.

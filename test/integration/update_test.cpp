@@ -8,10 +8,13 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/element_diff.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 #include "backend_support.h"
 #include "netns.h"
 
@@ -271,17 +274,20 @@ TEST_CASE("the reconciler falls back to the full replacement when its update is 
 	InterruptedBackend backend(*netlink);
 	AgentStatus status;
 	const ConfigLocation location = ConfigLocation::file("/etc/config/ip-masq-agent");
-	Reconciler reconciler(backend, Reconciler::Settings{location, {}, {}, false},
-			      status);
+	Reconciler reconciler(backend, Reconciler::Settings{{}, false, location.path}, status);
+	const auto desired = [&location](const std::vector<std::string> &list) {
+		return desiredFromContent(ConfigContent::single(location.path, configText(list)),
+					  location, {}, {});
+	};
 	const std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
 					     "100.64.0.0/10"};
-	REQUIRE(reconciler.configRead(ConfigContent::single(location.path, configText(cidrs))));
+	REQUIRE(reconciler.setDesired(desired(cidrs)));
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
 	const std::string handle = tableHandle();
 
 	std::vector<std::string> next = cidrs;
 	next[1] = "172.16.0.0/13";
-	REQUIRE(reconciler.configRead(ConfigContent::single(location.path, configText(next))));
+	REQUIRE(reconciler.setDesired(desired(next)));
 	const Status synced = reconciler.reconcile(SyncTrigger::configChange);
 	INFO((synced ? "" : synced.error().message));
 	REQUIRE(synced);

@@ -10,6 +10,7 @@
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/health_server.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;

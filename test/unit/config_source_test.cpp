@@ -54,103 +54,133 @@ std::string yielded(const Result<std::optional<ConfigContent>> &result)
 	return "text:" + (*result)->files.front().text;
 }
 
+// What a --config-dir look yielded: "files:a=1,b=2" (names and texts), or as
+// yieldedNoFiles says.
+std::string yieldedFiles(const Result<std::optional<ConfigContent>> &result)
+{
+	if (auto state = yieldedNoFiles(result))
+		return *state;
+	std::string out = "files:";
+	for (const ConfigFile &file : (*result)->files)
+		out += (out.size() > 6 ? "," : "") +
+			std::filesystem::path(file.path).filename().string() + "=" + file.text;
+	return out;
+}
+
+// A config source in a scratch directory, with the test's own clock: the set-up every
+// test shares. With --config it watches `file` ("config" in `dir`); with --config-dir,
+// `dir` itself.
+struct SourceFixture {
+	enum class Watch { file, directory };
+
+	ScratchDir dir;
+	std::filesystem::path file = dir.path / "config";
+	ConfigLocation location;
+	ConfigSource source;
+	Clock::time_point now = Clock::now();
+
+	explicit SourceFixture(Watch watch)
+		: location(watch == Watch::file ? ConfigLocation::file(file.string())
+						: ConfigLocation::directory(dir.path.string())),
+		  source(ConfigSource::open(location))
+	{
+	}
+	// --config, its file written with `initial` and read at start-up.
+	explicit SourceFixture(const std::string &initial) : SourceFixture(Watch::file)
+	{
+		writeAtomically(file, initial);
+		REQUIRE(look(ConfigLook::reload) == "text:" + initial);
+	}
+
+	// What a look yields now, as yielded() or (--config-dir) yieldedFiles() says.
+	std::string look(ConfigLook why)
+	{
+		auto result = source.look(why, now);
+		return location.isDirectory() ? yieldedFiles(result) : yielded(result);
+	}
+	// The next look once the events seen so far have settled.
+	std::string settled()
+	{
+		source.onWatchEvents(now);
+		now += ConfigSource::kSettle;
+		return look(ConfigLook::ifDue);
+	}
+};
+
 } // namespace
 
 TEST_CASE("config source: start-up, a settled change, nothing while unchanged")
 {
-	ScratchDir dir;
-	const auto file = dir.path / "config";
-	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
-	Clock::time_point now = Clock::now();
-	CHECK(yielded(source.look(ConfigLook::reload, now)) == "text:a");
-	CHECK(yielded(source.look(ConfigLook::resync, now)) == "nothing"); // same stamp
-	CHECK(yielded(source.look(ConfigLook::reload, now)) == "nothing"); // same bytes
+	SourceFixture f("a");
+	CHECK(f.look(ConfigLook::resync) == "nothing"); // same stamp
+	CHECK(f.look(ConfigLook::reload) == "nothing"); // same bytes
 
 	// Written in place: the events settle before the file is read.
-	std::ofstream(file) << "b";
-	source.onWatchEvents(now);
-	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "nothing"); // still settling
-	REQUIRE(source.nextWake());
-	CHECK(*source.nextWake() == now + ConfigSource::kSettle);
-	now += ConfigSource::kSettle;
-	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
-	CHECK_FALSE(source.nextWake());
+	std::ofstream(f.file) << "b";
+	f.source.onWatchEvents(f.now);
+	CHECK(f.look(ConfigLook::ifDue) == "nothing"); // still settling
+	REQUIRE(f.source.nextWake());
+	CHECK(*f.source.nextWake() == f.now + ConfigSource::kSettle);
+	f.now += ConfigSource::kSettle;
+	CHECK(f.look(ConfigLook::ifDue) == "text:b");
+	CHECK_FALSE(f.source.nextWake());
 }
 
 TEST_CASE("config source: a rename onto the file, or a ..data swap, is read at once")
 {
-	ScratchDir dir;
+	SourceFixture f("a");
 	const auto cd = [&](const std::string &command) {
-		REQUIRE(std::system(("cd " + dir.path.string() + " && " + command).c_str()) == 0);
+		REQUIRE(std::system(("cd " + f.dir.path.string() + " && " + command).c_str()) == 0);
 	};
-	const auto file = dir.path / "config";
-	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
-	const Clock::time_point now = Clock::now();
-	CHECK(yielded(source.look(ConfigLook::reload, now)) == "text:a");
 
 	// A new file renamed over the old one is complete: no settle time.
-	writeAtomically(file, "b");
-	source.onWatchEvents(now);
-	REQUIRE(source.nextWake());
-	CHECK(*source.nextWake() <= now);
-	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
-	CHECK_FALSE(source.nextWake());
+	writeAtomically(f.file, "b");
+	f.source.onWatchEvents(f.now);
+	REQUIRE(f.source.nextWake());
+	CHECK(*f.source.nextWake() <= f.now);
+	CHECK(f.look(ConfigLook::ifDue) == "text:b");
+	CHECK_FALSE(f.source.nextWake());
 
 	// The same for a ConfigMap's atomic swap of "..data" under a symlinked file.
-	std::filesystem::remove(file);
+	std::filesystem::remove(f.file);
 	cd("mkdir ..2026_11_23_a && printf c > ..2026_11_23_a/config && ln -s ..2026_11_23_a ..data "
 	   "&& ln -s ..data/config config");
-	source.onWatchEvents(now);
-	CHECK(yielded(source.look(ConfigLook::ifDue, now + ConfigSource::kSettle)) == "text:c");
+	CHECK(f.settled() == "text:c");
 	cd("mkdir ..2026_11_23_b && printf d > ..2026_11_23_b/config && "
 	   "ln -s ..2026_11_23_b ..data_tmp && mv -T ..data_tmp ..data && rm -rf ..2026_11_23_a");
-	const Clock::time_point later = now + 1s;
-	source.onWatchEvents(later);
-	CHECK(yielded(source.look(ConfigLook::ifDue, later)) == "text:d");
+	f.now += 1s;
+	f.source.onWatchEvents(f.now);
+	CHECK(f.look(ConfigLook::ifDue) == "text:d");
 }
 
 TEST_CASE("config source: absent at start-up means absent at once")
 {
-	ScratchDir dir;
-	ConfigSource source = ConfigSource::open(ConfigLocation::file((dir.path / "missing").string()));
-	CHECK(yielded(source.look(ConfigLook::reload, Clock::now())) == "absent");
+	SourceFixture f(SourceFixture::Watch::file);
+	CHECK(f.look(ConfigLook::reload) == "absent");
 }
 
 TEST_CASE("config source: a vanished file is absent only after the grace time")
 {
-	ScratchDir dir;
-	const auto file = dir.path / "config";
-	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
-	Clock::time_point now = Clock::now();
-	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
+	SourceFixture f("a");
 
 	SECTION("it stays away: absent after the grace time")
 	{
-		std::filesystem::remove(file);
-		source.onWatchEvents(now);
-		now += ConfigSource::kSettle;
-		CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "nothing");
-		CHECK(yielded(source.look(ConfigLook::reload, now + 1s)) == "nothing");
-		REQUIRE(source.nextWake());
-		now = *source.nextWake();
-		CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "absent");
+		std::filesystem::remove(f.file);
+		CHECK(f.settled() == "nothing");
+		CHECK(yielded(f.source.look(ConfigLook::reload, f.now + 1s)) == "nothing");
+		REQUIRE(f.source.nextWake());
+		f.now = *f.source.nextWake();
+		CHECK(f.look(ConfigLook::ifDue) == "absent");
 	}
 	SECTION("it comes back within it: straight to the new text")
 	{
-		std::filesystem::remove(file);
-		source.onWatchEvents(now);
-		now += ConfigSource::kSettle;
-		CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "nothing");
-		now += 1s;
-		writeAtomically(file, "c");
-		source.onWatchEvents(now);
-		now += ConfigSource::kSettle;
-		CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:c");
-		now += ConfigSource::kAbsentGrace;
-		CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "nothing");
+		std::filesystem::remove(f.file);
+		CHECK(f.settled() == "nothing");
+		f.now += 1s;
+		writeAtomically(f.file, "c");
+		CHECK(f.settled() == "text:c");
+		f.now += ConfigSource::kAbsentGrace;
+		CHECK(f.look(ConfigLook::ifDue) == "nothing");
 	}
 }
 
@@ -185,150 +215,102 @@ TEST_CASE("config source: a directory deleted and re-created is watched again")
 
 TEST_CASE("config source: a file open for writing is not read until it is closed")
 {
-	ScratchDir dir;
-	const auto file = dir.path / "config";
-	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
-	Clock::time_point now = Clock::now();
-	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
+	SourceFixture f("a");
 	{
-		std::ofstream writer(file, std::ios::trunc);
+		std::ofstream writer(f.file, std::ios::trunc);
 		writer << "half" << std::flush;
-		source.onWatchEvents(now);
+		f.source.onWatchEvents(f.now);
 		// Long after inotify's own timeout: the lease still sees the writer.
-		now += ConfigSource::kWriteTimeout + 1s;
-		CHECK(yielded(source.look(ConfigLook::reload, now)) == "nothing");
+		f.now += ConfigSource::kWriteTimeout + 1s;
+		CHECK(f.look(ConfigLook::reload) == "nothing");
 		writer << " and whole";
 	}
-	source.onWatchEvents(now);
-	now += ConfigSource::kSettle;
-	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:half and whole");
+	CHECK(f.settled() == "text:half and whole");
 }
 
 TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
 {
-	ScratchDir dir;
-	const auto file = dir.path / "config";
-	writeAtomically(file, "a");
-	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
-	Clock::time_point now = Clock::now();
-	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
-
-	std::filesystem::remove(file);
-	source.onWatchEvents(now);
-	now += ConfigSource::kSettle;
-	REQUIRE(yielded(source.look(ConfigLook::ifDue, now)) == "nothing"); // grace running
+	SourceFixture f("a");
+	std::filesystem::remove(f.file);
+	REQUIRE(f.settled() == "nothing"); // grace running
 	{
 		// Back, but still being written when the grace time runs out.
-		std::ofstream writer(file);
+		std::ofstream writer(f.file);
 		writer << "b" << std::flush;
-		source.onWatchEvents(now);
-		now += ConfigSource::kAbsentGrace;
-		CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "nothing");
-		const auto wake = source.nextWake();
-		CHECK((!wake || *wake > now));
+		f.source.onWatchEvents(f.now);
+		f.now += ConfigSource::kAbsentGrace;
+		CHECK(f.look(ConfigLook::ifDue) == "nothing");
+		const auto wake = f.source.nextWake();
+		CHECK((!wake || *wake > f.now));
 	}
-	source.onWatchEvents(now);
-	now += ConfigSource::kSettle;
-	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
+	CHECK(f.settled() == "text:b");
 }
-
-namespace {
-
-// What a --config-dir look yielded: "files:a=1,b=2" (names and texts), or as
-// yieldedNoFiles says.
-std::string yieldedFiles(const Result<std::optional<ConfigContent>> &result)
-{
-	if (auto state = yieldedNoFiles(result))
-		return *state;
-	std::string out = "files:";
-	for (const ConfigFile &file : (*result)->files)
-		out += (out.size() > 6 ? "," : "") +
-			std::filesystem::path(file.path).filename().string() + "=" + file.text;
-	return out;
-}
-
-// The next look once the events have settled.
-std::string settled(ConfigSource &source, Clock::time_point &now)
-{
-	source.onWatchEvents(now);
-	now += ConfigSource::kSettle;
-	return yieldedFiles(source.look(ConfigLook::ifDue, now));
-}
-
-} // namespace
 
 TEST_CASE("config source, --config-dir: adding, editing and removing one of the files")
 {
-	ScratchDir dir;
-	writeAtomically(dir.path / "ip-masq-b", "2");
-	ConfigSource source = ConfigSource::open(ConfigLocation::directory(dir.path.string()));
-	Clock::time_point now = Clock::now();
-	CHECK(yieldedFiles(source.look(ConfigLook::reload, now)) == "files:ip-masq-b=2");
+	SourceFixture f(SourceFixture::Watch::directory);
+	writeAtomically(f.dir.path / "ip-masq-b", "2");
+	CHECK(f.look(ConfigLook::reload) == "files:ip-masq-b=2");
 
-	writeAtomically(dir.path / "ip-masq-a", "1");
-	CHECK(settled(source, now) == "files:ip-masq-a=1,ip-masq-b=2");
-	std::ofstream(dir.path / "ip-masq-b", std::ios::trunc) << "3"; // in place
-	CHECK(settled(source, now) == "files:ip-masq-a=1,ip-masq-b=3");
+	writeAtomically(f.dir.path / "ip-masq-a", "1");
+	CHECK(f.settled() == "files:ip-masq-a=1,ip-masq-b=2");
+	std::ofstream(f.dir.path / "ip-masq-b", std::ios::trunc) << "3"; // in place
+	CHECK(f.settled() == "files:ip-masq-a=1,ip-masq-b=3");
 	// One of two removed: at once, with no grace time (the other still says what holds).
-	std::filesystem::remove(dir.path / "ip-masq-a");
-	CHECK(settled(source, now) == "files:ip-masq-b=3");
+	std::filesystem::remove(f.dir.path / "ip-masq-a");
+	CHECK(f.settled() == "files:ip-masq-b=3");
 	// Other names do not matter, and wake nothing.
-	writeAtomically(dir.path / "unrelated", "x");
-	writeAtomically(dir.path / ".ip-masq-b.swp", "x");
-	source.onWatchEvents(now);
-	CHECK_FALSE(source.nextWake());
+	writeAtomically(f.dir.path / "unrelated", "x");
+	writeAtomically(f.dir.path / ".ip-masq-b.swp", "x");
+	f.source.onWatchEvents(f.now);
+	CHECK_FALSE(f.source.nextWake());
 	// The last one removed: absent once the grace time has passed, as for --config.
-	std::filesystem::remove(dir.path / "ip-masq-b");
-	CHECK(settled(source, now) == "nothing");
-	REQUIRE(source.nextWake());
-	now = *source.nextWake();
-	CHECK(yieldedFiles(source.look(ConfigLook::ifDue, now)) == "absent");
+	std::filesystem::remove(f.dir.path / "ip-masq-b");
+	CHECK(f.settled() == "nothing");
+	REQUIRE(f.source.nextWake());
+	f.now = *f.source.nextWake();
+	CHECK(f.look(ConfigLook::ifDue) == "absent");
 }
 
 TEST_CASE("config source, --config-dir: a ConfigMap ..data swap and a key added to it")
 {
-	ScratchDir dir;
+	SourceFixture f(SourceFixture::Watch::directory);
 	const auto cd = [&](const std::string &command) {
-		REQUIRE(std::system(("cd " + dir.path.string() + " && " + command).c_str()) == 0);
+		REQUIRE(std::system(("cd " + f.dir.path.string() + " && " + command).c_str()) == 0);
 	};
 	cd("mkdir ..2026_11_23_a && printf 1 > ..2026_11_23_a/ip-masq-a && ln -s ..2026_11_23_a ..data "
 	   "&& ln -s ..data/ip-masq-a ip-masq-a");
-	ConfigSource source = ConfigSource::open(ConfigLocation::directory(dir.path.string()));
-	Clock::time_point now = Clock::now();
-	CHECK(yieldedFiles(source.look(ConfigLook::reload, now)) == "files:ip-masq-a=1");
+	CHECK(f.look(ConfigLook::reload) == "files:ip-masq-a=1");
 
 	// The atomic writer's swap: only "..data" changes in the watched directory.
 	cd("mkdir ..2026_11_23_b && printf 2 > ..2026_11_23_b/ip-masq-a && "
 	   "ln -s ..2026_11_23_b ..data_tmp && mv -T ..data_tmp ..data && rm -rf ..2026_11_23_a");
-	CHECK(settled(source, now) == "files:ip-masq-a=2");
+	CHECK(f.settled() == "files:ip-masq-a=2");
 
 	// A second ConfigMap's key appears in the projected volume.
 	cd("mkdir ..2026_11_23_c && cp ..2026_11_23_b/ip-masq-a ..2026_11_23_c/ && "
 	   "printf 3 > ..2026_11_23_c/ip-masq-b && ln -s ..2026_11_23_c ..data_tmp && "
 	   "mv -T ..data_tmp ..data && ln -s ..data/ip-masq-b ip-masq-b && rm -rf ..2026_11_23_b");
-	CHECK(settled(source, now) == "files:ip-masq-a=2,ip-masq-b=3");
+	CHECK(f.settled() == "files:ip-masq-a=2,ip-masq-b=3");
 	// The resync finds nothing new: same files, same stamps.
-	CHECK(yieldedFiles(source.look(ConfigLook::resync, now)) == "nothing");
+	CHECK(f.look(ConfigLook::resync) == "nothing");
 }
 
 TEST_CASE("config source, --config-dir: a file open for writing holds the whole read back")
 {
-	ScratchDir dir;
-	writeAtomically(dir.path / "ip-masq-a", "1");
-	writeAtomically(dir.path / "ip-masq-b", "2");
-	ConfigSource source = ConfigSource::open(ConfigLocation::directory(dir.path.string()));
-	Clock::time_point now = Clock::now();
-	REQUIRE(yieldedFiles(source.look(ConfigLook::reload, now)) == "files:ip-masq-a=1,ip-masq-b=2");
+	SourceFixture f(SourceFixture::Watch::directory);
+	writeAtomically(f.dir.path / "ip-masq-a", "1");
+	writeAtomically(f.dir.path / "ip-masq-b", "2");
+	REQUIRE(f.look(ConfigLook::reload) == "files:ip-masq-a=1,ip-masq-b=2");
 	{
-		std::ofstream writer(dir.path / "ip-masq-b", std::ios::trunc);
+		std::ofstream writer(f.dir.path / "ip-masq-b", std::ios::trunc);
 		writer << "half" << std::flush;
-		source.onWatchEvents(now);
-		now += ConfigSource::kWriteTimeout + 1s;
-		CHECK(yieldedFiles(source.look(ConfigLook::reload, now)) == "nothing");
+		f.source.onWatchEvents(f.now);
+		f.now += ConfigSource::kWriteTimeout + 1s;
+		CHECK(f.look(ConfigLook::reload) == "nothing");
 		writer << " and whole";
 	}
-	CHECK(settled(source, now) == "files:ip-masq-a=1,ip-masq-b=half and whole");
+	CHECK(f.settled() == "files:ip-masq-a=1,ip-masq-b=half and whole");
 }
 
 TEST_CASE("config source, --config-dir: a missing directory is absent, and watched for")
@@ -342,6 +324,8 @@ TEST_CASE("config source, --config-dir: a missing directory is absent, and watch
 	writeAtomically(sub / "ip-masq-x", "1");
 	REQUIRE(readable(source.fd()));
 	source.onWatchEvents(now); // the directory appeared: now it is watched itself
-	CHECK(settled(source, now) == "files:ip-masq-x=1");
+	source.onWatchEvents(now);
+	now += ConfigSource::kSettle;
+	CHECK(yieldedFiles(source.look(ConfigLook::ifDue, now)) == "files:ip-masq-x=1");
 	CHECK_FALSE(source.takeWatchWarning());
 }

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "ip-masq-agent/element_diff.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 

@@ -6,6 +6,8 @@
 #include <random>
 
 #include "ip-masq-agent/explain.h"
+#include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 

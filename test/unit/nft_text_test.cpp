@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 
 using namespace ipmasq;

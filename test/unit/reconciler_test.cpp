@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/config.h"
 #include "ip-masq-agent/reconciler.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
@@ -112,26 +114,39 @@ private:
 
 constexpr const char *kPath = "/etc/config/ip-masq-agent";
 
+// The desired table of a config text, as the ruleset layer builds it: the tests name
+// rulesets by the configs that make them, for readability.
+Ruleset rulesetOf(const std::string &text, const RulesetOptions &options = {})
+{
+	return buildRuleset(parseConfig(text, "test", {}).value().config, options);
+}
+
 struct Fixture {
 	Clock::time_point now = Clock::time_point(100h);
 	FakeKernel kernel{now};
 	AgentStatus status;
+	RulesetOptions options;
 	Reconciler reconciler;
 
-	explicit Fixture(bool adopt = false, RulesetOptions options = {})
-		: reconciler(kernel, Reconciler::Settings{ConfigLocation::file(kPath), {}, options, adopt},
-			     status, [this] { return now; })
+	explicit Fixture(bool adopt = false, RulesetOptions rulesetOptions = {})
+		: options(std::move(rulesetOptions)),
+		  reconciler(kernel, Reconciler::Settings{options, adopt, kPath}, status,
+			     [this] { return now; })
 	{
 	}
 
-	Status config(const std::string &text)
+	// The reconciler receives desired states as the daemon hands them over: a ruleset
+	// (built with these options), or why the config could not make one.
+	Status desire(const std::string &configText)
 	{
-		return reconciler.configRead(ConfigContent::single(kPath, text));
+		return reconciler.setDesired(DesiredState{rulesetOf(configText, options),
+							  kDefaultResyncInterval, kPath, configText, {}});
 	}
+	Status broken(const std::string &why) { return reconciler.setDesired(fail(why)); }
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
-	Ruleset rulesetOf(const std::string &text, const RulesetOptions &options = {}) const
+	Ruleset rulesetOf(const std::string &text, const RulesetOptions &with = {}) const
 	{
-		return buildRuleset(parseConfig(text, "test", {}).value().config, options);
+		return ::rulesetOf(text, with);
 	}
 	std::string metric(const std::string &series) const
 	{
@@ -146,14 +161,16 @@ struct Fixture {
 
 const std::string kGood = "nonMasqueradeCIDRs: [192.0.2.0/24]\n";
 const std::string kOther = "nonMasqueradeCIDRs: [198.51.100.0/24]\n";
-const std::string kBad = "nonMasqueradeCIDRs: [192.0.2.1/24]\n";
+// What desiredFromContent says of "nonMasqueradeCIDRs: [192.0.2.1/24]".
+const std::string kBad = "/etc/config/ip-masq-agent:1:22: nonMasqueradeCIDRs: \"192.0.2.1/24\" "
+			 "has host bits set (did you mean 192.0.2.0/24?)";
 
 } // namespace
 
 TEST_CASE("a new config is applied; nothing is done while the generation stays ours")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	REQUIRE(f.sync(SyncTrigger::startup));
 	REQUIRE(f.kernel.applies.size() == 1);
 	CHECK(f.kernel.table == f.rulesetOf(kGood));
@@ -165,7 +182,7 @@ TEST_CASE("a new config is applied; nothing is done while the generation stays o
 	CHECK(f.kernel.checks == 0); // not even a look at the table
 	CHECK(f.metric("ip_masq_agent_noop_resyncs_total") == "5");
 
-	REQUIRE(f.config(kOther));
+	REQUIRE(f.desire(kOther));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.applies.size() == 1); // only the elements changed: updated in place
 	CHECK(f.kernel.updates.size() == 1);
@@ -175,7 +192,7 @@ TEST_CASE("a new config is applied; nothing is done while the generation stays o
 TEST_CASE("another component's commit: the table is verified once, not rewritten")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.otherTableCommitted();
 	REQUIRE(f.sync(SyncTrigger::resync));
@@ -188,7 +205,7 @@ TEST_CASE("another component's commit: the table is verified once, not rewritten
 TEST_CASE("a table deleted or edited by someone else is restored and counted")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	REQUIRE(f.sync(SyncTrigger::startup));
 
 	f.kernel.ourTableDeleted();
@@ -209,10 +226,10 @@ TEST_CASE("a table deleted or edited by someone else is restored and counted")
 TEST_CASE("a bad config keeps the last good ruleset in force, and it is still healed")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	REQUIRE(f.sync(SyncTrigger::startup));
 
-	CHECK_FALSE(f.config(kBad));
+	CHECK_FALSE(f.broken(kBad));
 	const Status bad = f.sync(SyncTrigger::configChange);
 	REQUIRE_FALSE(bad);
 	CHECK_THAT(bad.error().message, Catch::Contains("host bits"));
@@ -223,7 +240,7 @@ TEST_CASE("a bad config keeps the last good ruleset in force, and it is still he
 	CHECK_FALSE(f.sync(SyncTrigger::nftablesChange)); // still reports the bad config
 	CHECK(f.kernel.table == f.rulesetOf(kGood));
 
-	REQUIRE(f.config(kOther));
+	REQUIRE(f.desire(kOther));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.table == f.rulesetOf(kOther));
 	CHECK(f.status.health().ok);
@@ -232,7 +249,7 @@ TEST_CASE("a bad config keeps the last good ruleset in force, and it is still he
 TEST_CASE("a read that other commits keep interrupting is no failure: the table is rewritten")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	REQUIRE(f.sync(SyncTrigger::startup));
 
 	f.kernel.otherTableCommitted();
@@ -261,7 +278,7 @@ TEST_CASE("a read that other commits keep interrupting is no failure: the table 
 TEST_CASE("a writer fighting the agent gets its table restored at a bounded, growing pace")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.applies.clear();
 
@@ -314,14 +331,14 @@ TEST_CASE("a writer fighting the agent gets its table restored at a bounded, gro
 TEST_CASE("a new config is applied at once even while restores are paced")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.ourTableDeleted();
 	REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 1, at once
 	f.kernel.ourTableDeleted();
 	REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 2 waits
 	REQUIRE(f.reconciler.nextWake());
-	REQUIRE(f.config(kOther));
+	REQUIRE(f.desire(kOther));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.table == f.rulesetOf(kOther));
 	CHECK_FALSE(f.reconciler.nextWake());
@@ -336,7 +353,7 @@ TEST_CASE("started with a bad config, the agent adopts its table from the kernel
 		Fixture f(true);
 		const Ruleset inKernel = f.rulesetOf(earlier);
 		f.kernel.table = inKernel;
-		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.broken(kBad));
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		CHECK(f.kernel.applies.empty()); // adopted, not rewritten
 		CHECK_FALSE(f.status.health().ok); // the config is still bad: not ready
@@ -350,7 +367,7 @@ TEST_CASE("started with a bad config, the agent adopts its table from the kernel
 		CHECK_FALSE(f.sync(SyncTrigger::nftablesChange));
 		CHECK(f.kernel.table == inKernel);
 
-		REQUIRE(f.config(kOther)); // fixed: the config wins
+		REQUIRE(f.desire(kOther)); // fixed: the config wins
 		REQUIRE(f.sync(SyncTrigger::configChange));
 		CHECK(f.kernel.table == f.rulesetOf(kOther));
 	}
@@ -361,7 +378,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 	SECTION("a fresh node: no table, none applied")
 	{
 		Fixture f(true);
-		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.broken(kBad));
 		const Status s = f.sync(SyncTrigger::startup);
 		REQUIRE_FALSE(s);
 		CHECK_THAT(s.error().message, Catch::Contains("host bits"));
@@ -376,7 +393,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 		other.masqChain = "OTHER-CHAIN";
 		const Ruleset foreign = f.rulesetOf(kGood, other);
 		f.kernel.table = foreign;
-		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.broken(kBad));
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		CHECK_FALSE(f.reconciler.hasDesired());
 		f.kernel.ourTableEdited();
@@ -387,7 +404,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 	{
 		Fixture f(false);
 		f.kernel.table = f.rulesetOf(kGood);
-		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.broken(kBad));
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		CHECK_FALSE(f.reconciler.hasDesired());
 	}
@@ -396,7 +413,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 TEST_CASE("someone changing the table right after our commit is caught by the recheck")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	// The kernel says "different" on the recheck after our commit: a change slipped in
 	// while notifications were off.
 	f.kernel.scriptedChecks = {};
@@ -410,7 +427,7 @@ TEST_CASE("someone changing the table right after our commit is caught by the re
 TEST_CASE("a kernel refusal is a failure, reported in health, and the next success clears it")
 {
 	Fixture f;
-	REQUIRE(f.config(kGood));
+	REQUIRE(f.desire(kGood));
 	f.kernel.applyError = "set nomasq-v4: Invalid argument";
 	const Status s = f.sync(SyncTrigger::startup);
 	REQUIRE_FALSE(s);
@@ -437,11 +454,11 @@ std::string manyCidrs(int changed)
 TEST_CASE("a change of set elements only is an element update against our generation")
 {
 	Fixture f;
-	REQUIRE(f.config(manyCidrs(10)));
+	REQUIRE(f.desire(manyCidrs(10)));
 	REQUIRE(f.sync(SyncTrigger::startup));
 	REQUIRE(f.kernel.applies.size() == 1);
 
-	REQUIRE(f.config(manyCidrs(200)));
+	REQUIRE(f.desire(manyCidrs(200)));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.applies.size() == 1); // not replaced
 	REQUIRE(f.kernel.updates.size() == 1);
@@ -462,7 +479,7 @@ TEST_CASE("a change of set elements only is an element update against our genera
 	// generation and still goes through.
 	f.kernel.otherTableCommitted();
 	REQUIRE(f.sync(SyncTrigger::nftablesChange));
-	REQUIRE(f.config(manyCidrs(210)));
+	REQUIRE(f.desire(manyCidrs(210)));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.updates.size() == 2);
 	CHECK(f.kernel.applies.size() == 1);
@@ -472,11 +489,11 @@ TEST_CASE("a change of set elements only is an element update against our genera
 TEST_CASE("a change beyond elements, or a diff larger than the new sets, replaces the table")
 {
 	Fixture f;
-	REQUIRE(f.config(manyCidrs(10)));
+	REQUIRE(f.desire(manyCidrs(10)));
 	REQUIRE(f.sync(SyncTrigger::startup));
 
 	// masqLinkLocal: one range less, and the set's comment changes with it.
-	REQUIRE(f.config("masqLinkLocal: true\n" + manyCidrs(10)));
+	REQUIRE(f.desire("masqLinkLocal: true\n" + manyCidrs(10)));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.updates.empty());
 	CHECK(f.kernel.refusedUpdates == 0);
@@ -484,9 +501,9 @@ TEST_CASE("a change beyond elements, or a diff larger than the new sets, replace
 	CHECK(f.kernel.table == f.rulesetOf("masqLinkLocal: true\n" + manyCidrs(10)));
 
 	Fixture g(false, RulesetOptions{});
-	REQUIRE(g.config(manyCidrs(10)));
+	REQUIRE(g.desire(manyCidrs(10)));
 	REQUIRE(g.sync(SyncTrigger::startup));
-	REQUIRE(g.config(kGood)); // 20 ranges removed, 1 added: more than the 2 it holds now
+	REQUIRE(g.desire(kGood)); // 20 ranges removed, 1 added: more than the 2 it holds now
 	REQUIRE(g.sync(SyncTrigger::configChange));
 	CHECK(g.kernel.updates.empty());
 	CHECK(g.kernel.applies.size() == 2);
@@ -497,9 +514,9 @@ TEST_CASE("a change beyond elements, or a diff larger than the new sets, replace
 TEST_CASE("an element update refused for a stale generation falls back to the replacement")
 {
 	Fixture f;
-	REQUIRE(f.config(manyCidrs(10)));
+	REQUIRE(f.desire(manyCidrs(10)));
 	REQUIRE(f.sync(SyncTrigger::startup));
-	REQUIRE(f.config(manyCidrs(200)));
+	REQUIRE(f.desire(manyCidrs(200)));
 	f.kernel.commitBeforeNextUpdate = true;
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.refusedUpdates == 1);
@@ -510,7 +527,7 @@ TEST_CASE("an element update refused for a stale generation falls back to the re
 	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
 
 	// After the replacement, updates work again.
-	REQUIRE(f.config(manyCidrs(210)));
+	REQUIRE(f.desire(manyCidrs(210)));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.updates.size() == 1);
 }
@@ -520,14 +537,14 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 	SECTION("drift found, restore pending: a new config replaces")
 	{
 		Fixture f;
-		REQUIRE(f.config(manyCidrs(10)));
+		REQUIRE(f.desire(manyCidrs(10)));
 		REQUIRE(f.sync(SyncTrigger::startup));
 		f.kernel.ourTableDeleted();
 		REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 1, at once
 		f.kernel.ourTableEdited();
 		REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 2 waits its pace
 		REQUIRE(f.reconciler.nextWake());
-		REQUIRE(f.config(manyCidrs(200)));
+		REQUIRE(f.desire(manyCidrs(200)));
 		REQUIRE(f.sync(SyncTrigger::configChange));
 		CHECK(f.kernel.updates.empty());
 		CHECK(f.kernel.refusedUpdates == 0); // not even tried
@@ -537,33 +554,15 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 	{
 		Fixture f(true);
 		f.kernel.table = f.rulesetOf(manyCidrs(10));
-		CHECK_FALSE(f.config(kBad));
+		CHECK_FALSE(f.broken(kBad));
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		REQUIRE(f.reconciler.hasDesired());
 		REQUIRE(f.kernel.applies.empty());
-		REQUIRE(f.config(manyCidrs(200)));
+		REQUIRE(f.desire(manyCidrs(200)));
 		REQUIRE(f.sync(SyncTrigger::configChange));
 		CHECK(f.kernel.updates.empty());
 		CHECK(f.kernel.refusedUpdates == 0);
 		CHECK(f.kernel.applies.size() == 1);
 		CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
 	}
-}
-
-TEST_CASE("--config-dir content: the files merge; one bad file keeps the last good ruleset")
-{
-	Fixture f;
-	const auto two = [](const std::string &second) {
-		return ConfigContent{{{"/etc/config/ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"},
-				      {"/etc/config/ip-masq-agent-reconciled", second}}};
-	};
-	REQUIRE(f.reconciler.configRead(two("nonMasqueradeCIDRs: [192.0.2.0/24]\n")));
-	REQUIRE(f.sync(SyncTrigger::startup));
-	CHECK(f.kernel.table == f.rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
-
-	const Status bad = f.reconciler.configRead(two("nonMasqueradeCIDRs: [192.0.2.1/24]\n"));
-	REQUIRE_FALSE(bad);
-	CHECK_THAT(bad.error().message, Catch::StartsWith("/etc/config/ip-masq-agent-reconciled"));
-	CHECK_FALSE(f.sync(SyncTrigger::configChange));
-	CHECK(f.kernel.table == f.rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
 }

@@ -6,6 +6,7 @@
 
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 

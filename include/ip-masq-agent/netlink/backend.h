@@ -86,8 +86,8 @@ private:
 
 	// What the kernel may refuse for want of a feature, by the object that carries it.
 	enum class Feature { fullyRandomMasquerade, inetNat };
-	struct FeatureObject {
-		std::string description; // as the batch describes the message: Batch::describe()
+	struct FeatureCarrier {
+		const void *object; // the EncodedChain or EncodedRule: Batch::sourceOf()
 		Feature feature;
 	};
 
@@ -99,12 +99,16 @@ private:
 	// replaces it when it exists (or was created by someone in between).
 	Result<uint32_t> commitTable(const Ruleset &ruleset);
 	Result<bool> tableExists(const std::string &table);
-	// encodeRuleset() with what this kernel refused left out; `forCommit` also
-	// remembers which objects carry a feature, for noteRefusal().
-	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset, bool forCommit);
-	// Called with the first failure of a refused commit: when the refused object is
-	// one that carries a feature, remember it for apply().
-	void noteRefusal(const netlink::Batch &batch, uint32_t seq, int error);
+	// encodeRuleset() with what this kernel refused left out (and the fault hook's flag).
+	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset) const;
+	// The encoded objects of `ruleset` that carry a feature this kernel may lack.
+	std::vector<FeatureCarrier> featureCarriers(const Ruleset &ruleset,
+						    const netlink::EncodedTable &encoded) const;
+	// The feature a refused commit lacked, if the first refused message (`seq`) carried
+	// one and the errno is the one its absence causes.
+	static std::optional<Feature> refusedFeature(const netlink::Batch &batch,
+						     const std::vector<FeatureCarrier> &carriers,
+						     uint32_t seq, int error);
 	// transact() with the change monitor out of its group meanwhile (see
 	// quietDuringCommits()).
 	Result<netlink::BatchAnswer> transactQuietly(const netlink::Batch &batch);
@@ -119,7 +123,6 @@ private:
 	NftablesMonitor *quietMonitor_ = nullptr;
 	KernelLimits limits_;
 	bool simulateNoFullyRandom_ = false;
-	std::vector<FeatureObject> featureObjects_; // of the last commit's batch
 	std::optional<Feature> refusedFeature_; // of the last commit, when one was
 };
 

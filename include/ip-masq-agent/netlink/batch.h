@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // One nf_tables transaction: netlink messages between BATCH_BEGIN and BATCH_END, each
-// sequence number tied to a description of the model object it carries.
+// sequence number tied to the encoded object it carries and a description of it.
 //
 // The kernel applies a batch all or nothing and reports errors by sequence number;
 // describe() turns such a number back into "set nomasq-v4", so that an error reads as
-// "set nomasq-v4: File exists" rather than a bare EEXIST.
+// "set nomasq-v4: File exists" rather than a bare EEXIST, and sourceOf() into the object
+// itself, for decisions (two objects may share a description, never an address).
 #pragma once
 
 #include <cstddef>
@@ -42,13 +43,17 @@ public:
 	// how `nft -c` validates a ruleset without changing anything.
 	void end();
 
-	// Each of these appends one message that asks for an acknowledgement.
+	// Each of these appends one message that asks for an acknowledgement. `source` is
+	// the encoded object (EncodedChain, EncodedRule, ...) the message was built from, if
+	// any: sourceOf() returns it for the message's sequence number.
 	Status addTable(uint16_t type, uint16_t flags, const nftnl_table *table,
 			std::string description);
-	Status addChain(const nftnl_chain *chain, std::string description);
+	Status addChain(const nftnl_chain *chain, std::string description,
+			const void *source = nullptr);
 	Status addSet(const nftnl_set *set, std::string description);
 	Status addSetElements(const nftnl_set *elements, std::string description);
-	Status addRule(const nftnl_rule *rule, std::string description);
+	Status addRule(const nftnl_rule *rule, std::string description,
+		       const void *source = nullptr);
 	// NEWSETELEM or DELSETELEM of elements of an existing set, with extra `flags`.
 	Status changeSetElements(uint16_t type, uint16_t flags, const nftnl_set *elements,
 				 std::string description);
@@ -61,7 +66,7 @@ public:
 	uint32_t firstSequence() const { return firstSeq_; }
 	uint32_t nextSequence() const
 	{
-		return firstSeq_ + static_cast<uint32_t>(descriptions_.size());
+		return firstSeq_ + static_cast<uint32_t>(messages_.size());
 	}
 	// How many messages ask for an acknowledgement (all but BEGIN and END).
 	size_t acknowledgedMessages() const { return acknowledged_; }
@@ -70,17 +75,26 @@ public:
 
 	// The model object a message carries, or an empty string for a foreign number.
 	std::string describe(uint32_t seq) const;
+	// The encoded object a message was built from, or null (none given, or a foreign
+	// number).
+	const void *sourceOf(uint32_t seq) const;
 
 	// The batch's pages, ready for sendmsg(): the kernel must get it in one datagram.
 	std::vector<iovec> iovecs() const;
 
 private:
-	nlmsghdr *startMessage(uint16_t type, uint16_t flags, std::string description);
+	struct Message {
+		std::string description;
+		const void *source = nullptr;
+	};
+	const Message *messageAt(uint32_t seq) const;
+	nlmsghdr *startMessage(uint16_t type, uint16_t flags, std::string description,
+			       const void *source = nullptr);
 	Status finishMessage(nlmsghdr *nlh);
 
 	BatchPtr batch_;
 	uint32_t firstSeq_;
-	std::vector<std::string> descriptions_;
+	std::vector<Message> messages_; // by sequence number, from firstSeq_
 	size_t acknowledged_ = 0;
 	bool ended_ = false;
 };

@@ -19,8 +19,10 @@
 
 namespace ipmasq::netlink {
 
-// nft refuses longer comments (and userdata lengths are one byte).
-inline constexpr size_t kMaxCommentLength = 128;
+// nft's datatype ids of the address sets' keys, which it stores in the kernel (and reads
+// back to list them): ipv4_addr and ipv6_addr.
+inline constexpr uint32_t kTypeIpv4Address = 7;
+inline constexpr uint32_t kTypeIpv6Address = 8;
 
 // Each NEWSETELEM message stays below this size. The element list is one netlink nest,
 // whose length field is 16 bits: nft fills messages up to that limit, we keep well
@@ -81,9 +83,21 @@ struct EncodedTable {
 // also flags 0 as nft sends for "add table" (NEWTABLE that creates it if missing).
 TablePtr tableHandle(const std::string &name, bool withFlags);
 
+// NF_NAT_RANGE_PROTO_RANDOM_FULLY (linux/netfilter/nf_nat.h, which clashes with the C
+// library's netinet/in.h in a header; objects.cpp checks that they agree).
+inline constexpr uint32_t kNatFlagFullyRandom = 0x10;
+
+// How the encoding adapts to the kernel (the backend decides, backend_features.cpp).
+struct EncodingOptions {
+	// The NAT flag bit that asks for fully-random source ports: the kernel's, or (a
+	// fault hook for tests) a bit no kernel knows, which it refuses as one that
+	// predates fully-random does.
+	uint32_t fullyRandomFlag = kNatFlagFullyRandom;
+};
+
 // Encode the whole model. Fails only on what the kernel or nft would refuse anyway
 // and the model does not check: over-long comments.
-Result<EncodedTable> encodeRuleset(const Ruleset &ruleset);
+Result<EncodedTable> encodeRuleset(const Ruleset &ruleset, const EncodingOptions &options = {});
 
 // An element-level update as nft elements: deletions of exactly the elements the kernel
 // holds for each removed range, and additions, split into messages as encodeRuleset()

@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// Config + flags -> the desired ruleset, and back from the kernel's sets: both directions of
+// the mapping in one place, so that no shape can be added to one of them only.
+//
+// The forward direction (buildRuleset) is the pure function at the heart of the agent. The
+// reverse one (rulesetFromKernelSets) serves adoption: started with a bad config, the
+// daemon rebuilds the ruleset its flags would have made from what the kernel holds. A
+// round-trip test over every shared ruleset case pins the two together.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/ruleset.h"
+
+namespace ipmasq {
+
+// The desired table for a config and the flags.
+Ruleset buildRuleset(const Config &config, const RulesetOptions &options);
+
+// The ruleset these options build that holds exactly `kernelSets` (the agent's table's
+// address sets as the kernel holds them, comments included): what the sets' names and
+// comments say of the config that made them (which families restrict sources, which
+// destination sets hold link-local or had exceptions cut out), with the kernel's elements.
+// nullopt when no config could have made these sets with these options: a set missing,
+// one too many, or a comment the agent does not write. The caller confirms the candidate
+// against the whole table with TableBackend::check().
+std::optional<Ruleset> rulesetFromKernelSets(const RulesetOptions &options,
+					     const std::vector<AddressSet> &kernelSets);
+
+// Names valid, and everything the ruleset built from these options carries fits what
+// nft and the kernel accept: no comment longer than kMaxNftCommentLength (the chain
+// name is part of a rule comment), the priority in range.
+Status validateRulesetOptions(const RulesetOptions &options);
+
+} // namespace ipmasq

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: Apache-2.0
+// From the config's content to the desired state: the one path every mode takes.
+#include <catch2/catch.hpp>
+
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/ruleset_mapping.h"
+#include "../common/ruleset_cases.h"
+
+using namespace ipmasq;
+
+namespace {
+
+const ConfigLocation kDirectory = ConfigLocation::directory("/etc/config");
+
+Ruleset rulesetOf(const std::string &text)
+{
+	return buildRuleset(parseConfig(text, "test", {}).value().config, {});
+}
+
+} // namespace
+
+TEST_CASE("--config-dir content: the files merge; one bad file makes it an error naming that file")
+{
+	const auto two = [](const std::string &second) {
+		return ConfigContent{{{"/etc/config/ip-masq-agent", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"},
+				      {"/etc/config/ip-masq-agent-reconciled", second}}};
+	};
+	auto merged = desiredFromContent(two("nonMasqueradeCIDRs: [192.0.2.0/24]\nresyncInterval: 5m\n"),
+					 kDirectory, {}, {});
+	REQUIRE(merged);
+	CHECK(merged->ruleset == rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
+	CHECK(merged->resyncInterval == std::chrono::minutes(5));
+	CHECK(merged->origin == "/etc/config (ip-masq-agent, ip-masq-agent-reconciled)");
+
+	auto bad = desiredFromContent(two("nonMasqueradeCIDRs: [192.0.2.1/24]\n"), kDirectory, {}, {});
+	REQUIRE_FALSE(bad);
+	CHECK_THAT(bad.error().message, Catch::StartsWith("/etc/config/ip-masq-agent-reconciled"));
+}
+
+TEST_CASE("no file: the built-in defaults, and the origin says why")
+{
+	auto desired = desiredFromContent(ConfigContent::absent(),
+					  ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {});
+	REQUIRE(desired);
+	CHECK(desired->ruleset == buildRuleset(defaultConfig({}), {}));
+	CHECK(desired->resyncInterval == kDefaultResyncInterval);
+	CHECK_THAT(desired->origin, Catch::StartsWith("(built-in defaults"));
+	CHECK(desired->warnings.empty());
+}
+
+TEST_CASE("the warnings and the summary of the config travel with the desired state")
+{
+	auto desired = desiredFromContent(
+		ConfigContent::single("/etc/config/ip-masq-agent",
+				      "nonMasqueradeCIDRs: [10.0.0.0/8]\nnoSuchKey: 1\n"),
+		ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {});
+	REQUIRE(desired);
+	REQUIRE(desired->warnings.size() == 1);
+	CHECK_THAT(desired->warnings.front(), Catch::Contains("noSuchKey"));
+	CHECK_THAT(desired->summary, Catch::StartsWith("nonMasqueradeCIDRs=[10.0.0.0/8]"));
+}
+
+// The forward mapping (buildRuleset) and the reverse one (adoption's) are pinned
+// together: every shared case's ruleset is rebuilt, exactly, from its own sets.
+TEST_CASE("round trip: every ruleset case is rebuilt from its own sets")
+{
+	for (const test::RulesetCase &c : test::rulesetCases()) {
+		INFO("case " << c.name);
+		auto built = test::buildCaseWithOptions(c);
+		REQUIRE(built);
+		const auto rebuilt = rulesetFromKernelSets(built->options, built->ruleset.sets);
+		REQUIRE(rebuilt);
+		CHECK(*rebuilt == built->ruleset);
+	}
+}
+
+TEST_CASE("reverse mapping: sets that no config makes with these options give no candidate")
+{
+	const test::RulesetCase ipv6{"ipv6", "nonMasqueradeCIDRs: [10.0.0.0/8, \"fd00::/8\"]\n",
+				     {"--enable-ipv6"}};
+	auto built = test::buildCaseWithOptions(ipv6);
+	REQUIRE(built);
+	const std::vector<AddressSet> &sets = built->ruleset.sets;
+
+	// The IPv6 set without --enable-ipv6: one set too many.
+	CHECK_FALSE(rulesetFromKernelSets(RulesetOptions{}, sets));
+	// A set missing.
+	CHECK_FALSE(rulesetFromKernelSets(built->options, {sets.front()}));
+	// A comment the agent does not write (edited by hand, or another version's).
+	std::vector<AddressSet> edited = sets;
+	edited.front().comment += " (edited)";
+	CHECK_FALSE(rulesetFromKernelSets(built->options, edited));
+	// A set of another name.
+	edited = sets;
+	edited.front().name = "nomasq-extra";
+	CHECK_FALSE(rulesetFromKernelSets(built->options, edited));
+	// The same sets with other elements: the same ruleset, with those elements.
+	edited = sets;
+	edited.front().elements = IntervalSet::fromPrefixes(Family::ipv4, {builtinPrefix("192.0.2.0/24")});
+	auto candidate = rulesetFromKernelSets(built->options, edited);
+	REQUIRE(candidate);
+	CHECK(candidate->sets == edited);
+	CHECK(candidate->chains == built->ruleset.chains);
+}

@@ -184,13 +184,20 @@ enum class Key {
 	masqLinkLocalIPv6,
 	resyncInterval,
 	masqueradeCIDRs,
-	masqueradeSourceCIDRs
+	masqueradeSourceCIDRs,
+	outputAddress,
+	outputAddressIPv6,
+	outputInterface,
+	nonMasqueradeInterfaces
 };
-constexpr std::array<const char *, 7> kKeyNames{"nonMasqueradeCIDRs", "cidrLimit", "masqLinkLocal",
-						"masqLinkLocalIPv6", "resyncInterval", "masqueradeCIDRs",
-						"masqueradeSourceCIDRs"};
+constexpr std::array<const char *, 11> kKeyNames{
+	"nonMasqueradeCIDRs", "cidrLimit",	  "masqLinkLocal",     "masqLinkLocalIPv6",
+	"resyncInterval",     "masqueradeCIDRs",  "masqueradeSourceCIDRs", "outputAddress",
+	"outputAddressIPv6",  "outputInterface", "nonMasqueradeInterfaces"};
 constexpr const char *kKnownKeys = "nonMasqueradeCIDRs, cidrLimit, masqLinkLocal, masqLinkLocalIPv6, "
-				   "resyncInterval, masqueradeCIDRs, masqueradeSourceCIDRs";
+				   "resyncInterval, masqueradeCIDRs, masqueradeSourceCIDRs, "
+				   "outputAddress, outputAddressIPv6, outputInterface, "
+				   "nonMasqueradeInterfaces";
 
 // The keys whose value is a list of CIDRs, each staged apart (see CidrList).
 enum class ListId : uint8_t { nonMasquerade, masquerade, masqueradeSource };
@@ -225,6 +232,13 @@ const char *limitNote(ListId list)
 
 const char *keyName(Key key) { return kKeyNames[static_cast<size_t>(key)]; }
 
+// The keys whose value is a list of interface names (a single name is taken too, as in
+// upstream's PR #103).
+bool isInterfaceList(Key key)
+{
+	return key == Key::outputInterface || key == Key::nonMasqueradeInterfaces;
+}
+
 std::optional<Key> knownKey(std::string_view spelling)
 {
 	if (spelling.size() > 32)
@@ -248,6 +262,14 @@ const char *expectation(Key key)
 	case Key::masqLinkLocal:
 	case Key::masqLinkLocalIPv6: return "expected true or false";
 	case Key::resyncInterval: return "expected a duration string such as \"60s\"";
+	case Key::outputAddress:
+		return "expected an IPv4 address, range or CIDR such as \"203.0.113.7\", "
+		       "\"203.0.113.7-203.0.113.9\" or \"203.0.113.0/24\"";
+	case Key::outputAddressIPv6:
+		return "expected an IPv6 address, range or CIDR such as \"2001:db8::7\"";
+	case Key::outputInterface:
+	case Key::nonMasqueradeInterfaces:
+		return "expected a list of interface names such as [\"eth0\", \"vlan*\"]";
 	}
 	return "";
 }
@@ -374,8 +396,9 @@ public:
 
 private:
 	// Where the handler is: before the root, at a key or a value of the root mapping, in
-	// the CIDR list, inside a skipped value (skipDepth_ deep), or after the root.
-	enum class State { root, key, value, cidrs, skip, done };
+	// a CIDR list or an interface list, inside a skipped value (skipDepth_ deep), or
+	// after the root.
+	enum class State { root, key, value, cidrs, names, skip, done };
 
 	struct Anchor {
 		std::string name;
@@ -438,6 +461,11 @@ private:
 	void readInt(const Value &value, Key key, int &out);
 	void readBool(const Value &value, Key key, bool &out);
 	void readDuration(const Value &value);
+	void readOutputAddress(const Value &value, Key key, Family family,
+			       std::optional<OutputAddress> &out);
+	std::vector<InterfacePattern> &interfaceList(Key key);
+	void onInterfaceListStart(Key key);
+	void onInterfaceName(const Value &item);
 	std::string depthError(const YAML::Mark &mark) const;
 
 	const std::string &source_;
@@ -461,6 +489,8 @@ private:
 	std::array<CidrList, kCidrLists> lists_;
 	ListId currentList_ = ListId::nonMasquerade;
 	bool cidrLimitFinal_ = false; // the cidrLimit key was read: the limit cannot change
+	// In State::names: the interface list being read.
+	Key currentNames_ = Key::outputInterface;
 };
 
 void ConfigHandler::OnDocumentStart(const YAML::Mark &mark)
@@ -587,6 +617,7 @@ void ConfigHandler::onValue(const Value &value)
 			onKnownValue(*valueKey_, value);
 		return; // an unknown key's scalar value: ignored
 	case State::cidrs: onCidr(value); return;
+	case State::names: onInterfaceName(value); return;
 	case State::skip:
 	case State::done: return;
 	}
@@ -616,11 +647,20 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 			onCidrListStart(*list, mark);
 			return;
 		}
+		if (isInterfaceList(*valueKey_) && kind == Kind::list) {
+			onInterfaceListStart(*valueKey_);
+			return;
+		}
 		refuse(fmt::format("{}{}, got {}", where(mark, keyName(*valueKey_)), expectation(*valueKey_),
 				   kind == Kind::list ? "a list" : "a mapping"));
 	case State::cidrs:
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
 				   where(mark, itemKey(currentList().count)), kind == Kind::list ? "a list" : "a mapping"));
+	case State::names:
+		refuse(fmt::format("{}expected an interface name such as \"eth0\", got {}",
+				   where(mark, fmt::format("{}[{}]", keyName(currentNames_),
+							   interfaceList(currentNames_).size())),
+				   kind == Kind::list ? "a list" : "a mapping"));
 	case State::skip:
 		// The root mapping and the unknown key's value are two levels already.
 		if (++skipDepth_ + 1 > kMaxConfigDepth)
@@ -634,7 +674,8 @@ void ConfigHandler::onCollectionEnd()
 {
 	switch (state_) {
 	case State::key: state_ = State::done; return; // the root mapping ends
-	case State::cidrs: state_ = State::key; return;
+	case State::cidrs:
+	case State::names: state_ = State::key; return;
 	case State::skip:
 		if (--skipDepth_ == 0)
 			state_ = State::key;
@@ -722,7 +763,94 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 	case Key::masqLinkLocal: readBool(value, key, loaded_.config.masqLinkLocal); return;
 	case Key::masqLinkLocalIPv6: readBool(value, key, loaded_.config.masqLinkLocalIPv6); return;
 	case Key::resyncInterval: readDuration(value); return;
+	case Key::outputAddress:
+		readOutputAddress(value, key, Family::ipv4, loaded_.config.outputAddress);
+		return;
+	case Key::outputAddressIPv6:
+		readOutputAddress(value, key, Family::ipv6, loaded_.config.outputAddressIPv6);
+		return;
+	case Key::outputInterface:
+	case Key::nonMasqueradeInterfaces:
+		if (value.kind == Kind::list || value.kind == Kind::mapping)
+			refuse(fmt::format("{}*{} is an alias of a collection; aliases of lists and "
+					   "mappings are not supported (only of single values): write "
+					   "the names here", where(value.mark, keyName(key)),
+					   escaped(value.alias)));
+		// null empties the list; a single name is a list of one (as upstream's PR #103).
+		onInterfaceListStart(key);
+		if (value.kind == Kind::scalar)
+			onInterfaceName(value);
+		state_ = State::key;
+		return;
 	}
+}
+
+void ConfigHandler::readOutputAddress(const Value &value, Key key, Family family,
+				      std::optional<OutputAddress> &out)
+{
+	if (value.kind == Kind::null) {
+		out.reset();
+		return;
+	}
+	if (value.kind != Kind::scalar)
+		refuse(fmt::format("{}{}, got {}", where(value.mark, keyName(key)), expectation(key),
+				   value.describe()));
+	const std::string_view text = value.text;
+	// parseOutputAddress quotes its input into its messages as it is (see onCidr).
+	if (text.size() > kMaxValueBytes || !printsVerbatim(text))
+		refuse(fmt::format("{}{}, got {}", where(value.mark, keyName(key)), expectation(key),
+				   shown(text)));
+	auto parsed = parseOutputAddress(text);
+	if (!parsed)
+		throw Refusal{parsed.error().withContext(where(value.mark, keyName(key)))};
+	if (parsed->family() != family)
+		refuse(fmt::format("{}{} is an {} {}; {} takes {} only: write it in {}",
+				   where(value.mark, keyName(key)), shown(text),
+				   familyName(parsed->family()),
+				   parsed->form == OutputAddress::Form::subnet ? "CIDR" : "address",
+				   keyName(key), familyName(family),
+				   keyName(family == Family::ipv4 ? Key::outputAddressIPv6
+								  : Key::outputAddress)));
+	if (family == Family::ipv6 && !flags_.enableIpv6)
+		refuse(fmt::format("{}IPv6 is not enabled: start the agent with --enable-ipv6, or "
+				   "remove this key", where(value.mark, keyName(key))));
+	parsed->origin = Origin{0, static_cast<uint32_t>(value.mark.line + 1)};
+	out = std::move(*parsed);
+}
+
+std::vector<InterfacePattern> &ConfigHandler::interfaceList(Key key)
+{
+	return key == Key::outputInterface ? loaded_.config.outputInterfaces
+					   : loaded_.config.nonMasqueradeInterfaces;
+}
+
+void ConfigHandler::onInterfaceListStart(Key key)
+{
+	currentNames_ = key;
+	interfaceList(key).clear();
+	state_ = State::names;
+}
+
+void ConfigHandler::onInterfaceName(const Value &item)
+{
+	std::vector<InterfacePattern> &list = interfaceList(currentNames_);
+	const auto here = [&] {
+		return where(item.mark, fmt::format("{}[{}]", keyName(currentNames_), list.size()));
+	};
+	if (item.kind != Kind::scalar)
+		refuse(fmt::format("{}expected an interface name such as \"eth0\", got {}", here(),
+				   item.describe()));
+	if (list.size() >= kMaxInterfacePatterns)
+		refuse(fmt::format("{}more than {} names; list the interfaces with wildcards such as "
+				   "\"eth*\"", here(), kMaxInterfacePatterns));
+	// parseInterfacePattern quotes its input as it is: give it text that prints as itself.
+	if (item.text.size() > kMaxValueBytes || !printsVerbatim(item.text))
+		refuse(fmt::format("{}{} is not an interface name", here(), shown(item.text)));
+	auto pattern = parseInterfacePattern(item.text);
+	if (!pattern)
+		throw Refusal{pattern.error().withContext(here())};
+	pattern->origin = Origin{0, static_cast<uint32_t>(item.mark.line + 1)};
+	list.push_back(std::move(*pattern));
 }
 
 void ConfigHandler::onCidrListStart(ListId list, const YAML::Mark &mark)
@@ -1084,6 +1212,22 @@ std::string describeConfig(const Config &config)
 	if (!config.masqueradeSourceCIDRs.empty())
 		out += fmt::format("masqueradeSourceCIDRs={} ",
 				   summarizeList(config.masqueradeSourceCIDRs));
+	// The egress keys only when used, for the same reason.
+	for (const Family family : {Family::ipv4, Family::ipv6})
+		if (const auto &address = config.outputAddressOf(family))
+			out += fmt::format("{}={} ", family == Family::ipv4 ? "outputAddress"
+									    : "outputAddressIPv6",
+					   address->toString());
+	const auto names = [](const std::vector<InterfacePattern> &list) {
+		std::vector<std::string> out;
+		for (const InterfacePattern &pattern : list)
+			out.push_back(escaped(pattern.toString()));
+		return fmt::format("[{}]", fmt::join(out, ","));
+	};
+	if (!config.outputInterfaces.empty())
+		out += fmt::format("outputInterface={} ", names(config.outputInterfaces));
+	if (!config.nonMasqueradeInterfaces.empty())
+		out += fmt::format("nonMasqueradeInterfaces={} ", names(config.nonMasqueradeInterfaces));
 	return out + fmt::format("cidrLimit={} masqLinkLocal={} masqLinkLocalIPv6={} resyncInterval={}",
 				 config.cidrLimit, config.masqLinkLocal, config.masqLinkLocalIPv6,
 				 formatGoDuration(config.resyncInterval));

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq {
@@ -71,14 +72,44 @@ std::string filesOf(const Config &config, const std::vector<Prefix> &list)
 }
 
 // Append `from` (one file's list) to `to`, its origins moved by `fileOffset`.
-void appendRemapped(std::vector<Prefix> &to, std::vector<Prefix> &&from, uint32_t fileOffset)
+// Entries of one file, its origins moved past the files merged before it.
+template<typename Entry>
+void appendRemapped(std::vector<Entry> &to, std::vector<Entry> &&from, uint32_t fileOffset)
 {
 	to.reserve(to.size() + from.size());
-	for (Prefix &prefix : from) {
-		if (!prefix.origin.builtIn())
-			prefix.origin.file += fileOffset;
-		to.push_back(std::move(prefix));
+	for (Entry &entry : from) {
+		if (!entry.origin.builtIn())
+			entry.origin.file += fileOffset;
+		to.push_back(std::move(entry));
 	}
+}
+
+// A name listed by several files is kept once, where it is first listed.
+void keepFirstOfEachName(std::vector<InterfacePattern> &list)
+{
+	std::vector<InterfacePattern> kept;
+	for (InterfacePattern &pattern : list)
+		if (std::find(kept.begin(), kept.end(), pattern) == kept.end())
+			kept.push_back(std::move(pattern));
+	list = std::move(kept);
+}
+
+// outputAddress is one value: files may repeat it, never contradict it.
+Status mergeOutputAddress(const Config &merged, std::optional<OutputAddress> &out,
+			  std::optional<OutputAddress> in, uint32_t fileOffset, const char *key)
+{
+	if (!in)
+		return {};
+	in->origin.file += fileOffset;
+	if (!out) {
+		out = std::move(in);
+		return {};
+	}
+	if (*out == *in)
+		return {};
+	return fail(fmt::format("{}: {}: {} contradicts {} at {}: the files must agree on it, or "
+				"only one of them may set it", describeOrigin(merged, in->origin), key,
+				in->toString(), out->toString(), describeOrigin(merged, out->origin)));
 }
 
 // A prefix listed by several files is kept once, where the first file (in the merged
@@ -229,6 +260,9 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 		}
 		appendRemapped(out.masqueradeCIDRs, std::move(in.masqueradeCIDRs), offset);
 		appendRemapped(out.masqueradeSourceCIDRs, std::move(in.masqueradeSourceCIDRs), offset);
+		appendRemapped(out.outputInterfaces, std::move(in.outputInterfaces), offset);
+		appendRemapped(out.nonMasqueradeInterfaces, std::move(in.nonMasqueradeInterfaces),
+			       offset);
 		out.masqLinkLocal = out.masqLinkLocal || in.masqLinkLocal;
 		out.masqLinkLocalIPv6 = out.masqLinkLocalIPv6 || in.masqLinkLocalIPv6;
 		// A file that leaves a key out does not vote with the default.
@@ -243,6 +277,16 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 		merged.resyncIntervalGiven = merged.resyncIntervalGiven || part.resyncIntervalGiven;
 		for (std::string &file : in.files)
 			out.files.push_back(std::move(file));
+		// After the files, so that a message can name both.
+		if (auto s = mergeOutputAddress(out, out.outputAddress, std::move(in.outputAddress),
+						offset, "outputAddress");
+		    !s)
+			return fail(s.error());
+		if (auto s = mergeOutputAddress(out, out.outputAddressIPv6,
+						std::move(in.outputAddressIPv6), offset,
+						"outputAddressIPv6");
+		    !s)
+			return fail(s.error());
 		for (std::string &warning : part.warnings)
 			merged.warnings.push_back(std::move(warning));
 		merged.fromFile = merged.fromFile || part.fromFile;
@@ -250,6 +294,8 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 	if (!out.nonMasqueradeCIDRsGiven)
 		out.nonMasqueradeCIDRs = defaultNonMasqueradeCIDRs(flags);
 
+	keepFirstOfEachName(out.outputInterfaces);
+	keepFirstOfEachName(out.nonMasqueradeInterfaces);
 	for (auto [list, key] : {std::pair{&out.nonMasqueradeCIDRs, "nonMasqueradeCIDRs"},
 				 std::pair{&out.masqueradeCIDRs, "masqueradeCIDRs"},
 				 std::pair{&out.masqueradeSourceCIDRs, "masqueradeSourceCIDRs"}}) {

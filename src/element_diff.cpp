@@ -21,6 +21,7 @@ SetElementChanges changesOf(const AddressSet &from, const AddressSet &to)
 	SetElementChanges out;
 	out.set = to.name;
 	out.family = to.family();
+	out.interfaceNames = to.interfaceNames;
 	out.oldLowest = lowest(from.elements);
 	out.newLowest = lowest(to.elements);
 	const auto &old = from.elements.ranges();
@@ -62,7 +63,8 @@ std::optional<ElementDiff> diffElements(const Ruleset &from, const Ruleset &to)
 	for (size_t i = 0; i < from.sets.size(); i++) {
 		const AddressSet &a = from.sets[i];
 		const AddressSet &b = to.sets[i];
-		if (a.name != b.name || a.comment != b.comment || a.family() != b.family())
+		if (a.name != b.name || a.comment != b.comment || a.family() != b.family() ||
+		    a.interfaceNames != b.interfaceNames)
 			return std::nullopt;
 		if (a.elements != b.elements)
 			diff.sets.push_back(changesOf(a, b));

@@ -331,15 +331,16 @@ KernelView readKernelView(const std::string &table)
 	auto backend = NetlinkBackend::open();
 	if (!backend)
 		return failed(backend.error());
-	auto sets = (*backend)->readAddressSets(table);
-	if (!sets)
-		return failed(sets.error());
-	if (!*sets) {
+	auto read = (*backend)->readTable(table);
+	if (!read)
+		return failed(read.error());
+	if (!*read) {
 		view.state = KernelView::State::tableAbsent;
 		return view;
 	}
 	view.state = KernelView::State::sets;
-	view.sets = std::move(**sets);
+	view.sets = std::move((*read)->sets);
+	view.snatRules = std::move((*read)->snatRules);
 	return view;
 }
 

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/egress.h"
+
 namespace ipmasq {
 
 namespace {
@@ -18,20 +20,57 @@ const char *addressType(Family family)
 	return family == Family::ipv4 ? "ipv4_addr" : "ipv6_addr";
 }
 
+// A set's elements as nft lists them: ranges of addresses, or interface names in quotes
+// (a range of interface keys is the names and wildcards it is made of).
+std::vector<std::string> elementTexts(const AddressSet &set)
+{
+	std::vector<std::string> texts;
+	for (const AddressRange &range : set.elements.ranges()) {
+		if (!set.interfaceNames) {
+			texts.push_back(range.toString());
+			continue;
+		}
+		for (const InterfacePattern &pattern : interfacePatternsOf(range))
+			texts.push_back(fmt::format("\"{}\"", pattern.toString()));
+	}
+	return texts;
+}
+
 void renderSet(std::string &out, const AddressSet &set)
 {
 	out += fmt::format("\tset {} {{\n", set.name);
-	out += fmt::format("\t\ttype {}\n", addressType(set.family()));
+	out += fmt::format("\t\ttype {}\n",
+			   set.interfaceNames ? "ifname" : addressType(set.family()));
 	out += "\t\tflags interval\n";
 	if (!set.comment.empty())
 		out += fmt::format("\t\tcomment \"{}\"\n", set.comment);
-	const auto &ranges = set.elements.ranges();
-	for (size_t i = 0; i < ranges.size(); i++) {
+	const std::vector<std::string> elements = elementTexts(set);
+	for (size_t i = 0; i < elements.size(); i++) {
 		out += i == 0 ? "\t\telements = { " : "\t\t\t     ";
-		out += ranges[i].toString();
-		out += i + 1 == ranges.size() ? " }\n" : ",\n";
+		out += elements[i];
+		out += i + 1 == elements.size() ? " }\n" : ",\n";
 	}
 	out += "\t}\n";
+}
+
+// What a NAT statement with --to-ports matches and samples before it:
+// "meta l4proto { tcp, udp, sctp } numgen random mod M < B ".
+std::string portSelection(const std::optional<PortRange> &toPorts,
+			  const std::optional<RandomSample> &sample)
+{
+	std::string out;
+	if (toPorts)
+		out += "meta l4proto { tcp, udp, sctp } ";
+	if (sample)
+		out += fmt::format("numgen random mod {} < {} ", sample->modulus, sample->below);
+	return out;
+}
+
+// An address as snat's target: IPv6 in brackets when ports follow, as nft prints it.
+std::string natAddress(const Address &address, bool portsFollow)
+{
+	return address.family == Family::ipv6 && portsFollow ? "[" + address.toString() + "]"
+							     : address.toString();
 }
 
 void renderChain(std::string &out, const Chain &chain)
@@ -59,27 +98,41 @@ std::string renderStatement(const Statement &statement)
 		Overloaded{
 			[](const JumpIfNotLocal &s) {
 				std::string out;
+				if (!s.outputInterfaceSet.empty())
+					out = fmt::format("oifname @{} ", s.outputInterfaceSet);
 				// "ip saddr" implies the family, and nft lists it without the
 				// meta nfproto match it adds.
 				if (!s.sourceSet.empty())
-					out = fmt::format("{} saddr @{} ",
-							  s.onlyFamily == Family::ipv6 ? "ip6" : "ip",
-							  s.sourceSet);
+					out += fmt::format("{} saddr @{} ",
+							   s.onlyFamily == Family::ipv6 ? "ip6" : "ip",
+							   s.sourceSet);
 				else if (s.onlyFamily)
-					out = fmt::format("meta nfproto {} ", nfprotoName(*s.onlyFamily));
+					out += fmt::format("meta nfproto {} ", nfprotoName(*s.onlyFamily));
 				return out + fmt::format("fib daddr type != local jump {}", s.target);
 			},
 			[](const ReturnIfDestinationInSet &s) {
 				return fmt::format("{} daddr @{} return",
 						   s.family == Family::ipv4 ? "ip" : "ip6", s.set);
 			},
+			[](const ReturnIfOutputInterfaceInSet &s) {
+				return fmt::format("oifname @{} return", s.set);
+			},
+			[](const SourceNat &s) {
+				std::string out = portSelection(s.toPorts, s.sample);
+				const bool ports = s.toPorts.has_value();
+				out += fmt::format("snat {} to {}",
+						   s.family == Family::ipv4 ? "ip" : "ip6",
+						   natAddress(s.to.first, ports));
+				if (s.to.last != s.to.first)
+					out += "-" + natAddress(s.to.last, ports);
+				if (ports)
+					out += ":" + s.toPorts->toString();
+				if (s.fullyRandom)
+					out += " fully-random";
+				return out;
+			},
 			[](const Masquerade &s) {
-				std::string out;
-				if (s.toPorts)
-					out += "meta l4proto { tcp, udp, sctp } ";
-				if (s.sample)
-					out += fmt::format("numgen random mod {} < {} ", s.sample->modulus,
-							   s.sample->below);
+				std::string out = portSelection(s.toPorts, s.sample);
 				out += "masquerade";
 				if (s.toPorts)
 					out += " to :" + s.toPorts->toString();

@@ -127,11 +127,11 @@ void Reconciler::tryAdopt()
 		else
 			log::info("{}", message);
 	};
-	auto sets = backend_.readAddressSets(table);
-	if (!sets)
-		return note(fmt::format("cannot adopt table inet {}: {}", table, sets.error().message),
+	auto kernel = backend_.readTable(table);
+	if (!kernel)
+		return note(fmt::format("cannot adopt table inet {}: {}", table, kernel.error().message),
 			    true);
-	if (!*sets)
+	if (!*kernel)
 		return note(fmt::format("no table inet {} exists to adopt: nothing is applied until "
 					"the config is fixed", table),
 			    false);
@@ -141,11 +141,12 @@ void Reconciler::tryAdopt()
 					generation.error().message),
 			    true);
 
-	auto candidate = rulesetFromKernelSets(settings_.ruleset, **sets);
+	auto candidate = rulesetFromKernel(settings_.ruleset, **kernel);
 	if (!candidate)
-		return note(fmt::format("table inet {} exists but cannot be adopted: its sets are not "
-					"what these flags make (another version or other flags made "
-					"it); it is left as it is until the config is fixed", table),
+		return note(fmt::format("table inet {} exists but cannot be adopted: its sets and "
+					"rules are not what these flags make (another version or "
+					"other flags made it); it is left as it is until the config "
+					"is fixed", table),
 			    true);
 	auto checked = backend_.check(*candidate);
 	if (!checked)

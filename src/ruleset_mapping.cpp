@@ -74,7 +74,7 @@ AddressSet sourceSet(Family family, const Config &config)
 // matching their source set. Their comments do not embed the chain's name, so they do
 // not lower the longest --masq-chain that fits.
 void addJumpRules(Chain &base, const std::vector<Family> &families, const Ruleset &ruleset,
-		  const RulesetOptions &options)
+		  const RulesetOptions &options, const std::string &outputInterfaceSet)
 {
 	const auto sourceSetOf = [&ruleset](Family family) {
 		return ruleset.findSet(sourceSetName(family));
@@ -83,49 +83,161 @@ void addJumpRules(Chain &base, const std::vector<Family> &families, const Rulese
 	if (!restricted) {
 		base.rules.push_back(Rule{
 			JumpIfNotLocal{options.enableIpv6 ? std::nullopt : std::optional(Family::ipv4),
-				       options.masqChain, {}},
+				       options.masqChain, {}, outputInterfaceSet},
 			fmt::format("non-local destinations go through {}", options.masqChain)});
 		return;
 	}
 	for (const Family family : families) {
 		if (const AddressSet *sources = sourceSetOf(family))
 			base.rules.push_back(Rule{
-				JumpIfNotLocal{family, options.masqChain, sources->name},
+				JumpIfNotLocal{family, options.masqChain, sources->name,
+					       outputInterfaceSet},
 				fmt::format("{} sources in masqueradeSourceCIDRs, to non-local "
 					    "destinations", familyName(family))});
 		else
 			base.rules.push_back(Rule{
-				JumpIfNotLocal{family, options.masqChain, {}},
+				JumpIfNotLocal{family, options.masqChain, {}, outputInterfaceSet},
 				fmt::format("every {} source (masqueradeSourceCIDRs lists no {}), to "
 					    "non-local destinations", familyName(family), familyName(family))});
 	}
 }
 
-void addMasqueradeRules(Chain &chain, const RulesetOptions &options)
+// Output interfaces as a set of interface keys (egress.h): each name or wildcard a range.
+AddressSet interfaceSet(const char *name, const std::vector<InterfacePattern> &patterns,
+			std::string comment)
 {
-	// Spread flows over the ranges in proportion to their sizes, as upstream does with
-	// "-m statistic --probability": rule i takes size_i of the flows still undecided,
-	// so every range gets exactly size_i / total of all flows. The last takes the rest.
+	std::vector<AddressRange> ranges;
+	ranges.reserve(patterns.size());
+	for (const InterfacePattern &pattern : patterns)
+		ranges.push_back(interfaceKeyRange(pattern));
+	return AddressSet{name, IntervalSet::fromRanges(Family::ipv6, std::move(ranges)),
+			  std::move(comment), true};
+}
+
+// The NAT rules of one target (masquerade, or SNAT to an address of a family), spread
+// over --to-ports as upstream does with "-m statistic --probability": rule i takes
+// size_i of the flows still undecided, so every range gets exactly size_i / total of all
+// flows. The last rule, without ports, takes the rest. `make` builds the statement for a
+// port range and sample; `who` starts the port rules' comments.
+template<typename Make>
+void addPortCascade(Chain &chain, const RulesetOptions &options, std::string_view who,
+		    const Make &make, std::string lastComment)
+{
 	uint32_t remaining = 0;
 	for (const PortRange &range : options.toPorts)
 		remaining += range.size();
 	const uint32_t total = remaining;
 	for (const PortRange &range : options.toPorts) {
-		Masquerade masq{range, std::nullopt, options.randomFully};
+		std::optional<RandomSample> sample;
 		if (range.size() != remaining)
-			masq.sample = RandomSample{remaining, range.size()};
-		chain.rules.push_back(Rule{
-			masq, fmt::format("tcp, udp and sctp get source ports {} ({} of {} ports)",
-					  range.toString(), range.size(), total)});
+			sample = RandomSample{remaining, range.size()};
+		chain.rules.push_back(Rule{make(range, sample),
+					   fmt::format("{}tcp, udp and sctp get source ports {} ({} of {} "
+						       "ports)", who, range.toString(), range.size(),
+						       total)});
 		remaining -= range.size();
 	}
-	chain.rules.push_back(Rule{Masquerade{std::nullopt, std::nullopt, options.randomFully},
-				   "outbound traffic is masqueraded (must be last in chain)"});
+	chain.rules.push_back(Rule{make(std::nullopt, std::nullopt), std::move(lastComment)});
+}
+
+const char *outputAddressKey(Family family)
+{
+	return family == Family::ipv4 ? "outputAddress" : "outputAddressIPv6";
+}
+
+// The last SNAT rule's comment says which form of outputAddress made it, and for a subnet
+// which one: the kernel's rule holds only the address, and adoption reads the rest back
+// from here (snatFormOf).
+std::string snatComment(Family family, const OutputAddress &address)
+{
+	if (address.form == OutputAddress::Form::subnet)
+		return fmt::format("{} outbound traffic is SNATed to this node's address in {} ({})",
+				   familyName(family), address.toString(), outputAddressKey(family));
+	return fmt::format("{} outbound traffic is SNATed to {}", familyName(family),
+			   outputAddressKey(family));
+}
+
+// The reverse of snatComment for a rule that SNATs to `to`: the outputAddress that made
+// it, and for a subnet this node's address in it; nullopt for a comment the agent does
+// not write.
+struct SnatForm {
+	OutputAddress address;
+	std::optional<Address> nodeAddress;
+};
+
+std::optional<SnatForm> snatFormOf(Family family, const AddressRange &to, const std::string &comment)
+{
+	if (comment == fmt::format("{} outbound traffic is SNATed to {}", familyName(family),
+				   outputAddressKey(family))) {
+		OutputAddress address;
+		address.form = to.first == to.last ? OutputAddress::Form::address
+						   : OutputAddress::Form::range;
+		address.range = to;
+		return SnatForm{address, std::nullopt};
+	}
+	const std::string head = fmt::format("{} outbound traffic is SNATed to this node's address in ",
+					     familyName(family));
+	const std::string tail = fmt::format(" ({})", outputAddressKey(family));
+	if (!comment.starts_with(head) || !comment.ends_with(tail) || to.first != to.last ||
+	    comment.size() < head.size() + tail.size())
+		return std::nullopt;
+	auto subnet = parseOutputAddress(
+		std::string_view(comment).substr(head.size(), comment.size() - head.size() - tail.size()));
+	if (!subnet || subnet->form != OutputAddress::Form::subnet || subnet->family() != family)
+		return std::nullopt;
+	return SnatForm{*subnet, to.first};
+}
+
+// Where a family's traffic is source-NATed: outputAddress's address or range, this node's
+// address in its subnet, or nowhere (masquerade: no outputAddress, or no address of this
+// node in the subnet).
+std::optional<AddressRange> snatTarget(const Config &config, Family family,
+				       const SubnetAddresses &subnet)
+{
+	const std::optional<OutputAddress> &address = config.outputAddressOf(family);
+	if (!address)
+		return std::nullopt;
+	if (address->form != OutputAddress::Form::subnet)
+		return address->range;
+	if (const std::optional<Address> &own = subnet.of(family))
+		return AddressRange{*own, *own};
+	return std::nullopt;
+}
+
+// What reaches the end of the agent's chain is source-NATed: for each family with an SNAT
+// target, to it (an inet chain's "snat ip" leaves IPv6 to the next rule, and the other
+// way round), then masquerade for the families left, if any.
+void addNatRules(Chain &chain, const Config &config, const std::vector<Family> &families,
+		 const RulesetOptions &options, const SubnetAddresses &subnet)
+{
+	bool masqueradeNeeded = false;
+	for (const Family family : families) {
+		const std::optional<AddressRange> target = snatTarget(config, family, subnet);
+		if (!target) {
+			masqueradeNeeded = true;
+			continue;
+		}
+		addPortCascade(
+			chain, options, fmt::format("{} ", familyName(family)),
+			[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
+				return SourceNat{family, *target, ports, sample, options.randomFully};
+			},
+			snatComment(family, *config.outputAddressOf(family)));
+	}
+	if (!masqueradeNeeded)
+		return;
+	addPortCascade(
+		chain, options, "",
+		[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
+			return Masquerade{ports, sample, options.randomFully};
+		},
+		"outbound traffic is masqueraded (must be last in chain)");
 }
 
 } // namespace
 
-Ruleset buildRuleset(const Config &config, const RulesetOptions &options)
+Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
+		     const SubnetAddresses &subnet)
 {
 	Ruleset ruleset;
 	ruleset.table = options.table;
@@ -141,34 +253,90 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options)
 	for (Family family : families)
 		if (hasFamily(config.masqueradeSourceCIDRs, family))
 			ruleset.sets.push_back(sourceSet(family, config));
+	// The interface sets, likewise, only when their keys list names.
+	if (!config.outputInterfaces.empty())
+		ruleset.sets.push_back(interfaceSet(kOutputInterfaceSetName, config.outputInterfaces,
+						    "output interfaces whose traffic is considered: "
+						    "outputInterface"));
+	if (!config.nonMasqueradeInterfaces.empty())
+		ruleset.sets.push_back(interfaceSet(kNonMasqueradeInterfaceSetName,
+						    config.nonMasqueradeInterfaces,
+						    "output interfaces never source-NATed: "
+						    "nonMasqueradeInterfaces"));
 
 	Chain base{kBaseChainName, BaseChainHook{options.priority},
 		   "nat postrouting hook of ip-masq-agent", {}};
-	addJumpRules(base, families, ruleset, options);
+	addJumpRules(base, families, ruleset, options,
+		     config.outputInterfaces.empty() ? "" : kOutputInterfaceSetName);
 
 	Chain masq{options.masqChain, std::nullopt,
 		   "return for non-masquerade destinations, masquerade the rest", {}};
+	if (!config.nonMasqueradeInterfaces.empty())
+		masq.rules.push_back(Rule{ReturnIfOutputInterfaceInSet{kNonMasqueradeInterfaceSetName},
+					  fmt::format("{} is not subject to masquerade",
+						      kNonMasqueradeInterfaceSetName)});
 	for (Family family : families)
 		if (const AddressSet *set = ruleset.findSet(family))
 			masq.rules.push_back(Rule{ReturnIfDestinationInSet{set->family(), set->name},
 						  fmt::format("{} is not subject to masquerade", set->name)});
-	addMasqueradeRules(masq, options);
+	addNatRules(masq, config, families, options, subnet);
 
 	ruleset.chains.push_back(std::move(base));
 	ruleset.chains.push_back(std::move(masq));
 	return ruleset;
 }
 
-std::optional<Ruleset> rulesetFromKernelSets(const RulesetOptions &options,
-					     const std::vector<AddressSet> &kernelSets)
+KernelTable kernelTableOf(const Ruleset &ruleset)
 {
-	// The config the sets' names and comments describe. A placeholder prefix of the
-	// family stands for each list that left a mark: buildRuleset then makes the same
+	KernelTable out{ruleset.sets, {}};
+	for (const Chain &chain : ruleset.chains)
+		for (const Rule &rule : chain.rules) {
+			// Which kinds carry what the sets do not: each kind must say.
+			const auto snat = std::visit(
+				Overloaded{
+					[](const JumpIfNotLocal &) -> std::optional<KernelSnatRule> {
+						return std::nullopt;
+					},
+					[](const ReturnIfDestinationInSet &) -> std::optional<KernelSnatRule> {
+						return std::nullopt;
+					},
+					[](const ReturnIfOutputInterfaceInSet &)
+						-> std::optional<KernelSnatRule> { return std::nullopt; },
+					[](const Masquerade &) -> std::optional<KernelSnatRule> {
+						return std::nullopt;
+					},
+					[&rule](const SourceNat &s) -> std::optional<KernelSnatRule> {
+						return KernelSnatRule{s.family, s.to, rule.comment};
+					},
+				},
+				rule.statement);
+			if (snat)
+				out.snatRules.push_back(*snat);
+		}
+	return out;
+}
+
+std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel)
+{
+	// The config the sets' names and comments and the SNAT rules describe. A placeholder
+	// entry stands for each list that left a mark: buildRuleset then makes the same
 	// sets, rules and comments, and the elements are the kernel's (below).
 	Config config;
-	for (const AddressSet &set : kernelSets) {
+	SubnetAddresses subnet;
+	for (const AddressSet &set : kernel.sets) {
 		const Family family = set.family();
 		const Prefix placeholder{Address{family, 0}, 0, {}, {}};
+		const InterfacePattern anyName{"placeholder", false, {}};
+		if (set.interfaceNames && set.name == kOutputInterfaceSetName) {
+			config.outputInterfaces.push_back(anyName);
+			continue;
+		}
+		if (set.interfaceNames && set.name == kNonMasqueradeInterfaceSetName) {
+			config.nonMasqueradeInterfaces.push_back(anyName);
+			continue;
+		}
+		if (set.interfaceNames)
+			return std::nullopt;
 		if (set.name == sourceSetName(family)) {
 			config.masqueradeSourceCIDRs.push_back(placeholder);
 			continue;
@@ -183,15 +351,27 @@ std::optional<Ruleset> rulesetFromKernelSets(const RulesetOptions &options,
 		if (traits->exceptions)
 			config.masqueradeCIDRs.push_back(placeholder);
 	}
-	Ruleset candidate = buildRuleset(config, options);
-	if (candidate.sets.size() != kernelSets.size())
+	// Each family's last SNAT rule says which outputAddress made the family's rules.
+	for (const KernelSnatRule &rule : kernel.snatRules) {
+		const auto form = snatFormOf(rule.family, rule.to, rule.comment);
+		if (!form)
+			continue; // a port rule of the cascade: the last one tells
+		(rule.family == Family::ipv4 ? config.outputAddress : config.outputAddressIPv6) =
+			form->address;
+		(rule.family == Family::ipv4 ? subnet.ipv4 : subnet.ipv6) = form->nodeAddress;
+	}
+	Ruleset candidate = buildRuleset(config, options, subnet);
+	if (candidate.sets.size() != kernel.sets.size())
 		return std::nullopt;
 	for (AddressSet &set : candidate.sets) {
-		const auto kernel = std::find_if(kernelSets.begin(), kernelSets.end(),
-						 [&](const AddressSet &k) { return k.name == set.name; });
-		if (kernel == kernelSets.end() || kernel->family() != set.family())
+		const AddressSet *inKernel = nullptr;
+		for (const AddressSet &k : kernel.sets)
+			if (k.name == set.name)
+				inKernel = &k;
+		if (!inKernel || inKernel->family() != set.family() ||
+		    inKernel->interfaceNames != set.interfaceNames)
 			return std::nullopt;
-		set.elements = kernel->elements;
+		set.elements = inKernel->elements;
 	}
 	return candidate;
 }
@@ -224,7 +404,23 @@ std::vector<Config> configsWithEveryComment()
 	v4Sources.masqueradeSourceCIDRs = {builtinPrefix("10.0.0.0/8")};
 	Config v6Sources;
 	v6Sources.masqueradeSourceCIDRs = {builtinPrefix("fd00::/8")};
-	return {Config{}, both, v4Sources, v6Sources};
+	// The egress keys: ranges in both families and interfaces; and subnets, the longest
+	// there are, with an address of this node in each (their comments name the subnet).
+	const auto outputAddress = [](const Prefix &prefix, OutputAddress::Form form) {
+		return OutputAddress{form, AddressRange{prefix.first(), prefix.last()}, prefix.length, {}};
+	};
+	Config egress;
+	egress.outputAddress =
+		outputAddress(builtinPrefix("255.255.255.0/24"), OutputAddress::Form::range);
+	egress.outputAddressIPv6 = outputAddress(builtinPrefix("ffff::/16"), OutputAddress::Form::range);
+	egress.outputInterfaces = {InterfacePattern{"eth", true, {}}};
+	egress.nonMasqueradeInterfaces = {InterfacePattern{"wg0", false, {}}};
+	Config subnets = egress;
+	subnets.outputAddress =
+		outputAddress(builtinPrefix("255.255.255.255/32"), OutputAddress::Form::subnet);
+	subnets.outputAddressIPv6 = outputAddress(
+		builtinPrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"), OutputAddress::Form::subnet);
+	return {Config{}, both, v4Sources, v6Sources, egress, subnets};
 }
 
 } // namespace
@@ -248,9 +444,15 @@ Status validateRulesetOptions(const RulesetOptions &options)
 	RulesetOptions widest = options;
 	widest.enableIpv6 = true;
 	std::vector<std::pair<std::string, std::string>> all;
-	for (const Config &config : configsWithEveryComment())
-		for (auto &entry : comments(buildRuleset(config, widest)))
+	for (const Config &config : configsWithEveryComment()) {
+		// A subnet's address of this node: the highest in it, for the longest text.
+		SubnetAddresses subnet;
+		for (const Family family : {Family::ipv4, Family::ipv6})
+			if (const auto &address = config.outputAddressOf(family))
+				(family == Family::ipv4 ? subnet.ipv4 : subnet.ipv6) = address->range.last;
+		for (auto &entry : comments(buildRuleset(config, widest, subnet)))
 			all.push_back(std::move(entry));
+	}
 	for (const auto &[owner, comment] : all) {
 		auto fits = checkCommentLength(owner, comment);
 		if (fits)

@@ -11,6 +11,7 @@
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/duration.h"
+#include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/error.h"
 
 namespace ipmasq {
@@ -42,6 +43,9 @@ inline constexpr size_t kMaxConfigValues = kMaxNonMasqueradeCIDRs + 100000;
 // More anchors, or more distinct unknown keys, than this: not an ip-masq-agent config.
 inline constexpr size_t kMaxConfigAnchors = 1000;
 inline constexpr size_t kMaxUnknownConfigKeys = 100;
+// outputInterface and nonMasqueradeInterfaces take at most this many names each: a node
+// has a few interfaces; a list this long is a mistake.
+inline constexpr size_t kMaxInterfacePatterns = 1024;
 
 // The command-line flags that change how the file is read.
 struct ConfigFlags {
@@ -71,6 +75,15 @@ struct Config {
 	// If it lists prefixes of a family, only sources in them are masqueraded (in that
 	// family); a family with none listed is not restricted.
 	std::vector<Prefix> masqueradeSourceCIDRs;
+	// outputAddress and outputAddressIPv6: where traffic of that family that the agent
+	// masquerades is source-NATed instead (unset: masquerade).
+	std::optional<OutputAddress> outputAddress;
+	std::optional<OutputAddress> outputAddressIPv6;
+	// outputInterface: only traffic leaving through one of these is considered (empty:
+	// all). nonMasqueradeInterfaces: traffic leaving through one of these is never
+	// source-NATed. Normalized by the ruleset (duplicates and names inside wildcards go).
+	std::vector<InterfacePattern> outputInterfaces;
+	std::vector<InterfacePattern> nonMasqueradeInterfaces;
 	int cidrLimit = kDefaultCidrLimit;
 	bool masqLinkLocal = false;
 	bool masqLinkLocalIPv6 = false;
@@ -82,6 +95,11 @@ struct Config {
 	bool masqueradesLinkLocal(Family family) const
 	{
 		return family == Family::ipv4 ? masqLinkLocal : masqLinkLocalIPv6;
+	}
+	// outputAddress or outputAddressIPv6.
+	const std::optional<OutputAddress> &outputAddressOf(Family family) const
+	{
+		return family == Family::ipv4 ? outputAddress : outputAddressIPv6;
 	}
 
 	// The same meaning: where the entries were written (`files`, each Prefix's origin

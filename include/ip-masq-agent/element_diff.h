@@ -20,6 +20,7 @@ namespace ipmasq {
 struct SetElementChanges {
 	std::string set;
 	Family family = Family::ipv4;
+	bool interfaceNames = false; // the set's keys are interface names (AddressSet)
 	std::vector<AddressRange> removed; // ranges of the old set the new one lacks
 	std::vector<AddressRange> added;   // ranges of the new set the old one lacks
 	// The lowest address of the old and the new set (nullopt: the set is empty): how

@@ -53,6 +53,7 @@ struct KernelView {
 	State state = State::unreadable;
 	std::vector<AddressSet> sets;
 	std::string problem;
+	std::vector<KernelSnatRule> snatRules = {}; // the SNAT rules' targets
 };
 
 // Everything besides the config that shapes the lines.

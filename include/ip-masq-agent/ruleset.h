@@ -30,6 +30,10 @@ inline constexpr const char *kSetNameV6 = "nomasq-v6";
 // The sources masqueraded, per family, only when masqueradeSourceCIDRs lists that family.
 inline constexpr const char *kSourceSetNameV4 = "masq-src-v4";
 inline constexpr const char *kSourceSetNameV6 = "masq-src-v6";
+// The output interfaces the agent considers (outputInterface), and those it never
+// source-NATs (nonMasqueradeInterfaces), each only when its key lists some.
+inline constexpr const char *kOutputInterfaceSetName = "masq-ifaces";
+inline constexpr const char *kNonMasqueradeInterfaceSetName = "nomasq-ifaces";
 
 // The set of a family: non-masquerade destinations, or masqueraded sources.
 inline const char *destinationSetName(Family family)
@@ -79,12 +83,17 @@ struct RulesetOptions {
 // 1 to kMaxNameLength characters that are not nft keywords.
 Status validateName(std::string_view what, std::string_view name);
 
-// An interval set of addresses: destinations (nomasq-v4/-v6) or sources (masq-src-v4/-v6).
+// An interval set: of addresses, destinations (nomasq-v4/-v6) or sources
+// (masq-src-v4/-v6); or of output interface names (masq-ifaces, nomasq-ifaces), whose
+// 16-byte keys egress.h holds as 128-bit values (elements of Family::ipv6's width), each
+// name or wildcard a range of them.
 struct AddressSet {
 	std::string name;
 	IntervalSet elements;
 	std::string comment;
+	bool interfaceNames = false;
 
+	// The addresses' family (for an interface set: Family::ipv6, the keys' width).
 	Family family() const { return elements.family(); }
 	bool operator==(const AddressSet &) const = default;
 };
@@ -94,13 +103,22 @@ struct AddressSet {
 // [meta nfproto ipv4] fib daddr type != local jump <target>
 // ip saddr @<sourceSet> fib daddr type != local jump <target>   (ip6 saddr for IPv6)
 // Upstream's "-m addrtype ! --dst-type LOCAL -j IP-MASQ-AGENT" in POSTROUTING.
+// oifname @<outputInterfaceSet> ... (outputInterface) in front of either.
 struct JumpIfNotLocal {
 	std::optional<Family> onlyFamily; // restrict to one family (IPv4 without --enable-ipv6)
 	std::string target;
 	// Set: only sources in this set of family `onlyFamily` (which must be set) jump
 	// (masqueradeSourceCIDRs); the set match implies the family.
 	std::string sourceSet;
+	// Set: only traffic leaving through an interface of this set jumps (outputInterface).
+	std::string outputInterfaceSet = {};
 	bool operator==(const JumpIfNotLocal &) const = default;
+};
+
+// oifname @<set> return (nonMasqueradeInterfaces)
+struct ReturnIfOutputInterfaceInSet {
+	std::string set;
+	bool operator==(const ReturnIfOutputInterfaceInSet &) const = default;
 };
 
 // ip daddr @<set> return / ip6 daddr @<set> return
@@ -126,13 +144,26 @@ struct Masquerade {
 	bool operator==(const Masquerade &) const = default;
 };
 
+// [meta l4proto { tcp, udp, sctp }] [numgen ...] snat ip|ip6 to <first>[-<last>][:ports]
+// [fully-random] (outputAddress, outputAddressIPv6). In an inet chain it applies to its
+// family only: a packet of the other family goes on to the next rule.
+struct SourceNat {
+	Family family = Family::ipv4;
+	AddressRange to; // one address (first == last) or a range
+	std::optional<PortRange> toPorts; // implies the l4proto match, as for Masquerade
+	std::optional<RandomSample> sample;
+	bool fullyRandom = true;
+	bool operator==(const SourceNat &) const = default;
+};
+
 // The transport protocols --to-ports applies to, as upstream: tcp, udp, sctp.
 inline constexpr uint8_t kPortProtocols[] = {6, 17, 132};
 
 // Every kind of rule. A consumer whose behaviour depends on the kind (rendering,
 // encoding, kernel-feature fallbacks) decides with an exhaustive std::visit, never with
 // std::get_if of one kind: a new kind is then a compile error until each handles it.
-using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet, Masquerade>;
+using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet,
+			       ReturnIfOutputInterfaceInSet, Masquerade, SourceNat>;
 
 // The visitor of such a std::visit: one lambda per kind.
 template<class... Ts>
@@ -159,6 +190,22 @@ struct Chain {
 	std::string comment;
 	std::vector<Rule> rules;
 	bool operator==(const Chain &) const = default;
+};
+
+// What is read back of the agent's table besides its sets: the SNAT rules' targets (the
+// statements carry them; no set does) and comments.
+struct KernelSnatRule {
+	Family family;
+	AddressRange to;
+	std::string comment;
+	bool operator==(const KernelSnatRule &) const = default;
+};
+
+// The agent's table as adoption and --explain read it back (TableBackend::readTable).
+struct KernelTable {
+	std::vector<AddressSet> sets;
+	std::vector<KernelSnatRule> snatRules; // in the table's order
+	bool operator==(const KernelTable &) const = default;
 };
 
 // The agent's whole table (family inet). Owned entirely by the agent and replaced whole.

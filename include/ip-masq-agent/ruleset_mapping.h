@@ -3,7 +3,7 @@
 // the mapping in one place, so that no shape can be added to one of them only.
 //
 // The forward direction (buildRuleset) is the pure function at the heart of the agent. The
-// reverse one (rulesetFromKernelSets) serves adoption: started with a bad config, the
+// reverse one (rulesetFromKernel) serves adoption: started with a bad config, the
 // daemon rebuilds the ruleset its flags would have made from what the kernel holds. A
 // round-trip test over every shared ruleset case pins the two together.
 #pragma once
@@ -17,18 +17,38 @@
 
 namespace ipmasq {
 
-// The desired table for a config and the flags.
-Ruleset buildRuleset(const Config &config, const RulesetOptions &options);
+// This node's own address in each family's outputAddress subnet, if it has one there
+// (node_addresses.h chooses it); what the ruleset depends on besides the config and the
+// flags. Without one, a subnet's family is masqueraded.
+struct SubnetAddresses {
+	std::optional<Address> ipv4;
+	std::optional<Address> ipv6;
 
-// The ruleset these options build that holds exactly `kernelSets` (the agent's table's
-// address sets as the kernel holds them, comments included): what the sets' names and
-// comments say of the config that made them (which families restrict sources, which
-// destination sets hold link-local or had exceptions cut out), with the kernel's elements.
-// nullopt when no config could have made these sets with these options: a set missing,
-// one too many, or a comment the agent does not write. The caller confirms the candidate
-// against the whole table with TableBackend::check().
-std::optional<Ruleset> rulesetFromKernelSets(const RulesetOptions &options,
-					     const std::vector<AddressSet> &kernelSets);
+	const std::optional<Address> &of(Family family) const
+	{
+		return family == Family::ipv4 ? ipv4 : ipv6;
+	}
+	bool operator==(const SubnetAddresses &) const = default;
+};
+
+// The desired table for a config, the flags and this node's subnet addresses.
+Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
+		     const SubnetAddresses &subnet = {});
+
+// The ruleset these options build that holds exactly what `kernel` says (the agent's
+// table as the kernel holds it: its sets, comments included, and its SNAT rules): what
+// the sets' names and comments say of the config that made them (which families restrict
+// sources, which destination sets hold link-local or had exceptions cut out, which
+// interface keys are used), what the SNAT rules' targets and comments say of
+// outputAddress, with the kernel's elements. nullopt when no config could have made
+// these sets with these options: a set missing, one too many, or a comment the agent does
+// not write. The caller confirms the candidate against the whole table with
+// TableBackend::check().
+std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel);
+
+// What reading `ruleset` back from the kernel yields (TableBackend::readTable of a table
+// that holds exactly it): the reverse mapping's input, for the round-trip tests.
+KernelTable kernelTableOf(const Ruleset &ruleset);
 
 // Names valid, and everything the ruleset built from these options carries fits what
 // nft and the kernel accept: no comment longer than kMaxNftCommentLength (the chain

@@ -48,10 +48,12 @@ public:
 	// commits is not an error: it is TableCheck::unsettled.
 	virtual Result<TableCheck> check(const Ruleset &ruleset) = 0;
 
-	// The address sets (nomasq-v4/-v6, masq-src-v4/-v6) of inet `table` as the kernel holds
-	// them, elements and comments included; nullopt when the table does not exist. For adoption:
-	// the caller builds a candidate ruleset from them and confirms it with check().
-	virtual Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) = 0;
+	// What inet `table` holds that a ruleset cannot be rebuilt without (KernelTable): every
+	// interval set of addresses or interface names, elements and comments included, and the
+	// SNAT rules' targets and comments; nullopt when the table does not exist. For
+	// adoption, the caller builds a candidate ruleset from it (rulesetFromKernel) and
+	// confirms it with check().
+	virtual Result<std::optional<KernelTable>> readTable(const std::string &table) = 0;
 };
 
 } // namespace ipmasq

@@ -26,31 +26,127 @@ using namespace netlink;
 
 namespace {
 
-// The comment a set carries in its user data (as nft writes it), or "" without one.
+// The comment an object carries in its user data (as nft writes it: a TLV of type
+// `commentType`), or "" without one.
+std::string userdataComment(const void *data, uint32_t len, uint8_t commentType)
+{
+	if (!data || len == 0)
+		return {};
+	struct Found {
+		uint8_t type;
+		const nftnl_udata *comment = nullptr;
+	} found{commentType};
+	const auto collect = [](const nftnl_udata *attr, void *out) -> int {
+		auto *f = static_cast<Found *>(out);
+		if (nftnl_udata_type(attr) == f->type)
+			f->comment = attr;
+		return 0;
+	};
+	if (nftnl_udata_parse(data, len, collect, &found) < 0 || !found.comment)
+		return {};
+	// nft stores the comment with its NUL; keep to the bytes before it.
+	const auto *text = static_cast<const char *>(nftnl_udata_get(found.comment));
+	return std::string(text, strnlen(text, nftnl_udata_len(found.comment)));
+}
+
 std::string setComment(const nftnl_set *set)
 {
 	uint32_t len = 0;
 	const void *data = nftnl_set_get_data(set, NFTNL_SET_USERDATA, &len);
-	if (!data || len == 0)
-		return {};
-	const nftnl_udata *found[NFTNL_UDATA_SET_MAX + 1] = {};
-	const auto collect = [](const nftnl_udata *attr, void *out) -> int {
-		const uint8_t type = nftnl_udata_type(attr);
-		if (type <= NFTNL_UDATA_SET_MAX)
-			static_cast<const nftnl_udata **>(out)[type] = attr;
-		return 0;
-	};
-	if (nftnl_udata_parse(data, len, collect, found) < 0 || !found[NFTNL_UDATA_SET_COMMENT])
-		return {};
-	const nftnl_udata *comment = found[NFTNL_UDATA_SET_COMMENT];
-	// nft stores the comment with its NUL; keep to the bytes before it.
-	const auto *text = static_cast<const char *>(nftnl_udata_get(comment));
-	return std::string(text, strnlen(text, nftnl_udata_len(comment)));
+	return userdataComment(data, len, NFTNL_UDATA_SET_COMMENT);
 }
 
-// The family of an interval set of addresses (the kind AddressSet models), or nullopt
-// for any other set.
-std::optional<Family> addressSetFamily(const nftnl_set *set)
+std::string ruleComment(const nftnl_rule *rule)
+{
+	uint32_t len = 0;
+	const void *data = nftnl_rule_get_data(rule, NFTNL_RULE_USERDATA, &len);
+	return userdataComment(data, len, NFTNL_UDATA_RULE_COMMENT);
+}
+
+// What a rule's expressions say of a source NAT: the data each register was loaded with
+// (immediate), and the nat expression's family and address registers.
+struct NatScan {
+	std::vector<std::pair<uint32_t, std::vector<uint8_t>>> immediates;
+	std::optional<uint32_t> family;
+	uint32_t addressMin = 0;
+	uint32_t addressMax = 0;
+	bool other = false; // a nat expression that is not snat
+};
+
+// A C callback (nftnl_expr_foreach): nothing may be thrown through it.
+int scanNatExpression(nftnl_expr *expr, void *data)
+{
+	auto *scan = static_cast<NatScan *>(data);
+	const char *name = nftnl_expr_get_str(expr, NFTNL_EXPR_NAME);
+	if (name == nullptr)
+		return 0;
+	try {
+		const std::string_view kind(name);
+		if (kind == "immediate" && nftnl_expr_is_set(expr, NFTNL_EXPR_IMM_DATA)) {
+			uint32_t len = 0;
+			const auto *bytes = static_cast<const uint8_t *>(
+				nftnl_expr_get(expr, NFTNL_EXPR_IMM_DATA, &len));
+			scan->immediates.emplace_back(nftnl_expr_get_u32(expr, NFTNL_EXPR_IMM_DREG),
+						      std::vector<uint8_t>(bytes, bytes + len));
+		} else if (kind == "nat") {
+			if (nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_TYPE) != NFT_NAT_SNAT) {
+				scan->other = true;
+				return 0;
+			}
+			scan->family = nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_FAMILY);
+			scan->addressMin = nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_REG_ADDR_MIN);
+			scan->addressMax = nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_REG_ADDR_MAX);
+		}
+	} catch (...) {
+		return -1;
+	}
+	return 0;
+}
+
+// The address loaded into `reg` (the last load before the nat expression), if any.
+std::optional<Address> loadedAddress(const NatScan &scan, uint32_t reg, Family family)
+{
+	const size_t bytes = familyBits(family) / 8;
+	for (auto it = scan.immediates.rbegin(); it != scan.immediates.rend(); ++it) {
+		if (it->first != reg)
+			continue;
+		if (it->second.size() < bytes)
+			return std::nullopt;
+		AddressValue value = 0;
+		for (size_t i = 0; i < bytes; i++)
+			value = (value << 8) | it->second[i];
+		return Address{family, value};
+	}
+	return std::nullopt;
+}
+
+// A rule's source NAT target and comment, when the rule is a "snat ip|ip6 to ..." with its
+// addresses in registers (as the agent writes it); nullopt otherwise.
+Result<std::optional<KernelSnatRule>> snatRuleOf(const nftnl_rule *rule)
+{
+	NatScan scan;
+	if (nftnl_expr_foreach(const_cast<nftnl_rule *>(rule), scanNatExpression, &scan) < 0)
+		return fail("out of memory reading a rule", ENOMEM);
+	if (!scan.family || scan.other ||
+	    (*scan.family != NFPROTO_IPV4 && *scan.family != NFPROTO_IPV6))
+		return std::optional<KernelSnatRule>();
+	const Family family = *scan.family == NFPROTO_IPV4 ? Family::ipv4 : Family::ipv6;
+	const auto first = loadedAddress(scan, scan.addressMin, family);
+	const auto last = loadedAddress(scan, scan.addressMax, family);
+	if (!first || !last)
+		return std::optional<KernelSnatRule>();
+	return std::optional(KernelSnatRule{family, AddressRange{*first, *last}, ruleComment(rule)});
+}
+
+// The kind of keys of a named interval set of the kinds AddressSet models: addresses of a
+// family, or interface names (held as Family::ipv6's 128-bit width); nullopt for any
+// other set.
+struct SetKeys {
+	Family family;
+	bool interfaceNames;
+};
+
+std::optional<SetKeys> addressSetKeys(const nftnl_set *set)
 {
 	const uint32_t flags = nftnl_set_get_u32(set, NFTNL_SET_FLAGS);
 	if ((flags & NFT_SET_INTERVAL) == 0 || (flags & NFT_SET_ANONYMOUS) != 0)
@@ -58,9 +154,11 @@ std::optional<Family> addressSetFamily(const nftnl_set *set)
 	const uint32_t type = nftnl_set_get_u32(set, NFTNL_SET_KEY_TYPE);
 	const uint32_t keyLen = nftnl_set_get_u32(set, NFTNL_SET_KEY_LEN);
 	if (type == kTypeIpv4Address && keyLen == 4)
-		return Family::ipv4;
+		return SetKeys{Family::ipv4, false};
 	if (type == kTypeIpv6Address && keyLen == 16)
-		return Family::ipv6;
+		return SetKeys{Family::ipv6, false};
+	if (type == kTypeInterfaceName && keyLen == 16)
+		return SetKeys{Family::ipv6, true};
 	return std::nullopt;
 }
 
@@ -456,16 +554,16 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	return false;
 }
 
-Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSets(const std::string &table)
+Result<std::optional<KernelTable>> NetlinkBackend::readTable(const std::string &table)
 {
-	auto sets = readAddressSetsOnce(table);
-	if (!sets)
+	auto read = readTableOnce(table);
+	if (!read)
 		return fail(withPermissionHint(
-			sets.error().withContext(fmt::format("reading the sets of table inet {}: ", table))));
-	return sets;
+			read.error().withContext(fmt::format("reading table inet {}: ", table))));
+	return read;
 }
 
-Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOnce(const std::string &table)
+Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::string &table)
 {
 	TablePtr request = tableHandle(table, false);
 	Status s = socket_.query(
@@ -474,7 +572,7 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 		[](const nlmsghdr *) -> Status { return {}; });
 	if (!s) {
 		if (s.error().errnum == ENOENT)
-			return std::optional<std::vector<AddressSet>>();
+			return std::optional<KernelTable>();
 		return fail(s.error());
 	}
 
@@ -488,19 +586,20 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 		return fail(s.error());
 	struct Declared {
 		std::string name;
-		Family family;
+		SetKeys keys;
 		std::string comment;
 	};
 	std::vector<Declared> declared;
 	for (const SetPtr &set : sets) {
 		const char *name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
-		if (const auto family = addressSetFamily(set.get()); name && family)
-			declared.push_back({name, *family, setComment(set.get())});
+		if (const auto keys = addressSetKeys(set.get()); name && keys)
+			declared.push_back({name, *keys, setComment(set.get())});
 	}
 
 	std::vector<AddressSet> out;
 	for (const Declared &set : declared) {
-		BoundaryCollector collector{familyBits(set.family) / 8, {}};
+		const Family family = set.keys.family;
+		BoundaryCollector collector{familyBits(family) / 8, {}};
 		s = dumpSetElements(table, set.name, [&collector](const nftnl_set *part) -> Status {
 			if (nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), collectBoundary,
 						   &collector) < 0)
@@ -510,14 +609,33 @@ Result<std::optional<std::vector<AddressSet>>> NetlinkBackend::readAddressSetsOn
 		if (!s)
 			return fail(s.error().withContext("elements of set " + set.name + ": "));
 		if (collector.malformed)
-			return fail(fmt::format("set {} holds elements that are not {} addresses",
-						set.name, familyName(set.family)), EPROTO);
-		auto ranges = rangesFromBoundaries(set.family, std::move(collector.boundaries), set.name);
+			return fail(fmt::format("set {} holds elements that are not {}", set.name,
+						set.keys.interfaceNames ? "interface names"
+									: familyName(family) +
+										  std::string(" addresses")),
+				    EPROTO);
+		auto ranges = rangesFromBoundaries(family, std::move(collector.boundaries), set.name);
 		if (!ranges)
 			return fail(ranges.error());
-		out.push_back(AddressSet{set.name, std::move(*ranges), set.comment});
+		out.push_back(AddressSet{set.name, std::move(*ranges), set.comment,
+					 set.keys.interfaceNames});
 	}
-	return std::optional(std::move(out));
+
+	std::vector<RulePtr> rules;
+	s = dumpTableObjects(socket_, NFT_MSG_GETRULE, table, "rule", newRule, nftnl_rule_set_str,
+			     NFTNL_RULE_TABLE, nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
+			     nftnl_rule_get_str, rules);
+	if (!s)
+		return fail(s.error().withContext("rules: "));
+	KernelTable read{std::move(out), {}};
+	for (const RulePtr &rule : rules) {
+		auto snat = snatRuleOf(rule.get());
+		if (!snat)
+			return fail(snat.error());
+		if (*snat)
+			read.snatRules.push_back(std::move(**snat));
+	}
+	return std::optional(std::move(read));
 }
 
 } // namespace ipmasq

@@ -44,7 +44,9 @@ bool *fullyRandomFlag(Statement &statement)
 	return std::visit(Overloaded{
 				  [](JumpIfNotLocal &) -> bool * { return nullptr; },
 				  [](ReturnIfDestinationInSet &) -> bool * { return nullptr; },
+				  [](ReturnIfOutputInterfaceInSet &) -> bool * { return nullptr; },
 				  [](Masquerade &s) -> bool * { return &s.fullyRandom; },
+				  [](SourceNat &s) -> bool * { return &s.fullyRandom; },
 			  },
 			  statement);
 }

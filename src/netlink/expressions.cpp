@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <linux/netfilter/nf_tables.h>
+#include <utility>
 
 namespace ipmasq::netlink {
 
@@ -126,6 +127,26 @@ void addMasq(nftnl_rule *rule, uint32_t flags, uint32_t protoMinReg, uint32_t pr
 		nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_MASQ_REG_PROTO_MIN, protoMinReg);
 	if (protoMaxReg)
 		nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_MASQ_REG_PROTO_MAX, protoMaxReg);
+	addExpr(rule, std::move(expr));
+}
+
+void addSourceNat(nftnl_rule *rule, uint32_t family, const NatRegisters &registers,
+		  uint32_t flags)
+{
+	ExprPtr expr = newExpr("nat");
+	nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_NAT_TYPE, NFT_NAT_SNAT);
+	nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_NAT_FAMILY, family);
+	const std::pair<uint16_t, uint32_t> attributes[] = {
+		{NFTNL_EXPR_NAT_REG_ADDR_MIN, registers.addressMin},
+		{NFTNL_EXPR_NAT_REG_ADDR_MAX, registers.addressMax},
+		{NFTNL_EXPR_NAT_REG_PROTO_MIN, registers.protoMin},
+		{NFTNL_EXPR_NAT_REG_PROTO_MAX, registers.protoMax},
+	};
+	for (const auto &[attribute, reg] : attributes)
+		if (reg)
+			nftnl_expr_set_u32(expr.get(), attribute, reg);
+	if (flags)
+		nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_NAT_FLAGS, flags);
 	addExpr(rule, std::move(expr));
 }
 

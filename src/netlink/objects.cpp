@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/netlink/expressions.h"
 #include "ip-masq-agent/nft_text.h"
 
@@ -111,23 +112,37 @@ bool hasLeadingEnd(const std::optional<Address> &lowest)
 	return lowest && lowest->value != 0;
 }
 
+// A range as the kernel holds it: one interval for addresses; for interface names, one
+// per name or wildcard the range is made of (nft sends each element of its own, so the
+// kernel holds two adjacent wildcards as two intervals, and `nft list` prints both).
+void appendKernelRanges(std::vector<ElementSpec> &out, Family family, const AddressRange &range,
+			bool interfaceNames)
+{
+	if (!interfaceNames) {
+		appendRangeElements(out, family, range);
+		return;
+	}
+	for (const InterfacePattern &pattern : interfacePatternsOf(range))
+		appendRangeElements(out, family, interfaceKeyRange(pattern));
+}
+
 // The elements nft 1.0.x sends for an interval set: a start element per range and an
 // end element at last+1. Two details decide whether `nft list` prints the same text:
 // a set whose first range does not start at 0 gets a leading end element at 0, and a
 // range that ends at the top address has no end element (last+1 would wrap) but
 // carries NFTNL_SET_ELEM_F_INTERVAL_OPEN in its userdata instead.
-std::vector<ElementSpec> intervalElements(const IntervalSet &elements)
+std::vector<ElementSpec> intervalElements(const AddressSet &set)
 {
 	std::vector<ElementSpec> out;
-	const auto &ranges = elements.ranges();
+	const auto &ranges = set.elements.ranges();
 	if (ranges.empty())
 		return out;
-	const Family family = elements.family();
+	const Family family = set.family();
 	out.reserve(2 * ranges.size() + 1);
 	if (hasLeadingEnd(ranges.front().first))
 		out.push_back(addressElement(family, 0, true, false));
 	for (const AddressRange &range : ranges)
-		appendRangeElements(out, family, range);
+		appendKernelRanges(out, family, range, set.interfaceNames);
 	return out;
 }
 
@@ -225,7 +240,14 @@ private:
 
 	void encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement);
 	void encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &statement);
+	void encodeStatement(EncodedRule &out, const ReturnIfOutputInterfaceInSet &statement);
 	void encodeStatement(EncodedRule &out, const Masquerade &statement);
+	void encodeStatement(EncodedRule &out, const SourceNat &statement);
+	// What a NAT statement with --to-ports matches and samples first; returns its NAT
+	// flags so far (fully-random).
+	uint32_t encodePortSelection(EncodedRule &out, const std::optional<PortRange> &toPorts,
+				     const std::optional<RandomSample> &sample, bool fullyRandom);
+	void addInterfaceLookup(nftnl_rule *rule, const std::string &set);
 
 	uint32_t setIdOf(const std::string &name) const;
 
@@ -273,7 +295,9 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 	if (auto s = checkCommentLength(out.description, set.comment); !s)
 		return fail(s.error());
 
-	const bool v4 = set.family() == Family::ipv4;
+	const uint32_t keyType = set.interfaceNames		    ? kTypeInterfaceName
+				 : set.family() == Family::ipv4 ? kTypeIpv4Address
+								: kTypeIpv6Address;
 	const uint32_t keyLen = familyBits(set.family()) / 8;
 	const uint32_t id = nextSetId_++;
 	setIds_.emplace_back(set.name, id);
@@ -283,12 +307,12 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
 	nftnl_set_set_str(out.set.get(), NFTNL_SET_NAME, set.name.c_str());
 	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FLAGS, NFT_SET_INTERVAL);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE,
-			  v4 ? kTypeIpv4Address : kTypeIpv6Address);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE, keyType);
 	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, keyLen);
 	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
 	UserData udata;
-	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderBig);
+	// nft keeps names in host order (a string's bytes as they are), addresses big-endian.
+	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, set.interfaceNames ? kByteorderHost : kByteorderBig);
 	if (!set.comment.empty())
 		udata.putString(NFTNL_UDATA_SET_COMMENT, set.comment);
 	if (!udata.ok())
@@ -297,7 +321,7 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 
 	// Elements go in chunks of whole ranges, each chunk one NEWSETELEM message.
 	const size_t totalRanges = set.elements.size();
-	out.elements = splitIntoChunks(ruleset_.table, set.name, id, intervalElements(set.elements),
+	out.elements = splitIntoChunks(ruleset_.table, set.name, id, intervalElements(set),
 				       [&](size_t first, size_t last) {
 					       return fmt::format("elements of set {} (ranges {}-{} of {})",
 								  set.name, first, last, totalRanges);
@@ -380,9 +404,18 @@ void addAddressLoad(nftnl_rule *rule, Family family, AddressField field)
 		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, source ? 8 : 24, 16, kReg1);
 }
 
+void Encoder::addInterfaceLookup(nftnl_rule *rule, const std::string &set)
+{
+	// "oifname @set": the name's 16 bytes, looked up as they are.
+	addMetaLoad(rule, NFT_META_OIFNAME, kReg1);
+	addLookup(rule, kReg1, set, setIdOf(set));
+}
+
 void Encoder::encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement)
 {
 	nftnl_rule *rule = out.rule.get();
+	if (!statement.outputInterfaceSet.empty())
+		addInterfaceLookup(rule, statement.outputInterfaceSet);
 	if (statement.onlyFamily)
 		addNfprotoMatch(rule, *statement.onlyFamily);
 	if (!statement.sourceSet.empty()) {
@@ -406,10 +439,17 @@ void Encoder::encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &
 	addVerdict(rule, NFT_RETURN);
 }
 
-void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
+void Encoder::encodeStatement(EncodedRule &out, const ReturnIfOutputInterfaceInSet &statement)
+{
+	addInterfaceLookup(out.rule.get(), statement.set);
+	addVerdict(out.rule.get(), NFT_RETURN);
+}
+
+uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<PortRange> &toPorts,
+				      const std::optional<RandomSample> &sample, bool fullyRandom)
 {
 	nftnl_rule *rule = out.rule.get();
-	if (statement.toPorts) {
+	if (toPorts) {
 		// meta l4proto { tcp, udp, sctp }: an anonymous constant set per rule.
 		EncodedSet protocols = encodeProtocolSet(out.description);
 		const uint32_t id = nftnl_set_get_u32(protocols.set.get(), NFTNL_SET_ID);
@@ -418,16 +458,24 @@ void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
 		addMetaLoad(rule, NFT_META_L4PROTO, kReg1);
 		addLookup(rule, kReg1, name, id);
 	}
-	if (statement.sample) {
+	if (sample) {
 		// numgen random mod M < B: the random number is host-endian, nft converts it
 		// to big endian and compares it with a big-endian constant.
-		addNumgen(rule, NFT_NG_RANDOM, statement.sample->modulus, kReg1);
+		addNumgen(rule, NFT_NG_RANDOM, sample->modulus, kReg1);
 		addByteorder(rule, NFT_BYTEORDER_HTON, kReg1, kReg1, 4, 4);
-		const uint32_t below = htonl(statement.sample->below);
+		const uint32_t below = htonl(sample->below);
 		addCmp(rule, NFT_CMP_LT, kReg1,
 		       std::span(reinterpret_cast<const uint8_t *>(&below), sizeof(below)));
 	}
-	uint32_t flags = 0, minReg = 0, maxReg = 0;
+	return fullyRandom ? options_.fullyRandomFlag : 0;
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
+{
+	nftnl_rule *rule = out.rule.get();
+	uint32_t flags = encodePortSelection(out, statement.toPorts, statement.sample,
+					     statement.fullyRandom);
+	uint32_t minReg = 0, maxReg = 0;
 	if (statement.toPorts) {
 		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
 		minReg = kReg1;
@@ -435,9 +483,38 @@ void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
 					  kReg1, kReg2))
 			maxReg = kReg2;
 	}
-	if (statement.fullyRandom)
-		flags |= options_.fullyRandomFlag;
 	addMasq(rule, flags, minReg, maxReg);
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const SourceNat &statement)
+{
+	nftnl_rule *rule = out.rule.get();
+	uint32_t flags = encodePortSelection(out, statement.toPorts, statement.sample,
+					     statement.fullyRandom) |
+			 NF_NAT_RANGE_MAP_IPS;
+	// As nft: the registers in order, one for an address or a port that is not a
+	// range (named as both ends).
+	uint32_t next = kReg1;
+	NatRegisters registers;
+	const auto load = [&](const Address &address) {
+		const std::vector<uint8_t> bytes = address.bytes();
+		addImmediateData(rule, next, bytes);
+		return next++;
+	};
+	registers.addressMin = load(statement.to.first);
+	registers.addressMax =
+		statement.to.last == statement.to.first ? registers.addressMin : load(statement.to.last);
+	if (statement.toPorts) {
+		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
+		const uint32_t minReg = next++;
+		registers.protoMin = minReg;
+		registers.protoMax = minReg;
+		if (addPortRangeRegisters(rule, statement.toPorts->first, statement.toPorts->last,
+					  minReg, next))
+			registers.protoMax = next++;
+	}
+	addSourceNat(rule, statement.family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6,
+		     registers, flags);
 }
 
 EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
@@ -532,9 +609,9 @@ EncodedElementChanges encodeElementChanges(const std::string &table, const Eleme
 		if (needsLeadingEnd && !hadLeadingEnd)
 			additions.push_back(addressElement(set.family, 0, true, false));
 		for (const AddressRange &range : set.removed)
-			appendRangeElements(removals, set.family, range);
+			appendKernelRanges(removals, set.family, range, set.interfaceNames);
 		for (const AddressRange &range : set.added)
-			appendRangeElements(additions, set.family, range);
+			appendKernelRanges(additions, set.family, range, set.interfaceNames);
 		const auto describe = [&set](const char *what, size_t total) {
 			return [&set, what, total](size_t first, size_t last) {
 				if (first > last) // only the leading end element

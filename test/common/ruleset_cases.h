@@ -16,6 +16,9 @@ struct RulesetCase {
 	std::string name;       // also the golden file's name: test/golden/<name>.nft
 	std::string configText; // the config file's content ("" = all defaults)
 	std::vector<std::string> flags;
+	// This node's addresses in outputAddress subnets ("" = none), as the daemon finds them.
+	std::string subnetAddressV4 = {};
+	std::string subnetAddressV6 = {};
 };
 
 inline const std::vector<RulesetCase> &rulesetCases()
@@ -55,6 +58,25 @@ inline const std::vector<RulesetCase> &rulesetCases()
 		{"masquerade-source-ipv4-only", "masqueradeSourceCIDRs: [10.244.0.0/16]\n", {"--enable-ipv6"}},
 		{"masquerade-source-ipv6-only", "masqueradeSourceCIDRs: [\"fd00:10:244::/56\"]\n",
 		 {"--enable-ipv6"}},
+		// outputAddress: SNAT to an address, a range, this node's address in a subnet.
+		{"output-address", "outputAddress: 203.0.113.7\n", {}},
+		{"output-address-range-ipv6", "outputAddress: 203.0.113.7-203.0.113.9\n"
+					      "outputAddressIPv6: \"2001:db8::7\"\n",
+		 {"--enable-ipv6"}},
+		{"output-address-to-ports", "outputAddress: 203.0.113.7-203.0.113.9\n",
+		 {"--to-ports=1024-29999,32768-65535"}},
+		{"output-address-ipv6-only-port", "outputAddressIPv6: \"2001:db8::7-2001:db8::9\"\n",
+		 {"--enable-ipv6", "--to-ports=8080", "--random-fully=false"}},
+		{"output-subnet", "outputAddress: 198.51.100.0/24\noutputAddressIPv6: \"2001:db8:1::/64\"\n",
+		 {"--enable-ipv6"}, "198.51.100.9", "2001:db8:1::9"},
+		// No address of this node in the subnet: masquerade, as without the key.
+		{"output-subnet-missing", "outputAddress: 198.51.100.0/24\n", {}},
+		// outputInterface and nonMasqueradeInterfaces: interface sets.
+		{"interfaces", "outputInterface: [eth0, \"vlan*\", \"ens+\"]\n"
+			       "nonMasqueradeInterfaces: [wg0, \"tun*\"]\n", {}},
+		{"interfaces-sources-ipv6", "outputInterface: eth0\nmasqueradeSourceCIDRs: [10.244.0.0/16]\n"
+					    "outputAddress: 203.0.113.7\n",
+		 {"--enable-ipv6"}},
 	};
 	return cases;
 }
@@ -77,7 +99,17 @@ inline Result<BuiltCase> buildCaseWithOptions(const RulesetCase &c)
 	auto loaded = parseConfig(c.configText, c.name, cl->options.configFlags);
 	if (!loaded)
 		return fail(loaded.error());
-	return BuiltCase{cl->options.ruleset, buildRuleset(loaded->config, cl->options.ruleset)};
+	SubnetAddresses subnet;
+	for (auto [text, address] : {std::pair{&c.subnetAddressV4, &subnet.ipv4},
+				     std::pair{&c.subnetAddressV6, &subnet.ipv6}}) {
+		if (text->empty())
+			continue;
+		auto parsed = parseAddress(*text);
+		if (!parsed)
+			return fail(parsed.error());
+		*address = *parsed;
+	}
+	return BuiltCase{cl->options.ruleset, buildRuleset(loaded->config, cl->options.ruleset, subnet)};
 }
 
 inline Result<Ruleset> buildCase(const RulesetCase &c)

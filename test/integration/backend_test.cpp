@@ -161,13 +161,14 @@ TEST_CASE("every named config (the golden cases): the backend lists exactly like
 		if (built->ruleset.table != kDefaultTableName)
 			continue; // requireParity lists the default table only (kListTable)
 		requireParity(c.name, built->ruleset);
-		// The reverse mapping (adoption's) over the sets as the kernel holds them.
+		// The reverse mapping (adoption's) over the table as the kernel holds it.
 		auto backend = NetlinkBackend::open();
 		REQUIRE(backend);
-		auto sets = (*backend)->readAddressSets(built->ruleset.table);
-		REQUIRE(sets);
-		REQUIRE(*sets);
-		CHECK(rulesetFromKernelSets(built->options, **sets) == built->ruleset);
+		auto read = (*backend)->readTable(built->ruleset.table);
+		REQUIRE(read);
+		REQUIRE(*read);
+		CHECK(**read == kernelTableOf(built->ruleset));
+		CHECK(rulesetFromKernel(built->options, **read) == built->ruleset);
 	}
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
@@ -110,9 +111,22 @@ void loadAndVerify(const Ruleset &ruleset)
 				if (s.name == name)
 					model = &s;
 			REQUIRE(model);
-			CHECK(set["type"].as<std::string>() ==
-			      (model->family() == Family::ipv4 ? "ipv4_addr" : "ipv6_addr"));
-			CHECK(kernelElements(set) == model->elements.ranges());
+			if (model->interfaceNames) {
+				// Names as nft reads them back, against the names the model's
+				// ranges are made of.
+				CHECK(set["type"].as<std::string>() == "ifname");
+				std::vector<std::string> inKernel, inModel;
+				for (const YAML::Node &elem : set["elem"])
+					inKernel.push_back(elem.as<std::string>());
+				for (const AddressRange &range : model->elements.ranges())
+					for (const InterfacePattern &pattern : interfacePatternsOf(range))
+						inModel.push_back(pattern.toString());
+				CHECK(inKernel == inModel);
+			} else {
+				CHECK(set["type"].as<std::string>() ==
+				      (model->family() == Family::ipv4 ? "ipv4_addr" : "ipv6_addr"));
+				CHECK(kernelElements(set) == model->elements.ranges());
+			}
 			sets++;
 		} else if (item["chain"]) {
 			const YAML::Node chain = item["chain"];

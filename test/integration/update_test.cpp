@@ -10,6 +10,7 @@
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/element_diff.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/reconciler.h"
@@ -125,9 +126,9 @@ public:
 	}
 	Result<uint32_t> generation() override { return inner_.generation(); }
 	Result<TableCheck> check(const Ruleset &ruleset) override { return inner_.check(ruleset); }
-	Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) override
+	Result<std::optional<KernelTable>> readTable(const std::string &table) override
 	{
-		return inner_.readAddressSets(table);
+		return inner_.readTable(table);
 	}
 
 private:
@@ -221,6 +222,38 @@ TEST_CASE("a change of masqueradeSourceCIDRs or masqueradeCIDRs alone is an elem
 	// A family's first source changes the jump rules: no element diff, a replacement.
 	CHECK_FALSE(diffElements(rulesetWith({"198.51.100.0/24"}, {}),
 				 rulesetWith({"198.51.100.0/24", "2001:db8:1::/64"}, {})));
+}
+
+namespace {
+
+// A ruleset with both interface keys, and the default CIDRs.
+Ruleset rulesetWithInterfaces(std::vector<std::string> output, std::vector<std::string> excluded)
+{
+	Config config = defaultConfig({});
+	for (const std::string &name : output)
+		config.outputInterfaces.push_back(parseInterfacePattern(name).value());
+	for (const std::string &name : excluded)
+		config.nonMasqueradeInterfaces.push_back(parseInterfacePattern(name).value());
+	return buildRuleset(config, {});
+}
+
+} // namespace
+
+TEST_CASE("a change of outputInterface or nonMasqueradeInterfaces alone is an element update")
+{
+	requireUpdateParity("names added and removed",
+			    rulesetWithInterfaces({"eth0", "vlan*"}, {"wg0"}),
+			    rulesetWithInterfaces({"eth0", "eth1", "ens*"}, {"wg0", "tun*"}));
+	// Adjacent patterns are one range of keys in the model and two in the kernel: the
+	// update names exactly the kernel's elements when the range changes shape.
+	requireUpdateParity("adjacent wildcards joined and split",
+			    rulesetWithInterfaces({"eth*"}, {"a"}),
+			    rulesetWithInterfaces({"eth*", "eti", "eti0"}, {"a", "b*"}));
+	requireUpdateParity("adjacent wildcards taken apart",
+			    rulesetWithInterfaces({"eth*", "eti", "eti0"}, {"a", "b*"}),
+			    rulesetWithInterfaces({"eti"}, {"b*"}));
+	// The first name of a key changes the jump rules: no element diff, a replacement.
+	CHECK_FALSE(diffElements(rulesetWithInterfaces({}, {}), rulesetWithInterfaces({"eth0"}, {})));
 }
 
 TEST_CASE("the table is kept by an element update and replaced by a rule change")

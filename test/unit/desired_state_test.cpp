@@ -70,7 +70,7 @@ TEST_CASE("round trip: every ruleset case is rebuilt from its own sets")
 		INFO("case " << c.name);
 		auto built = test::buildCaseWithOptions(c);
 		REQUIRE(built);
-		const auto rebuilt = rulesetFromKernelSets(built->options, built->ruleset.sets);
+		const auto rebuilt = rulesetFromKernel(built->options, kernelTableOf(built->ruleset));
 		REQUIRE(rebuilt);
 		CHECK(*rebuilt == built->ruleset);
 	}
@@ -83,23 +83,26 @@ TEST_CASE("reverse mapping: sets that no config makes with these options give no
 	auto built = test::buildCaseWithOptions(ipv6);
 	REQUIRE(built);
 	const std::vector<AddressSet> &sets = built->ruleset.sets;
+	const auto reverse = [](const RulesetOptions &options, std::vector<AddressSet> kernelSets) {
+		return rulesetFromKernel(options, KernelTable{std::move(kernelSets), {}});
+	};
 
 	// The IPv6 set without --enable-ipv6: one set too many.
-	CHECK_FALSE(rulesetFromKernelSets(RulesetOptions{}, sets));
+	CHECK_FALSE(reverse(RulesetOptions{}, sets));
 	// A set missing.
-	CHECK_FALSE(rulesetFromKernelSets(built->options, {sets.front()}));
+	CHECK_FALSE(reverse(built->options, {sets.front()}));
 	// A comment the agent does not write (edited by hand, or another version's).
 	std::vector<AddressSet> edited = sets;
 	edited.front().comment += " (edited)";
-	CHECK_FALSE(rulesetFromKernelSets(built->options, edited));
+	CHECK_FALSE(reverse(built->options, edited));
 	// A set of another name.
 	edited = sets;
 	edited.front().name = "nomasq-extra";
-	CHECK_FALSE(rulesetFromKernelSets(built->options, edited));
+	CHECK_FALSE(reverse(built->options, edited));
 	// The same sets with other elements: the same ruleset, with those elements.
 	edited = sets;
 	edited.front().elements = IntervalSet::fromPrefixes(Family::ipv4, {builtinPrefix("192.0.2.0/24")});
-	auto candidate = rulesetFromKernelSets(built->options, edited);
+	auto candidate = reverse(built->options, edited);
 	REQUIRE(candidate);
 	CHECK(candidate->sets == edited);
 	CHECK(candidate->chains == built->ruleset.chains);

@@ -87,11 +87,11 @@ public:
 		}
 		return table && *table == ruleset ? TableCheck::same : TableCheck::different;
 	}
-	Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &name) override
+	Result<std::optional<KernelTable>> readTable(const std::string &name) override
 	{
 		if (!table || table->table != name)
-			return std::optional<std::vector<AddressSet>>();
-		return std::optional(table->sets);
+			return std::optional<KernelTable>();
+		return std::optional(kernelTableOf(*table));
 	}
 
 	// Someone else commits: another table, or ours deleted or edited.

@@ -127,7 +127,8 @@ TEST_CASE("--to-ports spreads tcp, udp and sctp over the ranges in proportion to
 
 	// The cascade gives each range exactly size/total of all flows.
 	options.toPorts = {{1, 10}, {101, 130}, {1001, 1060}};
-	const Chain &chain = buildRuleset(defaultConfig({}), options).chains[1];
+	const Ruleset spread = buildRuleset(defaultConfig({}), options);
+	const Chain &chain = spread.chains[1];
 	double undecided = 1.0;
 	std::vector<double> shares;
 	for (const Rule &rule : chain.rules) {

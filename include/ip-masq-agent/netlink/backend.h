@@ -64,7 +64,7 @@ public:
 	// check() for tests and tools that need a yes or no: unsettled is an EAGAIN error.
 	Result<bool> matches(const Ruleset &ruleset);
 
-	Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) override;
+	Result<std::optional<KernelTable>> readTable(const std::string &table) override;
 
 	// Leave `monitor`'s notification group during every commit (null: never). While
 	// anyone listens, the kernel builds one notification per set element, which
@@ -117,7 +117,7 @@ private:
 	Status dumpSetElements(const std::string &table, const std::string &set,
 			       const std::function<Status(const nftnl_set *)> &onPart);
 	Result<bool> matchesOnce(const std::string &desired, const std::string &table);
-	Result<std::optional<std::vector<AddressSet>>> readAddressSetsOnce(const std::string &table);
+	Result<std::optional<KernelTable>> readTableOnce(const std::string &table);
 
 	netlink::Socket socket_;
 	NftablesMonitor *quietMonitor_ = nullptr;

@@ -56,4 +56,16 @@ bool addPortRangeRegisters(nftnl_rule *rule, uint16_t first, uint16_t last, uint
 // masq [flags <flags>] [proto_min reg] [proto_max reg]; 0 leaves a register unset.
 void addMasq(nftnl_rule *rule, uint32_t flags, uint32_t protoMinReg, uint32_t protoMaxReg);
 
+// The registers of a NAT statement's target; 0 leaves one unset.
+struct NatRegisters {
+	uint32_t addressMin = 0;
+	uint32_t addressMax = 0;
+	uint32_t protoMin = 0;
+	uint32_t protoMax = 0;
+};
+
+// nat snat <family> addr_min reg addr_max reg [proto_min reg proto_max reg] flags <flags>
+void addSourceNat(nftnl_rule *rule, uint32_t family, const NatRegisters &registers,
+		  uint32_t flags);
+
 } // namespace ipmasq::netlink

@@ -23,6 +23,8 @@ namespace ipmasq::netlink {
 // back to list them): ipv4_addr and ipv6_addr.
 inline constexpr uint32_t kTypeIpv4Address = 7;
 inline constexpr uint32_t kTypeIpv6Address = 8;
+// ... and of interface names (ifname).
+inline constexpr uint32_t kTypeInterfaceName = 41;
 
 // Each NEWSETELEM message stays below this size. The element list is one netlink nest,
 // whose length field is 16 bits: nft fills messages up to that limit, we keep well

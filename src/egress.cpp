@@ -81,6 +81,11 @@ Result<InterfacePattern> parseInterfacePattern(std::string_view text)
 	return pattern;
 }
 
+bool matchesInterface(const InterfacePattern &pattern, std::string_view name)
+{
+	return pattern.wildcard ? name.starts_with(pattern.name) : name == pattern.name;
+}
+
 AddressRange interfaceKeyRange(const InterfacePattern &pattern)
 {
 	const AddressValue first = keyOf(pattern.name);

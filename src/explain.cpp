@@ -53,9 +53,29 @@ std::string describeEntry(const Config &config, const ExplainEntry &entry)
 	return {};
 }
 
-std::string describeDecision(const Config &config, const ExplainDecision &decision)
+// Where a masqueraded destination's traffic is source-NATed, for the verdict: "masqueraded",
+// "SNAT to 203.0.113.7 (outputAddress, FILE:LINE)", or a subnet's address of this node.
+std::string natAction(const Config &config, const ExplainContext &context, Family family)
 {
-	std::string text = decision.masqueraded ? "masqueraded: " : "not masqueraded: ";
+	const std::optional<OutputAddress> &address = config.outputAddressOf(family);
+	if (!address)
+		return "masqueraded";
+	const std::string key = fmt::format("{}, {}", family == Family::ipv4 ? "outputAddress"
+									     : "outputAddressIPv6",
+					    describeOrigin(config, address->origin));
+	if (address->form != OutputAddress::Form::subnet)
+		return fmt::format("SNAT to {} ({})", address->toString(), key);
+	if (const std::optional<Address> &own = context.subnet.of(family))
+		return fmt::format("SNAT to {}, this node's address in {} ({})", own->toString(),
+				   address->toString(), key);
+	return fmt::format("masqueraded (this node has no address in {}: {})", address->toString(), key);
+}
+
+std::string describeDecision(const Config &config, const ExplainContext &context,
+			     const ExplainDecision &decision, Family family)
+{
+	std::string text = decision.masqueraded ? natAction(config, context, family) + ": "
+						: "not masqueraded: ";
 	if (!decision.decidedBy)
 		return text + "no entry covers it";
 	text += describeEntry(config, *decision.decidedBy);
@@ -157,6 +177,120 @@ void compareSourceSet(const Config &config, const ExplainContext &context, Famil
 	}
 }
 
+// The first pattern of `list` that matches the interface, if any.
+const InterfacePattern *matchingPattern(const std::vector<InterfacePattern> &list,
+					std::string_view name)
+{
+	for (const InterfacePattern &pattern : list)
+		if (matchesInterface(pattern, name))
+			return &pattern;
+	return nullptr;
+}
+
+std::string describePattern(const Config &config, const char *key, const InterfacePattern &pattern)
+{
+	return fmt::format("{} {} ({})", key, escaped(pattern.toString()),
+			   describeOrigin(config, pattern.origin));
+}
+
+std::string entries(size_t count)
+{
+	return fmt::format("{} {}", count, count == 1 ? "entry" : "entries");
+}
+
+// Why traffic through --explain-interface is never source-NATed, if it is not: the first
+// thing the agent checks, in its base chain's jump and its chain's first rule.
+std::optional<std::string> interfaceGate(const Config &config, const ExplainContext &context)
+{
+	const std::string &name = context.outputInterface;
+	if (name.empty())
+		return std::nullopt;
+	if (!config.outputInterfaces.empty() && !matchingPattern(config.outputInterfaces, name))
+		return fmt::format("leaves through {}, which is in no outputInterface entry ({}), so the "
+				   "agent leaves it alone", escaped(name),
+				   entries(config.outputInterfaces.size()));
+	if (const InterfacePattern *excluded = matchingPattern(config.nonMasqueradeInterfaces, name))
+		return fmt::format("leaves through {}: {}", escaped(name),
+				   describePattern(config, "nonMasqueradeInterfaces", *excluded));
+	return std::nullopt;
+}
+
+// The interface part of a line whose traffic may be source-NATed: which interface keys it
+// passed, or the condition they set when no interface was given; empty when unused.
+std::string describeInterfaces(const Config &config, const ExplainContext &context)
+{
+	const std::string &name = context.outputInterface;
+	std::string text;
+	if (name.empty()) {
+		if (!config.outputInterfaces.empty())
+			text += fmt::format("; only through an outputInterface ({})",
+					    entries(config.outputInterfaces.size()));
+		if (!config.nonMasqueradeInterfaces.empty())
+			text += fmt::format("; never through a nonMasqueradeInterfaces entry ({})",
+					    entries(config.nonMasqueradeInterfaces.size()));
+		return text;
+	}
+	if (const InterfacePattern *listed = matchingPattern(config.outputInterfaces, name))
+		text += fmt::format("; through {}: {}", escaped(name),
+				    describePattern(config, "outputInterface", *listed));
+	if (!config.nonMasqueradeInterfaces.empty())
+		text += fmt::format("; through {}: in no nonMasqueradeInterfaces entry", escaped(name));
+	return text;
+}
+
+// Why the one --explain-source of the destination's family is left alone, if it is: with
+// one source given, the line leads with its verdict.
+std::optional<std::string> sourceGate(const Config &config, const ExplainContext &context,
+				      Family family)
+{
+	const std::vector<Address> sources = ofFamily(context.sources, family);
+	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
+	if (sources.size() != 1 || allowed.empty() || longestCovering(allowed, sources.front()))
+		return std::nullopt;
+	return fmt::format("from {}: source in no masqueradeSourceCIDRs entry, so the agent leaves "
+			   "it alone whatever the destination", sources.front().toString());
+}
+
+// Where the kernel's SNAT and interface sets differ from the config, for this line.
+void compareEgress(const Config &config, const ExplainContext &context, Family family,
+		   std::vector<std::string> &differences)
+{
+	std::optional<AddressRange> expected;
+	if (const auto &address = config.outputAddressOf(family)) {
+		if (address->form != OutputAddress::Form::subnet)
+			expected = address->range;
+		else if (const auto &own = context.subnet.of(family))
+			expected = AddressRange{*own, *own};
+	}
+	std::optional<AddressRange> inKernel;
+	for (const KernelSnatRule &rule : context.kernel.snatRules)
+		if (rule.family == family)
+			inKernel = rule.to;
+	if (inKernel != expected)
+		differences.push_back(
+			inKernel ? fmt::format("its {} traffic is SNATed to {}", familyName(family),
+					       inKernel->toString())
+				 : fmt::format("it masquerades {} traffic instead of SNAT", familyName(family)));
+	const std::string &name = context.outputInterface;
+	if (name.empty())
+		return;
+	const AddressRange key = interfaceKeyRange(InterfacePattern{name, false, {}});
+	for (const auto &[setName, list] :
+	     {std::pair{kOutputInterfaceSetName, &config.outputInterfaces},
+	      std::pair{kNonMasqueradeInterfaceSetName, &config.nonMasqueradeInterfaces}}) {
+		const AddressSet *set = findSet(context.kernel.sets, setName);
+		if (!set || list->empty()) {
+			if (bool(set) != !list->empty())
+				differences.push_back(fmt::format("it {} set {}", set ? "has" : "lacks", setName));
+			continue;
+		}
+		const bool held = set->elements.contains(key.first);
+		if (held != (matchingPattern(*list, name) != nullptr))
+			differences.push_back(fmt::format("its set {} {} {}", setName,
+							  held ? "holds" : "does not hold", escaped(name)));
+	}
+}
+
 // The live check: "; the kernel agrees", what differs, or why it could not be checked.
 // `masqueraded` is the config's decision (set membership, before the local check).
 std::string describeKernel(const Config &config, const ExplainContext &context,
@@ -192,6 +326,7 @@ std::string describeKernel(const Config &config, const ExplainContext &context,
 							  inSet ? "holds" : "does not hold",
 							  inSet ? "does not masquerade it" : "masquerades it"));
 		compareSourceSet(config, context, family, differences);
+		compareEgress(config, context, family, differences);
 	}
 	if (differences.empty())
 		return "; the kernel agrees";
@@ -216,13 +351,22 @@ std::string explainDestination(const Config &config, const ExplainContext &conte
 		return head + "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
 		       describeKernel(config, context, destination, false);
 
+	const Family family = destination.family;
 	const ExplainDecision decision = explainDecision(config, destination);
 	const std::string kernel = describeKernel(config, context, destination, decision.masqueraded);
+	const std::string decided = describeDecision(config, context, decision, family);
+	// In the order the packet meets them: the local check, the interface keys, the source,
+	// then the destination. A gate that stops it leads the line.
 	if (isLocal(context, destination))
 		return head + "not masqueraded: a local address of this host (fib daddr type local "
-			      "never enters the agent's chain); by the config alone: " +
-		       describeDecision(config, decision) + kernel;
-	return head + describeDecision(config, decision) +
+			      "never enters the agent's chain); by the config alone: " + decided + kernel;
+	if (auto gate = interfaceGate(config, context))
+		return head + "not masqueraded: " + *gate + "; by the destination alone: " + decided +
+		       kernel;
+	if (auto gate = sourceGate(config, context, family); gate && decision.masqueraded)
+		return head + "not masqueraded: " + *gate + "; by the destination alone: " + decided +
+		       kernel;
+	return head + decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
 	       describeSources(config, context, destination, decision.masqueraded) + kernel;
 }
 

@@ -69,6 +69,7 @@ int explain(const AgentOptions &options)
 	context.enableIpv6 = options.configFlags.enableIpv6;
 	context.table = options.ruleset.table;
 	context.sources = options.explainSources;
+	context.outputInterface = options.explainInterface;
 	if (auto local = readLocalPrefixes())
 		context.localPrefixes = std::move(*local);
 	else

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Command-line flags with Boost.Program_options, accepting Go's flag spellings.
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/health_server.h"
 #include "ip-masq-agent/ruleset_mapping.h"
@@ -158,6 +159,18 @@ Status explainFlags(const std::vector<std::string> &destinations,
 	if (destinations.empty() && !sources.empty())
 		return fail("--explain-source needs --explain=ADDRESS: it says which source the "
 			    "explained destinations are sent from");
+	if (destinations.empty() && !o.explainInterface.empty())
+		return fail("--explain-interface needs --explain=ADDRESS: it says which interface the "
+			    "explained destinations leave through");
+	if (!o.explainInterface.empty()) {
+		auto name = parseInterfacePattern(o.explainInterface);
+		if (!name)
+			return fail(name.error().withContext("--explain-interface: "));
+		if (name->wildcard)
+			return fail(fmt::format("--explain-interface: {} is a wildcard; name the one "
+						"interface the traffic leaves through",
+						quoted(o.explainInterface)));
+	}
 	for (const auto &[flag, texts, target] :
 	     {std::tuple{"explain", &destinations, &o.explain},
 	      std::tuple{"explain-source", &sources, &o.explainSources}})
@@ -224,6 +237,9 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Needs no privileges; with CAP_NET_ADMIN also checks the kernel's table.")
 		("explain-source", po::value(&explainSourceTexts),
 		 "A source address for --explain, checked against masqueradeSourceCIDRs; repeatable.")
+		("explain-interface", po::value(&o.explainInterface),
+		 "The output interface for --explain, checked against outputInterface and "
+		 "nonMasqueradeInterfaces.")
 		("health-addr", po::value(&o.healthAddr)->default_value(kDefaultHealthAddr),
 		 "Serve /livez, /readyz, /healthz and /metrics on this host:port (\":port\" = every address); "
 		 "empty turns it off.")

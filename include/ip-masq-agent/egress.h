@@ -32,6 +32,9 @@ struct InterfacePattern {
 	}
 };
 
+// Whether traffic leaving through interface `name` is matched by `pattern`.
+bool matchesInterface(const InterfacePattern &pattern, std::string_view name);
+
 // "eth0", "eth*", "eth+". Refused: an empty name, more than 15 bytes, ".", "..", a "/",
 // ":", whitespace, quotes, backslashes, control bytes (what Linux or nft refuse in a name),
 // a wildcard anywhere but at the end, and "*" alone (it matches every interface: leave the

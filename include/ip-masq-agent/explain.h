@@ -14,6 +14,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 namespace ipmasq {
 
@@ -66,10 +67,16 @@ struct ExplainContext {
 	KernelView kernel;
 	// --explain-source: each applies to the destinations of its family.
 	std::vector<Address> sources;
+	// --explain-interface: the interface the traffic leaves through; "" when not given.
+	std::string outputInterface;
+	// This node's addresses in outputAddress subnets, as the daemon would choose them.
+	SubnetAddresses subnet;
 };
 
 // One line per destination, in order: "ADDRESS: VERDICT: REASON[; ...]", where VERDICT is
-// "masqueraded" or "not masqueraded" (docs/configuration.md, "--explain").
+// "masqueraded", "SNAT to ADDRESS (outputAddress, FILE:LINE)" or "not masqueraded", for the
+// given interface and (when one of its family is given) source (docs/configuration.md,
+// "--explain").
 std::vector<std::string> explainDestinations(const Config &config, const ExplainContext &context,
 					     const std::vector<Address> &destinations);
 

@@ -26,6 +26,7 @@ struct AgentOptions {
 	std::string healthAddr; // "" turns the HTTP endpoint off
 	std::vector<Address> explain;        // --explain: say why each is (not) masqueraded, exit
 	std::vector<Address> explainSources; // --explain-source: sources for --explain
+	std::string explainInterface;        // --explain-interface: the output interface, or ""
 };
 
 struct CommandLine {

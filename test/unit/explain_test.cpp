@@ -438,3 +438,122 @@ TEST_CASE("the scan agrees with the sets buildRuleset gives the kernel, for both
 		}
 	}
 }
+
+namespace {
+
+// The egress keys on the issue's config: outputAddress from line 8, interfaces from 9 and 10.
+Config egressConfig(const char *outputAddress)
+{
+	Config config = fileConfig({entry("10.0.0.0/8", 2)});
+	auto address = parseOutputAddress(outputAddress);
+	REQUIRE(address);
+	address->origin = Origin{0, 8};
+	config.outputAddress = *address;
+	for (auto [list, text, lineNumber] :
+	     {std::tuple{&config.outputInterfaces, "eth*", 9u},
+	      std::tuple{&config.nonMasqueradeInterfaces, "eth9", 10u}}) {
+		auto pattern = parseInterfacePattern(text);
+		REQUIRE(pattern);
+		pattern->origin = Origin{0, lineNumber};
+		list->push_back(*pattern);
+	}
+	return config;
+}
+
+} // namespace
+
+TEST_CASE("outputAddress: the verdict names the SNAT target and where it was written")
+{
+	ExplainContext context;
+	context.kernel.state = KernelView::State::noPermission;
+	const Config fixed = egressConfig("203.0.113.7");
+	CHECK(line(fixed, context, "192.0.2.1") ==
+	      "192.0.2.1: SNAT to 203.0.113.7 (outputAddress, /etc/config/ip-masq-agent:8): no entry "
+	      "covers it; only through an outputInterface (1 entry); never through a "
+	      "nonMasqueradeInterfaces entry (1 entry); could not check the kernel: no CAP_NET_ADMIN");
+	// Not masqueraded: no SNAT either, and the interfaces do not matter.
+	CHECK(line(fixed, context, "10.0.0.1") ==
+	      "10.0.0.1: not masqueraded: nonMasqueradeCIDRs 10.0.0.0/8 (/etc/config/ip-masq-agent:2); "
+	      "could not check the kernel: no CAP_NET_ADMIN");
+	CHECK_THAT(line(egressConfig("203.0.113.7-203.0.113.9"), context, "192.0.2.1"),
+		   Catch::StartsWith("192.0.2.1: SNAT to 203.0.113.7-203.0.113.9 (outputAddress, "));
+
+	const Config subnet = egressConfig("203.0.113.0/24");
+	CHECK_THAT(line(subnet, context, "192.0.2.1"),
+		   Catch::StartsWith("192.0.2.1: masqueraded (this node has no address in "
+				     "203.0.113.0/24: outputAddress, /etc/config/ip-masq-agent:8): "));
+	context.subnet.ipv4 = address("203.0.113.5");
+	CHECK_THAT(line(subnet, context, "192.0.2.1"),
+		   Catch::StartsWith("192.0.2.1: SNAT to 203.0.113.5, this node's address in "
+				     "203.0.113.0/24 (outputAddress, /etc/config/ip-masq-agent:8): "));
+}
+
+TEST_CASE("--explain-interface: the interface keys lead the line when they stop the traffic")
+{
+	ExplainContext context;
+	context.kernel.state = KernelView::State::noPermission;
+	const Config config = egressConfig("203.0.113.7");
+	context.outputInterface = "eth0";
+	CHECK(line(config, context, "192.0.2.1") ==
+	      "192.0.2.1: SNAT to 203.0.113.7 (outputAddress, /etc/config/ip-masq-agent:8): no entry "
+	      "covers it; through eth0: outputInterface eth* (/etc/config/ip-masq-agent:9); through "
+	      "eth0: in no nonMasqueradeInterfaces entry; could not check the kernel: no CAP_NET_ADMIN");
+	context.outputInterface = "eth9";
+	CHECK(line(config, context, "192.0.2.1") ==
+	      "192.0.2.1: not masqueraded: leaves through eth9: nonMasqueradeInterfaces eth9 "
+	      "(/etc/config/ip-masq-agent:10); by the destination alone: SNAT to 203.0.113.7 "
+	      "(outputAddress, /etc/config/ip-masq-agent:8): no entry covers it; could not check the "
+	      "kernel: no CAP_NET_ADMIN");
+	context.outputInterface = "wg0";
+	CHECK_THAT(line(config, context, "192.0.2.1"),
+		   Catch::StartsWith("192.0.2.1: not masqueraded: leaves through wg0, which is in no "
+				     "outputInterface entry (1 entry), so the agent leaves it alone; by "
+				     "the destination alone: SNAT to 203.0.113.7"));
+}
+
+TEST_CASE("one --explain-source of the family: its verdict leads the line")
+{
+	ExplainContext context;
+	context.kernel.state = KernelView::State::noPermission;
+	Config config = fileConfig({entry("10.0.0.0/8", 2)});
+	config.masqueradeSourceCIDRs = {entry("10.244.0.0/16", 5)};
+	context.sources = {address("192.168.0.9")};
+	CHECK(line(config, context, "192.0.2.1") ==
+	      "192.0.2.1: not masqueraded: from 192.168.0.9: source in no masqueradeSourceCIDRs entry, "
+	      "so the agent leaves it alone whatever the destination; by the destination alone: "
+	      "masqueraded: no entry covers it; could not check the kernel: no CAP_NET_ADMIN");
+	context.sources = {address("10.244.1.1")};
+	CHECK_THAT(line(config, context, "192.0.2.1"),
+		   Catch::StartsWith("192.0.2.1: masqueraded: no entry covers it; from 10.244.1.1: "
+				     "masqueraded: source in masqueradeSourceCIDRs 10.244.0.0/16"));
+}
+
+TEST_CASE("the kernel's SNAT rules and interface sets are compared too")
+{
+	const Config config = egressConfig("203.0.113.7");
+	RulesetOptions options;
+	const Ruleset ruleset = buildRuleset(config, options);
+	ExplainContext context;
+	context.kernel.state = KernelView::State::sets;
+	const KernelTable read = kernelTableOf(ruleset);
+	context.kernel.sets = read.sets;
+	context.kernel.snatRules = read.snatRules;
+	context.outputInterface = "eth0";
+	CHECK_THAT(line(config, context, "192.0.2.1"), Catch::EndsWith("; the kernel agrees"));
+
+	// A table made without outputAddress masquerades.
+	Config plain = config;
+	plain.outputAddress.reset();
+	const KernelTable masquerading = kernelTableOf(buildRuleset(plain, options));
+	context.kernel.snatRules = masquerading.snatRules;
+	CHECK_THAT(line(config, context, "192.0.2.1"),
+		   Catch::Contains("the kernel disagrees: it masquerades IPv4 traffic instead of SNAT"));
+	context.kernel.snatRules = read.snatRules;
+
+	// A hand-edited interface set.
+	for (AddressSet &set : context.kernel.sets)
+		if (set.name == kOutputInterfaceSetName)
+			set.elements = IntervalSet(Family::ipv6);
+	CHECK_THAT(line(config, context, "192.0.2.1"),
+		   Catch::Contains("the kernel disagrees: its set masq-ifaces does not hold eth0"));
+}

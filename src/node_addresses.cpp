@@ -96,14 +96,14 @@ Status dump(netlink::Socket &socket, uint16_t type, const char *what,
 	return {};
 }
 
-Status tooMany(const char *what)
+Status tooMany(size_t limit, const char *what)
 {
 	return fail(fmt::format("this node has more than {} {}: refusing to read them all",
-				kMaxNodeAddresses, what),
+				limit, what),
 		    E2BIG);
 }
 
-Result<std::vector<NodeAddress>> dumpAddresses(netlink::Socket &socket)
+Result<std::vector<NodeAddress>> dumpAddresses(netlink::Socket &socket, size_t limit)
 {
 	std::vector<NodeAddress> addresses;
 	Status s = dump(socket, RTM_GETADDR, "addresses", [&] { addresses.clear(); },
@@ -111,8 +111,8 @@ Result<std::vector<NodeAddress>> dumpAddresses(netlink::Socket &socket)
 				std::optional<NodeAddress> address = parseAddress(nlh);
 				if (!address)
 					return {};
-				if (addresses.size() == kMaxNodeAddresses)
-					return tooMany("addresses");
+				if (addresses.size() == limit)
+					return tooMany(limit, "addresses");
 				addresses.push_back(std::move(*address));
 				return {};
 			});
@@ -121,7 +121,8 @@ Result<std::vector<NodeAddress>> dumpAddresses(netlink::Socket &socket)
 	return addresses;
 }
 
-Result<std::unordered_map<uint32_t, std::string>> dumpInterfaceNames(netlink::Socket &socket)
+Result<std::unordered_map<uint32_t, std::string>> dumpInterfaceNames(netlink::Socket &socket,
+								     size_t limit)
 {
 	std::unordered_map<uint32_t, std::string> names;
 	Status s = dump(socket, RTM_GETLINK, "interfaces", [&] { names.clear(); },
@@ -134,8 +135,8 @@ Result<std::unordered_map<uint32_t, std::string>> dumpInterfaceNames(netlink::So
 				if (!attrs[IFLA_IFNAME] ||
 				    mnl_attr_validate(attrs[IFLA_IFNAME], MNL_TYPE_NUL_STRING) < 0)
 					return {};
-				if (names.size() == kMaxNodeAddresses)
-					return tooMany("interfaces");
+				if (names.size() == limit)
+					return tooMany(limit, "interfaces");
 				names[static_cast<uint32_t>(ifi->ifi_index)] =
 					mnl_attr_get_str(attrs[IFLA_IFNAME]);
 				return {};
@@ -169,7 +170,7 @@ std::string NodeAddress::toString() const
 	return text;
 }
 
-Result<std::vector<NodeAddress>> readNodeAddresses()
+Result<std::vector<NodeAddress>> readNodeAddresses(size_t limit)
 {
 	auto socket = netlink::Socket::open(netlink::Protocol::route);
 	if (!socket)
@@ -177,10 +178,10 @@ Result<std::vector<NodeAddress>> readNodeAddresses()
 	// Addresses first: an address's interface existed before the address dump began,
 	// so the link dump that follows lists it, unless it was deleted in between; its
 	// addresses went with it then, and are dropped here.
-	auto addresses = dumpAddresses(*socket);
+	auto addresses = dumpAddresses(*socket, limit);
 	if (!addresses)
 		return fail(addresses.error());
-	auto names = dumpInterfaceNames(*socket);
+	auto names = dumpInterfaceNames(*socket, limit);
 	if (!names)
 		return fail(names.error());
 	std::erase_if(*addresses, [&](NodeAddress &address) {

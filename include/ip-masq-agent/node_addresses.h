@@ -49,10 +49,11 @@ inline constexpr size_t kMaxNodeAddresses = 100000;
 
 // Every IPv4 and IPv6 address of every interface of this node (this network
 // namespace), in the kernel's order: one RTM_GETADDR dump and one RTM_GETLINK dump for
-// the interfaces' names. Needs no privileges. A dump that a concurrent change interrupts
-// (NLM_F_DUMP_INTR) is read again, a few times at most; then the Error carries EINTR
-// and the caller tries later (its monitor will be readable again anyway).
-Result<std::vector<NodeAddress>> readNodeAddresses();
+// the interfaces' names. Needs no privileges. More than `limit` addresses or interfaces
+// is an Error with E2BIG. A dump that a concurrent change interrupts (NLM_F_DUMP_INTR)
+// is read again, a few times at most; then the Error carries EINTR and the caller tries
+// later (its monitor, subscribed before, will be readable again anyway).
+Result<std::vector<NodeAddress>> readNodeAddresses(size_t limit = kMaxNodeAddresses);
 
 // The address `outputAddress: <subnet>` SNATs to on this node, or none (then the agent
 // masquerades as usual). Of the node's addresses inside `subnet` (same family), the

@@ -151,6 +151,17 @@ double notificationLatency(AddressMonitor &monitor, IpBatch &ip, const std::stri
 	return changed ? latency : -1;
 }
 
+// readNodeAddresses(limit) refuses with E2BIG, naming what there were too many of.
+void checkRefused(size_t limit, const std::string &what)
+{
+	auto read = readNodeAddresses(limit);
+	REQUIRE_FALSE(read);
+	CHECK(read.error().errnum == E2BIG);
+	CHECK(read.error().message == fmt::format("cannot read the node's {}: this node has more "
+						  "than {} {}: refusing to read them all",
+						  what, limit, what));
+}
+
 } // namespace
 
 TEST_CASE("readNodeAddresses: every address with its interface, prefix length and flags")
@@ -237,14 +248,8 @@ TEST_CASE("readNodeAddresses: past its limit, a clear error")
 	runOrFail("ip addr add 203.0.113.5/24 dev d0");
 	const size_t count = readAddresses().size(); // lo's, d0's and d0p's
 	REQUIRE(count >= 4);
-	auto exact = readNodeAddresses(count);
-	CHECK(exact);
-	auto over = readNodeAddresses(count - 1);
-	REQUIRE_FALSE(over);
-	CHECK(over.error().errnum == E2BIG);
-	CHECK(over.error().message ==
-	      fmt::format("cannot read the node's addresses: this node has more than {} addresses: "
-			  "refusing to read them all", count - 1));
+	CHECK(readNodeAddresses(count));
+	checkRefused(count - 1, "addresses");
 
 	// More interfaces than addresses (down, they have no link-local addresses either):
 	// the limit holds for the interfaces too.
@@ -252,12 +257,7 @@ TEST_CASE("readNodeAddresses: past its limit, a clear error")
 		runOrFail(fmt::format("ip link add x{} type veth peer name x{}p", i, i));
 	const size_t interfaces = std::stoul(runOrFail("ip -o link show | wc -l"));
 	REQUIRE(readAddresses().size() < interfaces - 1);
-	auto tooManyInterfaces = readNodeAddresses(interfaces - 1);
-	REQUIRE_FALSE(tooManyInterfaces);
-	CHECK(tooManyInterfaces.error().errnum == E2BIG);
-	CHECK(tooManyInterfaces.error().message ==
-	      fmt::format("cannot read the node's interfaces: this node has more than {} "
-			  "interfaces: refusing to read them all", interfaces - 1));
+	checkRefused(interfaces - 1, "interfaces");
 	for (int i = 1; i <= 3; i++)
 		runOrFail(fmt::format("ip link del x{}", i));
 }

@@ -61,8 +61,8 @@ Result<std::vector<NodeAddress>> readNodeAddresses(size_t limit = kMaxNodeAddres
 //  - IPv4: every one, secondary and deprecated included: a cloud's per-node address is
 //    often a secondary address of the primary interface;
 //  - IPv6: those neither tentative (duplicate address detection still running, also
-//    optimistic ones), nor dadfailed, nor deprecated: the kernel does not use them as
-//    source addresses either.
+//    optimistic ones), nor dadfailed, nor deprecated: the kernel itself avoids them as
+//    source addresses.
 // The numerically lowest address wins. An address configured on several interfaces is
 // one address: its entry with the lowest ifindex is returned. The interface's state
 // (up or down) does not matter: an IPv4 address of a down interface stays local, and

@@ -7,7 +7,7 @@
 // before the first read is what makes this complete: a change that races the read is
 // then both in the read and in the monitor's queue, which costs one needless re-read at
 // worst and never misses a change. A re-read is cheap (one dump of every address and
-// one of every link: under 1 ms with 1,000 addresses, measured), so the monitor does
+// one of every link: 1 to 2 ms with 1,000 addresses, measured), so the monitor does
 // not try to tell which changes matter: the caller compares the picked address.
 #pragma once
 

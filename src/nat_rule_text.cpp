@@ -695,6 +695,24 @@ void Delinearizer::compatMatch(const CompatMatch &m)
 	add("xt match " + m.name);
 }
 
+// iptables' MARK target (xt_mark_tginfo2: mark = (mark & ~mask) ^ value) as nft, through
+// libxtables, translates its --set/--and/--or/--xor-mark forms.
+std::string markTargetText(const Bytes &info)
+{
+	uint32_t value, mask;
+	std::memcpy(&value, info.data(), 4);
+	std::memcpy(&mask, info.data() + 4, 4);
+	if (mask == 0xffffffff)
+		return fmt::format("meta mark set {:#x}", value);
+	if (value == 0)
+		return fmt::format("meta mark set mark and {:#x}", ~mask);
+	if (value == mask)
+		return fmt::format("meta mark set mark or {:#x}", value);
+	if (mask == 0)
+		return fmt::format("meta mark set mark xor {:#x}", value);
+	return fmt::format("meta mark set mark and {:#x} xor {:#x}", ~mask, value);
+}
+
 void Delinearizer::compatTarget(const CompatTarget &t)
 {
 	// The range of MASQUERADE/SNAT/DNAT/REDIRECT: ports and addresses as iptables sets them.
@@ -739,6 +757,8 @@ void Delinearizer::compatTarget(const CompatTarget &t)
 		add("dnat" + to + natFlagsText(flags));
 	else if (t.name == "REDIRECT")
 		add("redirect" + to + natFlagsText(flags));
+	else if (t.name == "MARK" && t.revision == 2 && t.info.size() >= 8)
+		add(markTargetText(t.info));
 	else
 		add("xt target " + t.name);
 }

@@ -14,7 +14,9 @@
 
 #include "ip-masq-agent/nat_evaluator.h"
 #include "ip-masq-agent/nat_rule_text.h"
+#include "ip-masq-agent/netlink/nat_reader.h"
 #include "../common/nat_builders.h"
+#include "scratch_dir.h"
 
 
 using namespace ipmasq::nat;
@@ -272,6 +274,21 @@ TEST_CASE("kube-proxy's iptables mode: MARK --xor-mark clears the mark, LOG goes
 	CHECK(v.decision().rule->handle == 4); // the mark was cleared before the later table
 	// Unmarked: returned early, and the later table sees mark 0 too.
 	CHECK(eval(ruleset, packetV4("198.51.100.2", "192.0.2.2")).decision().rule->handle == 4);
+}
+
+TEST_CASE("legacy iptables: its nat tables are listed in /proc/net")
+{
+	ipmasq::test::ScratchDir proc;
+	const auto none = ipmasq::netlink::legacyNatTables(proc.path.string());
+	REQUIRE(none);
+	CHECK_FALSE(none->ipv4);
+	CHECK_FALSE(none->ipv6);
+	proc.write("ip_tables_names", "filter\nnat\n");
+	proc.write("ip6_tables_names", "filter\n");
+	const auto some = ipmasq::netlink::legacyNatTables(proc.path.string());
+	REQUIRE(some);
+	CHECK(some->ipv4);
+	CHECK_FALSE(some->ipv6);
 }
 
 TEST_CASE("a match the evaluator does not know makes the result may")

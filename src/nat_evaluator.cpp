@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/overloaded.h"
 
 namespace ipmasq::nat {
@@ -639,6 +640,8 @@ Placement Walk::placementOf(int32_t priority) const
 
 void Walk::reach(Outcome outcome)
 {
+	// Reasons quote names from the kernel, which may hold any byte: make them safe to log.
+	outcome.reason = escaped(outcome.reason);
 	auto &outcomes = out_.outcomes;
 	const auto it = std::find(outcomes.begin(), outcomes.end(), outcome);
 	if (it != outcomes.end()) {
@@ -649,8 +652,9 @@ void Walk::reach(Outcome outcome)
 	outcomes.push_back(std::move(outcome));
 }
 
-void Walk::may(const RuleRef &rule, const std::string &reason)
+void Walk::may(const RuleRef &rule, const std::string &unsafeReason)
 {
+	const std::string reason = escaped(unsafeReason);
 	const std::string key = fmt::format("{}\x1f{}\x1f{}\x1f{}\x1f{}\x1f{}",
 					    tableFamilyName(rule.family), rule.table, rule.chain,
 					    rule.handle, rule.position, reason);
@@ -864,7 +868,9 @@ void Walk::applyVerdict(const std::vector<Entry> &order, State state, const Verd
 		return;
 	}
 	if (verdict.code == VerdictCode::jump) {
-		if (state.stack.size() > limits_.maxJumpDepth) {
+		// Capped whatever the caller asks: every state carries its stack, so a deep one
+		// would make each step slow (the kernel's own limit is 16).
+		if (state.stack.size() > std::min<size_t>(limits_.maxJumpDepth, 64)) {
 			o.reason = fmt::format("jumps nest deeper than {}", limits_.maxJumpDepth);
 			reach(std::move(o));
 			return;

@@ -219,8 +219,8 @@ std::string verdictText(const Verdict &v)
 	case VerdictCode::stolen: return "[ verdict stolen ]";
 	case VerdictCode::continueRule: return "continue";
 	case VerdictCode::breakRule: return "[ verdict break ]";
-	case VerdictCode::jump: return "jump " + v.chain;
-	case VerdictCode::goTo: return "goto " + v.chain;
+	case VerdictCode::jump: return "jump " + escaped(v.chain);
+	case VerdictCode::goTo: return "goto " + escaped(v.chain);
 	case VerdictCode::returnToCaller: return "return";
 	}
 	return "?";
@@ -355,7 +355,7 @@ public:
 
 private:
 	void add(std::string statement) { out_.push_back(std::move(statement)); }
-	void raw(const std::string &what) { add("[ " + what + " ]"); }
+	void raw(const std::string &what) { add("[ " + escaped(what) + " ]"); }
 	void setReg(uint32_t reg, Operand o);
 	const Operand *reg(uint32_t reg) const;
 	std::optional<Family> networkFamily() const;
@@ -584,11 +584,11 @@ void Delinearizer::lookup(const Lookup &l)
 	std::vector<const Operand *> parts;
 	const std::string lhs = set ? concat(l.sreg, set->keyLen, parts) : std::string();
 	if (!set || lhs.empty()) {
-		raw(fmt::format("lookup reg {} set {}", l.sreg, l.set));
+		raw(fmt::format("lookup reg {} set {}", l.sreg, l.set)); // raw() escapes
 		return;
 	}
 	const bool anonymous = (set->flags & NFT_SET_ANONYMOUS) || l.set.rfind("__", 0) == 0;
-	const std::string target = anonymous ? elementsText(*set, parts) : "@" + l.set;
+	const std::string target = anonymous ? elementsText(*set, parts) : "@" + escaped(l.set);
 	if (l.dreg && *l.dreg == NFT_REG_VERDICT) {
 		add(fmt::format("{} vmap {}", lhs, target));
 	} else if (l.dreg) {
@@ -692,7 +692,7 @@ void Delinearizer::compatMatch(const CompatMatch &m)
 		add(fmt::format("meta mark & {:#010x} {} {:#010x}", mask, m.info[8] ? "!=" : "==", mark));
 		return;
 	}
-	add("xt match " + m.name);
+	add("xt match " + escaped(m.name));
 }
 
 // iptables' MARK target (xt_mark_tginfo2: mark = (mark & ~mask) ^ value) as nft, through
@@ -760,7 +760,7 @@ void Delinearizer::compatTarget(const CompatTarget &t)
 	else if (t.name == "MARK" && t.revision == 2 && t.info.size() >= 8)
 		add(markTargetText(t.info));
 	else
-		add("xt target " + t.name);
+		add("xt target " + escaped(t.name));
 }
 
 std::string Delinearizer::text(const Rule &rule)
@@ -861,11 +861,11 @@ std::string Delinearizer::text(const Rule &rule)
 						out += fmt::format(" group {}", *l.group);
 					add(out);
 				},
-				[&](const Passthrough &p) { add(p.name); },
+				[&](const Passthrough &p) { add(escaped(p.name)); },
 				[&](const RateMatch &r) { raw(r.name); },
 				[&](const OpaqueLoad &o) {
 					Operand op;
-					op.text = fmt::format("[ {} ]", o.name);
+					op.text = fmt::format("[ {} ]", escaped(o.name));
 					op.len = o.len;
 					setReg(o.dreg, std::move(op));
 				},
@@ -956,8 +956,8 @@ std::string describeOutcome(const Outcome &o)
 		break;
 	}
 	std::string out = o.base ? fmt::format("table {} {} chain {} (priority {}, {})",
-					       tableFamilyName(o.base->family), o.base->table,
-					       o.base->chain, formatChainPriority(o.base->priority),
+					       tableFamilyName(o.base->family), escaped(o.base->table),
+					       escaped(o.base->chain), formatChainPriority(o.base->priority),
 					       placementText(o.placement))
 				 : std::string("a chain");
 	if (o.decider == Decider::policy)
@@ -970,7 +970,7 @@ std::string describeOutcome(const Outcome &o)
 	if (o.rule) {
 		out += fmt::format(": rule handle {}", o.rule->handle);
 		if (o.rule->chain != o.base->chain)
-			out += fmt::format(" in chain {}", o.rule->chain);
+			out += fmt::format(" in chain {}", escaped(o.rule->chain));
 	}
 	return out;
 }

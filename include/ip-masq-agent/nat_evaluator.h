@@ -58,7 +58,7 @@ struct AgentPlacement {
 };
 
 struct Limits {
-	size_t maxJumpDepth = 16; // the kernel's NFT_JUMP_STACK_SIZE
+	size_t maxJumpDepth = 16; // the kernel's NFT_JUMP_STACK_SIZE; at most 64 is used
 	size_t maxRuleEvaluations = 100000; // over all orders and forks
 	size_t maxOrders = 24; // orders of base chains with equal priorities tried
 	size_t maxExpressionsPerRule = 256; // the kernel allows 128

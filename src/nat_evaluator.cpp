@@ -333,7 +333,10 @@ std::optional<uint32_t> addressType(const Address &address, const NodeAddresses 
 		const unsigned bits = familyBits(address.family);
 		if (local.prefixLength >= bits - 1)
 			continue;
-		const AddressValue hostMask = (AddressValue(1) << (bits - local.prefixLength)) - 1;
+		// A /0 of IPv6 has 128 host bits: a shift by 128 would be undefined.
+		const unsigned hostBits = bits - local.prefixLength;
+		const AddressValue hostMask =
+			hostBits >= 128 ? ~AddressValue(0) : (AddressValue(1) << hostBits) - 1;
 		const AddressValue host = a & hostMask;
 		// IPv4 broadcast and network addresses, IPv6 subnet-router anycast.
 		if (host == 0 || (v4 && host == hostMask))
@@ -348,7 +351,8 @@ std::optional<uint32_t> addressType(const Address &address, const NodeAddresses 
 
 int compareKeys(const Bytes &a, const Bytes &b)
 {
-	return std::memcmp(a.data(), b.data(), std::min(a.size(), b.size()));
+	const size_t len = std::min(a.size(), b.size());
+	return len == 0 ? 0 : std::memcmp(a.data(), b.data(), len); // an empty vector's data() may be null
 }
 
 // A set ready for look-ups: its elements sorted by key, or why it cannot be used.

@@ -63,7 +63,8 @@ std::string hexOf(const Bytes &bytes)
 uint32_t hostU32(const Bytes &bytes)
 {
 	uint32_t v = 0;
-	std::memcpy(&v, bytes.data(), std::min<size_t>(4, bytes.size()));
+	if (!bytes.empty()) // an empty vector's data() may be null
+		std::memcpy(&v, bytes.data(), std::min<size_t>(4, bytes.size()));
 	return v;
 }
 
@@ -358,6 +359,7 @@ private:
 	void raw(const std::string &what) { add("[ " + escaped(what) + " ]"); }
 	void setReg(uint32_t reg, Operand o);
 	const Operand *reg(uint32_t reg) const;
+	std::string assigned(uint32_t sreg) const;
 	std::optional<Family> networkFamily() const;
 	void payload(const PayloadLoad &p);
 	void cmp(const Cmp &c, const Expression *next);
@@ -381,6 +383,16 @@ private:
 	std::optional<uint8_t> nfproto_;
 	bool skipNext_ = false;
 };
+
+// The value a `meta ... set` or `ct ... set` statement assigns: a constant (a mark), or
+// an expression such as "meta mark ^ 0x00004000".
+std::string Delinearizer::assigned(uint32_t sreg) const
+{
+	const Operand *v = reg(sreg);
+	if (!v)
+		return "[ value ]";
+	return v->constant ? valueText(*v->constant, Kind::mark) : v->text + v->binop;
+}
 
 void Delinearizer::setReg(uint32_t reg, Operand o)
 {
@@ -780,20 +792,12 @@ std::string Delinearizer::text(const Rule &rule)
 				[&](const PayloadLoad &p) { payload(p); },
 				[&](const MetaLoad &m) { setReg(m.dreg, metaOperand(m.key)); },
 				[&](const MetaSet &m) {
-					const Operand *v = reg(m.sreg);
-					const char *name = metaName(m.key);
-					add(fmt::format("meta {} set {}", name ? name : "?",
-							v ? (v->constant ? valueText(*v->constant, Kind::mark)
-									 : v->text + v->binop)
-							  : "[ value ]"));
+					add(fmt::format("{} set {}", metaOperand(m.key).text, assigned(m.sreg)));
 				},
 				[&](const CtLoad &c) { setReg(c.dreg, ctOperand(c)); },
 				[&](const CtSet &c) {
-					const Operand *v = reg(c.sreg);
-					add(fmt::format("ct mark set {}",
-							v ? (v->constant ? valueText(*v->constant, Kind::mark)
-									 : v->text + v->binop)
-							  : "[ value ]"));
+					add(fmt::format("{} set {}", ctOperand({c.key, {}, 0}).text,
+							assigned(c.sreg)));
 				},
 				[&](const Fib &f) { setReg(f.dreg, fibOperand(f)); },
 				[&](const Bitwise &b) {

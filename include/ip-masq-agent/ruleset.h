@@ -18,6 +18,7 @@
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/overloaded.h"
 #include "ip-masq-agent/port_ranges.h"
 
 namespace ipmasq {
@@ -133,14 +134,6 @@ inline constexpr uint8_t kPortProtocols[] = {6, 17, 132};
 // encoding, kernel-feature fallbacks) decides with an exhaustive std::visit, never with
 // std::get_if of one kind: a new kind is then a compile error until each handles it.
 using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet, Masquerade>;
-
-// The visitor of such a std::visit: one lambda per kind.
-template<class... Ts>
-struct Overloaded : Ts... {
-	using Ts::operator()...;
-};
-template<class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 struct Rule {
 	Statement statement;

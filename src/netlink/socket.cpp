@@ -208,7 +208,7 @@ Result<bool> Socket::receivePending(const std::function<void(const nlmsghdr *)> 
 }
 
 Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
-		     const ReplyHandler &onReply)
+		     const ReplyHandler &onReply, uint8_t subsystem)
 {
 	discardPending();
 	const uint32_t seq = seq_++;
@@ -216,6 +216,8 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 	if (!(flags & NLM_F_DUMP))
 		flags |= NLM_F_ACK;
 	nlmsghdr *nlh = nftnl_nlmsg_build_hdr(request.data(), type, family, flags, seq);
+	// libnftnl's header names nf_tables as the subsystem; another's request names its own.
+	nlh->nlmsg_type = static_cast<uint16_t>(subsystem << 8 | type);
 	if (build)
 		build(nlh);
 	if (mnl_socket_sendto(socket_.get(), nlh, nlh->nlmsg_len) < 0)

@@ -160,12 +160,13 @@ TEST_CASE("/metrics: conntrack's families only as the last reading holds them, n
 				 !Catch::Contains("ip_masq_agent_conntrack_entries_limit"));
 	CHECK(sample(text, "ip_masq_agent_conntrack_entries") == "1234");
 	CHECK_THAT(text, Catch::Contains("# TYPE ip_masq_agent_conntrack_entries gauge\n"));
-	const double readAt = std::stod(sample(text, "ip_masq_agent_conntrack_last_read_timestamp_seconds"));
-	CHECK(readAt > 1.7e9);
+	CHECK(std::stod(sample(text, "ip_masq_agent_conntrack_last_read_timestamp_seconds")) > 1.7e9);
 
 	stats.entriesLimit = 262144;
 	status.conntrackRead(stats);
-	CHECK(sample(status.prometheusText(), "ip_masq_agent_conntrack_entries_limit") == "262144");
+	text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_conntrack_entries_limit") == "262144");
+	const double readAt = std::stod(sample(text, "ip_masq_agent_conntrack_last_read_timestamp_seconds"));
 
 	// A failed read drops the (now stale) values, keeps the time of the last good one,
 	// counts, and leaves readiness alone.

@@ -18,6 +18,7 @@
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "ip-masq-agent/netlink/monitor.h"
 
 namespace ipmasq {
@@ -141,6 +142,7 @@ Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 {
 	// The heartbeat (/livez) must stay fresh while nothing happens.
 	Clock::time_point wake = std::min(nextResync_, now + AgentStatus::kHeartbeatPeriod);
+	wake = std::min(wake, nextConntrackRead_);
 	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
 		if (deadline)
 			wake = std::min(wake, *deadline);
@@ -173,6 +175,25 @@ void Daemon::reportToSystemd()
 		notifier_.notify(message);
 }
 
+void Daemon::readConntrack()
+{
+	nextConntrackRead_ = Clock::now() + kConntrackReadPeriod;
+	auto stats = netlink::readConntrackStats();
+	if (stats) {
+		if (!lastConntrackError_.empty())
+			log::info("conntrack statistics are readable again");
+		lastConntrackError_.clear();
+		status_.conntrackRead(*stats);
+		return;
+	}
+	// Counted every time, said once: the same failure every 10 s is no news.
+	status_.conntrackReadFailed();
+	if (stats.error().message != lastConntrackError_)
+		log::warning("{}; the conntrack metrics are left out until a read succeeds "
+			     "(readiness does not depend on them)", stats.error().message);
+	lastConntrackError_ = stats.error().message;
+}
+
 int Daemon::run()
 {
 	status_.loopTurned();
@@ -182,6 +203,7 @@ int Daemon::run()
 	// retried by the loop: nothing more to do with it here.
 	(void)reconciler_.reconcile(SyncTrigger::startup);
 	giveMemoryBack();
+	readConntrack(); // after the first sync, which must not wait for it
 	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
@@ -262,6 +284,8 @@ int Daemon::run()
 			nextResync_ = Clock::now() + resyncEvery_;
 			log::debug("resync every {}", formatGoDuration(resyncEvery_));
 		}
+		if (Clock::now() >= nextConntrackRead_)
+			readConntrack();
 		// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.
 		if (nextWatchdog_ && Clock::now() >= *nextWatchdog_) {
 			notifier_.notify("WATCHDOG=1");

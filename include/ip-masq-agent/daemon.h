@@ -63,6 +63,13 @@ private:
 	Clock::time_point nextWake(Clock::time_point now) const;
 	void armWakeTimer(Clock::time_point at);
 	void reportToSystemd();
+	// Reads conntrack's statistics into the status, and schedules the next read.
+	void readConntrack();
+
+	// How often the loop reads conntrack's statistics (and once at start). The loop
+	// reads them, never a scrape: however many scrapes come, the kernel is asked at
+	// this rate, and a scrape never waits on netlink.
+	static constexpr std::chrono::seconds kConntrackReadPeriod{10};
 
 	AgentOptions options_;
 	NftablesMonitor *monitor_;
@@ -80,6 +87,8 @@ private:
 	std::optional<Clock::time_point> nextWatchdog_;
 	bool readySent_ = false;
 	std::string lastStatusLine_;
+	Clock::time_point nextConntrackRead_;
+	std::string lastConntrackError_; // logged once per distinct message
 };
 
 } // namespace ipmasq

@@ -264,7 +264,7 @@ nlmsghdr *Socket::putHeader(char *buffer, uint16_t type, uint16_t family, uint16
 }
 
 Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
-		     const ReplyHandler &onReply)
+		     const ReplyHandler &onReply, uint8_t subsystem)
 {
 	discardPending();
 	const uint32_t seq = seq_++;
@@ -272,6 +272,9 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 	if (!(flags & NLM_F_DUMP))
 		flags |= NLM_F_ACK;
 	nlmsghdr *nlh = putHeader(request.data(), type, family, flags, seq);
+	// libnftnl's header names nf_tables as the subsystem; another's request names its own.
+	if (protocol_ == Protocol::netfilter)
+		nlh->nlmsg_type = static_cast<uint16_t>(subsystem << 8 | type);
 	if (build)
 		build(nlh);
 	if (mnl_socket_sendto(socket_.get(), nlh, nlh->nlmsg_len) < 0)

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <linux/netfilter/nfnetlink.h>
+
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/batch.h"
 #include "ip-masq-agent/netlink/handles.h"
@@ -96,8 +98,10 @@ public:
 	// its errno (EINTR: a dump was interrupted by a concurrent change).
 	// A reply to any other sequence number (left over from an exchange that failed or
 	// timed out) is skipped. No reply within the reply timeout: ETIMEDOUT.
+	// `type` is a message type of `subsystem` (NFT_MSG_* of nf_tables unless told,
+	// IPCTNL_MSG_* of NFNL_SUBSYS_CTNETLINK, ...).
 	Status query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
-		     const ReplyHandler &onReply);
+		     const ReplyHandler &onReply, uint8_t subsystem = NFNL_SUBSYS_NFTABLES);
 
 	// Reads one datagram without blocking into the internal buffer and passes each
 	// message to `onMessage`. Returns false when nothing was pending.

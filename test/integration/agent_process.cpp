@@ -46,28 +46,41 @@ void TempDir::overwrite(const std::string &name, const std::string &content) con
 }
 
 AgentProcess::AgentProcess(const std::vector<std::string> &args, const std::vector<std::string> &env)
+	: AgentProcess(args, AgentLaunch{env, {}, AgentLaunch::kLogFile})
+{
+}
+
+AgentProcess::AgentProcess(const std::vector<std::string> &args, const AgentLaunch &launch)
 {
 	char tmpl[] = "/tmp/ipmasq-agent-log-XXXXXX";
 	const int logFd = mkstemp(tmpl);
 	REQUIRE(logFd >= 0);
 	logPath_ = tmpl;
 
-	std::vector<std::string> argv{agentBinary()};
+	std::vector<std::string> argv = launch.wrapper;
+	argv.push_back(agentBinary());
 	argv.insert(argv.end(), args.begin(), args.end());
 	pid_ = fork();
 	REQUIRE(pid_ >= 0);
 	if (pid_ == 0) {
 		// If the test dies outright, the agent must not outlive it.
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(logFd, STDERR_FILENO);
-		dup2(logFd, STDOUT_FILENO);
-		for (const std::string &entry : env)
+		if (launch.stderrFd == AgentLaunch::kClosed) {
+			close(STDERR_FILENO);
+			close(STDOUT_FILENO);
+		} else {
+			const int out = launch.stderrFd == AgentLaunch::kLogFile ? logFd : launch.stderrFd;
+			dup2(out, STDERR_FILENO);
+			dup2(out, STDOUT_FILENO);
+		}
+		close(logFd);
+		for (const std::string &entry : launch.env)
 			putenv(const_cast<char *>(entry.c_str()));
 		std::vector<char *> cargv;
 		for (std::string &a : argv)
 			cargv.push_back(a.data());
 		cargv.push_back(nullptr);
-		execv(cargv[0], cargv.data());
+		execvp(cargv[0], cargv.data());
 		_exit(127);
 	}
 	close(logFd);

@@ -31,6 +31,18 @@ private:
 	std::string path_;
 };
 
+// How the agent is started, beyond its arguments.
+struct AgentLaunch {
+	std::vector<std::string> env; // "NAME=value" entries added to its environment
+	// A command the agent runs under, found in PATH: {"prlimit", "--nofile=8", "--"}.
+	std::vector<std::string> wrapper;
+	// Its stderr (and stdout): the log file (kLogFile), closed (kClosed), or this
+	// descriptor of the test (a pipe's write end).
+	static constexpr int kLogFile = -2;
+	static constexpr int kClosed = -1;
+	int stderrFd = kLogFile;
+};
+
 // Runs the agent with `args`; stderr goes to a log file the test can read.
 // The destructor kills it (SIGKILL) if it is still running, so no test leaves one behind.
 class AgentProcess
@@ -39,6 +51,7 @@ public:
 	// `env` entries ("NAME=value") are added to the child's environment.
 	explicit AgentProcess(const std::vector<std::string> &args,
 			      const std::vector<std::string> &env = {});
+	AgentProcess(const std::vector<std::string> &args, const AgentLaunch &launch);
 	~AgentProcess();
 	AgentProcess(const AgentProcess &) = delete;
 	AgentProcess &operator=(const AgentProcess &) = delete;

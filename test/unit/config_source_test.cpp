@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <poll.h>
+#include <sys/stat.h>
 
 #include "ip-masq-agent/config_source.h"
 #include "scratch_dir.h"
+#include "../common/std_hash_collision.h"
 
 using namespace ipmasq;
 using ipmasq::test::ScratchDir;
@@ -231,6 +233,58 @@ TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
 	source.onWatchEvents(now);
 	now += ConfigSource::kSettle;
 	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:b");
+}
+
+TEST_CASE("config source: after a read error, the same content is new, and the read is retried")
+{
+	ScratchDir dir;
+	const auto file = dir.path / "config";
+	writeAtomically(file, "a");
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
+	Clock::time_point now = Clock::now();
+	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:a");
+
+	// A FIFO renamed over the file: an error, and a retry scheduled without any event.
+	const auto fifo = dir.path / "fifo";
+	REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+	std::filesystem::rename(fifo, file);
+	source.onWatchEvents(now);
+	CHECK_THAT(yielded(source.look(ConfigLook::ifDue, now)), Catch::StartsWith("error:") &&
+								  Catch::Contains("FIFO"));
+	REQUIRE(source.nextWake());
+	CHECK(*source.nextWake() == now + ConfigSource::kReadRetryInitial);
+	now += ConfigSource::kReadRetryInitial;
+	CHECK_THAT(yielded(source.look(ConfigLook::ifDue, now)), Catch::StartsWith("error:"));
+	REQUIRE(source.nextWake());
+	CHECK(*source.nextWake() == now + 2 * ConfigSource::kReadRetryInitial); // backing off
+
+	// The same bytes as before the error are delivered again: the error is over.
+	writeAtomically(file, "a");
+	source.onWatchEvents(now);
+	CHECK(yielded(source.look(ConfigLook::ifDue, now)) == "text:a");
+	CHECK_FALSE(source.nextWake());
+	CHECK(yielded(source.look(ConfigLook::reload, now)) == "nothing");
+}
+
+TEST_CASE("config source: two texts of equal size and std::hash are both delivered")
+{
+	// They differ in the first block; the second block of b is chosen so that libstdc++'s
+	// std::hash ends in the same state (std_hash_collision.h).
+	const std::string a = "1234567A" "anything" "the same tail";
+	const auto b = ipmasq::test::matchStdHash(a, "1234567B" "........" "the same tail", 8,
+						  [](char) { return true; });
+	REQUIRE(b);
+	REQUIRE(a.size() == b->size());
+	REQUIRE(std::hash<std::string>{}(a) == std::hash<std::string>{}(*b));
+
+	ScratchDir dir;
+	const auto file = dir.path / "config";
+	writeAtomically(file, a);
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
+	const Clock::time_point now = Clock::now();
+	REQUIRE(yielded(source.look(ConfigLook::reload, now)) == "text:" + a);
+	writeAtomically(file, *b);
+	CHECK(yielded(source.look(ConfigLook::reload, now)) == "text:" + *b);
 }
 
 namespace {

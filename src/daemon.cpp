@@ -33,7 +33,12 @@ void giveMemoryBack()
 }
 
 // SIGIO: a writer opening the config during the read lease (ConfigSource); ignored.
-constexpr std::array kLoopSignals{SIGTERM, SIGINT, SIGHUP, SIGIO};
+constexpr std::array kLoopSignals{SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGIO};
+// Signals whose default action would end the process although nothing is wrong with it
+// (a stray kill, a CPU-time or file-size limit's warning): read from the signalfd too,
+// logged and ignored. Real-time signals join them in loopSignalMask().
+constexpr std::array kIgnoredSignals{SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
+				     SIGPWR,  SIGSTKFLT, SIGXCPU, SIGXFSZ};
 
 sigset_t loopSignalMask()
 {
@@ -41,7 +46,25 @@ sigset_t loopSignalMask()
 	sigemptyset(&mask);
 	for (int sig : kLoopSignals)
 		sigaddset(&mask, sig);
+	for (int sig : kIgnoredSignals)
+		sigaddset(&mask, sig);
+	for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+		sigaddset(&mask, sig);
 	return mask;
+}
+
+bool endsTheLoop(int sig)
+{
+	return sig == SIGTERM || sig == SIGINT || sig == SIGQUIT;
+}
+
+// "SIGUSR1", or "SIGRTMIN+3" (sigabbrev_np() has no names for real-time signals).
+std::string signalName(int sig)
+{
+	if (sig >= SIGRTMIN && sig <= SIGRTMAX)
+		return fmt::format("SIGRTMIN+{}", sig - SIGRTMIN);
+	const char *name = sigabbrev_np(sig);
+	return name ? fmt::format("SIG{}", name) : fmt::format("signal {}", sig);
 }
 
 // steady_clock is CLOCK_MONOTONIC, which the timerfd counts in too.
@@ -123,12 +146,33 @@ std::optional<int> Daemon::readSignals(bool &reload)
 			reload = true;
 			continue;
 		}
+		if (!endsTheLoop(sig)) {
+			noteIgnoredSignal(info);
+			continue;
+		}
 		log::info("{}: exiting; table inet {} stays in place", strsignal(sig),
 			  options_.ruleset.table);
 		notifier_.notify("STOPPING=1");
 		return EXIT_SUCCESS;
 	}
 	return std::nullopt;
+}
+
+void Daemon::noteIgnoredSignal(const signalfd_siginfo &info)
+{
+	const auto sig = static_cast<size_t>(info.ssi_signo);
+	// The first of each kind is worth a line; a sender that repeats it is not worth a
+	// line each time.
+	const bool first = sig < ignoredSignalsSeen_.size() && !ignoredSignalsSeen_[sig];
+	if (sig < ignoredSignalsSeen_.size())
+		ignoredSignalsSeen_[sig] = true;
+	const std::string text = fmt::format(
+		"{} (from pid {}) ignored: the agent goes on; it stops on SIGTERM, SIGINT or SIGQUIT "
+		"and reloads on SIGHUP", signalName(static_cast<int>(sig)), info.ssi_pid);
+	if (first)
+		log::warning("{}", text);
+	else
+		log::debug("{}", text);
 }
 
 Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const

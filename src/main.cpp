@@ -18,6 +18,7 @@
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/process_guard.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip_masq_agent_version.h"
@@ -168,6 +169,7 @@ int runAgent(AgentOptions options)
 
 int main(int argc, char **argv)
 {
+	process::guardStandardDescriptors();
 	auto cl = parseCommandLine(argc, argv);
 	if (!cl) {
 		std::fprintf(stderr, "ip-masq-agent: %s\n", cl.error().message.c_str());
@@ -186,6 +188,7 @@ int main(int argc, char **argv)
 
 	log::setVerbosity(cl->options.verbosity);
 	log::setFormat(cl->options.loggingFormat);
+	process::installFatalHandlers();
 	for (const std::string &warning : cl->warnings)
 		log::warning("{}", warning);
 

@@ -2,10 +2,13 @@
 // The daemon's loop: turns descriptors into events for the ConfigSource and the Reconciler.
 #pragma once
 
+#include <bitset>
+#include <csignal>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <sys/signalfd.h>
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config_source.h"
@@ -29,7 +32,8 @@ class Daemon
 {
 public:
 	// `monitor` may be null (then drift is found at the next resync only).
-	// Blocks SIGTERM, SIGINT, SIGHUP and SIGIO: from here on run() reads them. Fails
+	// Blocks SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGIO and the signals it only logs (SIGUSR1,
+	// SIGALRM, real-time signals, ...): from here on run() reads them. Fails
 	// if the signalfd or timerfd cannot be made, with that call's errno.
 	// `notifier` tells systemd READY=1 after the first good sync, STATUS= on changes,
 	// and WATCHDOG=1 from the loop while it turns.
@@ -40,8 +44,9 @@ public:
 	Daemon(const Daemon &) = delete;
 	Daemon &operator=(const Daemon &) = delete;
 
-	// Run until SIGTERM or SIGINT (exit status 0; the rules stay in place). SIGHUP
-	// reloads at once. Config changes and changes to the agent's table are handled
+	// Run until SIGTERM, SIGINT or SIGQUIT (exit status 0; the rules stay in place).
+	// SIGHUP reloads at once; SIGUSR1, SIGUSR2, SIGALRM, real-time signals and the like
+	// are logged and ignored. Config changes and changes to the agent's table are handled
 	// within milliseconds; the resync timer (resyncInterval) is the safety net.
 	int run();
 
@@ -59,6 +64,8 @@ private:
 	bool takeConfig(ConfigLook why, Clock::time_point now);
 	// Handle the pending signals; an exit status when the daemon must stop.
 	std::optional<int> readSignals(bool &reload);
+	// A signal that would have ended the process by default, and does not here.
+	void noteIgnoredSignal(const signalfd_siginfo &info);
 	Clock::time_point nextWake(Clock::time_point now) const;
 	void armWakeTimer(Clock::time_point at);
 	void reportToSystemd();
@@ -76,6 +83,7 @@ private:
 	Duration resyncEvery_{0};
 	std::optional<Clock::time_point> nextWatchdog_;
 	bool readySent_ = false;
+	std::bitset<NSIG> ignoredSignalsSeen_;
 	std::string lastStatusLine_;
 };
 

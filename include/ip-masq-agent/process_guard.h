@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// The process's own safety net, set up by main() before the agent's work starts: standard
+// descriptors that are never reused by accident, and no signal or abort that ends it
+// without a line in the log.
+#pragma once
+
+namespace ipmasq::process {
+
+// Opens /dev/null on whichever of descriptors 0, 1 and 2 is closed. Otherwise the first
+// socket the agent opens would become "stderr", and every log line would be written
+// into it.
+void guardStandardDescriptors();
+
+// SIGPIPE is ignored: a write to a closed pipe or socket (stderr's reader gone, a client
+// that hung up) fails with EPIPE, which the writer handles, instead of ending the
+// process. SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP and SIGSYS write one line to
+// stderr (in the log's format, with write(2) only: they may come from anywhere) before
+// their default action (a core dump); an exception nobody caught is logged with its
+// message before std::terminate aborts. Call after the log format is set.
+void installFatalHandlers();
+
+} // namespace ipmasq::process

@@ -1,0 +1,168 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon against what would end a process: a log reader that goes away (SIGPIPE), a
+// closed stderr, stray signals, fatal signals. No signal but SIGKILL ends it unannounced.
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <fcntl.h>
+#include <poll.h>
+#include <thread>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "agent_process.h"
+#include "connection_flood.h"
+#include "ip-masq-agent/unique_fd.h"
+#include "netns.h"
+
+using namespace std::chrono_literals;
+using namespace ipmasq::test;
+using ipmasq::UniqueFd;
+
+namespace {
+
+constexpr uint16_t kPort = 10263;
+const std::string kHealthAddr = fmt::format("--health-addr=127.0.0.1:{}", kPort);
+const std::string kSlowResync = "resyncInterval: 1h\n";
+
+std::string listing()
+{
+	std::string out;
+	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
+		return {};
+	return out;
+}
+
+bool tableHas(const std::string &needle)
+{
+	return listing().find(needle) != std::string::npos;
+}
+
+void cleanTable()
+{
+	run("nft delete table inet ip-masq-agent 2>/dev/null");
+}
+
+void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
+		   const std::function<std::string()> &log, const std::string &what)
+{
+	const auto took = waitFor(condition, timeout);
+	INFO(what << "\nagent log:\n" << log() << "\ntable:\n" << listing());
+	REQUIRE(took);
+	WARN(what << ": " << took->count() << " ms");
+}
+
+// The agent still does its job: a config change is applied, and a deleted table restored.
+void requireStillWorking(AgentProcess &agent, TempDir &dir, const std::string &cidr,
+			 const std::function<std::string()> &log)
+{
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [" + cidr + "]\n");
+	requireWithin([&] { return tableHas(cidr); }, 5s, log, "the change to " + cidr + " applied");
+	runOrFail("nft delete table inet ip-masq-agent");
+	requireWithin([&] { return tableHas(cidr); }, 5s, log, "the table restored");
+	REQUIRE(agent.running());
+}
+
+// Reads what the agent writes to a pipe until `needle` shows (bounded), then returns it.
+std::string readUntil(int fd, const std::string &needle)
+{
+	std::string seen;
+	char buf[4096];
+	const auto end = std::chrono::steady_clock::now() + 10s;
+	while (seen.find(needle) == std::string::npos && std::chrono::steady_clock::now() < end) {
+		pollfd pfd{fd, POLLIN, 0};
+		if (poll(&pfd, 1, 100) != 1)
+			continue;
+		const ssize_t n = read(fd, buf, sizeof(buf));
+		if (n <= 0)
+			break;
+		seen.append(buf, static_cast<size_t>(n));
+	}
+	return seen;
+}
+
+} // namespace
+
+TEST_CASE("the reader of stderr goes away: the next log line is no SIGPIPE, the agent works on")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	int pipeFds[2];
+	REQUIRE(pipe2(pipeFds, O_CLOEXEC) == 0);
+	UniqueFd reader(pipeFds[0]), writer(pipeFds[1]);
+	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr="},
+			   AgentLaunch{{}, {}, writer.get()});
+	writer.reset();
+	std::string seen = readUntil(reader.get(), "applied table");
+	REQUIRE_THAT(seen, Catch::Contains("applied table"));
+	reader.reset(); // the log collector is gone
+
+	// Each of these logs a line, into the closed pipe.
+	const auto noLog = [] { return std::string("(stderr was a pipe, now closed)"); };
+	requireStillWorking(agent, dir, "198.51.100.0/24", noLog);
+	requireStillWorking(agent, dir, "203.0.113.0/24", noLog);
+	CHECK(agent.stop(SIGTERM) == 0); // its own exit, not a signal's
+	cleanTable();
+}
+
+TEST_CASE("started with stderr closed: no socket becomes stderr, the agent works")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr},
+			   AgentLaunch{{}, {}, AgentLaunch::kClosed});
+	const auto noLog = [] { return std::string("(stderr closed)"); };
+	requireWithin([] { return probe(kPort, "/readyz").status == 200; }, 5s, noLog, "ready");
+	// Descriptor 2 is /dev/null, not a socket the agent opened later.
+	char target[256] = {};
+	REQUIRE(readlink(fmt::format("/proc/{}/fd/2", agent.pid()).c_str(), target,
+			 sizeof(target) - 1) > 0);
+	CHECK(std::string(target) == "/dev/null");
+	requireStillWorking(agent, dir, "198.51.100.0/24", noLog);
+	CHECK(agent.stop(SIGTERM) == 0);
+	cleanTable();
+}
+
+TEST_CASE("stray signals (SIGUSR1, SIGUSR2, SIGALRM, a real-time one) are logged and ignored")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync);
+	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr="});
+	const auto log = [&] { return agent.log(); };
+	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, log, "first apply");
+	for (int sig : {SIGUSR1, SIGUSR2, SIGALRM, SIGRTMIN + 3, SIGUSR1}) {
+		REQUIRE(kill(agent.pid(), sig) == 0);
+		std::this_thread::sleep_for(100ms);
+		INFO("signal " << sig << "\nagent log:\n" << agent.log());
+		REQUIRE(agent.running());
+	}
+	const std::string text = agent.log();
+	CHECK_THAT(text, Catch::Contains("SIGUSR1 (from pid") && Catch::Contains("ignored"));
+	CHECK_THAT(text, Catch::Contains("SIGALRM") && Catch::Contains("SIGRTMIN+3"));
+	CHECK(countOf(text, "SIGUSR1 (from pid") == 1); // once per kind
+	requireStillWorking(agent, dir, "198.51.100.0/24", log);
+	CHECK(agent.stop(SIGQUIT) == 0); // SIGQUIT: a clean exit, logged
+	CHECK_THAT(agent.log(), Catch::Contains("exiting; table inet ip-masq-agent stays in place"));
+	cleanTable();
+}
+
+TEST_CASE("a fatal signal is logged before the process ends with it")
+{
+	TempDir dir;
+	dir.write("config", kSlowResync);
+	for (int sig : {SIGSEGV, SIGABRT, SIGBUS}) {
+		AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=",
+				    "--logging-format=json"});
+		requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, [&] { return agent.log(); },
+			      "first apply");
+		REQUIRE(kill(agent.pid(), sig) == 0);
+		CHECK(agent.wait(5s) == 128 + sig); // the signal's own end, core dump and all
+		const std::string text = agent.log();
+		INFO("agent log:\n" << text);
+		CHECK_THAT(text, Catch::Contains(fmt::format("\"msg\":\"fatal signal SIG{} (", sigabbrev_np(sig))) &&
+					 Catch::Contains("\"level\":\"error\""));
+		CHECK(tableHas("10.0.0.0/8")); // the table stays
+	}
+	cleanTable();
+}

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The process's safety net: standard descriptors, SIGPIPE, last words on fatal signals and
-// uncaught exceptions.
+// uncaught exceptions, and the open-files limit.
 #include "ip-masq-agent/process_guard.h"
 
 #include <array>
@@ -8,8 +8,10 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
+#include <dirent.h>
 #include <exception>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -128,6 +130,30 @@ void prepareFatalLine(int sig)
 	std::abort();
 }
 
+// The descriptors open now below `limit`: /proc/self/fd, or one fcntl() per number.
+size_t countOpenDescriptors(size_t limit)
+{
+	size_t open = 0;
+	if (DIR *dir = opendir("/proc/self/fd")) {
+		const int own = dirfd(dir);
+		for (int entries = 0; entries < 1 << 20; entries++) {
+			const dirent *entry = readdir(dir);
+			if (entry == nullptr)
+				break;
+			char *end = nullptr;
+			const unsigned long fd = std::strtoul(entry->d_name, &end, 10);
+			if (end != entry->d_name && *end == '\0' && static_cast<int>(fd) != own && fd < limit)
+				open++;
+		}
+		closedir(dir);
+		return open;
+	}
+	for (size_t fd = 0; fd < std::min<size_t>(limit, 1 << 16); fd++)
+		if (fcntl(static_cast<int>(fd), F_GETFD) != -1)
+			open++;
+	return open;
+}
+
 } // namespace
 
 void guardStandardDescriptors()
@@ -161,6 +187,16 @@ void installFatalHandlers()
 		(void)sigaction(sig, &action, nullptr);
 	}
 	std::set_terminate(onTerminate);
+}
+
+DescriptorRoom descriptorRoom()
+{
+	rlimit limit{};
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+		return {};
+	const size_t soft = limit.rlim_cur == RLIM_INFINITY ? size_t(1) << 20
+							    : static_cast<size_t>(limit.rlim_cur);
+	return DescriptorRoom{soft, countOpenDescriptors(soft)};
 }
 
 } // namespace ipmasq::process

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The process's own safety net, set up by main() before the agent's work starts: standard
-// descriptors that are never reused by accident, and no signal or abort that ends it
-// without a line in the log.
+// descriptors that are never reused by accident, no signal or abort that ends it without a
+// line in the log, and enough descriptors to run at all.
 #pragma once
+
+#include <cstddef>
 
 namespace ipmasq::process {
 
@@ -18,5 +20,14 @@ void guardStandardDescriptors();
 // their default action (a core dump); an exception nobody caught is logged with its
 // message before std::terminate aborts. Call after the log format is set.
 void installFatalHandlers();
+
+// How many descriptors the process may still open: the open-files limit (the soft
+// RLIMIT_NOFILE) less those open now below it.
+struct DescriptorRoom {
+	size_t limit = 0; // the soft limit, after ensureDescriptorRoom raised it
+	size_t open = 0;  // open now, below the limit
+	size_t free() const { return limit > open ? limit - open : 0; }
+};
+DescriptorRoom descriptorRoom();
 
 } // namespace ipmasq::process

@@ -211,6 +211,47 @@ void Daemon::reportToSystemd()
 		notifier_.notify(message);
 }
 
+int Daemon::runGuarded()
+{
+	constexpr std::chrono::milliseconds kFirstPause{100};
+	constexpr std::chrono::milliseconds kLongestPause{5000};
+	// A failure after this long without one starts the back-off again.
+	constexpr std::chrono::seconds kCalm{60};
+	std::chrono::milliseconds pause = kFirstPause;
+	for (;;) {
+		const auto started = Clock::now();
+		try {
+			return run();
+		} catch (const std::bad_alloc &) {
+			if (Clock::now() - started > kCalm)
+				pause = kFirstPause;
+			// The log line allocates too: without memory for it, it is skipped.
+			try {
+				log::error("out of memory; table inet {} stays as it is in the kernel, "
+					   "and the agent reads its config and checks the table again "
+					   "in {} ms (is the memory limit too low for this config?)",
+					   options_.ruleset.table, pause.count());
+			} catch (const std::bad_alloc &) {
+			}
+		}
+		// Whatever was being taken in when memory ran out is read again.
+		source_.redeliver();
+		if (auto exit = pauseForSignals(pause))
+			return *exit;
+		pause = std::min(2 * pause, kLongestPause);
+	}
+}
+
+std::optional<int> Daemon::pauseForSignals(std::chrono::milliseconds pause)
+{
+	pollfd signals{signalFd_.get(), POLLIN, 0};
+	status_.loopTurned();
+	if (poll(&signals, 1, static_cast<int>(pause.count())) <= 0)
+		return std::nullopt;
+	bool reload = false; // the config is read again in any case
+	return readSignals(reload);
+}
+
 int Daemon::run()
 {
 	status_.loopTurned();

@@ -199,4 +199,30 @@ DescriptorRoom descriptorRoom()
 	return DescriptorRoom{soft, countOpenDescriptors(soft)};
 }
 
+Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted)
+{
+	rlimit limit{};
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+		return fail(fmt::format("cannot read the open-files limit (RLIMIT_NOFILE): {}",
+					std::strerror(errno)), errno);
+	DescriptorRoom room = descriptorRoom();
+	if (room.free() < wanted && limit.rlim_cur != limit.rlim_max) {
+		// Raising the soft limit up to the hard one needs no privilege.
+		const rlim_t target = room.open + wanted;
+		limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? target : std::min(target, limit.rlim_max);
+		if (setrlimit(RLIMIT_NOFILE, &limit) == 0)
+			room = descriptorRoom();
+	}
+	if (room.free() >= needed)
+		return room;
+	return fail(fmt::format("the open-files limit (RLIMIT_NOFILE) is {} and {} descriptors are "
+				"open, which leaves {}; the agent needs at least {} more to run (its "
+				"sockets, timers and watch, the config it reads, and a few health "
+				"probes at a time); raise the limit to at least {} (LimitNOFILE= in a "
+				"systemd unit, ulimit -n in a shell, the container runtime's nofile "
+				"limit)",
+				room.limit, room.open, room.free(), needed, room.open + needed),
+		    EMFILE);
+}
+
 } // namespace ipmasq::process

@@ -50,6 +50,11 @@ public:
 	// within milliseconds; the resync timer (resyncInterval) is the safety net.
 	int run();
 
+	// run(), resumed after an allocation failure instead of ending: the failure is
+	// logged, the config is read again and the table checked after a pause (100 ms,
+	// doubling up to 5 s) during which SIGTERM still ends it. The table in force stays.
+	int runGuarded();
+
 	// Health and counters, for the HTTP endpoint (which reads them from its thread).
 	const AgentStatus &status() const { return status_; }
 
@@ -66,6 +71,9 @@ private:
 	std::optional<int> readSignals(bool &reload);
 	// A signal that would have ended the process by default, and does not here.
 	void noteIgnoredSignal(const signalfd_siginfo &info);
+	// Wait `pause` for signals only (a SIGTERM still ends the daemon); an exit status
+	// when one says so.
+	std::optional<int> pauseForSignals(std::chrono::milliseconds pause);
 	Clock::time_point nextWake(Clock::time_point now) const;
 	void armWakeTimer(Clock::time_point at);
 	void reportToSystemd();

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "ip-masq-agent/error.h"
+
 namespace ipmasq::process {
 
 // Opens /dev/null on whichever of descriptors 0, 1 and 2 is closed. Otherwise the first
@@ -29,5 +31,10 @@ struct DescriptorRoom {
 	size_t free() const { return limit > open ? limit - open : 0; }
 };
 DescriptorRoom descriptorRoom();
+
+// Makes room for `needed` more descriptors, and up to `wanted` if the hard limit allows:
+// raises the soft RLIMIT_NOFILE as far as the hard limit when it is lower. Fails, naming
+// the limit and the fix, when even the hard limit leaves fewer than `needed`.
+Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted);
 
 } // namespace ipmasq::process

@@ -80,8 +80,14 @@ public:
 	// there is no ruleset at all, or the kernel refused or could not be asked.
 	Status reconcile(SyncTrigger trigger);
 
+	// A failed sync (a refused or failed commit, a failed read of the kernel, out of
+	// memory) is tried again after a delay that starts at kFailureRetryInitial and
+	// doubles up to kFailureRetryLimit, keeping what is in force meanwhile.
+	static constexpr std::chrono::milliseconds kFailureRetryInitial{100};
+	static constexpr std::chrono::seconds kFailureRetryLimit{10};
+
 	// When reconcile(SyncTrigger::retry) should run next: a restore waiting for its
-	// pace. nullopt: nothing pending.
+	// pace, or a failed sync waiting for its retry. nullopt: nothing pending.
 	std::optional<Clock::time_point> nextWake() const { return retryAt_; }
 
 	// The config's resyncInterval (the default until a config was read).
@@ -106,6 +112,8 @@ private:
 	void tryAdopt();
 	// Record a netlink failure: logged and counted once per distinct message.
 	Status syncFailure(const Error &error, const char *doing);
+	// After a failed sync: when to try again (see kFailureRetryInitial).
+	void retryAfterFailure(const Error &error);
 
 	TableBackend &backend_;
 	Settings settings_;
@@ -140,6 +148,8 @@ private:
 
 	std::string lastSyncError_;
 	std::string lastAdoptionNote_;
+	// The delay before the next retry of a failed sync; reset by a success.
+	std::chrono::milliseconds failureRetryDelay_ = kFailureRetryInitial;
 };
 
 } // namespace ipmasq

@@ -207,13 +207,7 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 				: replaceTableBatch(*encoded, socket_.sequence());
 	if (!batch)
 		return fail(batch.error());
-	if (quietMonitor_)
-		(void)quietMonitor_->pause(); // best effort: listening only costs time
-	auto answer = transact(*batch);
-	if (quietMonitor_)
-		if (auto resumed = quietMonitor_->resume(); !resumed)
-			log::warning("{}; outside changes are repaired at the next resync only",
-				     resumed.error().message);
+	auto answer = transactQuietly(*batch);
 	if (!answer)
 		return fail(answer.error());
 	if (!answer->failures.empty()) {
@@ -231,14 +225,21 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 
 Result<BatchAnswer> NetlinkBackend::transactQuietly(const Batch &batch)
 {
-	if (quietMonitor_)
-		(void)quietMonitor_->pause(); // best effort: listening only costs time
-	auto answer = transact(batch);
-	if (quietMonitor_)
-		if (auto resumed = quietMonitor_->resume(); !resumed)
-			log::warning("{}; outside changes are repaired at the next resync only",
-				     resumed.error().message);
-	return answer;
+	if (!quietMonitor_)
+		return transact(batch);
+	(void)quietMonitor_->pause(); // best effort: listening only costs time
+	// Resumed however transact() ends, an exception (out of memory) included: a monitor
+	// left out of its group would never report a change again.
+	struct Resume {
+		NftablesMonitor *monitor;
+		~Resume()
+		{
+			if (auto resumed = monitor->resume(); !resumed)
+				log::warning("{}; outside changes are repaired at the next resync only",
+					     resumed.error().message);
+		}
+	} resume{quietMonitor_};
+	return transact(batch);
 }
 
 Result<uint32_t> NetlinkBackend::updateElements(const std::string &table, const ElementDiff &diff,
@@ -301,6 +302,14 @@ Result<uint32_t> NetlinkBackend::generation()
 
 Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
 {
+	// A missing table (deleted by hand) differs from any ruleset: say so without encoding
+	// the ruleset. For 100,000 ranges that takes tens of MB, which a restore under a tight
+	// memory limit then needs for the commit itself.
+	auto exists = tableExists(ruleset.table);
+	if (!exists)
+		return fail(exists.error());
+	if (!*exists)
+		return TableCheck::different;
 	auto encoded = encodeForKernel(ruleset, false);
 	if (!encoded)
 		return fail(encoded.error());

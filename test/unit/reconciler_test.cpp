@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/guarded_backend.h"
 #include "ip-masq-agent/reconciler.h"
 
 using namespace ipmasq;
@@ -30,12 +31,15 @@ public:
 	int checks = 0;
 	std::deque<TableCheck> scriptedChecks; // answered before any real comparison
 	std::optional<std::string> applyError;
+	bool applyThrows = false; // out of memory inside the backend
 	std::vector<ElementDiff> updates; // element updates the kernel committed
 	int refusedUpdates = 0;
 	bool commitBeforeNextUpdate = false; // someone commits between diff and batch
 
 	Result<uint32_t> apply(const Ruleset &ruleset) override
 	{
+		if (applyThrows)
+			throw std::bad_alloc();
 		if (applyError)
 			return fail(*applyError, EINVAL);
 		applies.push_back(now_);
@@ -566,4 +570,55 @@ TEST_CASE("--config-dir content: the files merge; one bad file keeps the last go
 	CHECK_THAT(bad.error().message, Catch::StartsWith("/etc/config/ip-masq-agent-reconciled"));
 	CHECK_FALSE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.table == f.rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
+}
+
+TEST_CASE("a failed sync is retried with a growing delay; a success ends the retries")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	f.kernel.applyError = "set nomasq-v4: Invalid argument";
+	REQUIRE_FALSE(f.sync(SyncTrigger::startup));
+	REQUIRE(f.reconciler.nextWake());
+	CHECK(*f.reconciler.nextWake() == f.now + Reconciler::kFailureRetryInitial);
+	f.now += Reconciler::kFailureRetryInitial;
+	REQUIRE_FALSE(f.sync(SyncTrigger::retry));
+	REQUIRE(f.reconciler.nextWake());
+	CHECK(*f.reconciler.nextWake() == f.now + 2 * Reconciler::kFailureRetryInitial);
+	for (int i = 0; i < 20; i++) {
+		f.now = *f.reconciler.nextWake();
+		REQUIRE_FALSE(f.sync(SyncTrigger::retry));
+	}
+	CHECK(*f.reconciler.nextWake() - f.now == Clock::duration(Reconciler::kFailureRetryLimit));
+
+	f.kernel.applyError.reset();
+	f.now = *f.reconciler.nextWake();
+	REQUIRE(f.sync(SyncTrigger::retry));
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK_FALSE(f.reconciler.nextWake());
+	CHECK(f.status.health().ok);
+}
+
+TEST_CASE("out of memory inside the backend: an ENOMEM failure, retried, never an exception")
+{
+	Fixture f;
+	GuardedBackend guarded(f.kernel);
+	Reconciler reconciler(guarded, Reconciler::Settings{ConfigLocation::file(kPath), {}, {}, true},
+			      f.status, [&f] { return f.now; });
+	REQUIRE(reconciler.configRead(ConfigContent::single(kPath, kGood)));
+	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
+	f.kernel.ourTableDeleted();
+	f.kernel.applyThrows = true;
+	Status restored;
+	REQUIRE_NOTHROW(restored = reconciler.reconcile(SyncTrigger::nftablesChange));
+	REQUIRE_FALSE(restored);
+	CHECK(restored.error().errnum == ENOMEM);
+	CHECK_THAT(restored.error().message, Catch::Contains("out of memory"));
+	CHECK_FALSE(f.status.health().ok);
+	REQUIRE(reconciler.nextWake());
+
+	f.kernel.applyThrows = false;
+	f.now = *reconciler.nextWake();
+	REQUIRE(reconciler.reconcile(SyncTrigger::retry));
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK(f.status.health().ok);
 }

@@ -260,9 +260,11 @@ Status Reconciler::reconcile(SyncTrigger trigger)
 void Reconciler::retryAfterFailure(const Error &error)
 {
 	const auto now = clock_();
-	const auto delay = Clock::duration(failureRetryDelay_);
-	failureRetryDelay_ = std::min<std::chrono::milliseconds>(2 * failureRetryDelay_,
-								  kFailureRetryLimit);
+	const auto delay = error.errnum == EPERM ? Clock::duration(kLockedOutRetry)
+						 : Clock::duration(failureRetryDelay_);
+	if (error.errnum != EPERM)
+		failureRetryDelay_ = std::min<std::chrono::milliseconds>(2 * failureRetryDelay_,
+									  kFailureRetryLimit);
 	// A paced restore already due earlier keeps its time.
 	if (!retryAt_ || *retryAt_ <= now)
 		retryAt_ = now + delay;

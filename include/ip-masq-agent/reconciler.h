@@ -82,9 +82,13 @@ public:
 
 	// A failed sync (a refused or failed commit, a failed read of the kernel, out of
 	// memory) is tried again after a delay that starts at kFailureRetryInitial and
-	// doubles up to kFailureRetryLimit, keeping what is in force meanwhile.
+	// doubles up to kFailureRetryLimit, keeping what is in force meanwhile. EPERM (another
+	// process owns the table, see NetlinkBackend) is tried every kLockedOutRetry: the
+	// kernel removes an owner's table silently when the owner exits, so only a look on a
+	// short timer notices that the agent may write its table again.
 	static constexpr std::chrono::milliseconds kFailureRetryInitial{100};
 	static constexpr std::chrono::seconds kFailureRetryLimit{10};
+	static constexpr std::chrono::milliseconds kLockedOutRetry{250};
 
 	// When reconcile(SyncTrigger::retry) should run next: a restore waiting for its
 	// pace, or a failed sync waiting for its retry. nullopt: nothing pending.

@@ -31,6 +31,7 @@ public:
 	int checks = 0;
 	std::deque<TableCheck> scriptedChecks; // answered before any real comparison
 	std::optional<std::string> applyError;
+	int applyErrno = EINVAL;
 	bool applyThrows = false; // out of memory inside the backend
 	std::vector<ElementDiff> updates; // element updates the kernel committed
 	int refusedUpdates = 0;
@@ -41,7 +42,7 @@ public:
 		if (applyThrows)
 			throw std::bad_alloc();
 		if (applyError)
-			return fail(*applyError, EINVAL);
+			return fail(*applyError, applyErrno);
 		applies.push_back(now_);
 		table = ruleset;
 		return ++gen;
@@ -596,6 +597,30 @@ TEST_CASE("a failed sync is retried with a growing delay; a success ends the ret
 	CHECK(f.kernel.table == f.rulesetOf(kGood));
 	CHECK_FALSE(f.reconciler.nextWake());
 	CHECK(f.status.health().ok);
+}
+
+TEST_CASE("locked out by the table's owner (EPERM): tried again every 250 ms, not at the resync")
+{
+	Fixture f;
+	REQUIRE(f.config(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.kernel.ourTableDeleted();
+	f.kernel.applyError = "table inet ip-masq-agent is held by another process";
+	f.kernel.applyErrno = EPERM;
+	REQUIRE_FALSE(f.sync(SyncTrigger::nftablesChange));
+	const int checks = f.kernel.checks;
+	for (int i = 0; i < 10; i++) {
+		REQUIRE(f.reconciler.nextWake());
+		CHECK(*f.reconciler.nextWake() == f.now + Reconciler::kLockedOutRetry);
+		f.now += Reconciler::kLockedOutRetry;
+		REQUIRE_FALSE(f.sync(SyncTrigger::retry));
+	}
+	CHECK(f.kernel.checks == checks); // each retry goes straight to the restore
+	f.kernel.applyError.reset(); // the owner exited
+	f.now += Reconciler::kLockedOutRetry;
+	REQUIRE(f.sync(SyncTrigger::retry));
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK_FALSE(f.reconciler.nextWake());
 }
 
 TEST_CASE("out of memory inside the backend: an ENOMEM failure, retried, never an exception")

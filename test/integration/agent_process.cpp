@@ -150,6 +150,24 @@ std::string agentBinary()
 	return AGENT_BINARY;
 }
 
+std::string agentTableListing()
+{
+	std::string out;
+	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
+		return {};
+	return out;
+}
+
+bool agentTableHas(const std::string &needle)
+{
+	return agentTableListing().find(needle) != std::string::npos;
+}
+
+void deleteAgentTable()
+{
+	run("nft delete table inet ip-masq-agent 2>/dev/null");
+}
+
 size_t countOf(const std::string &haystack, const std::string &needle)
 {
 	size_t n = 0;

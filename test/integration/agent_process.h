@@ -78,6 +78,13 @@ std::optional<std::chrono::milliseconds> waitFor(const std::function<bool()> &co
 // The agent binary under test (set by meson).
 std::string agentBinary();
 
+// The agent's table as `nft list table inet ip-masq-agent` prints it; "" when it is
+// missing. agentTableHas(): whether the listing holds `needle`.
+std::string agentTableListing();
+bool agentTableHas(const std::string &needle);
+// Deletes the agent's table if there is one: a test leaves nothing behind.
+void deleteAgentTable();
+
 // Count occurrences of `needle` in `haystack`.
 size_t countOf(const std::string &haystack, const std::string &needle);
 

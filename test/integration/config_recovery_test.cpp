@@ -33,19 +33,6 @@ constexpr uint16_t kPort = 10263;
 const std::string kHealthAddr = fmt::format("--health-addr=127.0.0.1:{}", kPort);
 const std::string kConfig = "resyncInterval: 1h\nnonMasqueradeCIDRs: [192.0.2.0/24]\n";
 
-std::string listing()
-{
-	std::string out;
-	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
-		return {};
-	return out;
-}
-
-void cleanTable()
-{
-	run("nft delete table inet ip-masq-agent 2>/dev/null");
-}
-
 int readyz()
 {
 	return probe(kPort, "/readyz").status;
@@ -68,85 +55,79 @@ void requireWithin(const std::function<bool()> &condition, std::chrono::millisec
 	WARN(what << ": " << took->count() << " ms");
 }
 
-// The agent becomes unready through `breakIt`, and `repair` brings back the content it had
-// before: ready again within 1 s, healthy in /metrics, without a SIGHUP.
-void requireRecovery(AgentProcess &agent, const std::function<void()> &breakIt,
-		     const std::function<void()> &repair, const std::string &what)
+// A fresh agent, its config kConfig as file `name` of a directory of its own (with
+// `configDir`, that directory is --config-dir), becomes unready through `breakIt`, and `repair` brings back the content it had before: ready
+// again within 1 s, healthy in /metrics, without a SIGHUP. Its log names the error
+// (`logged`), and the table stays in force throughout.
+void requireRecovery(const std::string &name, bool configDir, const AgentLaunch &launch,
+		     const std::function<void(const TempDir &)> &breakIt,
+		     const std::function<void(const TempDir &)> &repair, const std::string &what,
+		     const std::string &logged)
 {
+	TempDir dir;
+	dir.write(name, kConfig);
+	AgentProcess agent({configDir ? "--config-dir=" + dir.path() : "--config=" + dir.file(name),
+			    kHealthAddr},
+			   launch);
 	requireWithin([] { return readyz() == 200; }, 5s, agent, "ready");
-	breakIt();
+	breakIt(dir);
 	requireWithin([] { return readyz() == 503; }, 5s, agent, what + ": not ready");
 	CHECK(healthyMetric() == "0");
-	CHECK_THAT(listing(), Catch::Contains("192.0.2.0/24")); // in force throughout
-	repair();
+	CHECK(agentTableHas("192.0.2.0/24"));
+	repair(dir);
 	requireWithin([] { return readyz() == 200; }, 1s, agent, what + ": ready again");
 	CHECK(healthyMetric() == "1");
 	CHECK(agent.running());
+	CHECK_THAT(agent.log(), Catch::Contains(logged));
+	CHECK(agent.stop(SIGTERM) == 0);
+	deleteAgentTable();
 }
 
 } // namespace
 
 TEST_CASE("mode 000 for a moment, with only CAP_NET_ADMIN: ready again once readable")
 {
-	TempDir dir;
-	dir.write("config", kConfig);
 	// Root without CAP_DAC_OVERRIDE: the file's mode applies to the agent too.
-	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr},
-			   AgentLaunch{{}, {"setpriv", "--bounding-set=-all,+net_admin",
-					    "--inh-caps=-all", "--"}});
-	const std::string file = dir.file("config");
+	const AgentLaunch onlyNetAdmin{{}, {"setpriv", "--bounding-set=-all,+net_admin",
+					    "--inh-caps=-all", "--"}};
 	requireRecovery(
-		agent, [&] { REQUIRE(chmod(file.c_str(), 0) == 0); },
-		[&] { REQUIRE(chmod(file.c_str(), 0644) == 0); }, "mode 000");
-	CHECK_THAT(agent.log(), Catch::Contains("Permission denied"));
-	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+		"config", false, onlyNetAdmin,
+		[](const TempDir &dir) { REQUIRE(chmod(dir.file("config").c_str(), 0) == 0); },
+		[](const TempDir &dir) { REQUIRE(chmod(dir.file("config").c_str(), 0644) == 0); },
+		"mode 000", "Permission denied");
 }
 
 TEST_CASE("a FIFO renamed over the config, then the same file back: ready again")
 {
-	TempDir dir;
-	dir.write("config", kConfig);
-	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr});
 	requireRecovery(
-		agent,
-		[&] {
+		"config", false, {},
+		[](const TempDir &dir) {
 			REQUIRE(mkfifo(dir.file("fifo").c_str(), 0600) == 0);
 			REQUIRE(std::rename(dir.file("fifo").c_str(), dir.file("config").c_str()) == 0);
 		},
-		[&] { dir.write("config", kConfig); }, "a FIFO in its place");
-	CHECK_THAT(agent.log(), Catch::Contains("FIFO"));
-	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+		[](const TempDir &dir) { dir.write("config", kConfig); }, "a FIFO in its place", "FIFO");
 }
 
 TEST_CASE("a config grown past 16 MiB, then cut back to what it was: ready again")
 {
-	TempDir dir;
-	dir.write("config", kConfig);
-	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr});
 	requireRecovery(
-		agent,
-		[&] { dir.overwrite("config", kConfig + "# " + std::string(17 << 20, 'x') + "\n"); },
-		[&] { dir.overwrite("config", kConfig); }, "a file past 16 MiB");
-	CHECK_THAT(agent.log(), Catch::Contains("16 MiB"));
-	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+		"config", false, {},
+		[](const TempDir &dir) {
+			dir.overwrite("config", kConfig + "# " + std::string(17 << 20, 'x') + "\n");
+		},
+		[](const TempDir &dir) { dir.overwrite("config", kConfig); }, "a file past 16 MiB",
+		"16 MiB");
 }
 
 TEST_CASE("--config-dir: 5,000 extra files for a moment, then removed: ready again")
 {
-	TempDir dir;
-	dir.write("ip-masq-agent", kConfig);
-	AgentProcess agent({"--config-dir=" + dir.path(), kHealthAddr});
 	requireRecovery(
-		agent,
-		[&] { runOrFail(fmt::format("cd '{}' && touch $(seq -f ip-masq-extra-%g 5000)", dir.path())); },
-		[&] { runOrFail(fmt::format("cd '{}' && rm -f ip-masq-extra-*", dir.path())); },
-		"5,000 extra files");
-	CHECK_THAT(agent.log(), Catch::Contains("more than 64 files"));
-	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+		"ip-masq-agent", true, {},
+		[](const TempDir &dir) {
+			runOrFail(fmt::format("cd '{}' && touch $(seq -f ip-masq-extra-%g 5000)", dir.path()));
+		},
+		[](const TempDir &dir) { runOrFail(fmt::format("cd '{}' && rm -f ip-masq-extra-*", dir.path())); },
+		"5,000 extra files", "more than 64 files");
 }
 
 TEST_CASE("two configs of equal size and equal std::hash are both applied")
@@ -171,18 +152,18 @@ TEST_CASE("two configs of equal size and equal std::hash are both applied")
 	TempDir dir;
 	dir.write("config", withTrue);
 	AgentProcess agent({"--config=" + dir.file("config")});
-	requireWithin([] { return listing().find("10.0.0.0/8") != std::string::npos; }, 5s, agent,
+	requireWithin([] { return agentTableHas("10.0.0.0/8"); }, 5s, agent,
 		      "masqLinkLocal: true applied");
-	REQUIRE(listing().find("169.254.0.0/16") == std::string::npos);
+	REQUIRE_FALSE(agentTableHas("169.254.0.0/16"));
 
 	dir.write("config", withFalse);
-	requireWithin([] { return listing().find("169.254.0.0/16") != std::string::npos; }, 5s,
+	requireWithin([] { return agentTableHas("169.254.0.0/16"); }, 5s,
 		      agent, "masqLinkLocal: false (equal std::hash) applied");
 	dir.write("config", withTrue);
-	requireWithin([] { return listing().find("169.254.0.0/16") == std::string::npos; }, 5s,
+	requireWithin([] { return !agentTableHas("169.254.0.0/16"); }, 5s,
 		      agent, "masqLinkLocal: true again");
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteAgentTable();
 }
 
 namespace {
@@ -234,5 +215,5 @@ TEST_CASE("a FIFO or a device named as the config is never opened, at start, rel
 		CHECK_FALSE(watch.opened());
 		CHECK(agent.stop(SIGTERM) == 0);
 	}
-	cleanTable();
+	deleteAgentTable();
 }

@@ -27,29 +27,11 @@ constexpr uint16_t kPort = 10263;
 const std::string kHealthAddr = fmt::format("--health-addr=127.0.0.1:{}", kPort);
 const std::string kSlowResync = "resyncInterval: 1h\n";
 
-std::string listing()
-{
-	std::string out;
-	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
-		return {};
-	return out;
-}
-
-bool tableHas(const std::string &needle)
-{
-	return listing().find(needle) != std::string::npos;
-}
-
-void cleanTable()
-{
-	run("nft delete table inet ip-masq-agent 2>/dev/null");
-}
-
 void requireWithin(const std::function<bool()> &condition, std::chrono::milliseconds timeout,
 		   const std::function<std::string()> &log, const std::string &what)
 {
 	const auto took = waitFor(condition, timeout);
-	INFO(what << "\nagent log:\n" << log() << "\ntable:\n" << listing());
+	INFO(what << "\nagent log:\n" << log() << "\ntable:\n" << agentTableListing());
 	REQUIRE(took);
 	WARN(what << ": " << took->count() << " ms");
 }
@@ -59,9 +41,9 @@ void requireStillWorking(AgentProcess &agent, TempDir &dir, const std::string &c
 			 const std::function<std::string()> &log)
 {
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [" + cidr + "]\n");
-	requireWithin([&] { return tableHas(cidr); }, 5s, log, "the change to " + cidr + " applied");
+	requireWithin([&] { return agentTableHas(cidr); }, 5s, log, "the change to " + cidr + " applied");
 	runOrFail("nft delete table inet ip-masq-agent");
-	requireWithin([&] { return tableHas(cidr); }, 5s, log, "the table restored");
+	requireWithin([&] { return agentTableHas(cidr); }, 5s, log, "the table restored");
 	REQUIRE(agent.running());
 }
 
@@ -104,7 +86,7 @@ TEST_CASE("the reader of stderr goes away: the next log line is no SIGPIPE, the 
 	requireStillWorking(agent, dir, "198.51.100.0/24", noLog);
 	requireStillWorking(agent, dir, "203.0.113.0/24", noLog);
 	CHECK(agent.stop(SIGTERM) == 0); // its own exit, not a signal's
-	cleanTable();
+	deleteAgentTable();
 }
 
 TEST_CASE("started with stderr closed: no socket becomes stderr, the agent works")
@@ -122,7 +104,7 @@ TEST_CASE("started with stderr closed: no socket becomes stderr, the agent works
 	CHECK(std::string(target) == "/dev/null");
 	requireStillWorking(agent, dir, "198.51.100.0/24", noLog);
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteAgentTable();
 }
 
 TEST_CASE("stray signals (SIGUSR1, SIGUSR2, SIGALRM, a real-time one) are logged and ignored")
@@ -131,7 +113,7 @@ TEST_CASE("stray signals (SIGUSR1, SIGUSR2, SIGALRM, a real-time one) are logged
 	dir.write("config", kSlowResync);
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr="});
 	const auto log = [&] { return agent.log(); };
-	requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, log, "first apply");
+	requireWithin([] { return agentTableHas("10.0.0.0/8"); }, 5s, log, "first apply");
 	for (int sig : {SIGUSR1, SIGUSR2, SIGALRM, SIGRTMIN + 3, SIGUSR1}) {
 		REQUIRE(kill(agent.pid(), sig) == 0);
 		std::this_thread::sleep_for(100ms);
@@ -145,7 +127,7 @@ TEST_CASE("stray signals (SIGUSR1, SIGUSR2, SIGALRM, a real-time one) are logged
 	requireStillWorking(agent, dir, "198.51.100.0/24", log);
 	CHECK(agent.stop(SIGQUIT) == 0); // SIGQUIT: a clean exit, logged
 	CHECK_THAT(agent.log(), Catch::Contains("exiting; table inet ip-masq-agent stays in place"));
-	cleanTable();
+	deleteAgentTable();
 }
 
 TEST_CASE("a fatal signal is logged before the process ends with it")
@@ -155,7 +137,7 @@ TEST_CASE("a fatal signal is logged before the process ends with it")
 	for (int sig : {SIGSEGV, SIGABRT, SIGBUS}) {
 		AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=",
 				    "--logging-format=json"});
-		requireWithin([] { return tableHas("10.0.0.0/8"); }, 5s, [&] { return agent.log(); },
+		requireWithin([] { return agentTableHas("10.0.0.0/8"); }, 5s, [&] { return agent.log(); },
 			      "first apply");
 		REQUIRE(kill(agent.pid(), sig) == 0);
 		CHECK(agent.wait(5s) == 128 + sig); // the signal's own end, core dump and all
@@ -163,9 +145,9 @@ TEST_CASE("a fatal signal is logged before the process ends with it")
 		INFO("agent log:\n" << text);
 		CHECK_THAT(text, Catch::Contains(fmt::format("\"msg\":\"fatal signal SIG{} (", sigabbrev_np(sig))) &&
 					 Catch::Contains("\"level\":\"error\""));
-		CHECK(tableHas("10.0.0.0/8")); // the table stays
+		CHECK(agentTableHas("10.0.0.0/8")); // the table stays
 	}
-	cleanTable();
+	deleteAgentTable();
 }
 
 TEST_CASE("too few descriptors to run: a clear error at start that names the limit")
@@ -183,7 +165,7 @@ TEST_CASE("too few descriptors to run: a clear error at start that names the lim
 							     limit)) &&
 					 Catch::Contains("raise the limit to at least"));
 	}
-	cleanTable();
+	deleteAgentTable();
 }
 
 TEST_CASE("at the smallest descriptor limit it accepts, under a connection flood: works")
@@ -220,7 +202,7 @@ TEST_CASE("at the smallest descriptor limit it accepts, under a connection flood
 	}
 	CHECK_THAT(agent.log(), !Catch::Contains("cannot read the config file"));
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteAgentTable();
 }
 
 TEST_CASE("100,000 CIDRs under a tight address-space limit: the table is restored after a delete")
@@ -241,15 +223,15 @@ TEST_CASE("100,000 CIDRs under a tight address-space limit: the table is restore
 			   AgentLaunch{{}, {"prlimit", "--as=55000000", "--"}});
 	const auto log = [&] { return agent.log(); };
 	requireWithin([] { return probe(kPort, "/readyz").status == 200; }, 60s, log, "ready");
-	REQUIRE(tableHas("10.3.13.62"));
+	REQUIRE(agentTableHas("10.3.13.62"));
 
 	for (int round = 0; round < 3; round++) {
 		runOrFail("nft delete table inet ip-masq-agent");
-		requireWithin([] { return tableHas("10.3.13.62"); }, 30s, log,
+		requireWithin([] { return agentTableHas("10.3.13.62"); }, 30s, log,
 			      fmt::format("restored after delete {}", round + 1));
 		REQUIRE(agent.running());
 	}
 	CHECK_THAT(agent.log(), !Catch::Contains("terminate") && !Catch::Contains("fatal"));
 	CHECK(agent.stop(SIGTERM) == 0);
-	cleanTable();
+	deleteAgentTable();
 }

@@ -25,17 +25,9 @@ namespace {
 
 constexpr uint16_t kPort = 10263;
 
-std::string listing()
-{
-	std::string out;
-	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
-		return {};
-	return out;
-}
-
 bool agentTableInForce()
 {
-	return listing().find("192.0.2.0/24") != std::string::npos;
+	return agentTableHas("192.0.2.0/24");
 }
 
 // owner_table_helper as a child: it holds the table until its stdin closes.
@@ -112,7 +104,7 @@ TEST_CASE("a table held with the flag owner: the refusal names its process; its 
 	const std::string expected = fmt::format("netlink port {}, pid {} \"owner_table_hel", port,
 						 owner.pid());
 	const auto named = waitFor([&] { return agent.log().find(expected) != std::string::npos; }, 5s);
-	INFO("agent log:\n" << agent.log() << "\ntable:\n" << listing());
+	INFO("agent log:\n" << agent.log() << "\ntable:\n" << agentTableListing());
 	REQUIRE(named);
 	const std::string text = agent.log();
 	CHECK_THAT(text, Catch::Contains("is held by another process with the flag \"owner\""));
@@ -125,11 +117,11 @@ TEST_CASE("a table held with the flag owner: the refusal names its process; its 
 	// The owner exits: the kernel removes its table, with no notification to anyone.
 	owner.release();
 	const auto back = waitFor(agentTableInForce, 3s);
-	INFO("agent log:\n" << agent.log() << "\ntable:\n" << listing());
+	INFO("agent log:\n" << agent.log() << "\ntable:\n" << agentTableListing());
 	REQUIRE(back);
 	CHECK(*back < 1s);
 	WARN("the agent's table was back " << back->count() << " ms after the owner exited");
 	CHECK(waitFor([] { return probe(kPort, "/readyz").status == 200; }, 1s));
 	CHECK(agent.stop(SIGTERM) == 0);
-	run("nft delete table inet ip-masq-agent 2>/dev/null");
+	deleteAgentTable();
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <functional>
 #include <list>
 #include <optional>
 #include <thread>
@@ -88,7 +89,9 @@ struct SessionTable {
 	// Closes the oldest session that has not delivered its request yet (a probe has, a
 	// flood has not), or failing that the oldest. False when there is none.
 	bool evictOne();
-	void notePressure(const char *why);
+	// Logs "the health endpoint <why()>: ..." at most once per kPressureLogPeriod; `why`
+	// is only called then (a flood evicts thousands of sessions a second).
+	void notePressure(const std::function<std::string()> &why);
 };
 
 // One request per connection: probes and scrapes are small and infrequent.
@@ -203,7 +206,7 @@ bool SessionTable::evictOne()
 	return true;
 }
 
-void SessionTable::notePressure(const char *why)
+void SessionTable::notePressure(const std::function<std::string()> &why)
 {
 	const auto now = std::chrono::steady_clock::now();
 	if (lastPressureLog && now - *lastPressureLog < kPressureLogPeriod)
@@ -212,7 +215,7 @@ void SessionTable::notePressure(const char *why)
 	log::warning("the health endpoint {}: the oldest connections that have not sent a request "
 		     "are closed to admit new ones, so probes still get through (is a client holding "
 		     "connections open? at most one line per {} s)",
-		     why, std::chrono::duration_cast<std::chrono::seconds>(kPressureLogPeriod).count());
+		     why(), std::chrono::duration_cast<std::chrono::seconds>(kPressureLogPeriod).count());
 }
 
 } // namespace
@@ -240,8 +243,9 @@ struct HealthServer::Impl {
 		// evicts itself, and a probe, which sends its request at once, is answered
 		// within milliseconds.
 		if (sessions.open.size() >= sessions.capacity) {
-			sessions.notePressure(fmt::format("holds its limit of {} connections",
-							  sessions.capacity).c_str());
+			sessions.notePressure([this] {
+				return fmt::format("holds its limit of {} connections", sessions.capacity);
+			});
 			sessions.evictOne();
 		}
 		try {
@@ -259,7 +263,8 @@ struct HealthServer::Impl {
 		const bool descriptors = ec == asio::error::no_descriptors ||
 			ec == boost::system::errc::too_many_files_open_in_system;
 		if (descriptors && sessions.evictOne()) {
-			sessions.notePressure(fmt::format("ran out of descriptors ({})", ec.message()).c_str());
+			sessions.notePressure(
+				[&ec] { return fmt::format("ran out of descriptors ({})", ec.message()); });
 			return accept();
 		}
 		failed(fmt::format("cannot accept a connection: {}", ec.message()));

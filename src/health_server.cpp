@@ -5,6 +5,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <charconv>
 #include <functional>
 #include <list>
@@ -75,6 +79,8 @@ constexpr size_t kReadBufferLimit = 16 * 1024;
 // After a failure of the endpoint itself (out of memory, a Boost error): a pause, so that a
 // persistent one cannot make the thread spin.
 constexpr auto kFailurePause = std::chrono::milliseconds(100);
+// The endpoint thread's nice value: below the loop's (0), see yieldToTheLoop().
+constexpr int kThreadNice = 10;
 // One line about dropped connections per this period, however many there are.
 constexpr auto kPressureLogPeriod = std::chrono::seconds(60);
 
@@ -289,7 +295,8 @@ struct HealthServer::Impl {
 	// serving resumes.
 	void serve()
 	{
-		for (int failures = 0;; failures++) {
+		yieldToTheLoop();
+		for (;;) {
 			try {
 				io.run();
 				return; // stopped
@@ -307,6 +314,16 @@ struct HealthServer::Impl {
 					accept();
 			});
 		}
+	}
+
+	// The daemon's loop (healing, config changes) goes first when both threads want the
+	// CPU: a flood keeps this thread busy evicting, and must not make a restore late.
+	// A probe needs a millisecond of CPU, which it still gets. Per-thread nice value.
+	static void yieldToTheLoop()
+	{
+		if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kThreadNice) != 0)
+			log::debug("cannot lower the health endpoint thread's priority: {}",
+				   std::strerror(errno));
 	}
 
 	bool retryPending() const { return retry.expiry() > asio::steady_timer::clock_type::now(); }

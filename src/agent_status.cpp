@@ -8,6 +8,55 @@
 
 namespace ipmasq {
 
+namespace {
+
+double unixNow()
+{
+	return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+		.count();
+}
+
+// One sample with its HELP and TYPE lines.
+void appendMetric(std::string &out, std::string_view name, std::string_view type,
+		  std::string_view help, const auto &value)
+{
+	out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+}
+
+// Conntrack's families: only what the last reading holds (a statistic this kernel does not
+// keep, or a reading that failed, is left out rather than shown as 0), and always the
+// read's own health.
+std::string conntrackText(const AgentStatus::Snapshot &s)
+{
+	std::string out;
+	if (s.conntrack) {
+		for (const netlink::ConntrackCounter &counter : netlink::kConntrackCounters)
+			if (const auto &value = (*s.conntrack).*counter.value)
+				appendMetric(out, fmt::format("ip_masq_agent_conntrack_{}_total", counter.name),
+					     "counter",
+					     fmt::format("{} Summed over CPUs, as conntrack -S shows {}.",
+							 counter.meaning, counter.kernelName),
+					     *value);
+		if (s.conntrack->entries)
+			appendMetric(out, "ip_masq_agent_conntrack_entries", "gauge",
+				     "Entries in the conntrack table.", *s.conntrack->entries);
+		if (s.conntrack->entriesLimit)
+			appendMetric(out, "ip_masq_agent_conntrack_entries_limit", "gauge",
+				     "Entries the conntrack table may hold (nf_conntrack_max).",
+				     *s.conntrack->entriesLimit);
+	}
+	if (s.conntrackReadUnixSeconds > 0)
+		appendMetric(out, "ip_masq_agent_conntrack_last_read_timestamp_seconds", "gauge",
+			     "Unix time of the last successful read of the conntrack statistics.",
+			     fmt::format("{:.3f}", s.conntrackReadUnixSeconds));
+	appendMetric(out, "ip_masq_agent_conntrack_read_failures_total", "counter",
+		     "Reads of the conntrack statistics (over ctnetlink) that failed.",
+		     s.conntrackReadFailures);
+	return out;
+}
+
+} // namespace
+
 AgentStatus::AgentStatus(Clock::time_point startedAt) : startedAt_(startedAt) {}
 
 void AgentStatus::configLoaded()
@@ -27,8 +76,7 @@ void AgentStatus::syncSucceeded(const Ruleset &applied, std::chrono::duration<do
 {
 	const AddressSet *v4 = applied.findSet(Family::ipv4);
 	const AddressSet *v6 = applied.findSet(Family::ipv6);
-	const double unixNow =
-		std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+	const double now = unixNow();
 	std::lock_guard lock(mutex_);
 	Snapshot &s = state_;
 	s.started = true;
@@ -36,7 +84,7 @@ void AgentStatus::syncSucceeded(const Ruleset &applied, std::chrono::duration<do
 	s.syncError.clear();
 	s.tableDrifted = false;
 	s.syncs++;
-	s.lastSuccessUnixSeconds = unixNow;
+	s.lastSuccessUnixSeconds = now;
 	const double seconds = took.count();
 	for (size_t i = 0; i < kDurationBuckets.size(); i++)
 		if (seconds <= kDurationBuckets[i])
@@ -75,6 +123,21 @@ void AgentStatus::driftRepaired()
 {
 	std::lock_guard lock(mutex_);
 	state_.driftRepairs++;
+}
+
+void AgentStatus::conntrackRead(const netlink::ConntrackStats &stats)
+{
+	const double now = unixNow();
+	std::lock_guard lock(mutex_);
+	state_.conntrack = stats;
+	state_.conntrackReadUnixSeconds = now;
+}
+
+void AgentStatus::conntrackReadFailed()
+{
+	std::lock_guard lock(mutex_);
+	state_.conntrack.reset();
+	state_.conntrackReadFailures++;
 }
 
 AgentStatus::Snapshot AgentStatus::snapshot() const
@@ -140,10 +203,8 @@ std::string AgentStatus::Snapshot::summary() const
 std::string AgentStatus::Snapshot::prometheusText() const
 {
 	std::string out;
-	const auto metric = [&](const char *name, const char *type, const char *help, auto value) {
-		out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name,
-				   value);
-	};
+	const auto metric = [&](const char *name, const char *type, const char *help,
+				const auto &value) { appendMetric(out, name, type, help, value); };
 	metric("ip_masq_agent_syncs_total", "counter",
 	       "Rulesets committed to the kernel.", syncs);
 	metric("ip_masq_agent_sync_failures_total", "counter",
@@ -179,6 +240,7 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			   "# TYPE ip_masq_agent_build_info gauge\n"
 			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
 			   IP_MASQ_AGENT_VERSION);
+	out += conntrackText(*this);
 	return out;
 }
 

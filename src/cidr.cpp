@@ -44,6 +44,14 @@ Address Address::max(Family family)
 	return Address{family, allOnes(familyBits(family))};
 }
 
+Address Address::fromBytes(Family family, const uint8_t *bytes)
+{
+	AddressValue value = 0;
+	for (unsigned i = 0; i < familyBits(family) / 8; i++)
+		value = (value << 8) | bytes[i];
+	return Address{family, value};
+}
+
 std::vector<uint8_t> Address::bytes() const
 {
 	const unsigned n = familyBits(family) / 8;

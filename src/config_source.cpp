@@ -8,7 +8,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
-#include <functional>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
@@ -265,6 +264,8 @@ bool ConfigSource::changeDue(Clock::time_point now) const
 		return true;
 	if (absentSince_ && now >= *absentSince_ + kAbsentGrace)
 		return true;
+	if (readRetryAt_ && now >= *readRetryAt_)
+		return true;
 	return waitingForWriterBlindly_ && now >= lastWrite_ + kWriteTimeout;
 }
 
@@ -278,6 +279,8 @@ std::optional<Clock::time_point> ConfigSource::nextWake() const
 		keepEarliest(wake, *absentSince_ + kAbsentGrace);
 	if (waitingForWriterBlindly_)
 		keepEarliest(wake, lastWrite_ + kWriteTimeout);
+	if (readRetryAt_)
+		keepEarliest(wake, *readRetryAt_);
 	return wake;
 }
 
@@ -333,9 +336,19 @@ Result<std::vector<std::string>> ConfigSource::filesToRead() const
 std::optional<Result<std::optional<std::string>>>
 ConfigSource::readUnlessWritten(const std::string &path, Clock::time_point now)
 {
+	// Look before opening, even for the lease: opening a device can have effects of its
+	// own (a tape rewinds, a watchdog arms). readConfigText() says what the path is, and
+	// never opens anything but a regular file either.
+	struct stat before {};
+	if (stat(path.c_str(), &before) != 0 || !S_ISREG(before.st_mode))
+		return readConfigText(path);
 	// Never read a file someone is writing. The lease (held until this function
 	// returns) also keeps a new writer out while we read.
-	const UniqueFd leaseFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+	UniqueFd leaseFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+	struct stat opened {};
+	if (leaseFd.isValid() && (fstat(leaseFd.get(), &opened) != 0 || opened.st_dev != before.st_dev ||
+				  opened.st_ino != before.st_ino))
+		leaseFd.reset(); // swapped since the stat: no lease, and readConfigText() looks again
 	const Lease lease = takeReadLease(leaseFd);
 	const bool writerSeen = lease == Lease::fileOpenForWriting ||
 		(lease == Lease::unavailable && writing_ && now < lastWrite_ + kWriteTimeout);
@@ -349,15 +362,34 @@ ConfigSource::readUnlessWritten(const std::string &path, Clock::time_point now)
 	return readConfigText(path);
 }
 
+void ConfigSource::redeliver()
+{
+	// Something was there, of unknown content: nothing compares equal to it. Before the
+	// first delivery, "nothing delivered" (start-up) stays as it is.
+	if (delivered_)
+		delivered_ = ContentDigest{true, false, {}};
+	deliveredStamp_.reset();
+}
+
+tl::unexpected<Error> ConfigSource::readFailed(Error error, Clock::time_point now)
+{
+	// Neither is the config known to be absent.
+	absentSince_.reset();
+	// The same content back after the error is news: the caller still holds the error.
+	redeliver();
+	readRetryAt_ = now + readRetryDelay_;
+	readRetryDelay_ = std::min<std::chrono::milliseconds>(2 * readRetryDelay_, kReadRetryLimit);
+	return fail(std::move(error));
+}
+
 Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 {
 	using Nothing = std::optional<ConfigContent>;
 	waitingForWriterBlindly_ = false;
+	readRetryAt_.reset();
 	auto files = filesToRead();
-	if (!files) {
-		absentSince_.reset();
-		return fail(files.error());
-	}
+	if (!files)
+		return readFailed(files.error(), now);
 	// Stat before reading, so that a change racing the read is seen next time.
 	std::optional<Stamps> stamps = stampsOf(*files);
 
@@ -371,24 +403,18 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 			absentSince_.reset();
 			return Nothing();
 		}
-		if (!*text) {
-			// Nothing changes: the last content stays, and the next resync reads
-			// again (the stamps were not taken). Neither is the config known to
-			// be absent.
-			absentSince_.reset();
-			return fail(text->error());
-		}
+		if (!*text)
+			return readFailed(text->error(), now); // the last content stays
 		if (!**text)
 			continue; // gone since the listing (or --config's file is absent)
 		total += (**text)->size();
 		if (location_.isDirectory())
-			if (auto fits = checkConfigDirBytes(location_.path, total); !fits) {
-				absentSince_.reset();
-				return fail(fits.error());
-			}
+			if (auto fits = checkConfigDirBytes(location_.path, total); !fits)
+				return readFailed(fits.error(), now);
 		content.files.push_back({std::move(path), std::move(***text)});
 	}
 	deliveredStamp_ = std::move(stamps);
+	readRetryDelay_ = kReadRetryInitial;
 	if (content.files.empty())
 		return absent(now);
 
@@ -435,18 +461,14 @@ ConfigSource::ContentDigest ConfigSource::digestOf(const ConfigContent &content)
 {
 	if (content.files.empty())
 		return ContentDigest{};
-	// Names and bytes: a file renamed, or bytes moved from one file to another, is new.
-	ContentDigest digest{true, 0, 0};
-	const auto mix = [&digest](size_t value) {
-		digest.hash ^= value + 0x9e3779b97f4a7c15ULL + (digest.hash << 6) + (digest.hash >> 2);
-	};
+	// Names and bytes, each length-prefixed: a file renamed, or bytes moved from one
+	// file to another, is new.
+	SipHash128 hash(SipHash128::processKey());
 	for (const ConfigFile &file : content.files) {
-		digest.size += file.path.size() + file.text.size();
-		mix(std::hash<std::string>{}(file.path));
-		mix(file.text.size());
-		mix(std::hash<std::string>{}(file.text));
+		hash.updateField(file.path);
+		hash.updateField(file.text);
 	}
-	return digest;
+	return ContentDigest{true, true, hash.finish()};
 }
 
 } // namespace ipmasq

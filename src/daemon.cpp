@@ -18,6 +18,7 @@
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "ip-masq-agent/netlink/monitor.h"
 
 namespace ipmasq {
@@ -34,7 +35,12 @@ void giveMemoryBack()
 }
 
 // SIGIO: a writer opening the config during the read lease (ConfigSource); ignored.
-constexpr std::array kLoopSignals{SIGTERM, SIGINT, SIGHUP, SIGIO};
+constexpr std::array kLoopSignals{SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGIO};
+// Signals whose default action would end the process although nothing is wrong with it
+// (a stray kill, a CPU-time or file-size limit's warning): read from the signalfd too,
+// logged and ignored. Real-time signals join them in loopSignalMask().
+constexpr std::array kIgnoredSignals{SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF,
+				     SIGPWR,  SIGSTKFLT, SIGXCPU, SIGXFSZ};
 
 sigset_t loopSignalMask()
 {
@@ -42,7 +48,25 @@ sigset_t loopSignalMask()
 	sigemptyset(&mask);
 	for (int sig : kLoopSignals)
 		sigaddset(&mask, sig);
+	for (int sig : kIgnoredSignals)
+		sigaddset(&mask, sig);
+	for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+		sigaddset(&mask, sig);
 	return mask;
+}
+
+bool endsTheLoop(int sig)
+{
+	return sig == SIGTERM || sig == SIGINT || sig == SIGQUIT;
+}
+
+// "SIGUSR1", or "SIGRTMIN+3" (sigabbrev_np() has no names for real-time signals).
+std::string signalName(int sig)
+{
+	if (sig >= SIGRTMIN && sig <= SIGRTMAX)
+		return fmt::format("SIGRTMIN+{}", sig - SIGRTMIN);
+	const char *name = sigabbrev_np(sig);
+	return name ? fmt::format("SIG{}", name) : fmt::format("signal {}", sig);
 }
 
 // steady_clock is CLOCK_MONOTONIC, which the timerfd counts in too.
@@ -129,6 +153,10 @@ std::optional<int> Daemon::readSignals(bool &reload)
 			reload = true;
 			continue;
 		}
+		if (!endsTheLoop(sig)) {
+			noteIgnoredSignal(info);
+			continue;
+		}
 		log::info("{}: exiting; table inet {} stays in place", strsignal(sig),
 			  options_.ruleset.table);
 		notifier_.notify("STOPPING=1");
@@ -137,10 +165,28 @@ std::optional<int> Daemon::readSignals(bool &reload)
 	return std::nullopt;
 }
 
+void Daemon::noteIgnoredSignal(const signalfd_siginfo &info)
+{
+	const auto sig = static_cast<size_t>(info.ssi_signo);
+	// The first of each kind is worth a line; a sender that repeats it is not worth a
+	// line each time.
+	const bool first = sig < ignoredSignalsSeen_.size() && !ignoredSignalsSeen_[sig];
+	if (sig < ignoredSignalsSeen_.size())
+		ignoredSignalsSeen_[sig] = true;
+	const std::string text = fmt::format(
+		"{} (from pid {}) ignored: the agent goes on; it stops on SIGTERM, SIGINT or SIGQUIT "
+		"and reloads on SIGHUP", signalName(static_cast<int>(sig)), info.ssi_pid);
+	if (first)
+		log::warning("{}", text);
+	else
+		log::debug("{}", text);
+}
+
 Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 {
 	// The heartbeat (/livez) must stay fresh while nothing happens.
 	Clock::time_point wake = std::min(nextResync_, now + AgentStatus::kHeartbeatPeriod);
+	wake = std::min(wake, nextConntrackRead_);
 	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
 		if (deadline)
 			wake = std::min(wake, *deadline);
@@ -173,6 +219,66 @@ void Daemon::reportToSystemd()
 		notifier_.notify(message);
 }
 
+void Daemon::readConntrack()
+{
+	nextConntrackRead_ = Clock::now() + kConntrackReadPeriod;
+	auto stats = netlink::readConntrackStats();
+	if (stats) {
+		if (!lastConntrackError_.empty())
+			log::info("conntrack statistics are readable again");
+		lastConntrackError_.clear();
+		status_.conntrackRead(*stats);
+		return;
+	}
+	// Counted every time, said once: the same failure every 10 s is no news.
+	status_.conntrackReadFailed();
+	if (stats.error().message != lastConntrackError_)
+		log::warning("{}; the conntrack metrics are left out until a read succeeds "
+			     "(readiness does not depend on them)", stats.error().message);
+	lastConntrackError_ = stats.error().message;
+}
+
+int Daemon::runGuarded()
+{
+	constexpr std::chrono::milliseconds kFirstPause{100};
+	constexpr std::chrono::milliseconds kLongestPause{5000};
+	// A failure after this long without one starts the back-off again.
+	constexpr std::chrono::seconds kCalm{60};
+	std::chrono::milliseconds pause = kFirstPause;
+	for (;;) {
+		const auto started = Clock::now();
+		try {
+			return run();
+		} catch (const std::bad_alloc &) {
+			if (Clock::now() - started > kCalm)
+				pause = kFirstPause;
+			// The log line allocates too: without memory for it, it is skipped.
+			try {
+				log::error("out of memory; table inet {} stays as it is in the kernel, "
+					   "and the agent reads its config and checks the table again "
+					   "in {} ms (is the memory limit too low for this config?)",
+					   options_.ruleset.table, pause.count());
+			} catch (const std::bad_alloc &) {
+			}
+		}
+		// Whatever was being taken in when memory ran out is read again.
+		source_.redeliver();
+		if (auto exit = pauseForSignals(pause))
+			return *exit;
+		pause = std::min(2 * pause, kLongestPause);
+	}
+}
+
+std::optional<int> Daemon::pauseForSignals(std::chrono::milliseconds pause)
+{
+	pollfd signals{signalFd_.get(), POLLIN, 0};
+	status_.loopTurned();
+	if (poll(&signals, 1, static_cast<int>(pause.count())) <= 0)
+		return std::nullopt;
+	bool reload = false; // the config is read again in any case
+	return readSignals(reload);
+}
+
 int Daemon::run()
 {
 	status_.loopTurned();
@@ -182,6 +288,7 @@ int Daemon::run()
 	// retried by the loop: nothing more to do with it here.
 	(void)reconciler_.reconcile(SyncTrigger::startup);
 	giveMemoryBack();
+	readConntrack(); // after the first sync, which must not wait for it
 	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
@@ -262,6 +369,8 @@ int Daemon::run()
 			nextResync_ = Clock::now() + resyncEvery_;
 			log::debug("resync every {}", formatGoDuration(resyncEvery_));
 		}
+		if (Clock::now() >= nextConntrackRead_)
+			readConntrack();
 		// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.
 		if (nextWatchdog_ && Clock::now() >= *nextWatchdog_) {
 			notifier_.notify("WATCHDOG=1");

@@ -1,8 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// The HTTP endpoint with Boost.Beast: one I/O thread, asynchronous sessions with timeouts.
+// The HTTP endpoint with Boost.Beast: one I/O thread, a bounded table of sessions with short
+// deadlines, the oldest waiting one evicted for a new one.
 #include "ip-masq-agent/health_server.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <charconv>
+#include <functional>
+#include <list>
+#include <optional>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -12,6 +22,7 @@
 
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/process_guard.h"
 
 namespace ipmasq {
 
@@ -56,26 +67,81 @@ Result<ListenAddress> parseListenAddress(std::string_view text)
 
 namespace {
 
-constexpr auto kClientTimeout = std::chrono::seconds(5);
+// A probe or a scrape sends its whole request at once; a client that has not within this
+// time (an idle connection, a slowloris dribbling bytes) is closed.
+constexpr auto kRequestDeadline = std::chrono::seconds(2);
+// Writing the answer (a few KB that fit the socket's buffer) to a client that reads it.
+constexpr auto kWriteDeadline = std::chrono::seconds(2);
+// A request is a line and a few headers: anything beyond these is refused unread.
+constexpr uint32_t kHeaderLimit = 8 * 1024;
+constexpr uint64_t kBodyLimit = 1024;
+constexpr size_t kReadBufferLimit = 16 * 1024;
+// After a failure of the endpoint itself (out of memory, a Boost error): a pause, so that a
+// persistent one cannot make the thread spin.
+constexpr auto kFailurePause = std::chrono::milliseconds(100);
+// The endpoint thread's nice value: below the loop's (0), see yieldToTheLoop().
+constexpr int kThreadNice = 10;
+// One line about dropped connections per this period, however many there are.
+constexpr auto kPressureLogPeriod = std::chrono::seconds(60);
+
+class Session;
+
+// The open sessions, oldest first, and the cap on them. Only the I/O thread touches it.
+struct SessionTable {
+	std::list<Session *> open;
+	size_t capacity = HealthServer::kMaxSessions;
+	std::optional<std::chrono::steady_clock::time_point> lastPressureLog;
+
+	// Closes the oldest session that has not delivered its request yet (a probe has, a
+	// flood has not), or failing that the oldest. False when there is none.
+	bool evictOne();
+	// Logs "the health endpoint <why()>: ..." at most once per kPressureLogPeriod; `why`
+	// is only called then (a flood evicts thousands of sessions a second).
+	void notePressure(const std::function<std::string()> &why);
+};
 
 // One request per connection: probes and scrapes are small and infrequent.
 class Session : public std::enable_shared_from_this<Session>
 {
 public:
-	Session(tcp::socket socket, const AgentStatus &status, std::shared_ptr<int> count)
-		: stream_(std::move(socket)), status_(status), count_(std::move(count)) {}
+	Session(tcp::socket socket, const AgentStatus &status, SessionTable &table)
+		: stream_(std::move(socket)), buffer_(kReadBufferLimit), status_(status), table_(table)
+	{
+		parser_.header_limit(kHeaderLimit);
+		parser_.body_limit(kBodyLimit);
+		entry_ = table_.open.insert(table_.open.end(), this);
+	}
+	~Session() { forget(); }
+	Session(const Session &) = delete;
+	Session &operator=(const Session &) = delete;
 
 	void start()
 	{
-		stream_.expires_after(kClientTimeout);
-		http::async_read(stream_, buffer_, request_,
+		stream_.expires_after(kRequestDeadline); // from the accept, for all the reads
+		http::async_read(stream_, buffer_, parser_,
 				 [self = shared_from_this()](beast::error_code ec, size_t) {
 					 if (!ec)
 						 self->respond();
 				 });
 	}
 
+	bool requestRead() const { return requestRead_; }
+
+	// Evicted: the descriptor is released now; the pending handlers end with
+	// operation_aborted and release the session.
+	void close()
+	{
+		forget();
+		stream_.close();
+	}
+
 private:
+	void forget()
+	{
+		if (entry_)
+			table_.open.erase(*std::exchange(entry_, std::nullopt));
+	}
+
 	// 200 "ok", or 503 with the reason.
 	void answerHealth(const AgentStatus::Health &health)
 	{
@@ -85,13 +151,15 @@ private:
 
 	void respond()
 	{
-		response_.version(request_.version());
+		requestRead_ = true;
+		const auto &request = parser_.get();
+		response_.version(request.version());
 		response_.keep_alive(false);
 		response_.set(http::field::server, "ip-masq-agent");
 		response_.set(http::field::content_type, "text/plain; charset=utf-8");
-		const bool get = request_.method() == http::verb::get;
-		const bool head = request_.method() == http::verb::head;
-		const std::string_view target(request_.target().data(), request_.target().size());
+		const bool get = request.method() == http::verb::get;
+		const bool head = request.method() == http::verb::head;
+		const std::string_view target(request.target().data(), request.target().size());
 		const std::string_view path = target.substr(0, target.find('?'));
 		if (!get && !head) {
 			response_.result(http::status::method_not_allowed);
@@ -115,7 +183,7 @@ private:
 		response_.prepare_payload();
 		if (head)
 			response_.body().clear(); // Content-Length stays that of the GET body
-		stream_.expires_after(kClientTimeout);
+		stream_.expires_after(kWriteDeadline);
 		http::async_write(stream_, response_,
 				  [self = shared_from_this()](beast::error_code, size_t) {
 					  beast::error_code ignored;
@@ -126,11 +194,35 @@ private:
 
 	beast::tcp_stream stream_;
 	beast::flat_buffer buffer_;
-	http::request<http::string_body> request_;
+	http::request_parser<http::string_body> parser_;
 	http::response<http::string_body> response_;
 	const AgentStatus &status_;
-	std::shared_ptr<int> count_; // held while the session lives
+	SessionTable &table_;
+	std::optional<std::list<Session *>::iterator> entry_; // while open
+	bool requestRead_ = false;
 };
+
+bool SessionTable::evictOne()
+{
+	if (open.empty())
+		return false;
+	const auto waiting = std::find_if(open.begin(), open.end(),
+					  [](const Session *s) { return !s->requestRead(); });
+	(waiting != open.end() ? *waiting : open.front())->close();
+	return true;
+}
+
+void SessionTable::notePressure(const std::function<std::string()> &why)
+{
+	const auto now = std::chrono::steady_clock::now();
+	if (lastPressureLog && now - *lastPressureLog < kPressureLogPeriod)
+		return;
+	lastPressureLog = now;
+	log::warning("the health endpoint {}: the oldest connections that have not sent a request "
+		     "are closed to admit new ones, so probes still get through (is a client holding "
+		     "connections open? at most one line per {} s)",
+		     why(), std::chrono::duration_cast<std::chrono::seconds>(kPressureLogPeriod).count());
+}
 
 } // namespace
 
@@ -139,37 +231,122 @@ struct HealthServer::Impl {
 
 	void accept()
 	{
+		accepting = true;
 		acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+			accepting = false;
 			if (ec == asio::error::operation_aborted)
 				return;
-			if (ec) {
-				// Out of descriptors or the like: retry later, never spin.
-				retry.expires_after(std::chrono::milliseconds(100));
-				retry.async_wait([this](beast::error_code waited) {
-					if (!waited)
-						accept();
-				});
-				return;
-			}
-			// Probes and scrapes need a few connections at most; anything beyond
-			// the cap is closed at once rather than held for its timeout.
-			if (sessions.use_count() <= kMaxSessions)
-				std::make_shared<Session>(std::move(socket), status, sessions)->start();
+			if (ec)
+				return acceptFailed(ec);
+			admit(std::move(socket));
 			accept();
 		});
 	}
 
-	static constexpr long kMaxSessions = 16;
+	void admit(tcp::socket socket)
+	{
+		// Under pressure the oldest waiting client goes, never the newest: a flood then
+		// evicts itself, and a probe, which sends its request at once, is answered
+		// within milliseconds.
+		if (sessions.open.size() >= sessions.capacity) {
+			sessions.notePressure([this] {
+				return fmt::format("holds its limit of {} connections", sessions.capacity);
+			});
+			sessions.evictOne();
+		}
+		try {
+			std::make_shared<Session>(std::move(socket), status, sessions)->start();
+		} catch (const std::exception &e) {
+			// Out of memory, most likely: this connection is closed, the next is tried.
+			failed(e.what());
+		}
+	}
+
+	void acceptFailed(const beast::error_code &ec)
+	{
+		// Out of descriptors: a session waiting for its request gives its place at once.
+		// Out of anything else, or nothing left to close: try again shortly, never spin.
+		const bool descriptors = ec == asio::error::no_descriptors ||
+			ec == boost::system::errc::too_many_files_open_in_system;
+		if (descriptors && sessions.evictOne()) {
+			sessions.notePressure(
+				[&ec] { return fmt::format("ran out of descriptors ({})", ec.message()); });
+			return accept();
+		}
+		failed(fmt::format("cannot accept a connection: {}", ec.message()));
+		retry.expires_after(kFailurePause);
+		retry.async_wait([this](beast::error_code waited) {
+			if (!waited)
+				accept();
+		});
+	}
+
+	// The endpoint's own failures are logged, once per distinct message, and it goes on.
+	void failed(const std::string &why)
+	{
+		if (why == lastFailure)
+			return;
+		lastFailure = why;
+		log::error("the health endpoint: {}; it goes on serving", why);
+	}
+
+	// The I/O thread. Nothing may throw across its edge (that would end the process):
+	// an exception from a handler is logged, that handler's connection is gone, and
+	// serving resumes.
+	void serve()
+	{
+		yieldToTheLoop();
+		for (;;) {
+			try {
+				io.run();
+				return; // stopped
+			} catch (const std::exception &e) {
+				failed(e.what());
+			} catch (...) {
+				failed("an unknown exception");
+			}
+			if (stopping)
+				return;
+			std::this_thread::sleep_for(kFailurePause);
+			// The handler that threw may have been the one that accepts.
+			asio::post(io, [this] {
+				if (!accepting && !retryPending())
+					accept();
+			});
+		}
+	}
+
+	// The daemon's loop (healing, config changes) goes first when both threads want the
+	// CPU: a flood keeps this thread busy evicting, and must not make a restore late.
+	// A probe needs a millisecond of CPU, which it still gets. Per-thread nice value.
+	static void yieldToTheLoop()
+	{
+		if (setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), kThreadNice) != 0)
+			log::debug("cannot lower the health endpoint thread's priority: {}",
+				   std::strerror(errno));
+	}
+
+	bool retryPending() const { return retry.expiry() > asio::steady_timer::clock_type::now(); }
 
 	const AgentStatus &status;
 	uint16_t port = 0; // the bound port, recorded before the I/O thread starts
+	// Declared before the io_context: the sessions its handlers hold unregister from it
+	// when the io_context is destroyed.
+	SessionTable sessions;
+	std::string lastFailure;
+	bool accepting = false;
+	std::atomic<bool> stopping{false};
 	asio::io_context io{1};
 	tcp::acceptor acceptor{io};
 	asio::steady_timer retry{io};
-	// Each live session holds a copy: use_count() - 1 sessions are open.
-	std::shared_ptr<int> sessions = std::make_shared<int>(0);
 	std::thread thread;
 };
+
+size_t HealthServer::sessionCapacity(size_t freeDescriptors)
+{
+	const size_t spare = freeDescriptors > kReservedDescriptors ? freeDescriptors - kReservedDescriptors : 0;
+	return std::clamp(spare, kMinSessions, kMaxSessions);
+}
 
 namespace {
 
@@ -211,6 +388,20 @@ boost::system::error_code openAndBind(tcp::acceptor &acceptor, const ListenAddre
 Result<std::unique_ptr<HealthServer>> HealthServer::start(const ListenAddress &address,
 							  const AgentStatus &status)
 {
+	// Boost reports what it cannot do (no descriptor for its epoll, no memory, no thread)
+	// with exceptions: here they are start-up errors with a message.
+	try {
+		return startOrThrow(address, status);
+	} catch (const std::exception &e) {
+		return fail(fmt::format("cannot start the health endpoint (/livez, /readyz, /healthz, "
+					"/metrics): {} (check the open-files and memory limits, or turn "
+					"it off with --health-addr=)", e.what()));
+	}
+}
+
+Result<std::unique_ptr<HealthServer>> HealthServer::startOrThrow(const ListenAddress &address,
+								 const AgentStatus &status)
+{
 	auto impl = std::make_unique<Impl>(status);
 	if (const auto ec = openAndBind(impl->acceptor, address))
 		return fail(fmt::format("cannot serve /healthz, /livez, /readyz and /metrics on {}:{}: "
@@ -224,16 +415,14 @@ Result<std::unique_ptr<HealthServer>> HealthServer::start(const ListenAddress &a
 	if (ec)
 		return fail(fmt::format("cannot tell the health endpoint's port: {}", ec.message()),
 			    ec.value());
+	// Everything else of the daemon is open by now: the sessions take what is left,
+	// less a reserve for the config reads.
+	impl->sessions.capacity = sessionCapacity(process::descriptorRoom().free());
+	log::debug("the health endpoint serves at most {} connections at a time",
+		   impl->sessions.capacity);
 	impl->accept();
 	Impl *raw = impl.get();
-	impl->thread = std::thread([raw] {
-		// Nothing here may throw across the thread's edge: log and stop serving.
-		try {
-			raw->io.run();
-		} catch (const std::exception &e) {
-			log::error("the health endpoint stopped: {}", e.what());
-		}
-	});
+	impl->thread = std::thread([raw] { raw->serve(); });
 	return std::unique_ptr<HealthServer>(new HealthServer(std::move(impl)));
 }
 
@@ -241,6 +430,7 @@ HealthServer::HealthServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 
 HealthServer::~HealthServer()
 {
+	impl_->stopping = true;
 	impl_->io.stop();
 	if (impl_->thread.joinable())
 		impl_->thread.join();

@@ -245,6 +245,11 @@ std::string formatLine(Format format, bool journal, std::string_view timestamp, 
 	return fmt::format("{} {}: {}\n", timestamp, levelName(level), sanitizeLine(message));
 }
 
+std::string formatLineNow(std::string_view timestamp, Level level, std::string_view message)
+{
+	return formatLine(gFormat, toJournal(), timestamp, level, message, {});
+}
+
 void write(Level level, std::string_view message, const Fields &fields)
 {
 	const std::string line = formatLine(gFormat, toJournal(), timestampNow(), level, message,
@@ -252,7 +257,11 @@ void write(Level level, std::string_view message, const Fields &fields)
 	// One write per line, so concurrent writers (tests, the kubelet's log reader)
 	// never see interleaved fragments.
 	std::fwrite(line.data(), 1, line.size(), stderr);
-	std::fflush(stderr);
+	// A reader that went away (EPIPE: SIGPIPE is ignored), a full disk: the line is lost,
+	// and the agent goes on with its work. The error is cleared, so that the next line
+	// is tried again (a log collector restarted, space freed).
+	if (std::fflush(stderr) != 0 || std::ferror(stderr))
+		std::clearerr(stderr);
 }
 
 } // namespace ipmasq::log

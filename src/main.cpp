@@ -13,12 +13,14 @@
 #include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/explain.h"
+#include "ip-masq-agent/guarded_backend.h"
 #include "ip-masq-agent/health_server.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/options.h"
+#include "ip-masq-agent/process_guard.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip_masq_agent_version.h"
@@ -98,8 +100,37 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 	return reconciler.reconcile(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+// The descriptors the daemon holds besides its health endpoint's sessions: the backend's and
+// the monitor's netlink sockets, the signalfd, the timerfd, the inotify instance and the
+// systemd notify socket (6); the health endpoint's epoll, eventfd, timerfd and listening
+// socket (4); and a reserve for what it opens for a moment (the config file twice, for
+// the read lease and the read, a directory listing, /proc for a table owner's name).
+size_t daemonDescriptors(const AgentOptions &options)
+{
+	const size_t own = 6;
+	const size_t health = options.healthAddr.empty() ? 0 : 4 + HealthServer::kMinSessions;
+	return own + health + HealthServer::kReservedDescriptors;
+}
+
+// Too few descriptors to run at all is an error at start, naming the limit: found later
+// it would be a config that cannot be read, or probes that get no answer.
+bool enoughDescriptors(const AgentOptions &options)
+{
+	const size_t needed = daemonDescriptors(options);
+	const size_t wanted = needed + (options.healthAddr.empty() ? 0 : HealthServer::kMaxSessions);
+	auto room = process::ensureDescriptorRoom(needed, wanted);
+	if (!room) {
+		log::error("{}", room.error().message);
+		return false;
+	}
+	log::debug("open-files limit {}, {} open", room->limit, room->open);
+	return true;
+}
+
 int runAgent(AgentOptions options)
 {
+	if (!options.once && !options.cleanup && !enoughDescriptors(options))
+		return EXIT_FAILURE;
 	auto backend = NetlinkBackend::open();
 	if (!backend) {
 		log::error("{}", backend.error().message);
@@ -137,7 +168,9 @@ int runAgent(AgentOptions options)
 			     opened.error().message);
 	}
 	const std::string healthAddr = options.healthAddr;
-	auto daemon = Daemon::create(std::move(options), **backend, monitor ? &*monitor : nullptr,
+	// Out of memory, a sync fails and is retried; the process goes on.
+	GuardedBackend guarded(**backend);
+	auto daemon = Daemon::create(std::move(options), guarded, monitor ? &*monitor : nullptr,
 				     SystemdNotifier::fromEnvironment());
 	if (!daemon) {
 		log::error("{}", daemon.error().message);
@@ -161,13 +194,14 @@ int runAgent(AgentOptions options)
 		health = std::move(*server);
 		log::info("serving /healthz, /livez, /readyz and /metrics on {} (port {})", healthAddr, health->port());
 	}
-	return (*daemon)->run();
+	return (*daemon)->runGuarded();
 }
 
 } // namespace
 
 int main(int argc, char **argv)
 {
+	process::guardStandardDescriptors();
 	auto cl = parseCommandLine(argc, argv);
 	if (!cl) {
 		std::fprintf(stderr, "ip-masq-agent: %s\n", cl.error().message.c_str());
@@ -186,6 +220,7 @@ int main(int argc, char **argv)
 
 	log::setVerbosity(cl->options.verbosity);
 	log::setFormat(cl->options.loggingFormat);
+	process::installFatalHandlers();
 	for (const std::string &warning : cl->warnings)
 		log::warning("{}", warning);
 

@@ -185,9 +185,29 @@ Status Reconciler::reconcile(SyncTrigger trigger)
 	// kernel, not when it was read; a refusal then shows as the sync error.
 	if (configError_.empty())
 		status_.configLoaded();
-	if (!kernel)
+	if (!kernel) {
+		retryAfterFailure(kernel.error());
 		return kernel;
+	}
+	failureRetryDelay_ = kFailureRetryInitial;
+	if (!restorePending_)
+		retryAt_.reset(); // a retry after a failure is done with
 	return configStatus();
+}
+
+void Reconciler::retryAfterFailure(const Error &error)
+{
+	const auto now = clock_();
+	const auto delay = error.errnum == EPERM ? Clock::duration(kLockedOutRetry)
+						 : Clock::duration(failureRetryDelay_);
+	if (error.errnum != EPERM)
+		failureRetryDelay_ = std::min<std::chrono::milliseconds>(2 * failureRetryDelay_,
+									  kFailureRetryLimit);
+	// A paced restore already due earlier keeps its time.
+	if (!retryAt_ || *retryAt_ <= now)
+		retryAt_ = now + delay;
+	log::debug("the sync failed ({}); trying again in {:.0f} ms", error.message,
+		   milliseconds(*retryAt_ - now));
 }
 
 Status Reconciler::syncFailure(const Error &error, const char *doing)
@@ -296,8 +316,13 @@ Status Reconciler::restoreNow(SyncTrigger trigger)
 	pendingIsDrift_ = false;
 	retryAt_.reset();
 	Status committed = commit(trigger, drift ? "restored" : "rewrote");
-	if (!committed)
+	if (!committed) {
+		// Still to do: the retry (retryAfterFailure) goes straight to the restore,
+		// without reading the table again.
+		restorePending_ = true;
+		pendingIsDrift_ = drift;
 		return committed;
+	}
 	pacer_.restored(clock_());
 	if (drift)
 		status_.driftRepaired();

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -57,6 +58,13 @@ public:
 		size_t intervalsV6 = 0;
 		std::string table;
 
+		// Conntrack's statistics as last read; nullopt before the first read and after
+		// a failed one (a stale reading would pass for the node's state). Never part of
+		// readiness: conntrack pressure is the node's problem, not the agent's failure.
+		std::optional<netlink::ConntrackStats> conntrack;
+		double conntrackReadUnixSeconds = 0; // the last successful read; 0: none yet
+		uint64_t conntrackReadFailures = 0;
+
 		// Readiness: the config is valid and its table is in force.
 		Health health() const;
 		std::string prometheusText() const;
@@ -75,6 +83,10 @@ public:
 	void noopResync();
 	void tableDrifted(); // missing or edited: not ok until the next successful sync
 	void driftRepaired();
+	// A reading of conntrack's statistics (by the loop, never by a scrape), or a failure
+	// to read them.
+	void conntrackRead(const netlink::ConntrackStats &stats);
+	void conntrackReadFailed();
 
 	// The loop's heartbeat, for liveness (/livez): the loop calls loopTurned() on every
 	// turn and wakes at least every kHeartbeatPeriod to do so, so a heartbeat older than

@@ -26,6 +26,8 @@ struct Address {
 	AddressValue value = 0;
 
 	static Address max(Family family);
+	// From network byte order: 4 bytes for IPv4, 16 for IPv6, as netlink carries them.
+	static Address fromBytes(Family family, const uint8_t *bytes);
 
 	// Network byte order, 4 or 16 bytes: what netlink carries.
 	std::vector<uint8_t> bytes() const;

@@ -13,6 +13,7 @@
 
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/siphash.h"
 #include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq {
@@ -70,6 +71,12 @@ public:
 	// Where read leases are unavailable, a writer that stays silent this long after its
 	// last write is presumed dead, and the file is read as it is.
 	static constexpr std::chrono::seconds kWriteTimeout{2};
+	// A read that failed (an unreadable file, a FIFO in its place, out of descriptors or
+	// memory) is tried again after this delay, doubled after each failure up to the
+	// limit: some of these causes end with no inotify event to tell (a descriptor freed,
+	// memory released), and the source must not wait for the resync.
+	static constexpr std::chrono::milliseconds kReadRetryInitial{100};
+	static constexpr std::chrono::seconds kReadRetryLimit{5};
 
 	// Never fails: without inotify (out of instances, say) the source still works,
 	// and changes are found by the resync; takeWatchWarning() says so.
@@ -83,9 +90,15 @@ public:
 
 	// New content if there is any: nullopt when nothing new (or not yet: a change
 	// still settling, a file being written, a vanished file within its grace time).
-	// An error (unreadable file) leaves the last content in force; the next look
-	// reads again.
+	// An error (unreadable file) leaves the last content in force, and the source
+	// forgets what it delivered: the next good read delivers its content even if it is
+	// the same as before the error, so that the caller sees the error end. The read is
+	// retried by nextWake() (kReadRetryInitial, growing to kReadRetryLimit).
 	Result<std::optional<ConfigContent>> look(ConfigLook why, Clock::time_point now);
+
+	// The caller could not take in what look() delivered last (it ran out of memory
+	// parsing it): the next look delivers the content again, even if unchanged.
+	void redeliver();
 
 	// When look(ConfigLook::ifDue) has something to do next; nullopt: nothing pending.
 	std::optional<Clock::time_point> nextWake() const;
@@ -112,10 +125,14 @@ private:
 	// The files to read: --config's, or the directory's listing (none if it is missing).
 	Result<std::vector<std::string>> filesToRead() const;
 	// Read one file, unless a writer has it open: then nullopt, and the read waits.
+	// Only a regular file is ever opened (stat() first): opening a device can have
+	// effects of its own, and readConfigText() reports what the path is instead.
 	std::optional<Result<std::optional<std::string>>> readUnlessWritten(const std::string &path,
 									 Clock::time_point now);
 	Result<std::optional<ConfigContent>> read(Clock::time_point now);
 	Result<std::optional<ConfigContent>> absent(Clock::time_point now);
+	// A read failed: forget what was delivered, and schedule another read.
+	tl::unexpected<Error> readFailed(Error error, Clock::time_point now);
 
 	UniqueFd inotify_;
 	ConfigLocation location_;
@@ -139,18 +156,29 @@ private:
 	Clock::time_point lastWrite_;
 	bool waitingForWriterBlindly_ = false;
 
-	// What was last yielded, and the stamp of the file it came from.
-	// What was last delivered, as a digest: the text itself goes to the caller and is
-	// not kept (a config of 100,000 CIDRs is 2 MB that would stay resident).
+	// What was last delivered, as a digest, and the stamps of the files it came from.
+	// The text itself goes to the caller and is not kept (a config of 100,000 CIDRs is
+	// 2 MB that would stay resident). The digest is keyed with a random key of this
+	// process (SipHash128), so no config can be written to have another one's digest
+	// and pass for "nothing new".
 	struct ContentDigest {
 		bool present = false;
-		size_t size = 0;
-		size_t hash = 0;
-		bool operator==(const ContentDigest &) const = default;
+		// false after a read error: something was there, its content is not known, and
+		// no content compares equal to it.
+		bool known = true;
+		SipHash128::Digest digest{};
+		bool operator==(const ContentDigest &other) const
+		{
+			return present == other.present && known && other.known &&
+			       digest == other.digest;
+		}
 	};
 	static ContentDigest digestOf(const ConfigContent &content);
 	std::optional<ContentDigest> delivered_;
 	std::optional<Stamps> deliveredStamp_;
+	// After a failed read: when to read again, and the delay after the next failure.
+	std::optional<Clock::time_point> readRetryAt_;
+	std::chrono::milliseconds readRetryDelay_ = kReadRetryInitial;
 	// The file was found missing after being present: since when.
 	std::optional<Clock::time_point> absentSince_;
 };

@@ -2,10 +2,13 @@
 // The daemon's loop: turns descriptors into events for the ConfigSource and the Reconciler.
 #pragma once
 
+#include <bitset>
+#include <csignal>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <sys/signalfd.h>
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
@@ -30,7 +33,8 @@ class Daemon
 {
 public:
 	// `monitor` may be null (then drift is found at the next resync only).
-	// Blocks SIGTERM, SIGINT, SIGHUP and SIGIO: from here on run() reads them. Fails
+	// Blocks SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGIO and the signals it only logs (SIGUSR1,
+	// SIGALRM, real-time signals, ...): from here on run() reads them. Fails
 	// if the signalfd or timerfd cannot be made, with that call's errno.
 	// `notifier` tells systemd READY=1 after the first good sync, STATUS= on changes,
 	// and WATCHDOG=1 from the loop while it turns.
@@ -41,10 +45,16 @@ public:
 	Daemon(const Daemon &) = delete;
 	Daemon &operator=(const Daemon &) = delete;
 
-	// Run until SIGTERM or SIGINT (exit status 0; the rules stay in place). SIGHUP
-	// reloads at once. Config changes and changes to the agent's table are handled
+	// Run until SIGTERM, SIGINT or SIGQUIT (exit status 0; the rules stay in place).
+	// SIGHUP reloads at once; SIGUSR1, SIGUSR2, SIGALRM, real-time signals and the like
+	// are logged and ignored. Config changes and changes to the agent's table are handled
 	// within milliseconds; the resync timer (resyncInterval) is the safety net.
 	int run();
+
+	// run(), resumed after an allocation failure instead of ending: the failure is
+	// logged, the config is read again and the table checked after a pause (100 ms,
+	// doubling up to 5 s) during which SIGTERM still ends it. The table in force stays.
+	int runGuarded();
 
 	// Health and counters, for the HTTP endpoint (which reads them from its thread).
 	const AgentStatus &status() const { return status_; }
@@ -60,9 +70,21 @@ private:
 	bool takeConfig(ConfigLook why, Clock::time_point now);
 	// Handle the pending signals; an exit status when the daemon must stop.
 	std::optional<int> readSignals(bool &reload);
+	// A signal that would have ended the process by default, and does not here.
+	void noteIgnoredSignal(const signalfd_siginfo &info);
+	// Wait `pause` for signals only (a SIGTERM still ends the daemon); an exit status
+	// when one says so.
+	std::optional<int> pauseForSignals(std::chrono::milliseconds pause);
 	Clock::time_point nextWake(Clock::time_point now) const;
 	void armWakeTimer(Clock::time_point at);
 	void reportToSystemd();
+	// Reads conntrack's statistics into the status, and schedules the next read.
+	void readConntrack();
+
+	// How often the loop reads conntrack's statistics (and once at start). The loop
+	// reads them, never a scrape: however many scrapes come, the kernel is asked at
+	// this rate, and a scrape never waits on netlink.
+	static constexpr std::chrono::seconds kConntrackReadPeriod{10};
 
 	AgentOptions options_;
 	NftablesMonitor *monitor_;
@@ -79,7 +101,10 @@ private:
 	Duration configuredResync_ = kDefaultResyncInterval;
 	std::optional<Clock::time_point> nextWatchdog_;
 	bool readySent_ = false;
+	std::bitset<NSIG> ignoredSignalsSeen_;
 	std::string lastStatusLine_;
+	Clock::time_point nextConntrackRead_;
+	std::string lastConntrackError_; // logged once per distinct message
 };
 
 } // namespace ipmasq

@@ -3,6 +3,7 @@
 // thread of its own.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,12 +33,32 @@ Result<ListenAddress> parseListenAddress(std::string_view text);
 //   /metrics  Prometheus text
 // Requests are handled one thread away from the daemon's loop, so a slow client can
 // never delay a sync, and a stuck loop cannot stop /livez from saying so.
+//
+// On the host network every pod can reach it, so every resource a client can hold is
+// bounded, and under pressure the oldest waiting clients go, never the new ones: at most
+// sessionCapacity() connections at a time (derived from the descriptors left); one request
+// per connection, whose header must arrive within 2 s of the accept (8 KiB at most) and
+// whose answer is written within 2 s; a new connection beyond the cap (or an accept out of
+// descriptors) closes the oldest session that has not yet delivered a request. A flood of
+// idle or slow connections thus evicts itself, and a probe, which sends its request at
+// once, is answered within milliseconds. The endpoint's own failures (out of memory,
+// descriptors, a Boost error) are logged, and it goes on serving; none ends the process.
 class HealthServer
 {
 public:
+	// Fails (never throws) if the address cannot be bound or Boost cannot set up its
+	// I/O (no descriptor for epoll, no thread).
 	static Result<std::unique_ptr<HealthServer>> start(const ListenAddress &address,
 							   const AgentStatus &status);
 	~HealthServer(); // stops serving and joins the thread
+
+	// The cap on connections, from the descriptors free once everything else is open:
+	// what is left after kReservedDescriptors (the daemon's config reads and the like),
+	// at least kMinSessions and at most kMaxSessions.
+	static constexpr size_t kMinSessions = 4;
+	static constexpr size_t kMaxSessions = 64;
+	static constexpr size_t kReservedDescriptors = 8;
+	static size_t sessionCapacity(size_t freeDescriptors);
 
 	// The bound port (the chosen one when the address said 0).
 	uint16_t port() const;
@@ -46,6 +67,8 @@ public:
 
 private:
 	explicit HealthServer(std::unique_ptr<Impl> impl);
+	static Result<std::unique_ptr<HealthServer>> startOrThrow(const ListenAddress &address,
+								  const AgentStatus &status);
 	std::unique_ptr<Impl> impl_;
 };
 

@@ -51,6 +51,11 @@ void write(Level level, std::string_view message, const Fields &fields = {});
 std::string formatLine(Format format, bool journal, std::string_view timestamp, Level level,
 		       std::string_view message, const Fields &fields);
 
+// formatLine() with the format and journal stream write() uses, for a line prepared ahead
+// of the moment it is written (a fatal signal's handler may not format): the caller puts
+// the time over `timestamp`, a stand-in of the same width.
+std::string formatLineNow(std::string_view timestamp, Level level, std::string_view message);
+
 // `text` as a JSON string, quotes included: quotes, backslashes and every control
 // byte (C0, DEL) escaped, C1 controls and U+2028/U+2029 as \uXXXX, and each byte of
 // invalid UTF-8 as U+FFFD, so that any input gives valid JSON on one line.

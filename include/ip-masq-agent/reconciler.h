@@ -80,8 +80,18 @@ public:
 	// there is no ruleset at all, or the kernel refused or could not be asked.
 	Status reconcile(SyncTrigger trigger);
 
+	// A failed sync (a refused or failed commit, a failed read of the kernel, out of
+	// memory) is tried again after a delay that starts at kFailureRetryInitial and
+	// doubles up to kFailureRetryLimit, keeping what is in force meanwhile. EPERM (another
+	// process owns the table, see NetlinkBackend) is tried every kLockedOutRetry: the
+	// kernel removes an owner's table silently when the owner exits, so only a look on a
+	// short timer notices that the agent may write its table again.
+	static constexpr std::chrono::milliseconds kFailureRetryInitial{100};
+	static constexpr std::chrono::seconds kFailureRetryLimit{10};
+	static constexpr std::chrono::milliseconds kLockedOutRetry{250};
+
 	// When reconcile(SyncTrigger::retry) should run next: a restore waiting for its
-	// pace. nullopt: nothing pending.
+	// pace, or a failed sync waiting for its retry. nullopt: nothing pending.
 	std::optional<Clock::time_point> nextWake() const { return retryAt_; }
 
 	// Whether there is a ruleset to enforce (from a desired state, or adopted).
@@ -105,6 +115,8 @@ private:
 	void tryAdopt();
 	// Record a netlink failure: logged and counted once per distinct message.
 	Status syncFailure(const Error &error, const char *doing);
+	// After a failed sync: when to try again (see kFailureRetryInitial).
+	void retryAfterFailure(const Error &error);
 
 	TableBackend &backend_;
 	Settings settings_;
@@ -138,6 +150,8 @@ private:
 
 	std::string lastSyncError_;
 	std::string lastAdoptionNote_;
+	// The delay before the next retry of a failed sync; reset by a success.
+	std::chrono::milliseconds failureRetryDelay_ = kFailureRetryInitial;
 };
 
 } // namespace ipmasq

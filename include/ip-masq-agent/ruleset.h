@@ -18,6 +18,7 @@
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/overloaded.h"
 #include "ip-masq-agent/port_ranges.h"
 
 namespace ipmasq {
@@ -164,14 +165,6 @@ inline constexpr uint8_t kPortProtocols[] = {6, 17, 132};
 // std::get_if of one kind: a new kind is then a compile error until each handles it.
 using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet,
 			       ReturnIfOutputInterfaceInSet, Masquerade, SourceNat>;
-
-// The visitor of such a std::visit: one lambda per kind.
-template<class... Ts>
-struct Overloaded : Ts... {
-	using Ts::operator()...;
-};
-template<class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 struct Rule {
 	Statement statement;

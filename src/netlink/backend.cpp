@@ -14,10 +14,12 @@
 #include <fmt/format.h>
 #include <libnftnl/udata.h>
 
+#include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/batch.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
+#include "ip-masq-agent/netlink/port_owner.h"
 #include "ip-masq-agent/netlink/snapshot.h"
 
 namespace ipmasq {
@@ -313,6 +315,17 @@ Status dumpTableObjects(Socket &socket, uint8_t message, const std::string &tabl
 		});
 }
 
+// "netlink port 1234, pid 567 \"nft\"", as far as this namespace lets us see.
+std::string describeOwner(std::optional<uint32_t> portId)
+{
+	if (!portId)
+		return "the kernel does not say which";
+	const auto owner = findPortOwner(*portId);
+	if (!owner)
+		return fmt::format("netlink port {}; its process is not visible from here", *portId);
+	return fmt::format("netlink port {}, pid {} {}", *portId, owner->pid, quoted(owner->command));
+}
+
 } // namespace
 
 NetlinkBackend::NetlinkBackend(Socket socket) : socket_(std::move(socket)) {}
@@ -339,6 +352,11 @@ Result<BatchAnswer> NetlinkBackend::transact(const Batch &batch)
 
 Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool createOnly)
 {
+	// Locked out by the table's owner: ask whether it still is before encoding a table
+	// that may hold 100,000 ranges, which the retries would otherwise do every time.
+	if (lockedOut_)
+		if (auto held = refusedByOwner(ruleset.table); held)
+			return fail(*held);
 	auto encoded = encodeForKernel(ruleset);
 	if (!encoded)
 		return fail(encoded.error());
@@ -353,6 +371,9 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 	if (!answer->failures.empty()) {
 		refusedFeature_ = refusedFeature(*batch, carriers, answer->failures.front().seq,
 						 answer->failures.front().error);
+		if (answer->failures.front().error == EPERM)
+			if (auto held = refusedByOwner(ruleset.table); held)
+				return fail(*held);
 		return fail(batchError(*batch, *answer));
 	}
 	log::debug("applied table inet {}: {} messages, {} bytes", ruleset.table,
@@ -366,14 +387,49 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 
 Result<BatchAnswer> NetlinkBackend::transactQuietly(const Batch &batch)
 {
-	if (quietMonitor_)
-		(void)quietMonitor_->pause(); // best effort: listening only costs time
-	auto answer = transact(batch);
-	if (quietMonitor_)
-		if (auto resumed = quietMonitor_->resume(); !resumed)
-			log::warning("{}; outside changes are repaired at the next resync only",
-				     resumed.error().message);
-	return answer;
+	if (!quietMonitor_)
+		return transact(batch);
+	(void)quietMonitor_->pause(); // best effort: listening only costs time
+	// Resumed however transact() ends, an exception (out of memory) included: a monitor
+	// left out of its group would never report a change again.
+	struct Resume {
+		NftablesMonitor *monitor;
+		~Resume()
+		{
+			if (auto resumed = monitor->resume(); !resumed)
+				log::warning("{}; outside changes are repaired at the next resync only",
+					     resumed.error().message);
+		}
+	} resume{quietMonitor_};
+	return transact(batch);
+}
+
+std::optional<Error> NetlinkBackend::refusedByOwner(const std::string &table)
+{
+	std::optional<uint32_t> flags, owner;
+	TablePtr request = tableHandle(table, false);
+	const Status s = socket_.query(
+		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
+		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			TablePtr reply = newTable();
+			if (auto p = parsed(nftnl_table_nlmsg_parse(nlh, reply.get()), "table"); !p)
+				return p;
+			if (nftnl_table_is_set(reply.get(), NFTNL_TABLE_FLAGS))
+				flags = nftnl_table_get_u32(reply.get(), NFTNL_TABLE_FLAGS);
+			if (nftnl_table_is_set(reply.get(), NFTNL_TABLE_OWNER))
+				owner = nftnl_table_get_u32(reply.get(), NFTNL_TABLE_OWNER);
+			return {};
+		});
+	lockedOut_ = s && flags && (*flags & NFT_TABLE_F_OWNER) && owner != portId();
+	if (!lockedOut_)
+		return std::nullopt;
+	return Error(fmt::format("table inet {} is held by another process with the flag \"owner\" "
+				 "({}): the kernel lets only that process change or delete it; the "
+				 "agent tries again every few hundred milliseconds, and restores its "
+				 "table as soon as that process exits (the kernel then removes the "
+				 "table)", table, describeOwner(owner)),
+		     EPERM);
 }
 
 Result<uint32_t> NetlinkBackend::updateElements(const std::string &table, const ElementDiff &diff,
@@ -387,6 +443,9 @@ Result<uint32_t> NetlinkBackend::updateElements(const std::string &table, const 
 	if (!answer)
 		return fail(answer.error());
 	if (!answer->failures.empty()) {
+		if (answer->failures.front().error == EPERM)
+			if (auto held = refusedByOwner(table); held)
+				return fail(*held);
 		if (answer->failures.front().error == ERESTART)
 			return fail(fmt::format("the element update of table inet {} was computed at "
 						"ruleset generation {}, and someone committed since: "
@@ -410,6 +469,9 @@ Status NetlinkBackend::remove(const std::string &table)
 	auto answer = transact(*batch);
 	if (!answer)
 		return fail(answer.error());
+	if (!answer->failures.empty() && answer->failures.front().error == EPERM)
+		if (auto held = refusedByOwner(table); held)
+			return fail(*held);
 	if (!answer->failures.empty() && answer->failures.front().error != ENOENT)
 		return fail(batchError(*batch, *answer));
 	return {};
@@ -436,6 +498,14 @@ Result<uint32_t> NetlinkBackend::generation()
 
 Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
 {
+	// A missing table (deleted by hand) differs from any ruleset: say so without encoding
+	// the ruleset. For 100,000 ranges that takes tens of MB, which a restore under a tight
+	// memory limit then needs for the commit itself.
+	auto exists = tableExists(ruleset.table);
+	if (!exists)
+		return fail(exists.error());
+	if (!*exists)
+		return TableCheck::different;
 	auto encoded = encodeForKernel(ruleset);
 	if (!encoded)
 		return fail(encoded.error());

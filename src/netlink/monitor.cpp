@@ -2,8 +2,6 @@
 // The nf_tables change monitor: a socket in the NFNLGRP_NFTABLES multicast group.
 #include "ip-masq-agent/netlink/monitor.h"
 
-#include <cerrno>
-
 #include <libmnl/libmnl.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -15,6 +13,10 @@ namespace ipmasq {
 namespace {
 
 constexpr size_t kReceiveBuffer = 4 * 1024 * 1024;
+// Datagrams one drain() reads at most. nf_tables packs a commit's notifications into
+// few datagrams, so this is more than the receive buffer holds: only a writer faster
+// than we read ever meets it, and the rest then waits for the next poll().
+constexpr size_t kMaxDatagramsPerDrain = 4096;
 
 } // namespace
 
@@ -81,20 +83,12 @@ Result<bool> NftablesMonitor::drain()
 			return;
 		changed = true;
 	};
-	for (;;) {
-		auto got = socket_.receivePending(onMessage);
-		if (!got) {
-			// The kernel dropped notifications because we read too slowly:
-			// we cannot tell what changed, so something did.
-			if (got.error().errnum == ENOBUFS) {
-				changed = true;
-				continue;
-			}
-			return fail(got.error());
-		}
-		if (!*got)
-			return changed;
-	}
+	auto drained = socket_.drainNotifications(onMessage, kMaxDatagramsPerDrain);
+	if (!drained)
+		return fail(drained.error());
+	// The kernel dropped notifications because we read too slowly: we cannot tell
+	// what changed, so something did.
+	return changed || drained->overrun;
 }
 
 } // namespace ipmasq

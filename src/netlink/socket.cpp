@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The netfilter netlink socket: requests, dumps and batches over libmnl.
+// The netlink socket: requests, dumps, notifications and nf_tables batches over libmnl.
 #include "ip-masq-agent/netlink/socket.h"
 
 #include <cerrno>
@@ -12,6 +12,7 @@
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 
 #include <fmt/format.h>
 #include <libnftnl/common.h>
@@ -29,6 +30,23 @@ constexpr size_t kReceiveBufferSize = 64 * 1024 + 4096;
 Error systemError(const std::string &what, int errnum)
 {
 	return Error(fmt::format("{}: {}", what, std::strerror(errnum)), errnum);
+}
+
+// How messages name the socket, the kernel side answering it, and what interrupts a dump.
+struct ProtocolWords {
+	int netlinkFamily;
+	const char *socket;
+	const char *peer;
+	const char *interruption;
+};
+
+const ProtocolWords &words(Protocol protocol)
+{
+	static const ProtocolWords netfilter{NETLINK_NETFILTER, "netfilter netlink socket",
+					     "nf_tables", "ruleset"};
+	static const ProtocolWords route{NETLINK_ROUTE, "route netlink socket", "rtnetlink",
+					 "link or address"};
+	return protocol == Protocol::route ? route : netfilter;
 }
 
 struct CallbackContext {
@@ -80,18 +98,20 @@ std::string extackMessage(const nlmsghdr *nlh)
 
 } // namespace
 
-Socket::Socket(MnlSocketPtr socket, uint32_t portId, uint32_t seq)
-	: socket_(std::move(socket)), portId_(portId), seq_(seq), buffer_(kReceiveBufferSize)
+Socket::Socket(Protocol protocol, MnlSocketPtr socket, uint32_t portId, uint32_t seq)
+	: protocol_(protocol), socket_(std::move(socket)), portId_(portId), seq_(seq),
+	  buffer_(kReceiveBufferSize)
 {
 }
 
-Result<Socket> Socket::open()
+Result<Socket> Socket::open(Protocol protocol)
 {
-	MnlSocketPtr nl(mnl_socket_open2(NETLINK_NETFILTER, SOCK_CLOEXEC));
+	const ProtocolWords &w = words(protocol);
+	MnlSocketPtr nl(mnl_socket_open2(w.netlinkFamily, SOCK_CLOEXEC));
 	if (!nl)
-		return fail(systemError("cannot open a netfilter netlink socket", errno));
+		return fail(systemError(fmt::format("cannot open a {}", w.socket), errno));
 	if (mnl_socket_bind(nl.get(), 0, MNL_SOCKET_AUTOPID) < 0)
-		return fail(systemError("cannot bind the netfilter netlink socket", errno));
+		return fail(systemError(fmt::format("cannot bind the {}", w.socket), errno));
 	// Both are optional (older kernels): errors then come without the kernel's text,
 	// or with the failed message echoed, which the answer parsing handles too.
 	int on = 1;
@@ -99,7 +119,7 @@ Result<Socket> Socket::open()
 	mnl_socket_setsockopt(nl.get(), NETLINK_CAP_ACK, &on, sizeof(on));
 	const uint32_t portId = mnl_socket_get_portid(nl.get());
 	// Start from the clock, as nft does, so that numbers differ between runs.
-	Socket socket(std::move(nl), portId, static_cast<uint32_t>(std::time(nullptr)));
+	Socket socket(protocol, std::move(nl), portId, static_cast<uint32_t>(std::time(nullptr)));
 	if (auto s = socket.setReplyTimeout(kDefaultReplyTimeout); !s)
 		return fail(s.error());
 	return socket;
@@ -116,7 +136,8 @@ Status Socket::setReplyTimeout(std::chrono::milliseconds timeout)
 	// timeout bounds it should that ever change.
 	for (const int option : {SO_RCVTIMEO, SO_SNDTIMEO})
 		if (setsockopt(fd(), SOL_SOCKET, option, &value, sizeof(value)) != 0)
-			return fail(systemError("cannot set the netfilter netlink socket's timeouts",
+			return fail(systemError(fmt::format("cannot set the {}'s timeouts",
+							    words(protocol_).socket),
 						errno));
 	replyTimeout_ = timeout;
 	return {};
@@ -124,7 +145,7 @@ Status Socket::setReplyTimeout(std::chrono::milliseconds timeout)
 
 Error Socket::timedOut(const std::string &detail) const
 {
-	return Error(fmt::format("nf_tables did not answer within {:g} s{}{}",
+	return Error(fmt::format("{} did not answer within {:g} s{}{}", words(protocol_).peer,
 				 std::chrono::duration<double>(replyTimeout_).count(),
 				 detail.empty() ? "" : ": ", detail),
 		     ETIMEDOUT);
@@ -198,7 +219,9 @@ Result<bool> Socket::receivePending(const std::function<void(const nlmsghdr *)> 
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return false;
-		return fail(systemError("cannot receive from the netfilter netlink socket", errno));
+		return fail(systemError(fmt::format("cannot receive from the {}",
+						    words(protocol_).socket),
+					errno));
 	}
 	int len = static_cast<int>(n);
 	for (auto *nlh = reinterpret_cast<const nlmsghdr *>(buffer_.data()); mnl_nlmsg_ok(nlh, len);
@@ -207,15 +230,51 @@ Result<bool> Socket::receivePending(const std::function<void(const nlmsghdr *)> 
 	return true;
 }
 
+Result<Drained> Socket::drainNotifications(const std::function<void(const nlmsghdr *)> &onMessage,
+					   size_t maxDatagrams)
+{
+	Drained drained;
+	for (size_t read = 0; read < maxDatagrams; read++) {
+		auto got = receivePending(onMessage);
+		if (!got) {
+			// The kernel reports dropped notifications once, on this receive.
+			if (got.error().errnum != ENOBUFS)
+				return fail(got.error());
+			drained.overrun = true;
+			continue;
+		}
+		if (!*got)
+			break;
+	}
+	return drained;
+}
+
+nlmsghdr *Socket::putHeader(char *buffer, uint16_t type, uint16_t family, uint16_t flags,
+			    uint32_t seq) const
+{
+	if (protocol_ == Protocol::netfilter)
+		return nftnl_nlmsg_build_hdr(buffer, type, family, flags, seq);
+	nlmsghdr *nlh = mnl_nlmsg_put_header(buffer);
+	nlh->nlmsg_type = type;
+	nlh->nlmsg_flags = NLM_F_REQUEST | flags;
+	nlh->nlmsg_seq = seq;
+	auto *gen = static_cast<rtgenmsg *>(mnl_nlmsg_put_extra_header(nlh, sizeof(rtgenmsg)));
+	gen->rtgen_family = static_cast<unsigned char>(family);
+	return nlh;
+}
+
 Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
-		     const ReplyHandler &onReply)
+		     const ReplyHandler &onReply, uint8_t subsystem)
 {
 	discardPending();
 	const uint32_t seq = seq_++;
 	std::vector<char> request(MNL_SOCKET_BUFFER_SIZE);
 	if (!(flags & NLM_F_DUMP))
 		flags |= NLM_F_ACK;
-	nlmsghdr *nlh = nftnl_nlmsg_build_hdr(request.data(), type, family, flags, seq);
+	nlmsghdr *nlh = putHeader(request.data(), type, family, flags, seq);
+	// libnftnl's header names nf_tables as the subsystem; another's request names its own.
+	if (protocol_ == Protocol::netfilter)
+		nlh->nlmsg_type = static_cast<uint16_t>(subsystem << 8 | type);
 	if (build)
 		build(nlh);
 	if (mnl_socket_sendto(socket_.get(), nlh, nlh->nlmsg_len) < 0)
@@ -245,7 +304,9 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 				return fail(*context.error);
 			const int err = errno;
 			if (err == EINTR) // NLM_F_DUMP_INTR
-				return fail("a concurrent ruleset change interrupted the dump", EINTR);
+				return fail(fmt::format("a concurrent {} change interrupted the dump",
+							words(protocol_).interruption),
+					    EINTR);
 			return fail(std::strerror(err), err);
 		}
 	}

@@ -72,8 +72,13 @@ pid_t spawnChild(const std::vector<std::string> &argv, const ChildStreams &strea
 	if (in < 0 || devNull < 0)
 		_exit(126);
 	dup2(in, STDIN_FILENO);
-	dup2(streams.out == ChildStreams::kDevNull ? devNull : streams.out, STDOUT_FILENO);
-	dup2(streams.err == ChildStreams::kDevNull ? devNull : streams.err, STDERR_FILENO);
+	for (const auto &[from, to] : {std::pair{streams.out, STDOUT_FILENO},
+				      std::pair{streams.err, STDERR_FILENO}}) {
+		if (from == ChildStreams::kClosed)
+			close(to);
+		else
+			dup2(from == ChildStreams::kDevNull ? devNull : from, to);
+	}
 	for (std::string &entry : entries)
 		putenv(entry.data());
 	execvp(cargv[0], cargv.data());
@@ -81,16 +86,25 @@ pid_t spawnChild(const std::vector<std::string> &argv, const ChildStreams &strea
 }
 
 AgentProcess::AgentProcess(const std::vector<std::string> &args, const std::vector<std::string> &env)
+	: AgentProcess(args, AgentLaunch{env, {}, AgentLaunch::kLogFile})
+{
+}
+
+AgentProcess::AgentProcess(const std::vector<std::string> &args, const AgentLaunch &launch)
 {
 	char tmpl[] = "/tmp/ipmasq-agent-log-XXXXXX";
 	const int logFd = mkstemp(tmpl);
 	REQUIRE(logFd >= 0);
 	logPath_ = tmpl;
 
-	std::vector<std::string> argv{agentBinary()};
+	std::vector<std::string> argv = launch.wrapper;
+	argv.push_back(agentBinary());
 	argv.insert(argv.end(), args.begin(), args.end());
 	// If the test dies outright, the agent must not outlive it (spawnChild).
-	pid_ = spawnChild(argv, ChildStreams{"/dev/null", logFd, logFd}, env);
+	const int out = launch.stderrFd == AgentLaunch::kLogFile ? logFd
+			: launch.stderrFd == AgentLaunch::kClosed ? ChildStreams::kClosed
+								 : launch.stderrFd;
+	pid_ = spawnChild(argv, ChildStreams{"/dev/null", out, out}, launch.env);
 	close(logFd);
 	REQUIRE(pid_ >= 0);
 }
@@ -186,6 +200,24 @@ void requireWithin(const std::function<bool()> &condition, std::chrono::millisec
 std::string agentBinary()
 {
 	return AGENT_BINARY;
+}
+
+std::string agentTableListing()
+{
+	std::string out;
+	if (run("nft list table inet ip-masq-agent 2>/dev/null", &out) != 0)
+		return {};
+	return out;
+}
+
+bool agentTableHas(const std::string &needle)
+{
+	return agentTableListing().find(needle) != std::string::npos;
+}
+
+void deleteAgentTable()
+{
+	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }
 
 size_t countOf(const std::string &haystack, const std::string &needle)

@@ -32,9 +32,10 @@ private:
 };
 
 // Where a child's standard streams go: stdin from a file, stdout and stderr into
-// descriptors of the caller (kDevNull: /dev/null).
+// descriptors of the caller, /dev/null (kDevNull), or nowhere: closed (kClosed).
 struct ChildStreams {
 	static constexpr int kDevNull = -1;
+	static constexpr int kClosed = -2;
 	std::string stdinPath = "/dev/null";
 	int out = kDevNull;
 	int err = kDevNull;
@@ -49,6 +50,18 @@ struct ChildStreams {
 pid_t spawnChild(const std::vector<std::string> &argv, const ChildStreams &streams,
 		 const std::vector<std::string> &env = {});
 
+// How the agent is started, beyond its arguments.
+struct AgentLaunch {
+	std::vector<std::string> env; // "NAME=value" entries added to its environment
+	// A command the agent runs under, found in PATH: {"prlimit", "--nofile=8", "--"}.
+	std::vector<std::string> wrapper;
+	// Its stderr (and stdout): the log file (kLogFile), closed (kClosed), or this
+	// descriptor of the test (a pipe's write end).
+	static constexpr int kLogFile = -2;
+	static constexpr int kClosed = -1;
+	int stderrFd = kLogFile;
+};
+
 // Runs the agent with `args`; stderr goes to a log file the test can read.
 // The destructor kills it (SIGKILL) if it is still running, so no test leaves one behind.
 class AgentProcess
@@ -57,6 +70,7 @@ public:
 	// `env` entries ("NAME=value") are added to the child's environment.
 	explicit AgentProcess(const std::vector<std::string> &args,
 			      const std::vector<std::string> &env = {});
+	AgentProcess(const std::vector<std::string> &args, const AgentLaunch &launch);
 	~AgentProcess();
 	AgentProcess(const AgentProcess &) = delete;
 	AgentProcess &operator=(const AgentProcess &) = delete;
@@ -97,6 +111,13 @@ std::optional<std::chrono::milliseconds> waitFor(const std::function<bool()> &co
 
 // The agent binary under test (set by meson).
 std::string agentBinary();
+
+// The agent's table as `nft list table inet ip-masq-agent` prints it; "" when it is
+// missing. agentTableHas(): whether the listing holds `needle`.
+std::string agentTableListing();
+bool agentTableHas(const std::string &needle);
+// Deletes the agent's table if there is one: a test leaves nothing behind.
+void deleteAgentTable();
 
 // Count occurrences of `needle` in `haystack`.
 size_t countOf(const std::string &haystack, const std::string &needle);

@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
+#include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;
@@ -177,8 +178,9 @@ private:
 	std::string logPath_;
 };
 
-// Prometheus scraping the agent every second, on 127.0.0.1 of this namespace; its data
-// in a temporary directory that goes with it.
+// Prometheus scraping the agent every second, on 127.0.0.1 of this namespace, and
+// evaluating the alert rules of manifests/prometheus/ every second; its data in a
+// temporary directory that goes with it.
 class Prometheus
 {
 public:
@@ -188,11 +190,13 @@ public:
 			   fmt::format("global:\n"
 				       "  scrape_interval: 1s\n"
 				       "  scrape_timeout: 1s\n"
+				       "  evaluation_interval: 1s\n"
+				       "rule_files: ['{}']\n"
 				       "scrape_configs:\n"
 				       "  - job_name: ip-masq-agent\n"
 				       "    static_configs:\n"
 				       "      - targets: ['127.0.0.1:{}']\n",
-				       kHealthPort));
+				       ALERT_RULES, kHealthPort));
 		server_ = std::make_unique<ChildProcess>(
 			std::vector<std::string>{
 				"prometheus", "--config.file=" + dir_.file("prometheus.yml"),
@@ -205,6 +209,16 @@ public:
 	Prometheus &operator=(const Prometheus &) = delete;
 
 	std::string log() const { return server_->log(); }
+
+	// The raw JSON answer of GET /api/v1/`path`.
+	std::string api(const std::string &path) const
+	{
+		std::string out;
+		run(fmt::format("curl -sS --max-time 5 http://127.0.0.1:{}/api/v1/{} 2>&1",
+				kPrometheusPort, path),
+		    &out);
+		return out;
+	}
 
 	// The raw JSON answer of /api/v1/query for `query`.
 	std::string query(const std::string &promql) const
@@ -314,6 +328,46 @@ TEST_CASE("a real Prometheus scrapes the agent: up, and the values /metrics show
 	CHECK(prometheus.value("ip_masq_agent_syncs_total") == "1");
 	CHECK(prometheus.value("ip_masq_agent_sync_duration_seconds_count") == "1");
 	CHECK(prometheus.value("ip_masq_agent_healthy") == "1");
+
+	// Conntrack's families, read by the agent's loop over ctnetlink: every statistic this
+	// kernel keeps, the entries against their limit (as the alert divides them), and the
+	// read's own health.
+	std::set<std::string> families;
+	for (const Sample &s : before)
+		families.insert(s.family + " " + s.type);
+	for (const auto &counter : ipmasq::netlink::kConntrackCounters) {
+		const std::string name = fmt::format("ip_masq_agent_conntrack_{}_total", counter.name);
+		INFO(name);
+		CHECK(families.count(name + " counter"));
+	}
+	for (const std::string gauge : {"ip_masq_agent_conntrack_entries",
+					"ip_masq_agent_conntrack_entries_limit",
+					"ip_masq_agent_conntrack_last_read_timestamp_seconds"})
+		CHECK(families.count(gauge + " gauge"));
+	CHECK(prometheus.value("ip_masq_agent_conntrack_read_failures_total") == "0");
+	const auto ratio = prometheus.value(
+		"ip_masq_agent_conntrack_entries / ip_masq_agent_conntrack_entries_limit");
+	REQUIRE(ratio);
+	CHECK(std::strtod(ratio->c_str(), nullptr) < 0.9);
+}
+
+TEST_CASE("Prometheus loads the alert rules and evaluates them on the agent: all healthy, none firing")
+{
+	ServingAgent agent;
+	Prometheus prometheus;
+	std::string rules;
+	const auto evaluated = waitFor([&] {
+		rules = prometheus.api("rules");
+		return countOf(rules, "\"health\":\"ok\"") == 6;
+	}, 30s);
+	INFO("/api/v1/rules: " << rules << "\nprometheus log:\n" << prometheus.log());
+	REQUIRE(evaluated);
+	CHECK(countOf(rules, "\"type\":\"alerting\"") == 6);
+	CHECK(countOf(rules, "\"state\":\"inactive\"") == 6);
+	for (const char *alert : {"IPMasqAgentNotReady", "IPMasqAgentSyncFailing",
+				  "IPMasqAgentTableRepairsClimbing", "IPMasqAgentConntrackInsertFailures",
+				  "IPMasqAgentConntrackTableNearlyFull", "IPMasqAgentConntrackUnreadable"})
+		CHECK_THAT(rules, Catch::Contains(fmt::format("\"name\":\"{}\"", alert)));
 }
 
 int main(int argc, char *argv[])

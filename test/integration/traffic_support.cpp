@@ -39,6 +39,14 @@ Netns::Netns()
 	REQUIRE(fd_.isValid());
 }
 
+Netns Netns::current()
+{
+	UniqueFd fd(open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC));
+	INFO("this thread's network namespace: " << std::strerror(errno));
+	REQUIRE(fd.isValid());
+	return Netns(std::move(fd));
+}
+
 std::string Netns::path() const
 {
 	return fmt::format("/proc/{}/fd/{}", getpid(), fd_.get());

@@ -77,6 +77,8 @@ class Netns
 {
 public:
 	Netns();
+	// The calling thread's own namespace, held by a descriptor like a new one.
+	static Netns current();
 
 	int fd() const { return fd_.get(); }
 	// The namespace as a path that `ip link ... netns PATH` accepts.
@@ -85,6 +87,8 @@ public:
 	std::string runOrFail(const std::string &command) const;
 
 private:
+	explicit Netns(UniqueFd fd) : fd_(std::move(fd)) {}
+
 	UniqueFd fd_;
 };
 

@@ -132,6 +132,54 @@ TEST_CASE("/metrics: counters, histogram, gauges and build info in Prometheus te
 	}
 }
 
+TEST_CASE("/metrics: conntrack's families only as the last reading holds them, never in readiness")
+{
+	AgentStatus status;
+	status.syncSucceeded(sampleRuleset(), 1ms);
+	// Before the first reading: only the read's own failure counter.
+	std::string text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_conntrack_read_failures_total") == "0");
+	CHECK_THAT(text, !Catch::Contains("ip_masq_agent_conntrack_entries") &&
+				 !Catch::Contains("ip_masq_agent_conntrack_last_read_timestamp_seconds") &&
+				 !Catch::Contains("ip_masq_agent_conntrack_insert_total"));
+
+	// A kernel that keeps no chaintoolong and reports no limit.
+	netlink::ConntrackStats stats;
+	for (const netlink::ConntrackCounter &counter : netlink::kConntrackCounters)
+		stats.*counter.value = counter.attribute * 10;
+	stats.chainTooLong.reset();
+	stats.entries = 1234;
+	status.conntrackRead(stats);
+	text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_conntrack_insert_failed_total") ==
+	      std::to_string(CTA_STATS_INSERT_FAILED * 10));
+	CHECK(sample(text, "ip_masq_agent_conntrack_clash_resolve_total") ==
+	      std::to_string(CTA_STATS_CLASH_RESOLVE * 10));
+	CHECK_THAT(text, Catch::Contains("# TYPE ip_masq_agent_conntrack_drop_total counter\n"));
+	CHECK_THAT(text, !Catch::Contains("chain_too_long") &&
+				 !Catch::Contains("ip_masq_agent_conntrack_entries_limit"));
+	CHECK(sample(text, "ip_masq_agent_conntrack_entries") == "1234");
+	CHECK_THAT(text, Catch::Contains("# TYPE ip_masq_agent_conntrack_entries gauge\n"));
+	CHECK(std::stod(sample(text, "ip_masq_agent_conntrack_last_read_timestamp_seconds")) > 1.7e9);
+
+	stats.entriesLimit = 262144;
+	status.conntrackRead(stats);
+	text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_conntrack_entries_limit") == "262144");
+	const double readAt = std::stod(sample(text, "ip_masq_agent_conntrack_last_read_timestamp_seconds"));
+
+	// A failed read drops the (now stale) values, keeps the time of the last good one,
+	// counts, and leaves readiness alone.
+	status.conntrackReadFailed();
+	text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_conntrack_read_failures_total") == "1");
+	CHECK_THAT(text, !Catch::Contains("ip_masq_agent_conntrack_entries") &&
+				 !Catch::Contains("ip_masq_agent_conntrack_insert_total"));
+	CHECK(std::stod(sample(text, "ip_masq_agent_conntrack_last_read_timestamp_seconds")) == readAt);
+	CHECK(status.health().ok);
+	CHECK(sample(text, "ip_masq_agent_healthy") == "1");
+}
+
 TEST_CASE("the loop's heartbeat: none before the first turn, then the time of the last")
 {
 	AgentStatus status;

@@ -8,9 +8,11 @@
 #include <filesystem>
 #include <fstream>
 #include <poll.h>
+#include <sys/stat.h>
 
 #include "ip-masq-agent/config_source.h"
 #include "scratch_dir.h"
+#include "../common/std_hash_collision.h"
 
 using namespace ipmasq;
 using ipmasq::test::ScratchDir;
@@ -244,6 +246,47 @@ TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
 		CHECK((!wake || *wake > f.now));
 	}
 	CHECK(f.settled() == "text:b");
+}
+
+TEST_CASE("config source: after a read error, the same content is new, and the read is retried")
+{
+	SourceFixture f("a");
+
+	// A FIFO renamed over the file: an error, and a retry scheduled without any event.
+	const auto fifo = f.dir.path / "fifo";
+	REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+	std::filesystem::rename(fifo, f.file);
+	f.source.onWatchEvents(f.now);
+	CHECK_THAT(f.look(ConfigLook::ifDue), Catch::StartsWith("error:") && Catch::Contains("FIFO"));
+	REQUIRE(f.source.nextWake());
+	CHECK(*f.source.nextWake() == f.now + ConfigSource::kReadRetryInitial);
+	f.now += ConfigSource::kReadRetryInitial;
+	CHECK_THAT(f.look(ConfigLook::ifDue), Catch::StartsWith("error:"));
+	REQUIRE(f.source.nextWake());
+	CHECK(*f.source.nextWake() == f.now + 2 * ConfigSource::kReadRetryInitial); // backing off
+
+	// The same bytes as before the error are delivered again: the error is over.
+	writeAtomically(f.file, "a");
+	f.source.onWatchEvents(f.now);
+	CHECK(f.look(ConfigLook::ifDue) == "text:a");
+	CHECK_FALSE(f.source.nextWake());
+	CHECK(f.look(ConfigLook::reload) == "nothing");
+}
+
+TEST_CASE("config source: two texts of equal size and std::hash are both delivered")
+{
+	// They differ in the first block; the second block of b is chosen so that libstdc++'s
+	// std::hash ends in the same state (std_hash_collision.h).
+	const std::string a = "1234567A" "anything" "the same tail";
+	const auto b = ipmasq::test::matchStdHash(a, "1234567B" "........" "the same tail", 8,
+						  [](char) { return true; });
+	REQUIRE(b);
+	REQUIRE(a.size() == b->size());
+	REQUIRE(std::hash<std::string>{}(a) == std::hash<std::string>{}(*b));
+
+	SourceFixture f(a);
+	writeAtomically(f.file, *b);
+	CHECK(f.look(ConfigLook::reload) == "text:" + *b);
 }
 
 TEST_CASE("config source, --config-dir: adding, editing and removing one of the files")

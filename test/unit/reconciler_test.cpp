@@ -11,6 +11,7 @@
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
+#include "ip-masq-agent/guarded_backend.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
@@ -32,14 +33,18 @@ public:
 	int checks = 0;
 	std::deque<TableCheck> scriptedChecks; // answered before any real comparison
 	std::optional<std::string> applyError;
+	int applyErrno = EINVAL;
+	bool applyThrows = false; // out of memory inside the backend
 	std::vector<ElementDiff> updates; // element updates the kernel committed
 	int refusedUpdates = 0;
 	bool commitBeforeNextUpdate = false; // someone commits between diff and batch
 
 	Result<uint32_t> apply(const Ruleset &ruleset) override
 	{
+		if (applyThrows)
+			throw std::bad_alloc();
 		if (applyError)
-			return fail(*applyError, EINVAL);
+			return fail(*applyError, applyErrno);
 		applies.push_back(now_);
 		table = ruleset;
 		return ++gen;
@@ -565,4 +570,80 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 		CHECK(f.kernel.applies.size() == 1);
 		CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
 	}
+}
+
+TEST_CASE("a failed sync is retried with a growing delay; a success ends the retries")
+{
+	Fixture f;
+	REQUIRE(f.desire(kGood));
+	f.kernel.applyError = "set nomasq-v4: Invalid argument";
+	REQUIRE_FALSE(f.sync(SyncTrigger::startup));
+	REQUIRE(f.reconciler.nextWake());
+	CHECK(*f.reconciler.nextWake() == f.now + Reconciler::kFailureRetryInitial);
+	f.now += Reconciler::kFailureRetryInitial;
+	REQUIRE_FALSE(f.sync(SyncTrigger::retry));
+	REQUIRE(f.reconciler.nextWake());
+	CHECK(*f.reconciler.nextWake() == f.now + 2 * Reconciler::kFailureRetryInitial);
+	for (int i = 0; i < 20; i++) {
+		f.now = *f.reconciler.nextWake();
+		REQUIRE_FALSE(f.sync(SyncTrigger::retry));
+	}
+	CHECK(*f.reconciler.nextWake() - f.now == Clock::duration(Reconciler::kFailureRetryLimit));
+
+	f.kernel.applyError.reset();
+	f.now = *f.reconciler.nextWake();
+	REQUIRE(f.sync(SyncTrigger::retry));
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK_FALSE(f.reconciler.nextWake());
+	CHECK(f.status.health().ok);
+}
+
+TEST_CASE("locked out by the table's owner (EPERM): tried again every 250 ms, not at the resync")
+{
+	Fixture f;
+	REQUIRE(f.desire(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.kernel.ourTableDeleted();
+	f.kernel.applyError = "table inet ip-masq-agent is held by another process";
+	f.kernel.applyErrno = EPERM;
+	REQUIRE_FALSE(f.sync(SyncTrigger::nftablesChange));
+	const int checks = f.kernel.checks;
+	for (int i = 0; i < 10; i++) {
+		REQUIRE(f.reconciler.nextWake());
+		CHECK(*f.reconciler.nextWake() == f.now + Reconciler::kLockedOutRetry);
+		f.now += Reconciler::kLockedOutRetry;
+		REQUIRE_FALSE(f.sync(SyncTrigger::retry));
+	}
+	CHECK(f.kernel.checks == checks); // each retry goes straight to the restore
+	f.kernel.applyError.reset(); // the owner exited
+	f.now += Reconciler::kLockedOutRetry;
+	REQUIRE(f.sync(SyncTrigger::retry));
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK_FALSE(f.reconciler.nextWake());
+}
+
+TEST_CASE("out of memory inside the backend: an ENOMEM failure, retried, never an exception")
+{
+	Fixture f;
+	GuardedBackend guarded(f.kernel);
+	Reconciler reconciler(guarded, Reconciler::Settings{{}, true, kPath}, f.status,
+			      [&f] { return f.now; });
+	REQUIRE(reconciler.setDesired(
+		DesiredState{rulesetOf(kGood), kDefaultResyncInterval, kPath, kGood, {}}));
+	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
+	f.kernel.ourTableDeleted();
+	f.kernel.applyThrows = true;
+	Status restored;
+	REQUIRE_NOTHROW(restored = reconciler.reconcile(SyncTrigger::nftablesChange));
+	REQUIRE_FALSE(restored);
+	CHECK(restored.error().errnum == ENOMEM);
+	CHECK_THAT(restored.error().message, Catch::Contains("out of memory"));
+	CHECK_FALSE(f.status.health().ok);
+	REQUIRE(reconciler.nextWake());
+
+	f.kernel.applyThrows = false;
+	f.now = *reconciler.nextWake();
+	REQUIRE(reconciler.reconcile(SyncTrigger::retry));
+	CHECK(f.kernel.table == f.rulesetOf(kGood));
+	CHECK(f.status.health().ok);
 }

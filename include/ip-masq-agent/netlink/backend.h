@@ -36,7 +36,9 @@ public:
 
 	// Atomically replaces the table `ruleset.table` (creating it if missing) and
 	// returns the ruleset generation id of that commit. On error nothing changed,
-	// and the message names the object: "set nomasq-v4: File exists".
+	// and the message names the object: "set nomasq-v4: File exists". A table of that
+	// name held by another process with the flag "owner" is an EPERM error that says so
+	// and names the process (its netlink port, and its pid when /proc shows it).
 	// When the kernel refuses masquerade fully-random, the table is sent again without
 	// it (as upstream does when iptables lacks --random-fully), a warning says so once,
 	// and every later apply() and check() leaves it out. A kernel without NAT in the
@@ -112,6 +114,10 @@ private:
 	// transact() with the change monitor out of its group meanwhile (see
 	// quietDuringCommits()).
 	Result<netlink::BatchAnswer> transactQuietly(const netlink::Batch &batch);
+	// After an EPERM (or while lockedOut_): the error that names the process holding
+	// inet `table` with the flag "owner" (NFT_TABLE_F_OWNER), if another socket holds it;
+	// nullopt otherwise. Sets lockedOut_ accordingly.
+	std::optional<Error> refusedByOwner(const std::string &table);
 	// Dumps the elements of one set of inet `table`, handing each reply's elements to
 	// `onPart` as they arrive (matches() and adoption read them in different forms).
 	Status dumpSetElements(const std::string &table, const std::string &set,
@@ -124,6 +130,9 @@ private:
 	KernelLimits limits_;
 	bool simulateNoFullyRandom_ = false;
 	std::optional<Feature> refusedFeature_; // of the last commit, when one was
+	// The last commit was refused because another process owns the table: each retry
+	// asks whether it still does before encoding anything.
+	bool lockedOut_ = false;
 };
 
 } // namespace ipmasq

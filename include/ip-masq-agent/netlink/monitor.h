@@ -40,8 +40,9 @@ public:
 	Status pause();
 	Status resume();
 
-	// Reads every pending notification without blocking. True if any change arrived;
+	// Reads the pending notifications without blocking. True if any change arrived;
 	// a receive-queue overrun (ENOBUFS: notifications were lost) counts as a change.
+	// A flood is read in bounded portions: what is left keeps fd() readable.
 	Result<bool> drain();
 
 private:

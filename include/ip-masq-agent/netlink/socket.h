@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// A netfilter netlink socket: sequence numbers, port id, buffer sizing, requests,
-// dumps and batches with every acknowledgement collected.
+// A netlink socket (netfilter, or rtnetlink for the node's addresses): sequence numbers,
+// port id, buffer sizing, requests, dumps, multicast notifications, and nf_tables
+// batches with every acknowledgement collected.
 #pragma once
 
 #include <chrono>
@@ -10,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <linux/netfilter/nfnetlink.h>
 
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/batch.h"
@@ -36,12 +39,23 @@ using ReplyHandler = std::function<Status(const nlmsghdr *)>;
 // Fills in the payload of a request after its header.
 using RequestBuilder = std::function<void(nlmsghdr *)>;
 
+// The netlink families the agent speaks. Each request starts with its family's header.
+enum class Protocol {
+	netfilter, // nf_tables: an nfgenmsg
+	route, // rtnetlink: an rtgenmsg, which every dump of links and addresses accepts
+};
+
+// What drainNotifications() met besides the messages it passed on.
+struct Drained {
+	bool overrun = false; // the kernel dropped notifications (ENOBUFS): we read too slowly
+};
+
 class Socket
 {
 public:
 	// A socket bound to an automatic port id, with extended acks (the kernel's own
 	// words on errors) and capped acks (errors do not echo whole messages back).
-	static Result<Socket> open();
+	static Result<Socket> open(Protocol protocol = Protocol::netfilter);
 
 	// How long the kernel may take to answer, per reply (SO_RCVTIMEO) and for the
 	// rest of a batch's answers. nf_tables answers inside our own send and receive
@@ -69,7 +83,8 @@ public:
 	// the plain options.
 	Status reserveBuffers(size_t sendBytes, size_t receiveBytes);
 
-	// Receive the multicast group's notifications (e.g. NFNLGRP_NFTABLES).
+	// Receive the multicast group's notifications (e.g. NFNLGRP_NFTABLES,
+	// RTNLGRP_IPV4_IFADDR).
 	Status joinGroup(unsigned group);
 	Status leaveGroup(unsigned group);
 
@@ -77,28 +92,42 @@ public:
 	// Fails only if the exchange itself failed (the answer then is unknown).
 	Result<BatchAnswer> sendBatch(const Batch &batch);
 
-	// One request: NLM_F_ACK is added unless `flags` has NLM_F_DUMP. Each reply goes
-	// to `onReply`; returns once the kernel acknowledged or finished the dump. A kernel
-	// error comes back as an Error with its errno (EINTR: a dump was interrupted by a
-	// concurrent change).
+	// One request, `family` in its family header: NLM_F_ACK is added unless `flags`
+	// has NLM_F_DUMP. Each reply goes to `onReply`; returns once the kernel
+	// acknowledged or finished the dump. A kernel error comes back as an Error with
+	// its errno (EINTR: a dump was interrupted by a concurrent change).
 	// A reply to any other sequence number (left over from an exchange that failed or
 	// timed out) is skipped. No reply within the reply timeout: ETIMEDOUT.
+	// `type` is a message type of `subsystem` (NFT_MSG_* of nf_tables unless told,
+	// IPCTNL_MSG_* of NFNL_SUBSYS_CTNETLINK, ...).
 	Status query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
-		     const ReplyHandler &onReply);
+		     const ReplyHandler &onReply, uint8_t subsystem = NFNL_SUBSYS_NFTABLES);
 
 	// Reads one datagram without blocking into the internal buffer and passes each
 	// message to `onMessage`. Returns false when nothing was pending.
 	Result<bool> receivePending(const std::function<void(const nlmsghdr *)> &onMessage);
 
+	// Reads every pending notification without blocking, but at most `maxDatagrams`
+	// datagrams, so that a peer changing things faster than we read cannot keep the
+	// caller here: what is left keeps the descriptor readable, and the caller's poll()
+	// comes back for it. An overrun (ENOBUFS) is reported, not failed: the queue
+	// behind it is intact.
+	Result<Drained> drainNotifications(const std::function<void(const nlmsghdr *)> &onMessage,
+					   size_t maxDatagrams);
+
 private:
-	Socket(MnlSocketPtr socket, uint32_t portId, uint32_t seq);
+	Socket(Protocol protocol, MnlSocketPtr socket, uint32_t portId, uint32_t seq);
 
 	// Drops replies to earlier exchanges that ended early, so that they cannot be
 	// mistaken for answers to the next one.
 	void discardPending();
+	// The netlink header and the protocol's family header of a request.
+	nlmsghdr *putHeader(char *buffer, uint16_t type, uint16_t family, uint16_t flags,
+			    uint32_t seq) const;
 	Status growBuffer(int option, int forceOption, size_t bytes);
 	Error timedOut(const std::string &detail = {}) const;
 
+	Protocol protocol_;
 	MnlSocketPtr socket_;
 	uint32_t portId_;
 	uint32_t seq_;

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// The process's own safety net, set up by main() before the agent's work starts: standard
+// descriptors that are never reused by accident, no signal or abort that ends it without a
+// line in the log, and enough descriptors to run at all.
+#pragma once
+
+#include <cstddef>
+
+#include "ip-masq-agent/error.h"
+
+namespace ipmasq::process {
+
+// Opens /dev/null on whichever of descriptors 0, 1 and 2 is closed. Otherwise the first
+// socket the agent opens would become "stderr", and every log line would be written
+// into it.
+void guardStandardDescriptors();
+
+// SIGPIPE is ignored: a write to a closed pipe or socket (stderr's reader gone, a client
+// that hung up) fails with EPIPE, which the writer handles, instead of ending the
+// process. SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP and SIGSYS write one line to
+// stderr (in the log's format, with write(2) only: they may come from anywhere) before
+// their default action (a core dump); an exception nobody caught is logged with its
+// message before std::terminate aborts. Call after the log format is set.
+void installFatalHandlers();
+
+// How many descriptors the process may still open: the open-files limit (the soft
+// RLIMIT_NOFILE) less those open now below it.
+struct DescriptorRoom {
+	size_t limit = 0; // the soft limit, after ensureDescriptorRoom raised it
+	size_t open = 0;  // open now, below the limit
+	size_t free() const { return limit > open ? limit - open : 0; }
+};
+DescriptorRoom descriptorRoom();
+
+// Makes room for `needed` more descriptors, and up to `wanted` if the hard limit allows:
+// raises the soft RLIMIT_NOFILE as far as the hard limit when it is lower. Fails, naming
+// the limit and the fix, when even the hard limit leaves fewer than `needed`.
+Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted);
+
+} // namespace ipmasq::process

@@ -1,0 +1,470 @@
+// SPDX-License-Identifier: Apache-2.0
+// The node's addresses against the real kernel, in a private network namespace: the
+// dump, its flags and names, and the monitor's notifications (latency, link down and
+// up, duplicate address detection finishing, a flood).
+//
+// The test interface is a veth pair, d0 and its peer d0p: this kernel may have no dummy
+// driver, and a dummy interface (IFF_NOARP) skips duplicate address detection, so its
+// IPv6 addresses are never tentative. With d0p down, d0 has no carrier and its IPv6
+// addresses stay tentative until d0p comes up.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <grp.h>
+#include <chrono>
+#include <cstdio>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/node_addresses.h"
+#include "netns.h"
+
+using namespace ipmasq;
+using ipmasq::test::run;
+using ipmasq::test::runOrFail;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double msSince(Clock::time_point start)
+{
+	return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// A fresh d0 (up) and d0p (up when `carrier`), without addresses but IPv6 link-local.
+void freshInterface(bool carrier = true)
+{
+	(void)run("ip link del d0 2>/dev/null");
+	runOrFail("ip link add d0 type veth peer name d0p");
+	runOrFail(std::string("ip link set d0p ") + (carrier ? "up" : "down"));
+	runOrFail("ip link set d0 up");
+}
+
+std::vector<NodeAddress> readAddresses()
+{
+	auto addresses = readNodeAddresses();
+	INFO((addresses ? "" : addresses.error().message));
+	REQUIRE(addresses);
+	return std::move(*addresses);
+}
+
+// The entry of `text` on d0, if the node has it there.
+std::optional<NodeAddress> onD0(const std::vector<NodeAddress> &addresses, std::string_view text)
+{
+	auto address = parseAddress(text);
+	REQUIRE(address);
+	for (const NodeAddress &entry : addresses)
+		if (entry.interface == "d0" && entry.address == *address)
+			return entry;
+	return std::nullopt;
+}
+
+std::string listing(const std::vector<NodeAddress> &addresses)
+{
+	std::string out;
+	for (const NodeAddress &entry : addresses)
+		out += entry.toString() + "\n";
+	return out;
+}
+
+AddressMonitor openMonitor()
+{
+	auto monitor = AddressMonitor::open();
+	INFO((monitor ? "" : monitor.error().message));
+	REQUIRE(monitor);
+	return std::move(*monitor);
+}
+
+// drain(), which must never block: 100 ms is far more than reading a full queue takes.
+bool drain(AddressMonitor &monitor)
+{
+	const auto start = Clock::now();
+	auto changed = monitor.drain();
+	const double took = msSince(start);
+	INFO((changed ? "" : changed.error().message));
+	REQUIRE(changed);
+	CHECK(took < 100);
+	return *changed;
+}
+
+// Drains until nothing is left (what setting up the interface queued), bounded.
+void settle(AddressMonitor &monitor)
+{
+	for (int i = 0; i < 100 && drain(monitor); i++)
+		;
+	REQUIRE_FALSE(drain(monitor));
+}
+
+bool readableWithin(const AddressMonitor &monitor, int timeoutMs)
+{
+	pollfd pfd{monitor.fd(), POLLIN, 0};
+	return poll(&pfd, 1, timeoutMs) == 1;
+}
+
+Prefix prefix(std::string_view text)
+{
+	auto parsed = parsePrefix(text);
+	REQUIRE(parsed);
+	return *parsed;
+}
+
+// `ip -batch -` running in the background, fed one command at a time: the time from
+// writing a command to the notification leaves out starting a process.
+class IpBatch
+{
+public:
+	IpBatch() : pipe_(popen("ip -batch -", "w")) { REQUIRE(pipe_); }
+	~IpBatch() { close(); }
+	void send(const std::string &command)
+	{
+		std::fputs((command + "\n").c_str(), pipe_);
+		std::fflush(pipe_);
+	}
+	int close()
+	{
+		if (!pipe_)
+			return 0;
+		const int status = pclose(std::exchange(pipe_, nullptr));
+		return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	}
+
+private:
+	FILE *pipe_;
+};
+
+// Writes `command` to `ip` and waits (1 s at most) for the monitor to report it:
+// the latency in ms, or a negative number if it never came.
+double notificationLatency(AddressMonitor &monitor, IpBatch &ip, const std::string &command)
+{
+	const auto start = Clock::now();
+	ip.send(command);
+	if (!readableWithin(monitor, 1000))
+		return -1;
+	const bool changed = drain(monitor);
+	const double latency = msSince(start);
+	return changed ? latency : -1;
+}
+
+// readNodeAddresses(limit) refuses with E2BIG, naming what there were too many of.
+void checkRefused(size_t limit, const std::string &what)
+{
+	auto read = readNodeAddresses(limit);
+	REQUIRE_FALSE(read);
+	CHECK(read.error().errnum == E2BIG);
+	CHECK(read.error().message == fmt::format("cannot read the node's {}: this node has more "
+						  "than {} {}: refusing to read them all",
+						  what, limit, what));
+}
+
+} // namespace
+
+TEST_CASE("readNodeAddresses: every address with its interface, prefix length and flags")
+{
+	freshInterface();
+	runOrFail("ip addr add 203.0.113.5/24 dev d0");
+	runOrFail("ip addr add 203.0.113.9/24 dev d0"); // the same subnet: secondary
+	runOrFail("ip addr add 198.51.100.1/32 dev d0");
+	runOrFail("ip addr add 2001:db8::5/64 dev d0 nodad");
+	runOrFail("ip addr add 2001:db8::6/64 dev d0"); // duplicate address detection: >= 1 s
+
+	const std::vector<NodeAddress> addresses = readAddresses();
+	INFO(listing(addresses));
+	const uint32_t d0 = if_nametoindex("d0");
+	REQUIRE(d0 != 0);
+
+	const auto primary = onD0(addresses, "203.0.113.5");
+	REQUIRE(primary);
+	CHECK(primary->prefixLength == 24);
+	CHECK(primary->ifindex == d0);
+	CHECK(primary->address.family == Family::ipv4);
+	CHECK_FALSE(primary->secondary);
+	CHECK(primary->permanent);
+
+	const auto secondary = onD0(addresses, "203.0.113.9");
+	REQUIRE(secondary);
+	CHECK(secondary->secondary);
+	CHECK(secondary->toString() == "203.0.113.9/24 dev d0 secondary");
+
+	const auto host = onD0(addresses, "198.51.100.1");
+	REQUIRE(host);
+	CHECK(host->prefixLength == 32);
+
+	const auto nodad = onD0(addresses, "2001:db8::5");
+	REQUIRE(nodad);
+	CHECK(nodad->prefixLength == 64);
+	CHECK_FALSE(nodad->tentative);
+	CHECK(nodad->permanent);
+
+	const auto tentative = onD0(addresses, "2001:db8::6");
+	REQUIRE(tentative);
+	CHECK(tentative->tentative);
+	CHECK_FALSE(tentative->dadFailed);
+
+	// Loopback's addresses are there too, under its name.
+	const bool loopback = std::any_of(addresses.begin(), addresses.end(), [](const auto &a) {
+		return a.interface == "lo" && a.address.toString() == "127.0.0.1" &&
+		       a.prefixLength == 8;
+	});
+	CHECK(loopback);
+
+	CHECK(pickAddressIn(prefix("203.0.113.0/24"), addresses) == primary);
+	CHECK(pickAddressIn(prefix("2001:db8::/64"), addresses) == nodad);
+	CHECK_FALSE(pickAddressIn(prefix("2001:db8::6/128"), addresses)); // still tentative
+	CHECK_FALSE(pickAddressIn(prefix("192.0.2.0/24"), addresses));
+}
+
+TEST_CASE("readNodeAddresses: an address whose duplicate address detection failed")
+{
+	freshInterface();
+	// d0p owns the address, so d0's neighbour solicitation for it gets an answer.
+	runOrFail("ip addr add 2001:db8::7/64 dev d0p nodad");
+	runOrFail("ip addr add 2001:db8::7/64 dev d0");
+	std::optional<NodeAddress> failed;
+	const auto start = Clock::now();
+	while (msSince(start) < 10000) { // detection takes 1 to 2 s
+		failed = onD0(readAddresses(), "2001:db8::7");
+		REQUIRE(failed);
+		if (failed->dadFailed)
+			break;
+		usleep(50000);
+	}
+	CHECK(failed->dadFailed);
+	CHECK(failed->tentative); // the kernel keeps both
+	// The same address on d0p is usable, d0's copy is not.
+	const auto picked = pickAddressIn(prefix("2001:db8::7/128"), readAddresses());
+	REQUIRE(picked);
+	CHECK(picked->interface == "d0p");
+}
+
+TEST_CASE("readNodeAddresses: past its limit, a clear error")
+{
+	freshInterface();
+	runOrFail("ip addr add 203.0.113.5/24 dev d0");
+	const size_t count = readAddresses().size(); // lo's, d0's and d0p's
+	REQUIRE(count >= 4);
+	CHECK(readNodeAddresses(count));
+	checkRefused(count - 1, "addresses");
+
+	// More interfaces than addresses (down, they have no link-local addresses either):
+	// the limit holds for the interfaces too.
+	for (int i = 1; i <= 3; i++)
+		runOrFail(fmt::format("ip link add x{} type veth peer name x{}p", i, i));
+	const size_t interfaces = std::stoul(runOrFail("ip -o link show | wc -l"));
+	REQUIRE(readAddresses().size() < interfaces - 1);
+	checkRefused(interfaces - 1, "interfaces");
+	for (int i = 1; i <= 3; i++)
+		runOrFail(fmt::format("ip link del x{}", i));
+}
+
+TEST_CASE("readNodeAddresses and the monitor need no privileges")
+{
+	freshInterface();
+	runOrFail("ip addr add 203.0.113.5/24 dev d0");
+	const pid_t child = fork();
+	REQUIRE(child >= 0);
+	if (child == 0) {
+		// No Catch2 in here: plain exit codes say what went wrong.
+		if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+		    setresuid(65534, 65534, 65534) != 0)
+			_exit(10);
+		auto addresses = readNodeAddresses();
+		if (!addresses)
+			_exit(11);
+		const auto picked = pickAddressIn(prefix("203.0.113.0/24"), *addresses);
+		if (!picked || picked->interface != "d0")
+			_exit(12);
+		auto monitor = AddressMonitor::open();
+		if (!monitor)
+			_exit(13);
+		auto changed = monitor->drain();
+		_exit(changed ? 0 : 14);
+	}
+	int status = 0;
+	REQUIRE(waitpid(child, &status, 0) == child);
+	REQUIRE(WIFEXITED(status));
+	CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("the monitor: an added and a removed address are reported at once")
+{
+	freshInterface();
+	AddressMonitor monitor = openMonitor();
+	settle(monitor);
+	CHECK_FALSE(readableWithin(monitor, 0));
+
+	// The kernel queues the notification before the change's request returns, so the
+	// notification is there as soon as `ip` is done.
+	runOrFail("ip addr add 203.0.113.20/24 dev d0");
+	CHECK(readableWithin(monitor, 0));
+	CHECK(drain(monitor));
+	CHECK_FALSE(drain(monitor));
+	CHECK(onD0(readAddresses(), "203.0.113.20"));
+
+	runOrFail("ip addr del 203.0.113.20/24 dev d0");
+	CHECK(readableWithin(monitor, 0));
+	CHECK(drain(monitor));
+	CHECK_FALSE(drain(monitor));
+	CHECK_FALSE(onD0(readAddresses(), "203.0.113.20"));
+
+	// The latency from the change's command to drain() saying so, through a running
+	// `ip`: both families, added and removed.
+	IpBatch ip;
+	const std::vector<std::pair<std::string, std::string>> changes = {
+		{"address add 203.0.113.21/24 dev d0", "203.0.113.21"},
+		{"address add 2001:db8::21/64 dev d0 nodad", "2001:db8::21"},
+		{"address del 203.0.113.21/24 dev d0", "203.0.113.21"},
+		{"address del 2001:db8::21/64 dev d0", "2001:db8::21"},
+	};
+	double worst = 0;
+	std::string measured;
+	for (const auto &[command, address] : changes) {
+		const double latency = notificationLatency(monitor, ip, command);
+		INFO(command);
+		REQUIRE(latency >= 0);
+		CHECK(latency < 100);
+		worst = std::max(worst, latency);
+		measured += fmt::format(" {}: {:.2f} ms;", command, latency);
+		const bool present = onD0(readAddresses(), address).has_value();
+		CHECK(present == command.starts_with("address add"));
+	}
+	CHECK(ip.close() == 0);
+	WARN("address notification latency (command written to drain() true):" << measured
+									   << " worst "
+									   << worst << " ms");
+}
+
+TEST_CASE("the monitor: the interface going down and up")
+{
+	freshInterface();
+	runOrFail("ip addr add 203.0.113.5/24 dev d0");
+	runOrFail("ip addr add 2001:db8::5/64 dev d0 nodad");
+	AddressMonitor monitor = openMonitor();
+	settle(monitor);
+
+	// Down: the kernel removes the IPv6 addresses (keep_addr_on_down is off) and says so;
+	// the IPv4 address stays, and stays local.
+	runOrFail("ip link set d0 down");
+	CHECK(readableWithin(monitor, 100));
+	CHECK(drain(monitor));
+	std::vector<NodeAddress> addresses = readAddresses();
+	INFO(listing(addresses));
+	CHECK(onD0(addresses, "203.0.113.5"));
+	CHECK_FALSE(onD0(addresses, "2001:db8::5"));
+	CHECK_FALSE(pickAddressIn(prefix("2001:db8::/64"), addresses));
+	CHECK(pickAddressIn(prefix("203.0.113.0/24"), addresses));
+	settle(monitor);
+
+	// Up: a new link-local address. The kernel announces an IPv6 address once its
+	// duplicate address detection is over (1 to 2 s): a tentative one is not usable.
+	runOrFail("ip link set d0 up");
+	CHECK(readableWithin(monitor, 5000));
+	CHECK(drain(monitor));
+	addresses = readAddresses();
+	const bool linkLocal = std::any_of(addresses.begin(), addresses.end(), [](const auto &a) {
+		return a.interface == "d0" && a.address.family == Family::ipv6 &&
+		       prefix("fe80::/10").first() <= a.address && a.address <= prefix("fe80::/10").last();
+	});
+	CHECK(linkLocal);
+}
+
+TEST_CASE("the monitor: duplicate address detection finishing is a change")
+{
+	freshInterface(/*carrier=*/false);
+	runOrFail("ip addr add 2001:db8::6/64 dev d0");
+	AddressMonitor monitor = openMonitor();
+	settle(monitor);
+	auto before = onD0(readAddresses(), "2001:db8::6");
+	REQUIRE(before);
+	CHECK(before->tentative); // no carrier: detection waits
+	CHECK_FALSE(pickAddressIn(prefix("2001:db8::/64"), readAddresses()));
+
+	runOrFail("ip link set d0p up"); // carrier: detection runs, 1 to 2 s
+	bool usable = false;
+	const auto start = Clock::now();
+	while (!usable && msSince(start) < 10000) {
+		if (!readableWithin(monitor, 500) || !drain(monitor))
+			continue;
+		const auto picked = pickAddressIn(prefix("2001:db8::/64"), readAddresses());
+		usable = picked && picked->address.toString() == "2001:db8::6";
+	}
+	CHECK(usable);
+}
+
+TEST_CASE("the monitor: a flood of address changes neither blocks nor fails drain()")
+{
+	freshInterface();
+	constexpr int kAddresses = 1000; // added, then removed: 2,000 changes
+	std::string batch;
+	for (int i = 0; i < kAddresses; i++)
+		batch += fmt::format("address add 198.18.{}.{}/32 dev d0\n", i / 250, i % 250 + 1);
+	for (int i = 0; i < kAddresses; i++)
+		batch += fmt::format("address del 198.18.{}.{}/32 dev d0\n", i / 250, i % 250 + 1);
+	const std::string file = fmt::format("/tmp/node-addresses-flood-{}.batch", getpid());
+	{
+		FILE *out = std::fopen(file.c_str(), "w");
+		REQUIRE(out);
+		std::fputs(batch.c_str(), out);
+		std::fclose(out);
+	}
+
+	SECTION("while the flood runs, drain() and readNodeAddresses() keep answering")
+	{
+		AddressMonitor monitor = openMonitor();
+		settle(monitor);
+		FILE *ip = popen(("ip -batch " + file).c_str(), "r");
+		REQUIRE(ip);
+		int changes = 0;
+		int interrupted = 0;
+		double slowestRead = 0;
+		// Each round is bounded, and the rounds end with the flood (or after 30 s).
+		const auto start = Clock::now();
+		while (msSince(start) < 30000) {
+			if (drain(monitor))
+				changes++;
+			const auto readStart = Clock::now();
+			auto addresses = readNodeAddresses();
+			slowestRead = std::max(slowestRead, msSince(readStart));
+			if (!addresses) {
+				CHECK(addresses.error().errnum == EINTR); // it kept changing
+				interrupted++;
+			}
+			if (!readableWithin(monitor, 200))
+				break; // quiet for 200 ms: the flood is over
+		}
+		pclose(ip);
+		CHECK(changes > 0);
+		settle(monitor);
+		WARN("flood: " << changes << " drains with changes, " << interrupted
+			       << " reads interrupted more than 5 times, " << monitor.overruns()
+			       << " overruns; the slowest read (up to 1,000 addresses): "
+			       << slowestRead << " ms");
+	}
+
+	SECTION("read only afterwards, with a small receive buffer: the overrun is a change")
+	{
+		AddressMonitor monitor = openMonitor();
+		settle(monitor);
+		const int small = 4096; // the kernel doubles it and keeps a minimum
+		REQUIRE(setsockopt(monitor.fd(), SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) == 0);
+		runOrFail("ip -batch " + file);
+		CHECK(drain(monitor));
+		CHECK(monitor.overruns() == 1);
+		// What is queued after the overrun is read in bounded rounds, then nothing.
+		for (int i = 0; i < 10 && drain(monitor); i++)
+			;
+		CHECK_FALSE(drain(monitor));
+	}
+
+	std::remove(file.c_str());
+	const std::vector<NodeAddress> after = readAddresses();
+	CHECK_FALSE(std::any_of(after.begin(), after.end(), [](const NodeAddress &a) {
+		return a.interface == "d0" && a.address.family == Family::ipv4;
+	}));
+	(void)run("ip link del d0");
+}

@@ -119,6 +119,12 @@ void AgentStatus::tableDrifted()
 	state_.tableDrifted = true;
 }
 
+void AgentStatus::subnetsChosen(const std::vector<SubnetChoice> &subnets)
+{
+	std::lock_guard lock(mutex_);
+	state_.subnets = subnets;
+}
+
 void AgentStatus::driftRepaired()
 {
 	std::lock_guard lock(mutex_);
@@ -187,6 +193,11 @@ AgentStatus::Health AgentStatus::Snapshot::health() const
 	if (tableDrifted)
 		return {false, fmt::format("table inet {} is missing or was changed, and is not yet "
 					   "restored", table)};
+	for (const SubnetChoice &choice : subnets)
+		if (!choice.address)
+			return {false, fmt::format("{}: this node has no address in it, so its {} traffic "
+						   "is masqueraded instead: the config cannot be honoured "
+						   "on this node", choice.subnet, familyName(choice.family))};
 	if (!started)
 		return {false, "no sync has completed yet"};
 	return {true, {}};
@@ -240,6 +251,15 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			   "# TYPE ip_masq_agent_build_info gauge\n"
 			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
 			   IP_MASQ_AGENT_VERSION);
+	if (!subnets.empty()) {
+		out += "# HELP ip_masq_agent_output_address_available 1 when this node has an address "
+		       "in the family's outputAddress subnet and SNATs to it, 0 when it has none and "
+		       "masquerades instead.\n# TYPE ip_masq_agent_output_address_available gauge\n";
+		for (const SubnetChoice &choice : subnets)
+			out += fmt::format("ip_masq_agent_output_address_available{{family=\"{}\"}} {}\n",
+					   choice.family == Family::ipv4 ? "ipv4" : "ipv6",
+					   choice.address ? 1 : 0);
+	}
 	out += conntrackText(*this);
 	return out;
 }

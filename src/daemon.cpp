@@ -85,11 +85,13 @@ Reconciler::Settings reconcilerSettings(const AgentOptions &options)
 } // namespace
 
 Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *monitor,
-	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd)
+	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd,
+	       std::optional<AddressMonitor> addressMonitor)
 	: options_(std::move(options)), monitor_(monitor),
 	  source_(ConfigSource::open(options_.config)),
 	  reconciler_(backend, reconcilerSettings(options_), status_),
-	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd))
+	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd)),
+	  addressMonitor_(std::move(addressMonitor))
 {
 }
 
@@ -117,9 +119,17 @@ Result<std::unique_ptr<Daemon>> Daemon::create(AgentOptions options, TableBacken
 	UniqueFd timerFd(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC));
 	if (!timerFd.isValid())
 		return undo("timerfd");
+	// Subscribed before the first read of the addresses (in run()), so that no change is
+	// missed. Without it, an outputAddress subnet follows the node at each resync only.
+	std::optional<AddressMonitor> addressMonitor;
+	if (auto opened = AddressMonitor::open())
+		addressMonitor.emplace(std::move(*opened));
+	else
+		log::warning("{}; an outputAddress subnet follows this node's addresses at each "
+			     "resync only", opened.error().message);
 	return std::unique_ptr<Daemon>(new Daemon(std::move(options), backend, monitor,
 						  std::move(notifier), std::move(signalFd),
-						  std::move(timerFd)));
+						  std::move(timerFd), std::move(addressMonitor)));
 }
 
 bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
@@ -129,15 +139,64 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 		log::warning("{}", *warning);
 	if (content && !*content)
 		return false; // nothing new
-	Result<DesiredState> desired =
-		content ? desiredFromContent(**content, options_.config, options_.configFlags,
-					     options_.ruleset)
-			: Result<DesiredState>(fail(content.error()));
-	if (desired)
-		configuredResync_ = desired->resyncInterval;
-	// A bad config is logged and reported by the reconciler, which keeps the last good
-	// ruleset; the loop goes on either way.
-	(void)reconciler_.setDesired(std::move(desired));
+	// desiredFromContent in its two steps: the daemon keeps a config whose desired state
+	// depends on the node's addresses, to make it again when they change.
+	auto loaded = content ? loadConfigContent(**content, options_.configFlags)
+			      : Result<LoadedConfig>(fail(content.error()));
+	if (!loaded) {
+		// Logged and reported by the reconciler, which keeps the last good ruleset
+		// (and, here, the last good config); the loop goes on.
+		(void)reconciler_.setDesired(fail(loaded.error()));
+		return true;
+	}
+	// Read with each config: an outputAddress of it is checked against them, and only
+	// a config with a subnet follows them in between.
+	nodeAddresses_ = readAddresses();
+	DesiredState desired = desiredFromConfig(*loaded, options_.config, options_.ruleset,
+						 nodeAddresses_);
+	configuredResync_ = desired.resyncInterval;
+	subnetAddresses_ = chooseSubnetAddresses(*loaded, nodeAddresses_);
+	if (dependsOnNodeAddresses(*loaded))
+		addressDependentConfig_ = std::move(*loaded);
+	else
+		addressDependentConfig_.reset();
+	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
+	return true;
+}
+
+NodeAddresses Daemon::readAddresses()
+{
+	auto read = readNodeAddresses();
+	if (read) {
+		if (!lastAddressError_.empty())
+			log::info("this node's addresses are readable again");
+		lastAddressError_.clear();
+		return std::move(*read);
+	}
+	if (read.error().message != lastAddressError_)
+		log::warning("{}; an outputAddress subnet gives no address until they can be read "
+			     "(the monitor's next notification, or the resync, reads again)",
+			     read.error().message);
+	lastAddressError_ = read.error().message;
+	return std::nullopt;
+}
+
+bool Daemon::takeNodeAddresses()
+{
+	// Only a config with a subnet cares; others leave the addresses unread.
+	if (!addressDependentConfig_)
+		return false;
+	nodeAddresses_ = readAddresses();
+	// A node's addresses change with every pod (their veths): remake the desired state,
+	// which may hold 100,000 ranges, only when a subnet gives another address.
+	const SubnetAddresses chosen = chooseSubnetAddresses(*addressDependentConfig_, nodeAddresses_);
+	if (chosen == subnetAddresses_)
+		return false;
+	subnetAddresses_ = chosen;
+	DesiredState desired = desiredFromConfig(*addressDependentConfig_, options_.config,
+						 options_.ruleset, nodeAddresses_);
+	desired.cause = DesiredState::Cause::nodeAddresses;
+	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
 
@@ -298,11 +357,12 @@ int Daemon::run()
 	}
 	reportToSystemd();
 
-	enum { kSignal, kConfig, kMonitor, kTimer, kCount };
+	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kCount };
 	std::array<pollfd, kCount> fds{};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
 	fds[kConfig] = {source_.fd(), POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
+	fds[kAddresses] = {addressMonitor_ ? addressMonitor_->fd() : -1, POLLIN, 0};
 	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
 
 	for (;;) {
@@ -335,6 +395,16 @@ int Daemon::run()
 			}
 			tableChanged = !changed || *changed;
 		}
+		bool addressesChanged = false;
+		if (fds[kAddresses].revents & (POLLIN | POLLERR | POLLHUP)) {
+			auto changed = addressMonitor_->drain();
+			if (!changed) {
+				log::warning("{}; an outputAddress subnet follows this node's addresses "
+					     "at each resync only", changed.error().message);
+				fds[kAddresses].fd = -1;
+			}
+			addressesChanged = !changed || *changed;
+		}
 		if (fds[kTimer].revents & POLLIN) {
 			uint64_t expirations = 0;
 			(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
@@ -343,6 +413,9 @@ int Daemon::run()
 		const bool resyncDue = now >= nextResync_;
 		if (resyncDue)
 			nextResync_ = now + resyncEvery_;
+		// The addresses first: a config read in the same turn is then made with them.
+		const bool subnetChanged =
+			(addressesChanged || resyncDue || reload) && takeNodeAddresses();
 		const bool configChanged = takeConfig(
 			reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
 		const auto retryAt = reconciler_.nextWake();
@@ -352,6 +425,8 @@ int Daemon::run()
 			trigger = SyncTrigger::reload;
 		else if (configChanged)
 			trigger = SyncTrigger::configChange;
+		else if (subnetChanged)
+			trigger = SyncTrigger::addressChange;
 		else if (tableChanged)
 			trigger = SyncTrigger::nftablesChange;
 		else if (resyncDue)

@@ -2,37 +2,123 @@
 // From the config's content to the desired state: load, merge and check, then map.
 #include "ip-masq-agent/desired_state.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
 namespace ipmasq {
 
-DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation &location,
-			       const RulesetOptions &options)
+namespace {
+
+const char *keyOf(Family family)
 {
-	return DesiredState{buildRuleset(loaded.config, options), loaded.config.resyncInterval,
-			    describeConfigOrigin(location, loaded), describeConfig(loaded.config),
-			    loaded.warnings};
+	return family == Family::ipv4 ? "outputAddress" : "outputAddressIPv6";
+}
+
+bool ownsAddress(const std::vector<NodeAddress> &addresses, const Address &address)
+{
+	return std::any_of(addresses.begin(), addresses.end(),
+			   [&](const NodeAddress &own) { return own.address == address; });
+}
+
+// An outputAddress (or range) that is not this node's works only if something routes the
+// replies back here (a load balancer, a route on the router): worth a warning, not an
+// error.
+std::optional<std::string> notOwnedWarning(const Config &config, Family family,
+					    const std::vector<NodeAddress> &addresses)
+{
+	const std::optional<OutputAddress> &output = config.outputAddressOf(family);
+	if (!output || output->form == OutputAddress::Form::subnet)
+		return std::nullopt;
+	// A range is this node's if its first address is: the rest is the operator's plan.
+	if (ownsAddress(addresses, output->range.first))
+		return std::nullopt;
+	return fmt::format("{}: {}: {} is not an address of this node: replies to it reach the "
+			   "node only if the network routes them here (a load balancer, a route "
+			   "on the router); the agent SNATs to it as configured",
+			   describeOrigin(config, output->origin), keyOf(family), output->toString());
+}
+
+} // namespace
+
+bool dependsOnNodeAddresses(const LoadedConfig &loaded)
+{
+	for (const Family family : {Family::ipv4, Family::ipv6})
+		if (const auto &output = loaded.config.outputAddressOf(family);
+		    output && output->form == OutputAddress::Form::subnet)
+			return true;
+	return false;
+}
+
+SubnetAddresses chooseSubnetAddresses(const LoadedConfig &loaded, const NodeAddresses &node)
+{
+	SubnetAddresses chosen;
+	if (!node)
+		return chosen;
+	for (const Family family : {Family::ipv4, Family::ipv6}) {
+		const std::optional<OutputAddress> &output = loaded.config.outputAddressOf(family);
+		if (!output || output->form != OutputAddress::Form::subnet)
+			continue;
+		const Prefix subnet{output->range.first, output->prefixLength, {}, {}};
+		if (auto picked = pickAddressIn(subnet, *node))
+			(family == Family::ipv4 ? chosen.ipv4 : chosen.ipv6) = picked->address;
+	}
+	return chosen;
+}
+
+DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation &location,
+			       const RulesetOptions &options, const NodeAddresses &node)
+{
+	const Config &config = loaded.config;
+	std::vector<std::string> warnings = loaded.warnings;
+	const SubnetAddresses chosen = chooseSubnetAddresses(loaded, node);
+	std::vector<SubnetChoice> subnets;
+	for (const Family family : {Family::ipv4, Family::ipv6}) {
+		const std::optional<OutputAddress> &output = config.outputAddressOf(family);
+		if (!output)
+			continue;
+		if (output->form != OutputAddress::Form::subnet) {
+			if (node)
+				if (auto warning = notOwnedWarning(config, family, *node))
+					warnings.push_back(std::move(*warning));
+			continue;
+		}
+		subnets.push_back(SubnetChoice{family,
+					       fmt::format("{} ({}, {})", output->toString(), keyOf(family),
+							   describeOrigin(config, output->origin)),
+					       chosen.of(family)});
+	}
+	return DesiredState{buildRuleset(config, options, chosen),
+			    DesiredState::Cause::config,
+			    config.resyncInterval,
+			    describeConfigOrigin(location, loaded),
+			    describeConfig(config),
+			    std::move(warnings),
+			    std::move(subnets)};
 }
 
 Result<DesiredState> desiredFromContent(const ConfigContent &content,
 					const ConfigLocation &location, const ConfigFlags &flags,
-					const RulesetOptions &options)
+					const RulesetOptions &options, const NodeAddresses &node)
 {
 	auto loaded = loadConfigContent(content, flags);
 	if (!loaded)
 		return fail(loaded.error());
-	return desiredFromConfig(*loaded, location, options);
+	return desiredFromConfig(*loaded, location, options, node);
 }
 
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
-					 const RulesetOptions &options)
+					 const RulesetOptions &options, const NodeAddresses &node)
 {
 	auto content = readConfigContent(location);
 	if (!content)
 		return fail(content.error());
-	return desiredFromContent(*content, location, flags, options);
+	return desiredFromContent(*content, location, flags, options, node);
 }
 
 } // namespace ipmasq

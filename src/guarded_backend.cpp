@@ -55,9 +55,9 @@ Result<TableCheck> GuardedBackend::check(const Ruleset &ruleset)
 	return guarded("reading", ruleset.table, [&] { return inner_.check(ruleset); });
 }
 
-Result<std::optional<std::vector<AddressSet>>> GuardedBackend::readAddressSets(const std::string &table)
+Result<std::optional<KernelTable>> GuardedBackend::readTable(const std::string &table)
 {
-	return guarded("reading the sets of", table, [&] { return inner_.readAddressSets(table); });
+	return guarded("reading", table, [&] { return inner_.readTable(table); });
 }
 
 } // namespace ipmasq

@@ -16,6 +16,7 @@
 #include "ip-masq-agent/guarded_backend.h"
 #include "ip-masq-agent/health_server.h"
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/nft_text.h"
@@ -36,9 +37,23 @@ void logWarnings(const std::vector<std::string> &warnings)
 		log::warning("{}", warning);
 }
 
+// This node's addresses, for an outputAddress subnet (this node's address in it) and to
+// warn about an outputAddress that is not this node's; nullopt, with a warning, when they
+// cannot be read.
+NodeAddresses nodeAddresses()
+{
+	auto read = readNodeAddresses();
+	if (read)
+		return std::move(*read);
+	log::warning("{}; an outputAddress subnet gives no address of this node",
+		     read.error().message);
+	return std::nullopt;
+}
+
 int dryRun(const AgentOptions &options)
 {
-	const auto state = desiredFromLocation(options.config, options.configFlags, options.ruleset);
+	const auto state = desiredFromLocation(options.config, options.configFlags, options.ruleset,
+					       nodeAddresses());
 	if (!state) {
 		log::error("{}", state.error().message);
 		return EXIT_FAILURE;
@@ -72,6 +87,7 @@ int explain(const AgentOptions &options)
 	context.table = options.ruleset.table;
 	context.sources = options.explainSources;
 	context.outputInterface = options.explainInterface;
+	context.subnet = chooseSubnetAddresses(*loaded, nodeAddresses());
 	if (auto local = readLocalPrefixes())
 		context.localPrefixes = std::move(*local);
 	else
@@ -95,19 +111,20 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 	Reconciler reconciler(backend, Reconciler::Settings{options.ruleset, false, options.config.path},
 			      status);
 	// A bad config is logged here and fails the reconcile below.
-	(void)reconciler.setDesired(
-		desiredFromLocation(options.config, options.configFlags, options.ruleset));
+	(void)reconciler.setDesired(desiredFromLocation(options.config, options.configFlags,
+							options.ruleset, nodeAddresses()));
 	return reconciler.reconcile(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
 // The descriptors the daemon holds besides its health endpoint's sessions: the backend's and
-// the monitor's netlink sockets, the signalfd, the timerfd, the inotify instance and the
-// systemd notify socket (6); the health endpoint's epoll, eventfd, timerfd and listening
-// socket (4); and a reserve for what it opens for a moment (the config file twice, for
-// the read lease and the read, a directory listing, /proc for a table owner's name).
+// the two monitors' netlink sockets (nf_tables, addresses), the signalfd, the timerfd, the
+// inotify instance and the systemd notify socket (7); the health endpoint's epoll,
+// eventfd, timerfd and listening socket (4); and a reserve for what it opens for a moment
+// (the config file twice, for the read lease and the read, a directory listing, /proc for
+// a table owner's name, a netlink socket to read addresses or conntrack's statistics).
 size_t daemonDescriptors(const AgentOptions &options)
 {
-	const size_t own = 6;
+	const size_t own = 7;
 	const size_t health = options.healthAddr.empty() ? 0 : 4 + HealthServer::kMinSessions;
 	return own + health + HealthServer::kReservedDescriptors;
 }

@@ -1,150 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// The node's addresses: rtnetlink dumps of addresses and links, the choice, the monitor.
+// The node's addresses as values: how one is printed, and the choice in a subnet.
 #include "ip-masq-agent/node_addresses.h"
 
-#include <algorithm>
-#include <cerrno>
-#include <unordered_map>
-
-#include <libmnl/libmnl.h>
-#include <linux/if_addr.h>
-#include <linux/if_link.h>
-#include <linux/rtnetlink.h>
-#include <sys/socket.h>
+#include <utility>
 
 #include <fmt/format.h>
 
 namespace ipmasq {
 
 namespace {
-
-// A dump interrupted by a concurrent change is read again this many times at most.
-constexpr int kDumpAttempts = 5;
-// Room for a burst of notifications while the daemon is busy: with CAP_NET_ADMIN
-// (SO_RCVBUFFORCE) 2,000 IPv4 additions fit and 3,000 overran (measured, kernel 6.18).
-// An overrun counts as a change, which is always correct, only less precise.
-constexpr size_t kMonitorReceiveBuffer = 1024 * 1024;
-// Datagrams one drain() reads at most; rtnetlink sends one notification per datagram.
-constexpr size_t kMaxDatagramsPerDrain = 4096;
-
-// The attributes of a message after its family header, by type (the last of a type
-// wins, as in the kernel's own parsing). Types beyond `maxType` are skipped.
-std::vector<const nlattr *> attributes(const nlmsghdr *nlh, size_t headerSize, uint16_t maxType)
-{
-	std::vector<const nlattr *> table(maxType + 1, nullptr);
-	const auto *tail = static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh));
-	for (auto *attr = static_cast<const nlattr *>(mnl_nlmsg_get_payload_offset(nlh, headerSize));
-	     mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char *>(attr)));
-	     attr = mnl_attr_next(attr)) {
-		if (mnl_attr_get_type(attr) <= maxType)
-			table[mnl_attr_get_type(attr)] = attr;
-	}
-	return table;
-}
-
-// One address from an RTM_NEWADDR message, or nothing for another family (the
-// AF_UNSPEC dump includes MCTP's, for one) or a message without an address.
-std::optional<NodeAddress> parseAddress(const nlmsghdr *nlh)
-{
-	if (nlh->nlmsg_type != RTM_NEWADDR || mnl_nlmsg_get_payload_len(nlh) < sizeof(ifaddrmsg))
-		return std::nullopt;
-	const auto *ifa = static_cast<const ifaddrmsg *>(mnl_nlmsg_get_payload(nlh));
-	if (ifa->ifa_family != AF_INET && ifa->ifa_family != AF_INET6)
-		return std::nullopt;
-	const Family family = ifa->ifa_family == AF_INET ? Family::ipv4 : Family::ipv6;
-	const auto attrs = attributes(nlh, sizeof(ifaddrmsg), IFA_MAX);
-	// IFA_ADDRESS is the peer on a point-to-point link; IFA_LOCAL, when present, is
-	// always ours (the rule getifaddrs() follows too).
-	const nlattr *local = attrs[IFA_LOCAL] ? attrs[IFA_LOCAL] : attrs[IFA_ADDRESS];
-	if (!local || mnl_attr_get_payload_len(local) != familyBits(family) / 8)
-		return std::nullopt;
-	// ifa_flags has room for the first 8 flags only; IFA_FLAGS carries all 32.
-	uint32_t flags = ifa->ifa_flags;
-	if (attrs[IFA_FLAGS] && mnl_attr_validate(attrs[IFA_FLAGS], MNL_TYPE_U32) >= 0)
-		flags = mnl_attr_get_u32(attrs[IFA_FLAGS]);
-
-	NodeAddress address;
-	address.address =
-		Address::fromBytes(family, static_cast<const uint8_t *>(mnl_attr_get_payload(local)));
-	address.prefixLength = ifa->ifa_prefixlen;
-	address.ifindex = ifa->ifa_index;
-	address.secondary = flags & IFA_F_SECONDARY;
-	address.tentative = flags & IFA_F_TENTATIVE;
-	address.dadFailed = flags & IFA_F_DADFAILED;
-	address.deprecated = flags & IFA_F_DEPRECATED;
-	address.permanent = flags & IFA_F_PERMANENT;
-	return address;
-}
-
-// One dump of `type` (RTM_GETADDR, RTM_GETLINK) of every family, each reply to `onReply`.
-// Retried from the start when a concurrent change interrupted it.
-Status dump(netlink::Socket &socket, uint16_t type, const char *what,
-	    const std::function<void()> &restart, const netlink::ReplyHandler &onReply)
-{
-	Status s;
-	for (int attempt = 0; attempt < kDumpAttempts; attempt++) {
-		restart();
-		s = socket.query(type, AF_UNSPEC, NLM_F_DUMP, nullptr, onReply);
-		if (s || s.error().errnum != EINTR)
-			break;
-	}
-	if (!s && s.error().errnum == EINTR)
-		return fail(fmt::format("cannot read the node's {}: they changed during each of "
-					"{} reads", what, kDumpAttempts), EINTR);
-	if (!s)
-		return fail(s.error().withContext(fmt::format("cannot read the node's {}: ", what)));
-	return {};
-}
-
-Status tooMany(size_t limit, const char *what)
-{
-	return fail(fmt::format("this node has more than {} {}: refusing to read them all",
-				limit, what),
-		    E2BIG);
-}
-
-Result<std::vector<NodeAddress>> dumpAddresses(netlink::Socket &socket, size_t limit)
-{
-	std::vector<NodeAddress> addresses;
-	Status s = dump(socket, RTM_GETADDR, "addresses", [&] { addresses.clear(); },
-			[&](const nlmsghdr *nlh) -> Status {
-				std::optional<NodeAddress> address = parseAddress(nlh);
-				if (!address)
-					return {};
-				if (addresses.size() == limit)
-					return tooMany(limit, "addresses");
-				addresses.push_back(std::move(*address));
-				return {};
-			});
-	if (!s)
-		return fail(s.error());
-	return addresses;
-}
-
-Result<std::unordered_map<uint32_t, std::string>> dumpInterfaceNames(netlink::Socket &socket,
-								     size_t limit)
-{
-	std::unordered_map<uint32_t, std::string> names;
-	Status s = dump(socket, RTM_GETLINK, "interfaces", [&] { names.clear(); },
-			[&](const nlmsghdr *nlh) -> Status {
-				if (nlh->nlmsg_type != RTM_NEWLINK ||
-				    mnl_nlmsg_get_payload_len(nlh) < sizeof(ifinfomsg))
-					return {};
-				const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
-				const auto attrs = attributes(nlh, sizeof(ifinfomsg), IFLA_IFNAME);
-				if (!attrs[IFLA_IFNAME] ||
-				    mnl_attr_validate(attrs[IFLA_IFNAME], MNL_TYPE_NUL_STRING) < 0)
-					return {};
-				if (names.size() == limit)
-					return tooMany(limit, "interfaces");
-				names[static_cast<uint32_t>(ifi->ifi_index)] =
-					mnl_attr_get_str(attrs[IFLA_IFNAME]);
-				return {};
-			});
-	if (!s)
-		return fail(s.error());
-	return names;
-}
 
 bool usable(const NodeAddress &candidate)
 {
@@ -170,30 +34,6 @@ std::string NodeAddress::toString() const
 	return text;
 }
 
-Result<std::vector<NodeAddress>> readNodeAddresses(size_t limit)
-{
-	auto socket = netlink::Socket::open(netlink::Protocol::route);
-	if (!socket)
-		return fail(socket.error());
-	// Addresses first: an address's interface existed before the address dump began,
-	// so the link dump that follows lists it, unless it was deleted in between; its
-	// addresses went with it then, and are dropped here.
-	auto addresses = dumpAddresses(*socket, limit);
-	if (!addresses)
-		return fail(addresses.error());
-	auto names = dumpInterfaceNames(*socket, limit);
-	if (!names)
-		return fail(names.error());
-	std::erase_if(*addresses, [&](NodeAddress &address) {
-		const auto name = names->find(address.ifindex);
-		if (name == names->end())
-			return true;
-		address.interface = name->second;
-		return false;
-	});
-	return std::move(*addresses);
-}
-
 std::optional<NodeAddress> pickAddressIn(const Prefix &subnet,
 					 const std::vector<NodeAddress> &addresses)
 {
@@ -210,40 +50,6 @@ std::optional<NodeAddress> pickAddressIn(const Prefix &subnet,
 	if (!best)
 		return std::nullopt;
 	return *best;
-}
-
-AddressMonitor::AddressMonitor(netlink::Socket socket) : socket_(std::move(socket)) {}
-
-Result<AddressMonitor> AddressMonitor::open()
-{
-	auto socket = netlink::Socket::open(netlink::Protocol::route);
-	if (!socket)
-		return fail(socket.error());
-	for (const unsigned group : {RTNLGRP_IPV4_IFADDR, RTNLGRP_IPV6_IFADDR})
-		if (auto s = socket->joinGroup(group); !s)
-			return fail(s.error().withContext("cannot follow the node's addresses: "));
-	// Best effort: without CAP_NET_ADMIN the sysctl net.core.rmem_max caps it, and a
-	// smaller buffer only overruns sooner, which drain() reports as a change.
-	(void)socket->reserveBuffers(0, kMonitorReceiveBuffer);
-	return AddressMonitor(std::move(*socket));
-}
-
-Result<bool> AddressMonitor::drain()
-{
-	bool changed = false;
-	auto drained = socket_.drainNotifications(
-		[&](const nlmsghdr *nlh) {
-			if (nlh->nlmsg_type == RTM_NEWADDR || nlh->nlmsg_type == RTM_DELADDR)
-				changed = true;
-		},
-		kMaxDatagramsPerDrain);
-	if (!drained)
-		return fail(drained.error().withContext("cannot follow the node's addresses: "));
-	if (drained->overrun) {
-		overruns_++;
-		changed = true;
-	}
-	return changed;
 }
 
 } // namespace ipmasq

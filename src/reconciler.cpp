@@ -46,6 +46,7 @@ const char *syncTriggerName(SyncTrigger trigger)
 	switch (trigger) {
 	case SyncTrigger::startup: return "start-up";
 	case SyncTrigger::configChange: return "config change";
+	case SyncTrigger::addressChange: return "node address change";
 	case SyncTrigger::resync: return "resync";
 	case SyncTrigger::nftablesChange: return "nftables change";
 	case SyncTrigger::reload: return "SIGHUP";
@@ -101,18 +102,42 @@ Status Reconciler::setDesired(Result<DesiredState> desired)
 		return fail(desired.error());
 	}
 
-	for (const std::string &warning : desired->warnings)
-		log::warning("{}", warning);
-	if (!configError_.empty())
-		log::info("the config is valid again");
-	configError_.clear();
-	log::info("config {}: {}", desired->origin, desired->summary);
+	if (desired->cause == DesiredState::Cause::config) {
+		for (const std::string &warning : desired->warnings)
+			log::warning("{}", warning);
+		if (!configError_.empty())
+			log::info("the config is valid again");
+		configError_.clear();
+		log::info("config {}: {}", desired->origin, desired->summary);
+	}
+	noteSubnets(desired->subnets);
 	// Compare rulesets once per config change, not on every sync.
 	if (!desired_ || desired->ruleset != *desired_) {
 		desired_ = std::make_shared<const Ruleset>(std::move(desired->ruleset));
 		desiredVersion_++;
 	}
 	return {};
+}
+
+void Reconciler::noteSubnets(const std::vector<SubnetChoice> &subnets)
+{
+	// Said when it changes: the address a subnet gives, or that it gives none.
+	for (const SubnetChoice &choice : subnets) {
+		const auto before = std::find_if(subnets_.begin(), subnets_.end(), [&](const SubnetChoice &c) {
+			return c.family == choice.family && c.subnet == choice.subnet;
+		});
+		if (before != subnets_.end() && before->address == choice.address)
+			continue;
+		if (choice.address)
+			log::info("{}: SNAT to {}, this node's address in it", choice.subnet,
+				  choice.address->toString());
+		else
+			log::warning("{}: this node has no address in it: its {} traffic is masqueraded "
+				     "instead, and the agent reports not ready until one appears",
+				     choice.subnet, familyName(choice.family));
+	}
+	subnets_ = subnets;
+	status_.subnetsChosen(subnets);
 }
 
 void Reconciler::tryAdopt()

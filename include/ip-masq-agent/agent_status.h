@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ip-masq-agent/netlink/conntrack_stats.h"
+#include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -43,6 +44,9 @@ public:
 		bool rulesetInForce = false;
 		std::string configError;
 		std::string syncError;
+		// outputAddress subnets and this node's address in each: one without an address
+		// keeps the agent not ready (its family is masqueraded instead).
+		std::vector<SubnetChoice> subnets;
 		bool tableDrifted = false;
 
 		uint64_t syncs = 0;
@@ -82,6 +86,7 @@ public:
 	// Nothing to write: the kernel holds the desired table (clears a sync error).
 	void noopResync();
 	void tableDrifted(); // missing or edited: not ok until the next successful sync
+	void subnetsChosen(const std::vector<SubnetChoice> &subnets);
 	void driftRepaired();
 	// A reading of conntrack's statistics (by the loop, never by a scrape), or a failure
 	// to read them.

@@ -14,6 +14,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/systemd_notify.h"
@@ -63,7 +64,8 @@ private:
 	using Clock = std::chrono::steady_clock;
 
 	Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *monitor,
-	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd);
+	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd,
+	       std::optional<AddressMonitor> addressMonitor);
 
 	// Look at the config (and read it if `why` or the source says so), then hand what
 	// it yields to the reconciler. True if there was new content (or a read error).
@@ -80,6 +82,12 @@ private:
 	void reportToSystemd();
 	// Reads conntrack's statistics into the status, and schedules the next read.
 	void readConntrack();
+	// Reads this node's addresses again (their monitor said they changed, or a resync);
+	// true when that changes what an outputAddress subnet gives, and the reconciler got
+	// the new desired state.
+	bool takeNodeAddresses();
+	// The node's addresses, or nullopt with a warning (once per distinct message).
+	NodeAddresses readAddresses();
 
 	// How often the loop reads conntrack's statistics (and once at start). The loop
 	// reads them, never a scrape: however many scrapes come, the kernel is asked at
@@ -105,6 +113,15 @@ private:
 	std::string lastStatusLine_;
 	Clock::time_point nextConntrackRead_;
 	std::string lastConntrackError_; // logged once per distinct message
+
+	// This node's addresses (for outputAddress subnets) and their change notifications
+	// (none: re-read at each resync only). The last good config is kept only while its
+	// desired state depends on them, with what its subnets gave.
+	std::optional<AddressMonitor> addressMonitor_;
+	NodeAddresses nodeAddresses_;
+	std::string lastAddressError_;
+	std::optional<LoadedConfig> addressDependentConfig_;
+	SubnetAddresses subnetAddresses_;
 };
 
 } // namespace ipmasq

@@ -11,6 +11,7 @@
 
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -22,8 +23,27 @@ struct ConfigFlags;
 struct ConfigLocation;
 struct LoadedConfig;
 
+// What the config asks of this node's addresses: an outputAddress subnet of a family,
+// and this node's address in it, if it has one (without, the family is masqueraded and
+// the agent is not ready: the config cannot be honoured here).
+struct SubnetChoice {
+	Family family;
+	std::string subnet; // "203.0.113.0/24 (outputAddress, FILE:LINE)", for messages
+	std::optional<Address> address;
+	bool operator==(const SubnetChoice &) const = default;
+};
+
+// This node's addresses when they are known (nullopt: could not be read; then a subnet has
+// no address of the node, and no address is warned about).
+using NodeAddresses = std::optional<std::vector<NodeAddress>>;
+
 struct DesiredState {
+	// What made it: a config read (its lines are logged), or a change of this node's
+	// addresses with the same config (only what changed is).
+	enum class Cause { config, nodeAddresses };
+
 	Ruleset ruleset;
+	Cause cause = Cause::config;
 	// How often the loop looks at the config and the kernel without being told to.
 	Duration resyncInterval{};
 	// Where it came from, for the log: the file, the directory and its files, or the
@@ -31,23 +51,35 @@ struct DesiredState {
 	std::string origin;
 	// The config in one line, for the log: "nonMasqueradeCIDRs=[...] cidrLimit=64 ...".
 	std::string summary;
-	// Findings to log that did not make it invalid (unknown keys, a raised interval).
+	// Findings to log that did not make it invalid (unknown keys, a raised interval, an
+	// outputAddress that is not this node's).
 	std::vector<std::string> warnings;
+	// The outputAddress subnets in use, one per family, and what this node has in each.
+	std::vector<SubnetChoice> subnets;
 };
 
-// A validated config (and the flags) as the desired state.
+// Whether the config's desired state depends on this node's addresses (an outputAddress
+// subnet): then it is made again when the address chosen in a subnet changes.
+bool dependsOnNodeAddresses(const LoadedConfig &loaded);
+
+// This node's address in each outputAddress subnet of the config (pickAddressIn), or none:
+// cheap, so that a change of the node's addresses remakes the desired state only when
+// it changes what the subnets give.
+SubnetAddresses chooseSubnetAddresses(const LoadedConfig &loaded, const NodeAddresses &node);
+
+// A validated config (and the flags) as the desired state, on a node with these addresses.
 DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation &location,
-			       const RulesetOptions &options);
+			       const RulesetOptions &options, const NodeAddresses &node);
 
 // The config's content as the desired state: parsed, merged and checked
 // (loadConfigContent), then mapped. An error says what is wrong, and where.
 Result<DesiredState> desiredFromContent(const ConfigContent &content,
 					const ConfigLocation &location, const ConfigFlags &flags,
-					const RulesetOptions &options);
+					const RulesetOptions &options, const NodeAddresses &node);
 
 // The location read once (readConfigContent), then desiredFromContent: --once and
 // --dry-run.
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
-					 const RulesetOptions &options);
+					 const RulesetOptions &options, const NodeAddresses &node);
 
 } // namespace ipmasq

@@ -24,7 +24,7 @@ public:
 					uint32_t generation) override;
 	Result<uint32_t> generation() override;
 	Result<TableCheck> check(const Ruleset &ruleset) override;
-	Result<std::optional<std::vector<AddressSet>>> readAddressSets(const std::string &table) override;
+	Result<std::optional<KernelTable>> readTable(const std::string &table) override;
 
 private:
 	TableBackend &inner_;

@@ -20,7 +20,7 @@
 namespace ipmasq {
 
 // Why the reconciler looks at the kernel; named in logs.
-enum class SyncTrigger { startup, configChange, resync, nftablesChange, reload, retry };
+enum class SyncTrigger { startup, configChange, addressChange, resync, nftablesChange, reload, retry };
 const char *syncTriggerName(SyncTrigger trigger);
 
 // Restores of an unchanged table (after someone deleted or edited it, or when other
@@ -99,6 +99,7 @@ public:
 
 private:
 	Status configStatus() const;
+	void noteSubnets(const std::vector<SubnetChoice> &subnets);
 	Status ensureApplied(SyncTrigger trigger);
 	Status verify(SyncTrigger trigger, uint32_t generation);
 	// A restore is needed (drift: the table was deleted or edited); it runs at retryAt_.
@@ -125,6 +126,8 @@ private:
 
 	// Why the last desired state could not be made; empty: it was.
 	std::string configError_;
+	// The last desired state's outputAddress subnets, to log what changes.
+	std::vector<SubnetChoice> subnets_;
 
 	// The last good desired ruleset (from the config, or adopted from the kernel), and
 	// what we know the kernel holds: the version last committed and that commit's

@@ -185,6 +185,20 @@ struct Chain {
 	bool operator==(const Chain &) const = default;
 };
 
+// This node's own address in each family's outputAddress subnet, if it has one there
+// (node_addresses.h chooses it): what the ruleset depends on besides the config and the
+// flags. Without one, a subnet's family is masqueraded.
+struct SubnetAddresses {
+	std::optional<Address> ipv4;
+	std::optional<Address> ipv6;
+
+	const std::optional<Address> &of(Family family) const
+	{
+		return family == Family::ipv4 ? ipv4 : ipv6;
+	}
+	bool operator==(const SubnetAddresses &) const = default;
+};
+
 // What is read back of the agent's table besides its sets: the SNAT rules' targets (the
 // statements carry them; no set does) and comments.
 struct KernelSnatRule {

@@ -17,20 +17,6 @@
 
 namespace ipmasq {
 
-// This node's own address in each family's outputAddress subnet, if it has one there
-// (node_addresses.h chooses it); what the ruleset depends on besides the config and the
-// flags. Without one, a subnet's family is masqueraded.
-struct SubnetAddresses {
-	std::optional<Address> ipv4;
-	std::optional<Address> ipv6;
-
-	const std::optional<Address> &of(Family family) const
-	{
-		return family == Family::ipv4 ? ipv4 : ipv6;
-	}
-	bool operator==(const SubnetAddresses &) const = default;
-};
-
 // The desired table for a config, the flags and this node's subnet addresses.
 Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 		     const SubnetAddresses &subnet = {});

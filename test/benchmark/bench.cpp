@@ -594,7 +594,8 @@ void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgr
 			}
 			if (*content) // a bad config shows in reconcile() below
 				(void)reconciler.setDesired(desiredFromContent(
-					**content, options.config, options.configFlags, options.ruleset));
+					**content, options.config, options.configFlags, options.ruleset,
+					std::nullopt));
 			if (Status s = reconciler.reconcile(trigger); !s)
 				failure = "Reconciler::reconcile: " + s.error().message;
 		};

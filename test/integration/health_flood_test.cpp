@@ -70,8 +70,8 @@ private:
 
 bool tableExists(NetlinkBackend &nl)
 {
-	auto sets = nl.readAddressSets(kTable);
-	return sets && *sets;
+	auto read = nl.readTable(kTable);
+	return read && *read;
 }
 
 // 32 fresh probes, /livez and /readyz in turn, 50 ms apart: each must answer 200 within 1 s.

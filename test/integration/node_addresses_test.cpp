@@ -22,7 +22,7 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/node_addresses.h"
+#include "ip-masq-agent/netlink/address_monitor.h"
 #include "netns.h"
 
 using namespace ipmasq;

@@ -250,7 +250,7 @@ std::ostream &operator<<(std::ostream &out, const Observation &o)
 }
 
 Observation connectFromPod(const Topology &net, int family, const std::string &address,
-			   uint16_t port, std::chrono::milliseconds timeout)
+			   uint16_t port, std::chrono::milliseconds timeout, const std::string &source)
 {
 	Observation o;
 	const NewSocket s =
@@ -262,6 +262,14 @@ Observation connectFromPod(const Topology &net, int family, const std::string &a
 	const UniqueFd &fd = s.fd;
 	socklen_t len = 0;
 	const sockaddr_storage ss = endpoint(family, address, port, &len);
+	if (!source.empty()) {
+		socklen_t sourceLen = 0;
+		const sockaddr_storage from = endpoint(family, source, 0, &sourceLen);
+		if (bind(fd.get(), reinterpret_cast<const sockaddr *>(&from), sourceLen) != 0) {
+			o.error = fmt::format("bind {}: {}", source, std::strerror(errno));
+			return o;
+		}
+	}
 
 	const auto deadline = std::chrono::steady_clock::now() + timeout;
 	auto remainingMs = [&] {

@@ -139,9 +139,11 @@ struct Observation {
 
 std::ostream &operator<<(std::ostream &out, const Observation &o);
 
-// One TCP connection from the pod to `address` port `port`, bounded by `timeout`.
+// One TCP connection from the pod to `address` port `port`, bounded by `timeout`, from
+// the pod's address `source` when given (else the kernel's choice).
 Observation connectFromPod(const Topology &net, int family, const std::string &address,
-			   uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(2));
+			   uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(2),
+			   const std::string &source = {});
 
 // One TCP connection from the pod to the external server (kServerV4 or kServerV6).
 Observation connectFromPod(const Topology &net, int family,
@@ -165,6 +167,7 @@ public:
 
 	std::string log() const { return process_->log(); }
 	pid_t pid() const { return process_->pid(); }
+	const AgentProcess &process() const { return *process_; }
 
 private:
 	TempDir dir_;

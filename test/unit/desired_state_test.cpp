@@ -5,6 +5,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 
@@ -28,13 +29,14 @@ TEST_CASE("--config-dir content: the files merge; one bad file makes it an error
 				      {"/etc/config/ip-masq-agent-reconciled", second}}};
 	};
 	auto merged = desiredFromContent(two("nonMasqueradeCIDRs: [192.0.2.0/24]\nresyncInterval: 5m\n"),
-					 kDirectory, {}, {});
+					 kDirectory, {}, {}, std::nullopt);
 	REQUIRE(merged);
 	CHECK(merged->ruleset == rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
 	CHECK(merged->resyncInterval == std::chrono::minutes(5));
 	CHECK(merged->origin == "/etc/config (ip-masq-agent, ip-masq-agent-reconciled)");
 
-	auto bad = desiredFromContent(two("nonMasqueradeCIDRs: [192.0.2.1/24]\n"), kDirectory, {}, {});
+	auto bad = desiredFromContent(two("nonMasqueradeCIDRs: [192.0.2.1/24]\n"), kDirectory, {}, {},
+				      std::nullopt);
 	REQUIRE_FALSE(bad);
 	CHECK_THAT(bad.error().message, Catch::StartsWith("/etc/config/ip-masq-agent-reconciled"));
 }
@@ -42,7 +44,8 @@ TEST_CASE("--config-dir content: the files merge; one bad file makes it an error
 TEST_CASE("no file: the built-in defaults, and the origin says why")
 {
 	auto desired = desiredFromContent(ConfigContent::absent(),
-					  ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {});
+					  ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {},
+					  std::nullopt);
 	REQUIRE(desired);
 	CHECK(desired->ruleset == buildRuleset(defaultConfig({}), {}));
 	CHECK(desired->resyncInterval == kDefaultResyncInterval);
@@ -55,7 +58,7 @@ TEST_CASE("the warnings and the summary of the config travel with the desired st
 	auto desired = desiredFromContent(
 		ConfigContent::single("/etc/config/ip-masq-agent",
 				      "nonMasqueradeCIDRs: [10.0.0.0/8]\nnoSuchKey: 1\n"),
-		ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {});
+		ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {}, std::nullopt);
 	REQUIRE(desired);
 	REQUIRE(desired->warnings.size() == 1);
 	CHECK_THAT(desired->warnings.front(), Catch::Contains("noSuchKey"));
@@ -106,4 +109,69 @@ TEST_CASE("reverse mapping: sets that no config makes with these options give no
 	REQUIRE(candidate);
 	CHECK(candidate->sets == edited);
 	CHECK(candidate->chains == built->ruleset.chains);
+}
+
+namespace {
+
+NodeAddress nodeAddress(const char *text, const char *interface)
+{
+	auto address = parseAddress(text);
+	REQUIRE(address);
+	return NodeAddress{*address, 24, interface, 2, false, false, false, false, true};
+}
+
+Result<DesiredState> desiredOn(const std::string &text, const NodeAddresses &node)
+{
+	return desiredFromContent(ConfigContent::single("/etc/config/ip-masq-agent", text),
+				  ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {}, node);
+}
+
+} // namespace
+
+TEST_CASE("an outputAddress subnet: this node's address in it, or none and why")
+{
+	const std::string config = "outputAddress: 203.0.113.0/24\n";
+	const std::vector<NodeAddress> node{nodeAddress("198.51.100.4", "eth0"),
+					    nodeAddress("203.0.113.9", "eth1"),
+					    nodeAddress("203.0.113.5", "eth1")};
+	auto desired = desiredOn(config, node);
+	REQUIRE(desired);
+	REQUIRE(desired->subnets.size() == 1);
+	CHECK(desired->subnets[0].subnet ==
+	      "203.0.113.0/24 (outputAddress, /etc/config/ip-masq-agent:1)");
+	CHECK(desired->subnets[0].address == parseAddress("203.0.113.5").value()); // the lowest
+	CHECK_THAT(renderStatement(desired->ruleset.chains.back().rules.back().statement),
+		   Catch::StartsWith("snat ip to 203.0.113.5"));
+
+	// None of the node's addresses in it (or none known): masquerade, and the choice says so.
+	for (const NodeAddresses &elsewhere :
+	     {NodeAddresses(std::vector<NodeAddress>{node[0]}), NodeAddresses()}) {
+		auto fallback = desiredOn(config, elsewhere);
+		REQUIRE(fallback);
+		REQUIRE(fallback->subnets.size() == 1);
+		CHECK_FALSE(fallback->subnets[0].address);
+		CHECK(renderStatement(fallback->ruleset.chains.back().rules.back().statement) ==
+		      "masquerade fully-random");
+	}
+	CHECK(chooseSubnetAddresses(loadConfigContent(ConfigContent::single("f", config), {}).value(),
+				    node)
+		      .ipv4 == parseAddress("203.0.113.5").value());
+}
+
+TEST_CASE("an outputAddress that is not this node's is used, with a warning that says why")
+{
+	const std::vector<NodeAddress> node{nodeAddress("203.0.113.7", "eth0")};
+	auto own = desiredOn("outputAddress: 203.0.113.7\n", node);
+	REQUIRE(own);
+	CHECK(own->warnings.empty());
+	auto foreign = desiredOn("outputAddress: 203.0.113.8-203.0.113.9\n", node);
+	REQUIRE(foreign);
+	REQUIRE(foreign->warnings.size() == 1);
+	CHECK_THAT(foreign->warnings[0],
+		   Catch::StartsWith("/etc/config/ip-masq-agent:1: outputAddress: 203.0.113.8-203.0.113.9 "
+				     "is not an address of this node"));
+	// Unknown addresses: no warning either way.
+	auto unknown = desiredOn("outputAddress: 203.0.113.8\n", std::nullopt);
+	REQUIRE(unknown);
+	CHECK(unknown->warnings.empty());
 }

@@ -145,7 +145,8 @@ struct Fixture {
 	Status desire(const std::string &configText)
 	{
 		return reconciler.setDesired(DesiredState{rulesetOf(configText, options),
-							  kDefaultResyncInterval, kPath, configText, {}});
+							  DesiredState::Cause::config,
+							  kDefaultResyncInterval, kPath, configText, {}, {}});
 	}
 	Status broken(const std::string &why) { return reconciler.setDesired(fail(why)); }
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
@@ -629,7 +630,8 @@ TEST_CASE("out of memory inside the backend: an ENOMEM failure, retried, never a
 	Reconciler reconciler(guarded, Reconciler::Settings{{}, true, kPath}, f.status,
 			      [&f] { return f.now; });
 	REQUIRE(reconciler.setDesired(
-		DesiredState{rulesetOf(kGood), kDefaultResyncInterval, kPath, kGood, {}}));
+		DesiredState{rulesetOf(kGood), DesiredState::Cause::config, kDefaultResyncInterval,
+			     kPath, kGood, {}, {}}));
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
 	f.kernel.ourTableDeleted();
 	f.kernel.applyThrows = true;

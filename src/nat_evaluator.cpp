@@ -237,7 +237,8 @@ Value networkHeader(const Packet &packet)
 	};
 	if (packet.l4proto)
 		put(v4 ? 9 : 6, {*packet.l4proto});
-	put(v4 ? 12 : 8, packet.source.bytes());
+	if (packet.sourceKnown)
+		put(v4 ? 12 : 8, packet.source.bytes());
 	put(v4 ? 16 : 24, packet.destination.bytes());
 	return header;
 }
@@ -966,6 +967,8 @@ Value Walk::fibValue(const Fib &fib) const
 	if (fib.result != NFT_FIB_RESULT_ADDRTYPE || onInterface ||
 	    (where != NFTA_FIB_F_SADDR && where != NFTA_FIB_F_DADDR))
 		return Value::unknown(IFNAMSIZ);
+	if (where == NFTA_FIB_F_SADDR && !packet_.sourceKnown)
+		return Value::unknown(4);
 	const Address &address = where == NFTA_FIB_F_SADDR ? packet_.source : packet_.destination;
 	const auto type = addressType(address, node_);
 	return type ? Value::u32(*type) : Value::unknown(4);
@@ -1014,7 +1017,10 @@ void Walk::compatMatch(const CompatMatch &m, RuleRun &run, const RuleRef &ref)
 			invertSource = u32At(4) != 0;
 			invertDest = u32At(8) != 0;
 		}
-		const Tri t = triAnd(addrtypeMatches(source, invertSource, packet_.source),
+		const Tri bySource = packet_.sourceKnown || source == 0
+					     ? addrtypeMatches(source, invertSource, packet_.source)
+					     : Tri::maybe;
+		const Tri t = triAnd(bySource,
 				     addrtypeMatches(dest, invertDest, packet_.destination));
 		match(t, run, ref, name + ": the address type is not known");
 		return;

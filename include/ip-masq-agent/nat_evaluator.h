@@ -24,6 +24,9 @@ namespace ipmasq::nat {
 struct Packet {
 	Address source;
 	Address destination; // source.family is the packet's family; both must agree
+	// False: any source of source.family (the daemon's check when masqueradeSourceCIDRs
+	// is unset): every match on the source address "may".
+	bool sourceKnown = true;
 	// std::nullopt: not known (any comparison on it "may"); "": no such interface (a
 	// locally generated packet has no input interface).
 	std::optional<std::string> outputInterface;

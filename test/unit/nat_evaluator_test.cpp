@@ -185,6 +185,34 @@ TEST_CASE("Docker's rule: only its own subnet, only away from docker0")
 	CHECK(hasAction(may, NatAction::none));
 }
 
+TEST_CASE("any source: a match on the source address may, one on the destination decides")
+{
+	const NatRuleset docker = iptablesNat(
+		{rule(3, {payload(PayloadBase::network, 12, 2), cmp(CmpOp::eq, {172, 17}),
+			  target("MASQUERADE")})});
+	Packet any = packetV4("198.51.100.2", "192.0.2.2");
+	any.sourceKnown = false;
+	const NatVerdict may = eval(docker, any);
+	INFO(outcomes(may));
+	CHECK_FALSE(may.certain());
+	CHECK(hasAction(may, NatAction::masquerade));
+	CHECK(hasAction(may, NatAction::none));
+
+	// kubelet's rule looks at the destination only: certain whatever the source.
+	const NatVerdict kubelet = eval(iptablesNat({kubeletRule(7)}), any);
+	CHECK(kubelet.certain());
+	CHECK(kubelet.decision().action == NatAction::masquerade);
+
+	// -m addrtype --src-type LOCAL and fib saddr type: not known either.
+	const NatVerdict bySourceType = eval(
+		iptablesNat({rule(4, {addrtypeV1(XT_ADDRTYPE_LOCAL, 0, 0), target("MASQUERADE")})}), any);
+	CHECK_FALSE(bySourceType.certain());
+	const NatVerdict byFib = eval(
+		iptablesNat({rule(5, {Fib{NFTA_FIB_F_SADDR, NFT_FIB_RESULT_ADDRTYPE, NFT_REG_1},
+				      cmp(CmpOp::eq, hostU32(RTN_LOCAL)), Masquerade{}})}), any);
+	CHECK_FALSE(byFib.certain());
+}
+
 TEST_CASE("upstream's leftover chain: jump, return, masquerade")
 {
 	std::vector<Rule> agentChain{

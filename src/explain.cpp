@@ -36,23 +36,6 @@ const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address
 	return best;
 }
 
-std::string describeEntry(const Config &config, const ExplainEntry &entry)
-{
-	switch (entry.kind) {
-	case ExplainEntry::Kind::nonMasquerade:
-		if (!config.nonMasqueradeCIDRsGiven || entry.prefix.origin.builtIn())
-			return fmt::format("built-in default {}", entry.prefix.toString());
-		return fmt::format("nonMasqueradeCIDRs {} ({})", entry.prefix.toString(),
-				   describeOrigin(config, entry.prefix.origin));
-	case ExplainEntry::Kind::linkLocal:
-		return fmt::format("link-local {}", entry.prefix.toString());
-	case ExplainEntry::Kind::masquerade:
-		return fmt::format("masqueradeCIDRs {} ({})", entry.prefix.toString(),
-				   describeOrigin(config, entry.prefix.origin));
-	}
-	return {};
-}
-
 // Where a masqueraded destination's traffic is source-NATed, for the verdict: "masqueraded",
 // "SNAT to 203.0.113.7 (outputAddress, FILE:LINE)", or a subnet's address of this node.
 std::string natAction(const Config &config, const ExplainContext &context, Family family)
@@ -371,6 +354,23 @@ std::string explainDestination(const Config &config, const ExplainContext &conte
 }
 
 } // namespace
+
+std::string describeEntry(const Config &config, const ExplainEntry &entry)
+{
+	switch (entry.kind) {
+	case ExplainEntry::Kind::nonMasquerade:
+		if (!config.nonMasqueradeCIDRsGiven || entry.prefix.origin.builtIn())
+			return fmt::format("built-in default {}", entry.prefix.toString());
+		return fmt::format("nonMasqueradeCIDRs {} ({})", entry.prefix.toString(),
+				   describeOrigin(config, entry.prefix.origin));
+	case ExplainEntry::Kind::linkLocal:
+		return fmt::format("link-local {}", entry.prefix.toString());
+	case ExplainEntry::Kind::masquerade:
+		return fmt::format("masqueradeCIDRs {} ({})", entry.prefix.toString(),
+				   describeOrigin(config, entry.prefix.origin));
+	}
+	return {};
+}
 
 ExplainDecision explainDecision(const Config &config, const Address &destination)
 {

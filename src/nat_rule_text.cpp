@@ -927,16 +927,19 @@ const char *placementText(Placement placement)
 	return "?";
 }
 
-std::string actionText(const Outcome &o)
+std::string actionText(const Outcome &o, bool certain)
 {
 	const std::string to = o.address ? " to " + o.address->toString() : "";
+	const auto verb = [certain](const char *does, const char *may) {
+		return std::string(certain ? does : may);
+	};
 	switch (o.action) {
-	case NatAction::none: return "does not NAT it";
-	case NatAction::masquerade: return "masquerades it";
-	case NatAction::snat: return "rewrites its source" + to;
-	case NatAction::dnat: return "rewrites its destination" + to;
-	case NatAction::redirect: return "redirects it";
-	case NatAction::dropped: return "drops it";
+	case NatAction::none: return verb("does not NAT it", "may not NAT it");
+	case NatAction::masquerade: return verb("masquerades it", "may masquerade it");
+	case NatAction::snat: return verb("rewrites its source", "may rewrite its source") + to;
+	case NatAction::dnat: return verb("rewrites its destination", "may rewrite its destination") + to;
+	case NatAction::redirect: return verb("redirects it", "may redirect it");
+	case NatAction::dropped: return verb("drops it", "may drop it");
 	case NatAction::undetermined: return "may do anything with it";
 	}
 	return "?";
@@ -944,13 +947,13 @@ std::string actionText(const Outcome &o)
 
 } // namespace
 
-std::string describeOutcome(const Outcome &o)
+std::string describeOutcome(const Outcome &o, bool certain)
 {
 	switch (o.decider) {
 	case Decider::nobody:
 		return "no chain NATs it";
 	case Decider::agent:
-		return "the agent " + actionText(o);
+		return "the agent " + actionText(o, certain);
 	case Decider::evaluator:
 		if (!o.base)
 			return "the evaluator cannot tell: " + o.reason;
@@ -970,7 +973,7 @@ std::string describeOutcome(const Outcome &o)
 		out += " cannot be evaluated: " + o.reason;
 		return o.rule ? out + fmt::format(" (rule handle {})", o.rule->handle) : out;
 	}
-	out += " " + actionText(o);
+	out += " " + actionText(o, certain);
 	if (o.rule) {
 		out += fmt::format(": rule handle {}", o.rule->handle);
 		if (o.rule->chain != o.base->chain)

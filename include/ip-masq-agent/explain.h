@@ -43,6 +43,10 @@ struct ExplainDecision {
 // that builds the kernel's sets, so that the live check compares two derivations.
 ExplainDecision explainDecision(const Config &config, const Address &destination);
 
+// An entry in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",
+// "built-in default 10.0.0.0/8", "link-local 169.254.0.0/16", "masqueradeCIDRs ...".
+std::string describeEntry(const Config &config, const ExplainEntry &entry);
+
 // What the kernel holds, to compare with.
 struct KernelView {
 	enum class State {

@@ -26,6 +26,8 @@ const Rule *findRule(const NatRuleset &ruleset, const RuleRef &ref);
 //    rule handle 7"
 //   "no chain NATs it", "the agent masquerades it",
 //   "the evaluator cannot tell: <reason>"
-std::string describeOutcome(const Outcome &outcome);
+// With `certain` false (a verdict with other possible outcomes), the action reads "may
+// masquerade it", "may rewrite its source"...
+std::string describeOutcome(const Outcome &outcome, bool certain = true);
 
 } // namespace ipmasq::nat

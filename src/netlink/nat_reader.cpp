@@ -673,7 +673,8 @@ Result<NatRuleset> Reader::read()
 		return fail(s.error().withContext("reading the chains: "));
 	NatRuleset ruleset;
 	for (auto &[key, table] : tables) {
-		if (!hasNatPostrouting(table))
+		if (!hasNatPostrouting(table) ||
+		    (key.family == TableFamily::inet && key.name == limits_.skipInetTable))
 			continue;
 		if (auto s = readTable(table); !s)
 			return fail(s.error().withContext(fmt::format(

@@ -24,6 +24,9 @@ struct NatReadLimits {
 	size_t maxElements = 1000000; // over all sets read
 	size_t maxExpressionsPerRule = 256; // the kernel allows 128
 	int attempts = 3; // reads interrupted by other commits before giving up (EAGAIN)
+	// An inet table left unread: the agent's own, which the evaluator places from the
+	// agent's decision (AgentPlacement) and whose sets may hold 100,000 elements.
+	std::string skipInetTable;
 };
 
 // Dumps what the NAT evaluator needs, consistently: the ruleset generation is read before

@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's conflict check as values: a bounded sample of the agent's decisions, the
+// rules of other tables that undo them (nat_evaluator.h), and what changed since the
+// last check.
+//
+// Pure: the daemon reads the kernel (netlink/nat_reader.h) and logs; everything it decides
+// about conflicts is decided here, so that the unit tests and the benchmark see the same.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/nat_evaluator.h"
+#include "ip-masq-agent/nat_ruleset.h"
+
+namespace ipmasq {
+
+// One decision of the agent to check: the first packet of a connection from `source` (or
+// from any source of the family) to `destination`, leaving by an interface not known.
+struct SampledDecision {
+	Address destination;
+	std::optional<Address> source; // nullopt: any source (no masqueradeSourceCIDRs entry)
+	bool masquerades = false; // the agent's decision, by the config
+	// What decides it, in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",
+	// "built-in default 10.0.0.0/8", "no entry covers it".
+	std::string entry;
+
+	bool operator==(const SampledDecision &) const = default;
+};
+
+struct SampleLimits {
+	// Destinations of each family: the first address of each non-masquerade interval and
+	// of each masqueraded range between them; beyond this many, evenly spaced ones.
+	size_t maxDestinations = 64;
+	// Sources of each family: the first address of each masqueradeSourceCIDRs interval.
+	size_t maxSources = 8;
+};
+
+// The decisions the check looks at, for the families the agent handles (IPv6 with
+// enableIpv6): at most maxDestinations * maxSources per family.
+std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIpv6,
+					     const SampleLimits &limits = {});
+
+// A rule of another table that undoes one of the agent's decisions.
+struct NatConflict {
+	enum class Kind {
+		natsExempted, // NATs a destination the agent exempts
+		natsFirst, // rewrites the source before the agent masquerades (snat elsewhere)
+	};
+	Kind kind = Kind::natsExempted;
+	Family family = Family::ipv4;
+	bool certain = true; // false: "may" (a match the evaluator could not decide)
+	nat::Outcome outcome; // the deciding rule and its base chain
+	std::string ruleText; // as nft lists it ("" when not found)
+	std::string entry; // the configured entry it undoes (SampledDecision::entry)
+	SampledDecision example; // the first sampled decision it was found for
+
+	// The same rule doing the same thing to the same entry, with the same certainty.
+	bool sameAs(const NatConflict &other) const;
+	// For the log and /readyz?verbose, e.g. "table ip nat chain POSTROUTING (priority
+	// srcnat, before the agent) masquerades it: rule handle 7 (`ip daddr != ...
+	// masquerade`), which undoes nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE): IPv4 traffic
+	// from any source to 198.18.0.0 is not masqueraded by the agent".
+	std::string describe() const;
+};
+
+// The conflicts in one pass, each distinct conflict once (in sample order), at most
+// `maxConflicts`. `agent` gives the agent's table and priority; its decision comes from
+// each sample.
+std::vector<NatConflict> findConflicts(const nat::NatRuleset &ruleset,
+				       const std::vector<SampledDecision> &samples,
+				       const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
+				       size_t maxConflicts = 64);
+
+// What changed from one pass to the next: found (in `after`, not `before`) and resolved
+// (in `before`, not `after`), each in its list's order.
+struct ConflictChanges {
+	std::vector<NatConflict> found;
+	std::vector<NatConflict> resolved;
+};
+ConflictChanges diffConflicts(const std::vector<NatConflict> &before,
+			      const std::vector<NatConflict> &after);
+
+} // namespace ipmasq

@@ -1,0 +1,213 @@
+// SPDX-License-Identifier: Apache-2.0
+// The conflict check's pure part: which decisions to sample, which outcomes undo them, and
+// what changed between two passes.
+#include "ip-masq-agent/nat_conflicts.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/explain.h"
+#include "ip-masq-agent/nat_rule_text.h"
+#include "ip-masq-agent/policy.h"
+
+namespace ipmasq {
+
+namespace {
+
+// At most `limit` of `items`, evenly spaced, the first always included: a config of
+// 10,000 CIDRs is checked at both ends and in between, in bounded time.
+template<typename T>
+std::vector<T> spread(const std::vector<T> &items, size_t limit)
+{
+	if (items.size() <= limit)
+		return items;
+	std::vector<T> out;
+	out.reserve(limit);
+	for (size_t i = 0; i < limit; i++)
+		out.push_back(items[i * items.size() / limit]);
+	return out;
+}
+
+// The first address of each non-masquerade interval and of each masqueraded range
+// between them, in address order. The all-zeros address stands for no host: its
+// range is sampled by the next address.
+std::vector<Address> sampleDestinations(const IntervalSet &exempt)
+{
+	const Family family = exempt.family();
+	std::vector<Address> out;
+	Address next{family, 0};
+	bool more = true; // the addresses from `next` on are not yet covered
+	for (const AddressRange &range : exempt.ranges()) {
+		if (next < range.first)
+			out.push_back(next);
+		out.push_back(range.first);
+		more = range.last < Address::max(family);
+		if (more)
+			next = Address{family, range.last.value + 1};
+	}
+	if (more)
+		out.push_back(next);
+	for (Address &a : out)
+		if (a.value == 0 && exempt.contains(a) == exempt.contains(Address{family, 1}))
+			a.value = 1;
+	return out;
+}
+
+std::string entryOf(const Config &config, const Address &destination, bool &masquerades)
+{
+	const ExplainDecision decision = explainDecision(config, destination);
+	masquerades = decision.masqueraded;
+	return decision.decidedBy ? describeEntry(config, *decision.decidedBy) : "no entry covers it";
+}
+
+bool isNat(nat::NatAction action)
+{
+	switch (action) {
+	case nat::NatAction::masquerade:
+	case nat::NatAction::snat:
+	case nat::NatAction::dnat:
+	case nat::NatAction::redirect:
+		return true;
+	case nat::NatAction::none:
+	case nat::NatAction::dropped:
+	case nat::NatAction::undetermined:
+		return false;
+	}
+	return false;
+}
+
+// Whether `o` undoes the sampled decision: a rule of another table NATs what the agent
+// exempts, or rewrites the source to an address before the agent masquerades. A masquerade
+// before the agent's does what the agent would; a drop is not NAT.
+std::optional<NatConflict::Kind> conflictKind(const nat::Outcome &o, bool agentMasquerades)
+{
+	if (o.decider != nat::Decider::rule || !isNat(o.action))
+		return std::nullopt;
+	if (!agentMasquerades)
+		return NatConflict::Kind::natsExempted;
+	if (o.action == nat::NatAction::snat)
+		return NatConflict::Kind::natsFirst;
+	return std::nullopt;
+}
+
+std::string ruleTextOf(const nat::NatRuleset &ruleset, const nat::Outcome &o)
+{
+	if (!o.rule)
+		return {};
+	const nat::Rule *rule = nat::findRule(ruleset, *o.rule);
+	if (!rule)
+		return {};
+	for (const nat::Table &table : ruleset.tables)
+		if (table.family == o.rule->family && table.name == o.rule->table)
+			return nat::ruleText(table, *rule);
+	return {};
+}
+
+nat::Packet packetFor(const SampledDecision &sample)
+{
+	nat::Packet packet;
+	packet.destination = sample.destination;
+	packet.source = sample.source.value_or(Address{sample.destination.family, 0});
+	packet.sourceKnown = sample.source.has_value();
+	// Interfaces and protocol are not known: a match on them "may".
+	packet.outputInterface = std::nullopt;
+	packet.inputInterface = std::nullopt;
+	return packet;
+}
+
+} // namespace
+
+std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIpv6,
+					     const SampleLimits &limits)
+{
+	std::vector<SampledDecision> out;
+	for (const Family family : {Family::ipv4, Family::ipv6}) {
+		if (family == Family::ipv6 && !enableIpv6)
+			continue;
+		std::vector<std::optional<Address>> sources;
+		const IntervalSet allowed = masqueradeSources(config, family);
+		for (const AddressRange &range : allowed.ranges())
+			sources.emplace_back(range.first);
+		if (sources.empty())
+			sources.emplace_back(std::nullopt); // no entry of the family: any source
+		sources = spread(sources, limits.maxSources);
+		const auto destinations = spread(
+			sampleDestinations(resolveNonMasquerade(config, family)), limits.maxDestinations);
+		for (const Address &destination : destinations) {
+			bool masquerades = false;
+			const std::string entry = entryOf(config, destination, masquerades);
+			for (const std::optional<Address> &source : sources)
+				out.push_back({destination, source, masquerades, entry});
+		}
+	}
+	return out;
+}
+
+bool NatConflict::sameAs(const NatConflict &other) const
+{
+	return kind == other.kind && family == other.family && certain == other.certain &&
+	       outcome.rule == other.outcome.rule && outcome.action == other.outcome.action &&
+	       outcome.address == other.outcome.address && entry == other.entry;
+}
+
+std::string NatConflict::describe() const
+{
+	const std::string rule = ruleText.empty() ? std::string() : fmt::format(" (`{}`)", ruleText);
+	const std::string from = example.source ? "from " + example.source->toString()
+						: std::string("from any source");
+	const std::string what =
+		kind == Kind::natsExempted
+			? fmt::format("which undoes {}: {} traffic {} to {} is not masqueraded by the agent",
+				      entry, familyName(family), from, example.destination.toString())
+			: fmt::format("before the agent masquerades {} traffic {} to {} ({})",
+				      familyName(family), from, example.destination.toString(), entry);
+	return fmt::format("{}{}, {}", nat::describeOutcome(outcome, certain), rule, what);
+}
+
+std::vector<NatConflict> findConflicts(const nat::NatRuleset &ruleset,
+				       const std::vector<SampledDecision> &samples,
+				       const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
+				       size_t maxConflicts)
+{
+	std::vector<NatConflict> out;
+	for (const SampledDecision &sample : samples) {
+		nat::AgentPlacement placement = agent;
+		placement.masquerades = sample.masquerades;
+		const nat::NatVerdict verdict = nat::evaluate(ruleset, packetFor(sample), node, placement);
+		for (const nat::Outcome &o : verdict.outcomes) {
+			const auto kind = conflictKind(o, sample.masquerades);
+			if (!kind)
+				continue;
+			NatConflict conflict{*kind, sample.destination.family, verdict.certain(), o,
+					     {}, sample.entry, sample};
+			const auto same = [&conflict](const NatConflict &c) { return c.sameAs(conflict); };
+			if (std::any_of(out.begin(), out.end(), same))
+				continue;
+			if (out.size() >= maxConflicts)
+				return out;
+			conflict.ruleText = ruleTextOf(ruleset, o);
+			out.push_back(std::move(conflict));
+		}
+	}
+	return out;
+}
+
+ConflictChanges diffConflicts(const std::vector<NatConflict> &before,
+			      const std::vector<NatConflict> &after)
+{
+	const auto in = [](const std::vector<NatConflict> &list, const NatConflict &c) {
+		return std::any_of(list.begin(), list.end(),
+				   [&c](const NatConflict &other) { return other.sameAs(c); });
+	};
+	ConflictChanges changes;
+	for (const NatConflict &c : after)
+		if (!in(before, c))
+			changes.found.push_back(c);
+	for (const NatConflict &c : before)
+		if (!in(after, c))
+			changes.resolved.push_back(c);
+	return changes;
+}
+
+} // namespace ipmasq

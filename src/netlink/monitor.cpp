@@ -61,6 +61,17 @@ bool NftablesMonitor::concernsWatchedTable(const nlmsghdr *nlh) const
 	return true;
 }
 
+bool NftablesMonitor::concernsOtherIpTable(const nlmsghdr *nlh) const
+{
+	if (NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_NEWGEN)
+		return false;
+	if (nlh->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg)))
+		return true;
+	const auto family = static_cast<const nfgenmsg *>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
+	// Only these families' nat chains see routed IP packets (nat_ruleset.h).
+	return family == NFPROTO_IPV4 || family == NFPROTO_IPV6 || family == NFPROTO_INET;
+}
+
 Status NftablesMonitor::pause()
 {
 	return socket_.leaveGroup(NFNLGRP_NFTABLES);
@@ -79,15 +90,18 @@ Result<bool> NftablesMonitor::drain()
 		// closes each commit; the sender's port id is in the header.
 		if (ignoredPortId_ && nlh->nlmsg_pid == *ignoredPortId_)
 			return;
-		if (table_ && !concernsWatchedTable(nlh))
-			return;
-		changed = true;
+		if (!table_ || concernsWatchedTable(nlh))
+			changed = true;
+		else if (concernsOtherIpTable(nlh))
+			otherTablesChanged_ = true;
 	};
 	auto drained = socket_.drainNotifications(onMessage, kMaxDatagramsPerDrain);
 	if (!drained)
 		return fail(drained.error());
 	// The kernel dropped notifications because we read too slowly: we cannot tell
 	// what changed, so something did.
+	if (drained->overrun)
+		otherTablesChanged_ = true;
 	return changed || drained->overrun;
 }
 

@@ -128,3 +128,29 @@ TEST_CASE("watchOnlyTable: other tables' changes do not count, any change to our
 		CHECK_FALSE(drain(monitor));
 	}
 }
+
+TEST_CASE("takeOtherTablesChanged: other ip, ip6 and inet tables, apart from ours, once")
+{
+	runOrFail("nft flush ruleset");
+	NftablesMonitor monitor = openMonitor();
+	monitor.watchOnlyTable("ip-masq-agent");
+	CHECK_FALSE(monitor.takeOtherTablesChanged());
+
+	for (const char *command :
+	     {"iptables-nft -w -t nat -A POSTROUTING -s 198.51.100.0/24 -j MASQUERADE",
+	      "nft add table ip6 other", "nft add table inet bystander"}) {
+		INFO(command);
+		runOrFail(command);
+		CHECK_FALSE(drain(monitor)); // not ours
+		CHECK(monitor.takeOtherTablesChanged());
+		CHECK_FALSE(monitor.takeOtherTablesChanged());
+	}
+	// A bridge or arp table never sees routed IP packets at a nat hook.
+	runOrFail("nft add table bridge b && nft add table arp a");
+	CHECK_FALSE(drain(monitor));
+	CHECK_FALSE(monitor.takeOtherTablesChanged());
+	// Changes to our own table are ours only.
+	runOrFail("nft add table inet ip-masq-agent");
+	CHECK(drain(monitor));
+	CHECK_FALSE(monitor.takeOtherTablesChanged());
+}

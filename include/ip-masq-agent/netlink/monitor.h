@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <linux/netlink.h>
 
 #include "ip-masq-agent/error.h"
@@ -45,14 +46,21 @@ public:
 	// A flood is read in bounded portions: what is left keeps fd() readable.
 	Result<bool> drain();
 
+	// Whether drain() saw, since the last call, a change to another table of the families
+	// ip, ip6 or inet (or lost notifications): what the NAT conflict check looks at.
+	// Changes by ignoreChangesFrom()'s port id do not count here either.
+	bool takeOtherTablesChanged() { return std::exchange(otherTablesChanged_, false); }
+
 private:
 	explicit NftablesMonitor(netlink::Socket socket);
 
 	netlink::Socket socket_;
 	bool concernsWatchedTable(const nlmsghdr *nlh) const;
+	bool concernsOtherIpTable(const nlmsghdr *nlh) const;
 
 	std::optional<uint32_t> ignoredPortId_;
 	std::optional<std::string> table_;
+	bool otherTablesChanged_ = false;
 };
 
 } // namespace ipmasq

@@ -146,6 +146,20 @@ void AgentStatus::conntrackReadFailed()
 	state_.conntrackReadFailures++;
 }
 
+void AgentStatus::natConflictsChecked(Snapshot::NatConflicts counts, std::vector<std::string> warnings)
+{
+	std::lock_guard lock(mutex_);
+	state_.natConflicts = counts;
+	state_.warnings = std::move(warnings);
+}
+
+void AgentStatus::natConflictCheckFailed(std::vector<std::string> warnings)
+{
+	std::lock_guard lock(mutex_);
+	state_.natConflicts.reset();
+	state_.warnings = std::move(warnings);
+}
+
 AgentStatus::Snapshot AgentStatus::snapshot() const
 {
 	std::lock_guard lock(mutex_);
@@ -261,6 +275,15 @@ std::string AgentStatus::Snapshot::prometheusText() const
 					   choice.address ? 1 : 0);
 	}
 	out += conntrackText(*this);
+	if (natConflicts)
+		out += fmt::format(
+			"# HELP ip_masq_agent_nat_conflicts Rules of other tables that undo a sampled "
+			"decision of the agent (NAT what it exempts, or SNAT before it masquerades), "
+			"as the last check found them: certain, or may (a match it could not evaluate).\n"
+			"# TYPE ip_masq_agent_nat_conflicts gauge\n"
+			"ip_masq_agent_nat_conflicts{{certainty=\"certain\"}} {}\n"
+			"ip_masq_agent_nat_conflicts{{certainty=\"may\"}} {}\n",
+			natConflicts->certain, natConflicts->may);
 	return out;
 }
 

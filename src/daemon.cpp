@@ -20,6 +20,7 @@
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "ip-masq-agent/netlink/monitor.h"
+#include "ip-masq-agent/netlink/nat_reader.h"
 
 namespace ipmasq {
 
@@ -155,6 +156,7 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 	DesiredState desired = desiredFromConfig(*loaded, options_.config, options_.ruleset,
 						 nodeAddresses_);
 	configuredResync_ = desired.resyncInterval;
+	natSamples_ = sampleDecisions(loaded->config, options_.configFlags.enableIpv6);
 	subnetAddresses_ = chooseSubnetAddresses(*loaded, nodeAddresses_);
 	if (dependsOnNodeAddresses(*loaded))
 		addressDependentConfig_ = std::move(*loaded);
@@ -246,6 +248,8 @@ Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 	// The heartbeat (/livez) must stay fresh while nothing happens.
 	Clock::time_point wake = std::min(nextResync_, now + AgentStatus::kHeartbeatPeriod);
 	wake = std::min(wake, nextConntrackRead_);
+	if (natCheckPending_)
+		wake = std::min(wake, nextNatCheck_);
 	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
 		if (deadline)
 			wake = std::min(wake, *deadline);
@@ -295,6 +299,77 @@ void Daemon::readConntrack()
 		log::warning("{}; the conntrack metrics are left out until a read succeeds "
 			     "(readiness does not depend on them)", stats.error().message);
 	lastConntrackError_ = stats.error().message;
+}
+
+std::vector<std::string> Daemon::legacyNatWarnings()
+{
+	std::vector<std::string> warnings;
+	auto legacy = netlink::legacyNatTables();
+	if (!legacy) {
+		log::debug("{}; legacy iptables nat tables are not looked for", legacy.error().message);
+		return warnings;
+	}
+	const std::pair<bool, const char *> kinds[] = {{legacy->ipv4, "ip_tables_names"},
+						       {legacy->ipv6, "ip6_tables_names"}};
+	for (size_t i = 0; i < 2; i++) {
+		if (!kinds[i].first)
+			continue;
+		warnings.push_back(fmt::format(
+			"legacy iptables nat rules exist (/proc/net/{} lists nat): they are outside "
+			"nf_tables, so the conflict check cannot see whether they undo the agent's "
+			"decisions (iptables-legacy-save -t nat lists them)", kinds[i].second));
+		if (!std::exchange(legacyNatSaid_[i], true))
+			log::warning("{}", warnings.back());
+	}
+	return warnings;
+}
+
+void Daemon::checkNatConflicts()
+{
+	natCheckPending_ = false;
+	nextNatCheck_ = Clock::now() + kNatCheckPeriod;
+	std::vector<std::string> warnings = legacyNatWarnings();
+	netlink::NatReadLimits limits;
+	limits.skipInetTable = options_.ruleset.table;
+	auto socket = netlink::Socket::open();
+	auto ruleset = socket ? netlink::readNatRuleset(*socket, limits)
+			      : Result<nat::NatRuleset>(fail(socket.error()));
+	if (!ruleset) {
+		if (ruleset.error().message != lastNatCheckError_)
+			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
+				     "until it can be read", ruleset.error().message);
+		lastNatCheckError_ = ruleset.error().message;
+		status_.natConflictCheckFailed(std::move(warnings));
+		return;
+	}
+	if (!lastNatCheckError_.empty())
+		log::info("other tables' NAT is readable again");
+	lastNatCheckError_.clear();
+	auto addresses = readNodeAddresses();
+	const nat::NodeAddresses node = addresses ? evaluatorAddresses(*addresses) : nat::NodeAddresses{};
+	nat::AgentPlacement agent;
+	agent.table = options_.ruleset.table;
+	agent.priority = options_.ruleset.priority;
+	reportNatConflicts(findConflicts(*ruleset, natSamples_, node, agent), std::move(warnings));
+}
+
+void Daemon::reportNatConflicts(const ConflictPass &pass, std::vector<std::string> warnings)
+{
+	const ConflictChanges changes = diffConflicts(natConflicts_, pass.conflicts);
+	for (const NatConflict &c : changes.found)
+		log::warning("NAT conflict: {}", c.describe());
+	for (const NatConflict &c : changes.resolved)
+		log::info("NAT conflict resolved: {}", c.describe());
+	if (!pass.complete)
+		log::debug("the NAT conflict check stopped after {} of {} samples ({} steps)",
+			   pass.evaluated, natSamples_.size(), pass.steps);
+	AgentStatus::Snapshot::NatConflicts counts;
+	for (const NatConflict &c : pass.conflicts) {
+		(c.certain ? counts.certain : counts.may)++;
+		warnings.push_back("NAT conflict: " + c.describe());
+	}
+	natConflicts_ = pass.conflicts;
+	status_.natConflictsChecked(counts, std::move(warnings));
 }
 
 int Daemon::runGuarded()
@@ -348,6 +423,7 @@ int Daemon::run()
 	(void)reconciler_.reconcile(SyncTrigger::startup);
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
+	checkNatConflicts();
 	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
@@ -394,6 +470,10 @@ int Daemon::run()
 				fds[kMonitor].fd = -1;
 			}
 			tableChanged = !changed || *changed;
+			// Other tables matter to the conflict check only (and their churn costs
+			// it at most one pass per kNatCheckPeriod).
+			if (monitor_->takeOtherTablesChanged() || !changed)
+				natCheckPending_ = true;
 		}
 		bool addressesChanged = false;
 		if (fds[kAddresses].revents & (POLLIN | POLLERR | POLLHUP)) {
@@ -437,6 +517,7 @@ int Daemon::run()
 			(void)reconciler_.reconcile(*trigger); // reported by the reconciler (above)
 			giveMemoryBack();
 			reportToSystemd();
+			natCheckPending_ = true;
 		}
 
 		if (configuredResync_ != resyncEvery_) {
@@ -446,6 +527,8 @@ int Daemon::run()
 		}
 		if (Clock::now() >= nextConntrackRead_)
 			readConntrack();
+		if (natCheckPending_ && Clock::now() >= nextNatCheck_)
+			checkNatConflicts();
 		// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.
 		if (nextWatchdog_ && Clock::now() >= *nextWatchdog_) {
 			notifier_.notify("WATCHDOG=1");

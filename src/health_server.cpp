@@ -149,6 +149,34 @@ private:
 		response_.body() = health.ok ? "ok\n" : health.reason + "\n";
 	}
 
+	// The health answer; with ?verbose, one "warning: ..." line per finding that does
+	// not make the agent unready (another table's rule that undoes a decision).
+	void answerReadiness(std::string_view query)
+	{
+		const AgentStatus::Snapshot snapshot = status_.snapshot();
+		answerHealth(snapshot.health());
+		if (!isVerbose(query))
+			return;
+		for (const std::string &warning : snapshot.warnings)
+			response_.body() += "warning: " + warning + "\n";
+	}
+
+	// "?verbose", "?verbose=1", "?x=y&verbose": as Kubernetes' /readyz reads it.
+	static bool isVerbose(std::string_view query)
+	{
+		if (query.empty())
+			return false;
+		query.remove_prefix(1);
+		while (!query.empty()) {
+			const std::string_view item = query.substr(0, query.find('&'));
+			const std::string_view key = item.substr(0, item.find('='));
+			if (key == "verbose")
+				return item != "verbose=0" && item != "verbose=false";
+			query.remove_prefix(std::min(query.size(), item.size() + 1));
+		}
+		return false;
+	}
+
 	void respond()
 	{
 		requestRead_ = true;
@@ -171,7 +199,7 @@ private:
 			answerHealth(status_.liveness(AgentStatus::Clock::now()));
 		} else if (path == "/readyz" || path == "/healthz") {
 			// /healthz is /readyz under its old name, for existing scripts.
-			answerHealth(status_.health());
+			answerReadiness(target.substr(path.size()));
 		} else if (path == "/metrics") {
 			response_.result(http::status::ok);
 			response_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");

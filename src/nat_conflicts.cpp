@@ -116,6 +116,28 @@ nat::Packet packetFor(const SampledDecision &sample)
 	return packet;
 }
 
+// Adds the conflicts one verdict shows that `pass` does not hold yet.
+void collect(const nat::NatRuleset &ruleset, const SampledDecision &sample,
+	     const nat::NatVerdict &verdict, size_t maxConflicts, ConflictPass &pass)
+{
+	for (const nat::Outcome &o : verdict.outcomes) {
+		const auto kind = conflictKind(o, sample.masquerades);
+		if (!kind)
+			continue;
+		NatConflict conflict{*kind, sample.destination.family, verdict.certain(), o, {},
+				     sample.entry, sample};
+		const auto same = [&conflict](const NatConflict &c) { return c.sameAs(conflict); };
+		if (std::any_of(pass.conflicts.begin(), pass.conflicts.end(), same))
+			continue;
+		if (pass.conflicts.size() >= maxConflicts) {
+			pass.complete = false;
+			return;
+		}
+		conflict.ruleText = ruleTextOf(ruleset, o);
+		pass.conflicts.push_back(std::move(conflict));
+	}
+}
+
 } // namespace
 
 std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIpv6,
@@ -165,31 +187,32 @@ std::string NatConflict::describe() const
 	return fmt::format("{}{}, {}", nat::describeOutcome(outcome, certain), rule, what);
 }
 
-std::vector<NatConflict> findConflicts(const nat::NatRuleset &ruleset,
-				       const std::vector<SampledDecision> &samples,
-				       const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
-				       size_t maxConflicts)
+ConflictPass findConflicts(const nat::NatRuleset &ruleset, const std::vector<SampledDecision> &samples,
+			   const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
+			   const CheckLimits &limits)
 {
-	std::vector<NatConflict> out;
+	ConflictPass pass;
 	for (const SampledDecision &sample : samples) {
+		if (pass.steps >= limits.maxSteps) {
+			pass.complete = false;
+			break;
+		}
 		nat::AgentPlacement placement = agent;
 		placement.masquerades = sample.masquerades;
 		const nat::NatVerdict verdict = nat::evaluate(ruleset, packetFor(sample), node, placement);
-		for (const nat::Outcome &o : verdict.outcomes) {
-			const auto kind = conflictKind(o, sample.masquerades);
-			if (!kind)
-				continue;
-			NatConflict conflict{*kind, sample.destination.family, verdict.certain(), o,
-					     {}, sample.entry, sample};
-			const auto same = [&conflict](const NatConflict &c) { return c.sameAs(conflict); };
-			if (std::any_of(out.begin(), out.end(), same))
-				continue;
-			if (out.size() >= maxConflicts)
-				return out;
-			conflict.ruleText = ruleTextOf(ruleset, o);
-			out.push_back(std::move(conflict));
-		}
+		pass.evaluated++;
+		pass.steps += verdict.rulesEvaluated;
+		collect(ruleset, sample, verdict, limits.maxConflicts, pass);
 	}
+	return pass;
+}
+
+nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses)
+{
+	nat::NodeAddresses out;
+	out.complete = true;
+	for (const NodeAddress &a : addresses)
+		out.addresses.push_back({a.address, a.prefixLength});
 	return out;
 }
 

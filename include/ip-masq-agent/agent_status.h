@@ -69,6 +69,20 @@ public:
 		double conntrackReadUnixSeconds = 0; // the last successful read; 0: none yet
 		uint64_t conntrackReadFailures = 0;
 
+		// The NAT conflict check's last pass (nat_conflicts.h): how many rules of other
+		// tables undo the agent's decisions, certainly or maybe; nullopt before the first
+		// pass and after a failed one. Never part of readiness: other components' rules
+		// are not the agent's failure.
+		struct NatConflicts {
+			size_t certain = 0;
+			size_t may = 0;
+			bool operator==(const NatConflicts &) const = default;
+		};
+		std::optional<NatConflicts> natConflicts;
+		// Findings for /readyz?verbose that do not make the agent unready: each
+		// conflict, legacy iptables nat tables that cannot be checked.
+		std::vector<std::string> warnings;
+
 		// Readiness: the config is valid and its table is in force.
 		Health health() const;
 		std::string prometheusText() const;
@@ -92,6 +106,10 @@ public:
 	// to read them.
 	void conntrackRead(const netlink::ConntrackStats &stats);
 	void conntrackReadFailed();
+	// A pass of the NAT conflict check, with the warnings it leaves for /readyz?verbose;
+	// or a pass that could not read the kernel (the gauge goes until one can).
+	void natConflictsChecked(Snapshot::NatConflicts counts, std::vector<std::string> warnings);
+	void natConflictCheckFailed(std::vector<std::string> warnings);
 
 	// The loop's heartbeat, for liveness (/livez): the loop calls loopTurned() on every
 	// turn and wakes at least every kHeartbeatPeriod to do so, so a heartbeat older than

@@ -14,6 +14,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/nat_conflicts.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/reconciler.h"
@@ -88,11 +89,24 @@ private:
 	bool takeNodeAddresses();
 	// The node's addresses, or nullopt with a warning (once per distinct message).
 	NodeAddresses readAddresses();
+	// One pass of the NAT conflict check (nat_conflicts.h): reads other tables, evaluates
+	// the sample of the last good config, logs what was found and what was resolved, and
+	// reports to the status. At most one pass per kNatCheckPeriod.
+	void checkNatConflicts();
+	// Legacy iptables nat tables, which no pass can see: said once each, and a warning
+	// for /readyz?verbose while they exist.
+	std::vector<std::string> legacyNatWarnings();
+	// The pass's own findings, before legacy ones: counts for the gauge, lines for /readyz.
+	void reportNatConflicts(const ConflictPass &pass, std::vector<std::string> warnings);
 
 	// How often the loop reads conntrack's statistics (and once at start). The loop
 	// reads them, never a scrape: however many scrapes come, the kernel is asked at
 	// this rate, and a scrape never waits on netlink.
 	static constexpr std::chrono::seconds kConntrackReadPeriod{10};
+	// The NAT conflict check runs after each sync and when other tables change, at most
+	// once per this period: kube-proxy rewrites its table all the time, and one pass
+	// reads every other table's nat chains and evaluates up to a few hundred packets.
+	static constexpr std::chrono::seconds kNatCheckPeriod{3};
 
 	AgentOptions options_;
 	NftablesMonitor *monitor_;
@@ -113,6 +127,15 @@ private:
 	std::string lastStatusLine_;
 	Clock::time_point nextConntrackRead_;
 	std::string lastConntrackError_; // logged once per distinct message
+
+	// The NAT conflict check: the last good config's sample, whether a pass is due (and
+	// not before when), the last pass's conflicts, what was said once.
+	std::vector<SampledDecision> natSamples_;
+	bool natCheckPending_ = false;
+	Clock::time_point nextNatCheck_{};
+	std::vector<NatConflict> natConflicts_;
+	std::string lastNatCheckError_;
+	bool legacyNatSaid_[2] = {false, false}; // IPv4, IPv6
 
 	// This node's addresses (for outputAddress subnets) and their change notifications
 	// (none: re-read at each resync only). The last good config is kept only while its

@@ -16,6 +16,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/nat_evaluator.h"
 #include "ip-masq-agent/nat_ruleset.h"
+#include "ip-masq-agent/node_addresses.h"
 
 namespace ipmasq {
 
@@ -68,13 +69,30 @@ struct NatConflict {
 	std::string describe() const;
 };
 
-// The conflicts in one pass, each distinct conflict once (in sample order), at most
-// `maxConflicts`. `agent` gives the agent's table and priority; its decision comes from
-// each sample.
-std::vector<NatConflict> findConflicts(const nat::NatRuleset &ruleset,
-				       const std::vector<SampledDecision> &samples,
-				       const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
-				       size_t maxConflicts = 64);
+struct CheckLimits {
+	size_t maxConflicts = 64; // distinct conflicts kept
+	// Evaluation steps (nat_evaluator.h: rules and chain ends) over the whole pass: a
+	// pathological ruleset ends the pass early instead of taking the loop's time.
+	size_t maxSteps = 2000000;
+};
+
+// One pass over the sample.
+struct ConflictPass {
+	std::vector<NatConflict> conflicts; // each distinct conflict once, in sample order
+	size_t evaluated = 0; // samples evaluated
+	size_t steps = 0; // evaluation steps taken
+	bool complete = true; // false: a limit ended the pass before the last sample
+};
+
+// Evaluates every sample against `ruleset`. `agent` gives the agent's table and priority;
+// its decision comes from each sample.
+ConflictPass findConflicts(const nat::NatRuleset &ruleset, const std::vector<SampledDecision> &samples,
+			   const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
+			   const CheckLimits &limits = {});
+
+// The node's addresses as the evaluator needs them (fib and addrtype): a full dump of them
+// is complete.
+nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses);
 
 // What changed from one pass to the next: found (in `after`, not `before`) and resolved
 // (in `before`, not `after`), each in its list's order.

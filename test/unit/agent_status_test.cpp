@@ -313,3 +313,28 @@ TEST_CASE("--health-addr forms")
 	CHECK_THAT(parseListenAddress("localhost:8080").error().message, Catch::Contains("not an IP address"));
 	CHECK_THAT(parseListenAddress(":70000").error().message, Catch::Contains("0 to 65535"));
 }
+
+TEST_CASE("NAT conflicts: a gauge once a check ran, warnings that never make it unready")
+{
+	AgentStatus status;
+	status.syncSucceeded(sampleRuleset(), 3ms);
+	CHECK(status.prometheusText().find("ip_masq_agent_nat_conflicts") == std::string::npos);
+
+	status.natConflictsChecked({}, {});
+	std::string text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_nat_conflicts{certainty=\"certain\"}") == "0");
+	CHECK(sample(text, "ip_masq_agent_nat_conflicts{certainty=\"may\"}") == "0");
+
+	status.natConflictsChecked({2, 1}, {"table ip nat ... masquerades it", "legacy"});
+	text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_nat_conflicts{certainty=\"certain\"}") == "2");
+	CHECK(sample(text, "ip_masq_agent_nat_conflicts{certainty=\"may\"}") == "1");
+	CHECK(status.health().ok);
+	CHECK(status.snapshot().warnings.size() == 2);
+
+	// A pass that could not read the kernel: no stale figure, the warnings it has.
+	status.natConflictCheckFailed({"legacy"});
+	CHECK(status.prometheusText().find("ip_masq_agent_nat_conflicts") == std::string::npos);
+	CHECK(status.snapshot().warnings == std::vector<std::string>{"legacy"});
+	CHECK(status.health().ok);
+}

@@ -78,7 +78,7 @@ nat::NodeAddresses node()
 
 std::vector<NatConflict> conflicts(const nat::NatRuleset &ruleset, const Config &config)
 {
-	return findConflicts(ruleset, sampleDecisions(config, false), node(), {});
+	return findConflicts(ruleset, sampleDecisions(config, false), node(), {}).conflicts;
 }
 
 std::string describeAll(const std::vector<NatConflict> &list)
@@ -211,7 +211,16 @@ TEST_CASE("conflicts are bounded and diffed: found, resolved, the same is no cha
 	const auto kubeletFound = conflicts(ipNat({kubelet(7)}), twoRanges());
 	const auto unknownFound = conflicts(
 		ipNat({rule(9, {compat("statistic", 0, nat::Bytes(24, 0)), target("MASQUERADE")})}), twoRanges());
-	CHECK(findConflicts(ipNat({kubelet(7)}), sampleDecisions(twoRanges(), false), node(), {}, 1).size() == 1);
+	const auto samples = sampleDecisions(twoRanges(), false);
+	const ConflictPass one = findConflicts(ipNat({kubelet(7)}), samples, node(), {}, {1, 1000});
+	CHECK(one.conflicts.size() == 1);
+	CHECK_FALSE(one.complete);
+	const ConflictPass full = findConflicts(ipNat({kubelet(7)}), samples, node(), {});
+	CHECK(full.complete);
+	CHECK(full.evaluated == samples.size());
+	const ConflictPass short_ = findConflicts(ipNat({kubelet(7)}), samples, node(), {}, {64, 2});
+	CHECK_FALSE(short_.complete);
+	CHECK(short_.evaluated < samples.size());
 
 	const ConflictChanges first = diffConflicts({}, kubeletFound);
 	CHECK(first.found.size() == 2);

@@ -13,7 +13,10 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/nat_conflicts.h"
+#include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/nat_reader.h"
 #include "ip-masq-agent/policy.h"
 
 namespace ipmasq {
@@ -326,13 +329,18 @@ bool isLocal(const ExplainContext &context, const Address &address)
 	return false;
 }
 
-std::string explainDestination(const Config &config, const ExplainContext &context,
-			       const Address &destination)
+// A line's verdict and reason (with the kernel check), and the agent's decision for it.
+struct Line {
+	std::string text;
+	bool masquerades = false;
+};
+
+Line decideLine(const Config &config, const ExplainContext &context, const Address &destination)
 {
-	const std::string head = destination.toString() + ": ";
 	if (destination.family == Family::ipv6 && !context.enableIpv6)
-		return head + "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
-		       describeKernel(config, context, destination, false);
+		return {"not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
+				describeKernel(config, context, destination, false),
+			false};
 
 	const Family family = destination.family;
 	const ExplainDecision decision = explainDecision(config, destination);
@@ -341,16 +349,80 @@ std::string explainDestination(const Config &config, const ExplainContext &conte
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
 	if (isLocal(context, destination))
-		return head + "not masqueraded: a local address of this host (fib daddr type local "
-			      "never enters the agent's chain); by the config alone: " + decided + kernel;
+		return {"not masqueraded: a local address of this host (fib daddr type local never "
+			"enters the agent's chain); by the config alone: " + decided + kernel, false};
 	if (auto gate = interfaceGate(config, context))
-		return head + "not masqueraded: " + *gate + "; by the destination alone: " + decided +
-		       kernel;
+		return {"not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel,
+			false};
 	if (auto gate = sourceGate(config, context, family); gate && decision.masqueraded)
-		return head + "not masqueraded: " + *gate + "; by the destination alone: " + decided +
-		       kernel;
-	return head + decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
-	       describeSources(config, context, destination, decision.masqueraded) + kernel;
+		return {"not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel,
+			false};
+	return {decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
+			describeSources(config, context, destination, decision.masqueraded) + kernel,
+		decision.masqueraded};
+}
+
+// The packet --explain asks about, as one sampled decision: from the one --explain-source
+// of its family (any source without one), through --explain-interface (not known without).
+SampledDecision explainedPacket(const Config &config, const ExplainContext &context,
+				const Address &destination, bool masquerades)
+{
+	SampledDecision sample;
+	sample.destination = destination;
+	const std::vector<Address> sources = ofFamily(context.sources, destination.family);
+	if (sources.size() == 1)
+		sample.source = sources.front();
+	if (!context.outputInterface.empty())
+		sample.outputInterface = context.outputInterface;
+	sample.masquerades = masquerades;
+	const ExplainDecision decision = explainDecision(config, destination);
+	sample.entry = decision.decidedBy ? describeEntry(config, *decision.decidedBy) : "no entry covers it";
+	return sample;
+}
+
+// The node-wide clause: "; but table ip nat chain POSTROUTING (...) masquerades it: rule
+// handle 7 (`...`)" for each rule of another table that undoes the agent's decision,
+// "; no other table's NAT undoes that", or why that could not be checked.
+std::string describeOtherTables(const Config &config, const ExplainContext &context,
+				const Address &destination, bool masquerades)
+{
+	const OtherTablesView &view = context.otherTables;
+	const bool legacy = destination.family == Family::ipv4 ? view.legacyIpv4 : view.legacyIpv6;
+	const std::string legacyNote =
+		legacy ? fmt::format("; legacy iptables nat rules exist ({}), which cannot be checked",
+				     destination.family == Family::ipv4 ? "ip_tables" : "ip6_tables")
+		       : std::string();
+	switch (view.state) {
+	case OtherTablesView::State::notRead:
+		return {};
+	case OtherTablesView::State::noPermission:
+		return "; could not check other tables' NAT: no CAP_NET_ADMIN" + legacyNote;
+	case OtherTablesView::State::unreadable:
+		return fmt::format("; could not check other tables' NAT: {}", escaped(view.problem)) +
+		       legacyNote;
+	case OtherTablesView::State::read:
+		break;
+	}
+	nat::AgentPlacement agent;
+	agent.table = context.table;
+	agent.priority = view.agentPriority;
+	const ConflictPass pass = findConflicts(
+		view.ruleset, {explainedPacket(config, context, destination, masquerades)}, view.node, agent);
+	if (pass.conflicts.empty())
+		return "; no other table's NAT undoes that" + legacyNote;
+	std::string text;
+	for (const NatConflict &c : pass.conflicts)
+		text += "; but " + c.describeRule() +
+			(c.kind == NatConflict::Kind::natsFirst ? " before the agent's masquerade" : "");
+	return text + legacyNote;
+}
+
+std::string explainDestination(const Config &config, const ExplainContext &context,
+			       const Address &destination)
+{
+	const Line line = decideLine(config, context, destination);
+	return destination.toString() + ": " + line.text +
+	       describeOtherTables(config, context, destination, line.masquerades);
 }
 
 } // namespace
@@ -485,6 +557,32 @@ KernelView readKernelView(const std::string &table)
 	view.state = KernelView::State::sets;
 	view.sets = std::move((*read)->sets);
 	view.snatRules = std::move((*read)->snatRules);
+	return view;
+}
+
+OtherTablesView readOtherTablesView(const std::string &table, int32_t agentPriority)
+{
+	OtherTablesView view;
+	view.agentPriority = agentPriority;
+	if (auto legacy = netlink::legacyNatTables()) {
+		view.legacyIpv4 = legacy->ipv4;
+		view.legacyIpv6 = legacy->ipv6;
+	}
+	netlink::NatReadLimits limits;
+	limits.skipInetTable = table;
+	auto socket = netlink::Socket::open();
+	auto ruleset = socket ? netlink::readNatRuleset(*socket, limits)
+			      : Result<nat::NatRuleset>(fail(socket.error()));
+	if (!ruleset) {
+		view.state = ruleset.error().errnum == EPERM ? OtherTablesView::State::noPermission
+							     : OtherTablesView::State::unreadable;
+		view.problem = ruleset.error().message;
+		return view;
+	}
+	view.state = OtherTablesView::State::read;
+	view.ruleset = std::move(*ruleset);
+	if (auto addresses = readNodeAddresses())
+		view.node = evaluatorAddresses(*addresses);
 	return view;
 }
 

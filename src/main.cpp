@@ -93,6 +93,7 @@ int explain(const AgentOptions &options)
 	else
 		log::warning("{}; local addresses are not recognized as such", local.error().message);
 	context.kernel = readKernelView(options.ruleset.table);
+	context.otherTables = readOtherTablesView(options.ruleset.table, options.ruleset.priority);
 	for (const std::string &line : explainDestinations(loaded->config, context, options.explain))
 		std::fprintf(stdout, "%s\n", line.c_str());
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

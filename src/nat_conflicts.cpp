@@ -110,8 +110,8 @@ nat::Packet packetFor(const SampledDecision &sample)
 	packet.destination = sample.destination;
 	packet.source = sample.source.value_or(Address{sample.destination.family, 0});
 	packet.sourceKnown = sample.source.has_value();
-	// Interfaces and protocol are not known: a match on them "may".
-	packet.outputInterface = std::nullopt;
+	// The input interface and the protocol are not known: a match on them "may".
+	packet.outputInterface = sample.outputInterface;
 	packet.inputInterface = std::nullopt;
 	return packet;
 }
@@ -160,7 +160,7 @@ std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIp
 			bool masquerades = false;
 			const std::string entry = entryOf(config, destination, masquerades);
 			for (const std::optional<Address> &source : sources)
-				out.push_back({destination, source, masquerades, entry});
+				out.push_back({destination, source, std::nullopt, masquerades, entry});
 		}
 	}
 	return out;
@@ -173,9 +173,14 @@ bool NatConflict::sameAs(const NatConflict &other) const
 	       outcome.address == other.outcome.address && entry == other.entry;
 }
 
-std::string NatConflict::describe() const
+std::string NatConflict::describeRule() const
 {
 	const std::string rule = ruleText.empty() ? std::string() : fmt::format(" (`{}`)", ruleText);
+	return nat::describeOutcome(outcome, certain) + rule;
+}
+
+std::string NatConflict::describe() const
+{
 	const std::string from = example.source ? "from " + example.source->toString()
 						: std::string("from any source");
 	const std::string what =
@@ -184,7 +189,7 @@ std::string NatConflict::describe() const
 				      entry, familyName(family), from, example.destination.toString())
 			: fmt::format("before the agent masquerades {} traffic {} to {} ({})",
 				      familyName(family), from, example.destination.toString(), entry);
-	return fmt::format("{}{}, {}", nat::describeOutcome(outcome, certain), rule, what);
+	return fmt::format("{}, {}", describeRule(), what);
 }
 
 ConflictPass findConflicts(const nat::NatRuleset &ruleset, const std::vector<SampledDecision> &samples,

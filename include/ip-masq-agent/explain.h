@@ -13,6 +13,8 @@
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/nat_ruleset.h"
+#include "ip-masq-agent/nat_evaluator.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
@@ -61,6 +63,25 @@ struct KernelView {
 	std::vector<KernelSnatRule> snatRules = {}; // the SNAT rules' targets
 };
 
+// Other tables' NAT, for the node-wide clause: what the whole node does with the packet.
+struct OtherTablesView {
+	enum class State {
+		notRead,      // not asked for: no clause
+		read,         // `ruleset` holds every other table's nat postrouting chains
+		noPermission, // no CAP_NET_ADMIN (EPERM): could not look
+		unreadable,   // another error: `problem` says which
+	};
+	State state = State::notRead;
+	nat::NatRuleset ruleset;
+	nat::NodeAddresses node; // for fib and addrtype
+	std::string problem;
+	int32_t agentPriority = kDefaultPriority;
+	// Legacy iptables nat tables (/proc/net/ip_tables_names, ip6_tables_names), which
+	// nothing here can read.
+	bool legacyIpv4 = false;
+	bool legacyIpv6 = false;
+};
+
 // Everything besides the config that shapes the lines.
 struct ExplainContext {
 	bool enableIpv6 = false;
@@ -75,6 +96,7 @@ struct ExplainContext {
 	std::string outputInterface;
 	// This node's addresses in outputAddress subnets, as the daemon would choose them.
 	SubnetAddresses subnet;
+	OtherTablesView otherTables;
 };
 
 // One line per destination, in order: "ADDRESS: VERDICT: REASON[; ...]", where VERDICT is
@@ -89,5 +111,10 @@ Result<std::vector<Prefix>> readLocalPrefixes();
 
 // The address sets of inet `table` through the netlink backend, or why they could not be read.
 KernelView readKernelView(const std::string &table);
+
+// Every other table's nat postrouting chains (netlink/nat_reader.h; the agent's inet
+// `table` left out), this node's addresses and legacy iptables nat tables, or why they
+// could not be read.
+OtherTablesView readOtherTablesView(const std::string &table, int32_t agentPriority);
 
 } // namespace ipmasq

@@ -25,6 +25,9 @@ namespace ipmasq {
 struct SampledDecision {
 	Address destination;
 	std::optional<Address> source; // nullopt: any source (no masqueradeSourceCIDRs entry)
+	// The interface it leaves by; nullopt: not known (the daemon's samples), so a rule
+	// that matches on it "may".
+	std::optional<std::string> outputInterface;
 	bool masquerades = false; // the agent's decision, by the config
 	// What decides it, in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",
 	// "built-in default 10.0.0.0/8", "no entry covers it".
@@ -62,6 +65,9 @@ struct NatConflict {
 
 	// The same rule doing the same thing to the same entry, with the same certainty.
 	bool sameAs(const NatConflict &other) const;
+	// The rule and what it does: "table ip nat chain POSTROUTING (priority srcnat, before
+	// the agent) masquerades it: rule handle 7 (`ip daddr != ... masquerade`)".
+	std::string describeRule() const;
 	// For the log and /readyz?verbose, e.g. "table ip nat chain POSTROUTING (priority
 	// srcnat, before the agent) masquerades it: rule handle 7 (`ip daddr != ...
 	// masquerade`), which undoes nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE): IPv4 traffic

@@ -77,17 +77,20 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 	REQUIRE(explained.size() == 7);
 	CHECK_THAT(explained[0], Catch::StartsWith("198.18.5.5: not masqueraded: ") &&
 					 Catch::Contains(" 198.18.0.0/15") &&
-					 Catch::EndsWith("; the kernel agrees"));
-	CHECK(explained[1] == "192.0.2.1: masqueraded: no entry covers it; the kernel agrees");
+					 Catch::EndsWith("; the kernel agrees; no other table's NAT undoes that"));
+	CHECK(explained[1] == "192.0.2.1: masqueraded: no entry covers it; the kernel agrees; no other "
+			      "table's NAT undoes that");
 	CHECK(explained[2] == "169.254.1.1: not masqueraded: link-local 169.254.0.0/16 "
-			      "(masqLinkLocal is false); the kernel agrees");
+			      "(masqLinkLocal is false); the kernel agrees; no other table's NAT undoes that");
 	CHECK(explained[3] == "127.0.0.1: not masqueraded: a local address of this host (fib daddr "
 			      "type local never enters the agent's chain); by the config alone: "
-			      "masqueraded: no entry covers it; the kernel agrees");
+			      "masqueraded: no entry covers it; the kernel agrees; no other table's NAT "
+			      "undoes that");
 	CHECK_THAT(explained[4], Catch::StartsWith("2001:db8:1::1: not masqueraded: ") &&
 					 Catch::Contains(" 2001:db8:1::/48") &&
-					 Catch::EndsWith("; the kernel agrees"));
-	CHECK(explained[5] == "2001:db8:2::1: masqueraded: no entry covers it; the kernel agrees");
+					 Catch::EndsWith("; the kernel agrees; no other table's NAT undoes that"));
+	CHECK(explained[5] == "2001:db8:2::1: masqueraded: no entry covers it; the kernel agrees; no "
+			      "other table's NAT undoes that");
 	// The loopback interface's whole network is local (local 127.0.0.0/8 dev lo).
 	CHECK_THAT(explained[6], Catch::StartsWith("127.0.0.53: not masqueraded: a local address"));
 
@@ -102,8 +105,9 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 						 Catch::EndsWith("; the kernel disagrees: its set nomasq-v4 "
 								 "does not hold it, so the kernel masquerades "
 								 "it (the table is stale, was edited, or was "
-								 "made from another config or other flags)"));
-		CHECK_THAT(explained[1], Catch::EndsWith("; the kernel agrees"));
+								 "made from another config or other flags); no "
+								 "other table's NAT undoes that"));
+		CHECK_THAT(explained[1], Catch::EndsWith("; the kernel agrees; no other table's NAT undoes that"));
 	}
 	SECTION("a table applied with --enable-ipv6, explained without it")
 	{
@@ -114,7 +118,7 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 		CHECK(result.out == "2001:db8:2::1: not masqueraded: the agent leaves IPv6 alone without "
 				    "--enable-ipv6; the kernel disagrees: its table has set nomasq-v6, as "
 				    "if applied with --enable-ipv6 (the table is stale, was edited, or was "
-				    "made from another config or other flags)\n");
+				    "made from another config or other flags); no other table's NAT undoes that\n");
 	}
 	SECTION("the table deleted")
 	{
@@ -123,7 +127,7 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 		CHECK(result.status == 0);
 		CHECK(result.out == "192.0.2.1: masqueraded: no entry covers it; the kernel disagrees: "
 				    "table inet ip-masq-agent is not in the kernel, so the agent "
-				    "masquerades nothing here\n");
+				    "masquerades nothing here; no other table's NAT undoes that\n");
 	}
 	SECTION("another --table is looked up")
 	{
@@ -138,9 +142,10 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 		explained = lines(result.out);
 		REQUIRE(explained.size() == 2);
 		CHECK_THAT(explained[0], Catch::StartsWith("198.18.5.5: not masqueraded: ") &&
-						 Catch::EndsWith("; could not check the kernel: no CAP_NET_ADMIN"));
+						 Catch::EndsWith("; could not check the kernel: no CAP_NET_ADMIN; could "
+								 "not check other tables' NAT: no CAP_NET_ADMIN"));
 		CHECK(explained[1] == "192.0.2.1: masqueraded: no entry covers it; could not check the "
-				      "kernel: no CAP_NET_ADMIN");
+				      "kernel: no CAP_NET_ADMIN; could not check other tables' NAT: no CAP_NET_ADMIN");
 		CHECK_THAT(result.all, !Catch::Contains("error"));
 	}
 	(void)run("nft delete table inet ip-masq-agent 2>/dev/null");
@@ -191,7 +196,7 @@ TEST_CASE("--explain: file:line of each entry, an exception, sources, and the ke
 		"nonMasqueradeCIDRs 198.18.0.0/15 ({0}:1); from 198.51.100.5: masqueraded: source in "
 		"masqueradeSourceCIDRs 198.51.100.0/24 ({0}:3); from 203.0.113.5: not masqueraded: "
 		"source in no masqueradeSourceCIDRs entry, so the agent leaves it alone whatever the "
-		"destination; the kernel agrees", file));
+		"destination; the kernel agrees; no other table's NAT undoes that", file));
 	CHECK_THAT(explained[1], Catch::StartsWith(fmt::format(
 		"198.18.6.1: not masqueraded: nonMasqueradeCIDRs 198.18.0.0/15 ({}:1); ", file)));
 
@@ -202,4 +207,57 @@ TEST_CASE("--explain: file:line of each entry, an exception, sources, and the ke
 	CHECK_THAT(result.out, Catch::Contains("the kernel disagrees: its set masq-src-v4 does not "
 					       "hold source 198.51.100.5"));
 	(void)run("nft delete table inet ip-masq-agent 2>/dev/null");
+}
+
+TEST_CASE("--explain: the node-wide clause names the rules of other tables that undo a decision")
+{
+	TempDir dir;
+	dir.write("config", "nonMasqueradeCIDRs: [198.18.0.0/15, 192.0.2.0/24]\n");
+	const std::string config = "--config=" + dir.file("config");
+	applyOnce({"--once", config});
+	const auto cleanup = [] { (void)run("iptables-nft -w -t nat -F; nft delete table inet ip-masq-agent 2>/dev/null"); };
+
+	SECTION("kubelet's rule: certain, before the agent, printed as nft lists it")
+	{
+		runOrFail("iptables-nft -w -t nat -A POSTROUTING ! -d 198.18.0.0/15 -m addrtype "
+			  "! --dst-type LOCAL -j MASQUERADE");
+		const Explained result = explain(config + " --explain=192.0.2.7 --explain=198.18.0.9");
+		const std::vector<std::string> explained = lines(result.out);
+		REQUIRE(explained.size() == 2);
+		// (Handles count on across sections: the table stays, flushed.)
+		CHECK_THAT(explained[0], Catch::Contains(
+			"; the kernel agrees; but table ip nat chain POSTROUTING (priority srcnat, before "
+			"the agent) masquerades it: rule handle ") && Catch::EndsWith(
+			" (`ip daddr != 198.18.0.0/15 fib daddr type != local counter packets 0 bytes 0 "
+			"masquerade`)"));
+		CHECK_THAT(explained[1], Catch::EndsWith("; the kernel agrees; no other table's NAT undoes that"));
+	}
+	SECTION("Docker's rule: by the source and the interface given; may without the interface")
+	{
+		runOrFail("iptables-nft -w -t nat -A POSTROUTING -s 198.51.100.0/24 ! -o docker0 -j MASQUERADE");
+		const auto line = [&](const std::string &more) {
+			const Explained result = explain(config + " --explain=192.0.2.7 " + more);
+			return result.out;
+		};
+		CHECK_THAT(line("--explain-source=198.51.100.2 --explain-interface=eth0"),
+			   Catch::Contains("; but table ip nat chain POSTROUTING (priority srcnat, before "
+					   "the agent) masquerades it: rule handle"));
+		CHECK_THAT(line("--explain-source=198.51.100.2 --explain-interface=docker0"),
+			   Catch::EndsWith("; no other table's NAT undoes that\n"));
+		CHECK_THAT(line("--explain-source=203.0.113.2 --explain-interface=eth0"),
+			   Catch::EndsWith("; no other table's NAT undoes that\n"));
+		CHECK_THAT(line("--explain-source=198.51.100.2"), Catch::Contains("may masquerade it: rule handle"));
+		CHECK_THAT(line(""), Catch::Contains("may masquerade it: rule handle"));
+	}
+	SECTION("a match the evaluator does not know: may")
+	{
+		runOrFail("iptables-nft -w -t nat -A POSTROUTING -m statistic --mode random --probability 0.5 "
+			  "-j MASQUERADE");
+		const Explained result = explain(config + " --explain=192.0.2.7");
+		CHECK_THAT(result.out, Catch::Contains("; but table ip nat chain POSTROUTING (priority srcnat, "
+						       "before the agent) may masquerade it: rule handle ") &&
+					       Catch::EndsWith(" (`xt match statistic counter packets 0 bytes 0 "
+							       "masquerade`)\n"));
+	}
+	cleanup();
 }

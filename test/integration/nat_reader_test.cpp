@@ -351,6 +351,17 @@ TEST_CASE("the agent's own table alone: skipped, and read right when it is not")
 	CHECK(masq.certain());
 	CHECK(masq.decision().action == nat::NatAction::masquerade);
 	requireNftText(ruleset, nat::TableFamily::inet, "ip-masq-agent");
+
+	// The daemon's check and --explain leave it unread: its sets may be large.
+	runOrFail(kubeletRule());
+	auto socket = netlink::Socket::open();
+	REQUIRE(socket);
+	netlink::NatReadLimits skip;
+	skip.skipInetTable = "ip-masq-agent";
+	auto skipped = netlink::readNatRuleset(*socket, skip);
+	REQUIRE(skipped);
+	CHECK_FALSE(findTable(*skipped, nat::TableFamily::inet, "ip-masq-agent"));
+	CHECK(findTable(*skipped, nat::TableFamily::ip, "nat"));
 }
 
 TEST_CASE("the reader's limits: a clear error, and sets beyond the element budget are may")

@@ -326,8 +326,18 @@ std::vector<std::string> Daemon::legacyNatWarnings()
 
 void Daemon::checkNatConflicts()
 {
+	const Clock::time_point started = Clock::now();
 	natCheckPending_ = false;
-	nextNatCheck_ = Clock::now() + kNatCheckPeriod;
+	runNatCheck();
+	// A pass over a large ruleset (upstream's leftover chain of 10,000 rules takes about
+	// half a second) must not take a core while other tables churn: the next one waits
+	// ten times as long as this one took, and at least kNatCheckPeriod.
+	const Clock::time_point done = Clock::now();
+	nextNatCheck_ = done + std::max<Clock::duration>(kNatCheckPeriod, 10 * (done - started));
+}
+
+void Daemon::runNatCheck()
+{
 	std::vector<std::string> warnings = legacyNatWarnings();
 	netlink::NatReadLimits limits;
 	limits.skipInetTable = options_.ruleset.table;

@@ -91,8 +91,10 @@ private:
 	NodeAddresses readAddresses();
 	// One pass of the NAT conflict check (nat_conflicts.h): reads other tables, evaluates
 	// the sample of the last good config, logs what was found and what was resolved, and
-	// reports to the status. At most one pass per kNatCheckPeriod.
+	// reports to the status. At most one pass per kNatCheckPeriod, and at most a tenth
+	// of the loop's time.
 	void checkNatConflicts();
+	void runNatCheck();
 	// Legacy iptables nat tables, which no pass can see: said once each, and a warning
 	// for /readyz?verbose while they exist.
 	std::vector<std::string> legacyNatWarnings();

@@ -8,12 +8,15 @@
 #include "ip-masq-agent/explain.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "config_entries.h"
 
 using namespace ipmasq;
 
 namespace {
 
-const std::string kFile = "/etc/config/ip-masq-agent";
+const std::string &kFile = test::kConfigFile;
+using test::entry;
+using test::fileConfig;
 
 Address address(const char *text)
 {
@@ -21,26 +24,6 @@ Address address(const char *text)
 	INFO(text << ": " << (parsed ? "" : parsed.error().message));
 	REQUIRE(parsed);
 	return *parsed;
-}
-
-Prefix entry(const char *text, uint32_t line)
-{
-	auto prefix = parsePrefix(text);
-	INFO(text);
-	REQUIRE(prefix);
-	prefix->origin = Origin{0, line};
-	return *prefix;
-}
-
-// A config as the parser leaves it for a file that lists nonMasqueradeCIDRs.
-Config fileConfig(std::vector<Prefix> nonMasquerade, std::vector<Prefix> masquerade = {})
-{
-	Config config;
-	config.nonMasqueradeCIDRs = std::move(nonMasquerade);
-	config.nonMasqueradeCIDRsGiven = true;
-	config.masqueradeCIDRs = std::move(masquerade);
-	config.files = {kFile};
-	return config;
 }
 
 std::string line(const Config &config, const ExplainContext &context, const char *destination)

@@ -8,37 +8,25 @@
 
 #include "ip-masq-agent/nat_conflicts.h"
 #include "../common/nat_builders.h"
+#include "config_entries.h"
 
 using namespace ipmasq;
 using namespace ipmasq::nat::build;
 
 namespace {
 
-const std::string kFile = "/etc/config/ip-masq-agent";
+const std::string &kFile = test::kConfigFile;
+using test::entry;
 
-Prefix entry(const char *text, uint32_t line)
+Config withSources(std::vector<Prefix> nonMasquerade, std::vector<Prefix> sources)
 {
-	auto prefix = parsePrefix(text);
-	INFO(text);
-	REQUIRE(prefix);
-	prefix->origin = Origin{0, line};
-	return *prefix;
-}
-
-Config fileConfig(std::vector<Prefix> nonMasquerade, std::vector<Prefix> sources = {})
-{
-	Config config;
-	config.nonMasqueradeCIDRs = std::move(nonMasquerade);
-	config.nonMasqueradeCIDRsGiven = true;
-	config.masqueradeSourceCIDRs = std::move(sources);
-	config.files = {kFile};
-	return config;
+	return test::fileConfig(std::move(nonMasquerade), {}, std::move(sources));
 }
 
 // The analogue of a kubelet exempting its cluster CIDR while the agent exempts more.
 Config twoRanges(std::vector<Prefix> sources = {})
 {
-	return fileConfig({entry("198.18.0.0/15", 2), entry("192.0.2.0/24", 3)}, std::move(sources));
+	return withSources({entry("198.18.0.0/15", 2), entry("192.0.2.0/24", 3)}, std::move(sources));
 }
 
 std::vector<std::string> destinations(const std::vector<SampledDecision> &samples)
@@ -129,7 +117,7 @@ TEST_CASE("the sample: the first address of every interval and every range betwe
 			p.origin = Origin{0, i + 2};
 			many.push_back(p);
 		}
-		const auto bounded = sampleDecisions(fileConfig(many), false, {16, 4});
+		const auto bounded = sampleDecisions(test::fileConfig(many), false, {16, 4});
 		CHECK(bounded.size() == 16);
 		CHECK(bounded.front().destination.toString() == "0.0.0.1");
 	}

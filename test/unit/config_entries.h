@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// Test support: configs as the parser leaves them for one file, with each entry's line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/config.h"
+
+namespace ipmasq::test {
+
+inline const std::string kConfigFile = "/etc/config/ip-masq-agent";
+
+// A prefix written on `line` of kConfigFile.
+inline Prefix entry(const char *text, uint32_t line)
+{
+	auto prefix = parsePrefix(text);
+	INFO(text);
+	REQUIRE(prefix);
+	prefix->origin = Origin{0, line};
+	return *prefix;
+}
+
+// A config as the parser leaves it for a file that lists nonMasqueradeCIDRs.
+inline Config fileConfig(std::vector<Prefix> nonMasquerade, std::vector<Prefix> masquerade = {},
+			 std::vector<Prefix> sources = {})
+{
+	Config config;
+	config.nonMasqueradeCIDRs = std::move(nonMasquerade);
+	config.nonMasqueradeCIDRsGiven = true;
+	config.masqueradeCIDRs = std::move(masquerade);
+	config.masqueradeSourceCIDRs = std::move(sources);
+	config.files = {kConfigFile};
+	return config;
+}
+
+} // namespace ipmasq::test

@@ -252,13 +252,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint32_t tables = 1 + in.below(3);
 	for (uint32_t i = 0; i < tables; i++)
 		ruleset.tables.push_back(table(in, i));
-	const Packet p = packet(in);
+	Packet p = packet(in);
 	AgentPlacement agent;
 	agent.priority = static_cast<int32_t>(static_cast<int8_t>(in.byte())) + 100;
 	agent.masquerades = in.flag();
 	NodeAddresses node;
 	node.complete = in.flag();
 	node.addresses.push_back({p.destination, in.below(129)});
+	// Read last, so that the corpus's inputs decode as before (an input that ends
+	// earlier reads 0: a known source).
+	p.sourceKnown = !in.flag();
 	Limits limits;
 	limits.maxRuleEvaluations = 20000;
 

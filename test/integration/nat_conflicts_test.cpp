@@ -103,6 +103,7 @@ TEST_CASE("kubelet's rule undoes an exemption: reported, and the server sees the
 	flushRuleset();
 	Rules rules({kubeletRule("iptables-nft", kClusterCidr)});
 	Agent agent = startAgent();
+	agent.expectNatConflicts();
 	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 10s,
 		      agent.process(), "a certain conflict", metricsAndReadiness);
 	INFO(agent.log());
@@ -137,6 +138,7 @@ TEST_CASE("Docker's rule: not for a pod subnet outside its own; for one inside, 
 	{
 		Rules rules({dockerRule("198.51.100.0/24")});
 		Agent agent = startAgent(kConfig + "masqueradeSourceCIDRs: [198.51.100.0/24]\n");
+		agent.expectNatConflicts();
 		// The output interface of a sampled packet is not known: `! -o docker0` may.
 		requireWithin([&] { return !gauge("may").empty() && gauge("may") != "0"; }, 10s,
 			      agent.process(), "a may conflict", metricsAndReadiness);
@@ -155,6 +157,7 @@ TEST_CASE("upstream's leftover chain: reported until it is removed, then resolve
 	const std::vector<std::string> leftover = upstreamAgentRules({kClusterCidr});
 	Rules rules(leftover);
 	Agent agent = startAgent();
+	agent.expectNatConflicts();
 	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 10s,
 		      agent.process(), "a certain conflict", metricsAndReadiness);
 	CHECK(agent.log().find("in chain IP-MASQ-AGENT") != std::string::npos);
@@ -193,6 +196,7 @@ TEST_CASE("a match the evaluator does not know: reported as may")
 	SourceEchoServer server(net.external);
 	flushRuleset();
 	Agent agent = startAgent();
+	agent.expectNatConflicts();
 	requireGauge(agent, "0", "0");
 	// Added while the agent runs: the monitor's notification starts a pass.
 	Rules rules({statisticRule()});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <csignal>
+#include <exception>
 #include <fcntl.h>
 #include <fstream>
 #include <netinet/in.h>
@@ -347,6 +348,12 @@ Agent::Agent(const std::string &config, std::vector<std::string> flags)
 
 Agent::~Agent()
 {
+	// Not while a failed REQUIRE unwinds: that failure is the one to see.
+	if (!natConflictsExpected_ && std::uncaught_exceptions() == 0) {
+		const std::string log = process_->log();
+		INFO("agent log:\n" << log);
+		CHECK(log.find("NAT conflict") == std::string::npos);
+	}
 	process_.reset();
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }

@@ -167,11 +167,16 @@ public:
 
 	std::string log() const { return process_->log(); }
 	pid_t pid() const { return process_->pid(); }
+	// The test puts rules that undo the agent's decisions next to it. Otherwise the
+	// destructor checks that the agent's NAT conflict check reported none: no false
+	// positives next to its own table, kube-proxy's, or a clean node.
+	void expectNatConflicts() { natConflictsExpected_ = true; }
 	const AgentProcess &process() const { return *process_; }
 
 private:
 	TempDir dir_;
 	std::unique_ptr<AgentProcess> process_;
+	bool natConflictsExpected_ = false;
 };
 
 // A connection from the pod to `address` must succeed and show `source` as its source

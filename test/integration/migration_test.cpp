@@ -169,17 +169,23 @@ TEST_CASE("upstream's leftover chain goes with the steps in docs/kubernetes.md")
 		leaveUpstreamRules(false);
 		Agent agent(kNewConfig, {"--enable-ipv6"});
 		// While upstream's frozen chain is there, it masquerades what the new config
-		// no longer does (it runs first, at srcnat).
+		// no longer does (it runs first, at srcnat), and the agent says so.
+		agent.expectNatConflicts();
 		requireSource(net, agent, AF_INET, kNodeV4);
 		requireSource(net, agent, AF_INET6, kNodeV6);
+		requireWithin([&] { return agent.log().find("NAT conflict: ") != std::string::npos; },
+			      std::chrono::seconds(10), agent.process(), "the conflict reported");
 
 		runDocSteps(steps[0]);
 		requireNothingOfUpstreamLeft(net, agent);
+		requireWithin([&] { return agent.log().find("NAT conflict resolved: ") != std::string::npos; },
+			      std::chrono::seconds(10), agent.process(), "the conflict resolved");
 	}
 	SECTION("upstream v2.10.0 to v2.12.1 (quoted comment): its -D line, then -F and -X")
 	{
 		leaveUpstreamRules(true);
 		Agent agent(kNewConfig, {"--enable-ipv6"});
+		agent.expectNatConflicts();
 		requireSource(net, agent, AF_INET, kNodeV4);
 
 		// "(and the same with ip6tables)"
@@ -195,6 +201,7 @@ TEST_CASE("upstream's leftover chain goes with the steps in docs/kubernetes.md")
 	{
 		leaveUpstreamRules(true);
 		Agent agent(kNewConfig, {"--enable-ipv6"});
+		agent.expectNatConflicts();
 		requireSource(net, agent, AF_INET, kNodeV4);
 
 		runDocSteps(steps[2] + flushAndDeleteLines(steps[0]));

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <random>
 
+#include <linux/netfilter/xt_addrtype.h>
+
 #include "ip-masq-agent/explain.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "../common/nat_builders.h"
 #include "config_entries.h"
 
 using namespace ipmasq;
@@ -539,4 +542,40 @@ TEST_CASE("the kernel's SNAT rules and interface sets are compared too")
 			set.elements = IntervalSet(Family::ipv6);
 	CHECK_THAT(line(config, context, "192.0.2.1"),
 		   Catch::Contains("the kernel disagrees: its set masq-ifaces does not hold eth0"));
+}
+
+TEST_CASE("the node-wide clause: other tables' rules, legacy tables, no permission")
+{
+	using namespace ipmasq::nat::build;
+	const Config config = fileConfig({entry("198.18.0.0/15", 2), entry("192.0.2.0/24", 3)});
+	ExplainContext context;
+	context.kernel.state = KernelView::State::noPermission;
+	context.otherTables.state = OtherTablesView::State::read;
+	context.otherTables.node = {{{addr("203.0.113.1"), 24}}, true};
+	// kubelet's `! -d 198.18.0.0/16 -m addrtype ! --dst-type LOCAL -j MASQUERADE`.
+	context.otherTables.ruleset = {{table(nat::TableFamily::ip, "nat",
+		{baseChain("POSTROUTING", 100,
+			   {rule(7, {payload(nat::PayloadBase::network, 16, 2), cmp(nat::CmpOp::neq, {198, 18}),
+				     addrtypeV1(0, XT_ADDRTYPE_LOCAL, XT_ADDRTYPE_INVERT_DEST),
+				     target("MASQUERADE")})})})}};
+
+	CHECK_THAT(line(config, context, "192.0.2.7"),
+		   Catch::EndsWith("; could not check the kernel: no CAP_NET_ADMIN; but table ip nat chain "
+				   "POSTROUTING (priority srcnat, before the agent) masquerades it: rule "
+				   "handle 7 (`ip daddr != 198.18.0.0/16 fib daddr type != local "
+				   "masquerade`)"));
+	CHECK_THAT(line(config, context, "198.18.0.9"), Catch::EndsWith("; no other table's NAT undoes that"));
+	// The agent masquerades: another masquerade first does the same, no conflict.
+	CHECK_THAT(line(config, context, "203.0.113.9"), Catch::EndsWith("; no other table's NAT undoes that"));
+
+	context.otherTables.legacyIpv4 = true;
+	CHECK_THAT(line(config, context, "198.18.0.9"),
+		   Catch::EndsWith("; no other table's NAT undoes that; legacy iptables nat rules exist "
+				   "(ip_tables), which cannot be checked"));
+	context.otherTables.state = OtherTablesView::State::noPermission;
+	CHECK_THAT(line(config, context, "192.0.2.7"),
+		   Catch::EndsWith("; could not check other tables' NAT: no CAP_NET_ADMIN; legacy iptables "
+				   "nat rules exist (ip_tables), which cannot be checked"));
+	context.otherTables.state = OtherTablesView::State::notRead;
+	CHECK_THAT(line(config, context, "192.0.2.7"), Catch::EndsWith("; could not check the kernel: no CAP_NET_ADMIN"));
 }

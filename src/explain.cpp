@@ -375,8 +375,7 @@ SampledDecision explainedPacket(const Config &config, const ExplainContext &cont
 	if (!context.outputInterface.empty())
 		sample.outputInterface = context.outputInterface;
 	sample.masquerades = masquerades;
-	const ExplainDecision decision = explainDecision(config, destination);
-	sample.entry = decision.decidedBy ? describeEntry(config, *decision.decidedBy) : "no entry covers it";
+	sample.entry = describeDecidingEntry(config, explainDecision(config, destination));
 	return sample;
 }
 
@@ -442,6 +441,11 @@ std::string describeEntry(const Config &config, const ExplainEntry &entry)
 				   describeOrigin(config, entry.prefix.origin));
 	}
 	return {};
+}
+
+std::string describeDecidingEntry(const Config &config, const ExplainDecision &decision)
+{
+	return decision.decidedBy ? describeEntry(config, *decision.decidedBy) : "no entry covers it";
 }
 
 ExplainDecision explainDecision(const Config &config, const Address &destination)

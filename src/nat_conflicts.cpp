@@ -15,8 +15,8 @@ namespace ipmasq {
 
 namespace {
 
-// At most `limit` of `items`, evenly spaced, the first always included: a config of
-// 10,000 CIDRs is checked at both ends and in between, in bounded time.
+// At most `limit` of `items`, evenly spaced from the first: a config of 10,000 CIDRs is
+// checked across its whole range, in bounded time.
 template<typename T>
 std::vector<T> spread(const std::vector<T> &items, size_t limit)
 {
@@ -52,13 +52,6 @@ std::vector<Address> sampleDestinations(const IntervalSet &exempt)
 		if (a.value == 0 && exempt.contains(a) == exempt.contains(Address{family, 1}))
 			a.value = 1;
 	return out;
-}
-
-std::string entryOf(const Config &config, const Address &destination, bool &masquerades)
-{
-	const ExplainDecision decision = explainDecision(config, destination);
-	masquerades = decision.masqueraded;
-	return decision.decidedBy ? describeEntry(config, *decision.decidedBy) : "no entry covers it";
 }
 
 bool isNat(nat::NatAction action)
@@ -157,10 +150,10 @@ std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIp
 		const auto destinations = spread(
 			sampleDestinations(resolveNonMasquerade(config, family)), limits.maxDestinations);
 		for (const Address &destination : destinations) {
-			bool masquerades = false;
-			const std::string entry = entryOf(config, destination, masquerades);
+			const ExplainDecision decision = explainDecision(config, destination);
+			const std::string entry = describeDecidingEntry(config, decision);
 			for (const std::optional<Address> &source : sources)
-				out.push_back({destination, source, std::nullopt, masquerades, entry});
+				out.push_back({destination, source, std::nullopt, decision.masqueraded, entry});
 		}
 	}
 	return out;

@@ -49,6 +49,9 @@ ExplainDecision explainDecision(const Config &config, const Address &destination
 // "built-in default 10.0.0.0/8", "link-local 169.254.0.0/16", "masqueradeCIDRs ...".
 std::string describeEntry(const Config &config, const ExplainEntry &entry);
 
+// The entry that decides, described, or "no entry covers it" (masqueraded).
+std::string describeDecidingEntry(const Config &config, const ExplainDecision &decision);
+
 // What the kernel holds, to compare with.
 struct KernelView {
 	enum class State {

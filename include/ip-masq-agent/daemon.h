@@ -28,9 +28,10 @@ class NftablesMonitor;
 
 // One thread, one poll() over four descriptors: the signalfd, the config source's
 // inotify, the nftables monitor and one timerfd for every deadline (debounce, absent
-// grace, paced restores, resync, heartbeat, systemd watchdog). All decisions belong to
-// the ConfigSource (what the config says) and the Reconciler (what the kernel must
-// hold); the loop only says what happened and when.
+// grace, paced restores, resync, heartbeat, systemd watchdog, the NAT conflict check).
+// All decisions belong to the ConfigSource (what the config says), the Reconciler (what
+// the kernel must hold) and nat_conflicts.h (what other tables undo); the loop only
+// says what happened and when.
 class Daemon
 {
 public:

@@ -115,6 +115,8 @@ TEST_CASE("kubelet's rule undoes an exemption: reported, and the server sees the
 	const std::string verbose = curlGet(kHealth + "/readyz?verbose");
 	CHECK(verbose.starts_with("200 ok\nwarning: NAT conflict: table ip nat chain POSTROUTING"));
 	CHECK(curlGet(kHealth + "/readyz") == "200 ok\n");
+	CHECK(curlGet(kHealth + "/readyz?verbose=0") == "200 ok\n");
+	CHECK(curlGet(kHealth + "/healthz?x=1&verbose").starts_with("200 ok\nwarning: NAT conflict: "));
 	// What was reported is what happens: the agent exempts it, the node masquerades it.
 	requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kNodeV4);
 	// Said once: later passes find the same conflict and say nothing.

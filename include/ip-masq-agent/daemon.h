@@ -82,6 +82,8 @@ private:
 	void reportToSystemd();
 	// Reads conntrack's statistics into the status, and schedules the next read.
 	void readConntrack();
+	// Reads the table's connection counters into the status, and schedules the next read.
+	void readConnectionCounters();
 	// Reads this node's addresses again (their monitor said they changed, or a resync);
 	// true when that changes what an outputAddress subnet gives, and the reconciler got
 	// the new desired state.
@@ -93,6 +95,8 @@ private:
 	// reads them, never a scrape: however many scrapes come, the kernel is asked at
 	// this rate, and a scrape never waits on netlink.
 	static constexpr std::chrono::seconds kConntrackReadPeriod{10};
+	// The same for the table's connection counters: one small dump (about ten objects).
+	static constexpr std::chrono::seconds kCountersReadPeriod{2};
 
 	AgentOptions options_;
 	NftablesMonitor *monitor_;
@@ -112,6 +116,9 @@ private:
 	std::bitset<NSIG> ignoredSignalsSeen_;
 	std::string lastStatusLine_;
 	Clock::time_point nextConntrackRead_;
+	Clock::time_point nextCountersRead_;
+	std::string lastCountersError_; // logged once per distinct message
+	TableBackend &backend_;
 	std::string lastConntrackError_; // logged once per distinct message
 
 	// This node's addresses (for outputAddress subnets) and their change notifications

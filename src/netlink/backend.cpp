@@ -357,7 +357,8 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 	if (lockedOut_)
 		if (auto held = refusedByOwner(ruleset.table); held)
 			return fail(*held);
-	auto encoded = encodeForKernel(ruleset);
+	std::vector<CounterValue> carried = carriedCounters(ruleset.table);
+	auto encoded = encodeForKernel(ruleset, carried);
 	if (!encoded)
 		return fail(encoded.error());
 	const std::vector<FeatureCarrier> carriers = featureCarriers(ruleset, *encoded);
@@ -376,6 +377,7 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 				return fail(*held);
 		return fail(batchError(*batch, *answer));
 	}
+	lastCounters_ = std::move(carried);
 	log::debug("applied table inet {}: {} messages, {} bytes", ruleset.table,
 		   batch->acknowledgedMessages(), batch->bytes());
 	if (answer->generation)
@@ -597,6 +599,12 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 				      nftnl_set_get_str, snapshot.sets);
 	    !s)
 		return fail(s.error().withContext(context("sets")));
+	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETOBJ, table, "object", newObj,
+				      nftnl_obj_set_str, NFTNL_OBJ_TABLE,
+				      nftnl_obj_nlmsg_build_payload, nftnl_obj_nlmsg_parse,
+				      nftnl_obj_get_str, snapshot.objects);
+	    !s)
+		return fail(s.error().withContext(context("counters")));
 
 	for (const SetPtr &set : snapshot.sets) {
 		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
@@ -622,6 +630,43 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	if (log::debugEnabled())
 		logFirstDifference(table, desired, actual);
 	return false;
+}
+
+Result<std::vector<CounterValue>> NetlinkBackend::readCounters(const std::string &table)
+{
+	std::vector<ObjPtr> objects;
+	const Status read = dumpTableObjects(socket_, NFT_MSG_GETOBJ, table, "object", newObj,
+					     nftnl_obj_set_str, NFTNL_OBJ_TABLE,
+					     nftnl_obj_nlmsg_build_payload, nftnl_obj_nlmsg_parse,
+					     nftnl_obj_get_str, objects);
+	if (!read) {
+		if (read.error().errnum == ENOENT)
+			return std::vector<CounterValue>();
+		return fail(withPermissionHint(read.error().withContext(
+			fmt::format("reading the counters of table inet {}: ", table))));
+	}
+	std::vector<CounterValue> values;
+	for (const ObjPtr &object : objects) {
+		nftnl_obj *obj = object.get();
+		const char *name = nftnl_obj_get_str(obj, NFTNL_OBJ_NAME);
+		if (!name || nftnl_obj_get_u32(obj, NFTNL_OBJ_TYPE) != NFT_OBJECT_COUNTER)
+			continue;
+		values.push_back(CounterValue{name, nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_PKTS),
+					      nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_BYTES)});
+	}
+	if (!values.empty())
+		lastCounters_ = values;
+	return values;
+}
+
+std::vector<CounterValue> NetlinkBackend::carriedCounters(const std::string &table)
+{
+	// A table that exists has its own counts (readCounters keeps them for the next
+	// time); a missing one, or one that cannot be read, restarts from the last seen.
+	auto current = readCounters(table);
+	if (current && !current->empty())
+		return std::move(*current);
+	return lastCounters_;
 }
 
 Result<std::optional<KernelTable>> NetlinkBackend::readTable(const std::string &table)

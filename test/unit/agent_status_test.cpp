@@ -313,3 +313,28 @@ TEST_CASE("--health-addr forms")
 	CHECK_THAT(parseListenAddress("localhost:8080").error().message, Catch::Contains("not an IP address"));
 	CHECK_THAT(parseListenAddress(":70000").error().message, Catch::Contains("0 to 65535"));
 }
+
+TEST_CASE("/metrics: the table's connection counters, labelled from their names")
+{
+	AgentStatus status;
+	status.syncSucceeded(sampleRuleset(), 1ms);
+	// None read yet (or counters off): no series at all, rather than zeros that would
+	// later jump.
+	CHECK_THAT(status.prometheusText(), !Catch::Contains("ip_masq_agent_connections_total"));
+
+	status.countersRead({CounterValue{"masq-v4", 7, 420}, CounterValue{"nomasq-dst-v6", 3, 240},
+			     CounterValue{"nomasq-src-v4", 2, 120},
+			     // Someone else's object in the agent's table: not exported.
+			     CounterValue{"their-counter", 99, 9900}});
+	const std::string text = status.prometheusText();
+	CHECK_THAT(text, Catch::Contains("# TYPE ip_masq_agent_connections_total counter\n"));
+	CHECK(sample(text, "ip_masq_agent_connections_total{family=\"ipv4\",decision=\"masqueraded\","
+			   "reason=\"none\"}") == "7");
+	CHECK(sample(text, "ip_masq_agent_connections_total{family=\"ipv6\",decision="
+			   "\"not_masqueraded\",reason=\"destination\"}") == "3");
+	CHECK(sample(text, "ip_masq_agent_connections_total{family=\"ipv4\",decision="
+			   "\"not_masqueraded\",reason=\"source\"}") == "2");
+	CHECK_THAT(text, !Catch::Contains("99"));
+	// Counters, not a readiness matter.
+	CHECK(status.health().ok);
+}

@@ -254,6 +254,17 @@ TEST_CASE("--dry-run with an outputAddress subnet: this node's address in it, or
 	runOrFail("ip addr del 198.18.1.5/24 dev lo && ip addr del 198.18.1.9/24 dev lo");
 }
 
+TEST_CASE("the applied line names the interface sets, never as IPv6 intervals")
+{
+	TempDir dir;
+	dir.write("config", "outputInterface: [lo]\nnonMasqueradeInterfaces: [\"wg*\", \"vxlan+\"]\n");
+	std::string log;
+	REQUIRE(run(fmt::format("{} --once --config={} 2>&1", agentBinary(), dir.file("config")), &log) == 0);
+	CHECK_THAT(log, Catch::Contains("4 IPv4 intervals, 1 in masq-ifaces, 2 in nomasq-ifaces in ") &&
+				!Catch::Contains("IPv6 source"));
+	deleteTable();
+}
+
 TEST_CASE("deleting the file means defaults; creating it again applies it")
 {
 	TempDir dir;

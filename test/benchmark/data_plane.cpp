@@ -62,7 +62,9 @@ constexpr uint16_t kSinkPort = 9999;
 constexpr unsigned kRounds = 7;
 constexpr size_t kLargeList = 10000;
 
-// One row: what the node holds while the flows go through it.
+// One row: what the node holds while the flows go through it. A row is one more line in
+// dataPlaneRows(); a ruleset option compared on and off is two, e.g.
+//   {"masquerade, 10,000, counters", large, "", [](RulesetOptions &o) { o.x = true; }, kNodeV4},
 struct DataPlaneRow {
 	std::string label;
 	// The agent's config file; none: no table of the agent.

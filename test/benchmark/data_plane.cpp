@@ -30,6 +30,7 @@
 #include <sched.h>
 #include <string>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <thread>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/unique_fd.h"
+#include "machine.h"
 #include "netns.h"
 #include "traffic_support.h"
 
@@ -444,10 +446,22 @@ void printTable(const std::vector<DataPlaneRow> &rows,
 	std::fflush(stdout);
 }
 
+void printMachine()
+{
+	utsname uts{};
+	uname(&uts);
+	fmt::print("ip-masq-agent data-plane benchmark (namespaces of its own)\n"
+		   "machine:  {}, {} cores, Linux {}\nload:     {} (loadavg at start)\n",
+		   bench::cpuModel(), sysconf(_SC_NPROCESSORS_ONLN), uts.release,
+		   bench::loadAverage());
+	std::fflush(stdout);
+}
+
 } // namespace
 
 TEST_CASE("data plane: new flows per second through the node's nat hook")
 {
+	printMachine();
 	const std::vector<DataPlaneRow> rows = dataPlaneRows();
 	std::vector<std::vector<Sample>> samples(rows.size());
 	measure(rows.front()); // a first topology: modules loaded, caches warm
@@ -455,4 +469,5 @@ TEST_CASE("data plane: new flows per second through the node's nat hook")
 		for (size_t r = 0; r < rows.size(); r++)
 			samples[r].push_back(measure(rows[r]));
 	printTable(rows, samples);
+	fmt::print("load now: {}\n", bench::loadAverage());
 }

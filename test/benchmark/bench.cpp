@@ -48,6 +48,7 @@
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "agent_process.h"
+#include "machine.h"
 #include "netns.h"
 
 #ifndef BENCH_BUILD_TYPE
@@ -55,6 +56,8 @@
 #endif
 
 using namespace ipmasq;
+using ipmasq::bench::cpuModel;
+using ipmasq::bench::loadAverage;
 
 namespace {
 
@@ -955,26 +958,6 @@ std::vector<ResolveRow> measureResolution()
 }
 
 // --- Reporting ------------------------------------------------------------------------
-
-std::string cpuModel()
-{
-	std::istringstream in(readFile("/proc/cpuinfo"));
-	for (std::string line; std::getline(in, line);)
-		if (line.rfind("model name", 0) == 0) {
-			const size_t colon = line.find(':');
-			return colon == std::string::npos ? line : line.substr(colon + 2);
-		}
-	return "unknown";
-}
-
-std::string loadAverage()
-{
-	std::string text = readFile("/proc/loadavg");
-	std::istringstream in(text);
-	std::string one, five, fifteen;
-	in >> one >> five >> fifteen;
-	return fmt::format("{} {} {}", one, five, fifteen);
-}
 
 std::string compiler()
 {

@@ -290,7 +290,7 @@ Result<IntervalSet> rangesFromBoundaries(Family family, std::vector<IntervalBoun
 	return IntervalSet::fromRanges(family, std::move(ranges));
 }
 
-// One dump of the objects of one kind (chains, sets or rules) of inet `table`, with the
+// One dump of the objects of one kind (chains, sets, objects or rules) of inet `table`, with the
 // libnftnl functions of that kind, appended to `out` in the kernel's order. The kernel
 // filters set and rule dumps by the table attribute but dumps the chains of every table
 // of the family, so only the table's own objects are kept.
@@ -313,6 +313,35 @@ Status dumpTableObjects(Socket &socket, uint8_t message, const std::string &tabl
 				out.push_back(std::move(object));
 			return {};
 		});
+}
+
+// dumpTableObjects for each kind the backend reads: chains, sets, objects (counters), rules.
+Status dumpChains(Socket &socket, const std::string &table, std::vector<ChainPtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETCHAIN, table, "chain", newChain,
+				nftnl_chain_set_str, NFTNL_CHAIN_TABLE, nftnl_chain_nlmsg_build_payload,
+				nftnl_chain_nlmsg_parse, nftnl_chain_get_str, out);
+}
+
+Status dumpSets(Socket &socket, const std::string &table, std::vector<SetPtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETSET, table, "set", newSet, nftnl_set_set_str,
+				NFTNL_SET_TABLE, nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
+				nftnl_set_get_str, out);
+}
+
+Status dumpObjects(Socket &socket, const std::string &table, std::vector<ObjPtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETOBJ, table, "object", newObj, nftnl_obj_set_str,
+				NFTNL_OBJ_TABLE, nftnl_obj_nlmsg_build_payload, nftnl_obj_nlmsg_parse,
+				nftnl_obj_get_str, out);
+}
+
+Status dumpRules(Socket &socket, const std::string &table, std::vector<RulePtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETRULE, table, "rule", newRule, nftnl_rule_set_str,
+				NFTNL_RULE_TABLE, nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
+				nftnl_rule_get_str, out);
 }
 
 // "netlink port 1234, pid 567 \"nft\"", as far as this namespace lets us see.
@@ -587,23 +616,11 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	if (!snapshot.table)
 		return fail(context("table") + "the kernel sent no table", EPROTO);
 
-	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETCHAIN, table, "chain", newChain,
-				      nftnl_chain_set_str, NFTNL_CHAIN_TABLE,
-				      nftnl_chain_nlmsg_build_payload, nftnl_chain_nlmsg_parse,
-				      nftnl_chain_get_str, snapshot.chains);
-	    !s)
+	if (auto s = dumpChains(socket_, table, snapshot.chains); !s)
 		return fail(s.error().withContext(context("chains")));
-	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETSET, table, "set", newSet,
-				      nftnl_set_set_str, NFTNL_SET_TABLE,
-				      nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
-				      nftnl_set_get_str, snapshot.sets);
-	    !s)
+	if (auto s = dumpSets(socket_, table, snapshot.sets); !s)
 		return fail(s.error().withContext(context("sets")));
-	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETOBJ, table, "object", newObj,
-				      nftnl_obj_set_str, NFTNL_OBJ_TABLE,
-				      nftnl_obj_nlmsg_build_payload, nftnl_obj_nlmsg_parse,
-				      nftnl_obj_get_str, snapshot.objects);
-	    !s)
+	if (auto s = dumpObjects(socket_, table, snapshot.objects); !s)
 		return fail(s.error().withContext(context("counters")));
 
 	for (const SetPtr &set : snapshot.sets) {
@@ -617,11 +634,7 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 			return fail(s.error().withContext(context("elements of set " + name)));
 	}
 
-	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETRULE, table, "rule", newRule,
-				      nftnl_rule_set_str, NFTNL_RULE_TABLE,
-				      nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
-				      nftnl_rule_get_str, snapshot.rules);
-	    !s)
+	if (auto s = dumpRules(socket_, table, snapshot.rules); !s)
 		return fail(s.error().withContext(context("rules")));
 
 	const std::string actual = canonicalForm(snapshot);
@@ -635,10 +648,7 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 Result<std::vector<CounterValue>> NetlinkBackend::readCounters(const std::string &table)
 {
 	std::vector<ObjPtr> objects;
-	const Status read = dumpTableObjects(socket_, NFT_MSG_GETOBJ, table, "object", newObj,
-					     nftnl_obj_set_str, NFTNL_OBJ_TABLE,
-					     nftnl_obj_nlmsg_build_payload, nftnl_obj_nlmsg_parse,
-					     nftnl_obj_get_str, objects);
+	const Status read = dumpObjects(socket_, table, objects);
 	if (!read) {
 		if (read.error().errnum == ENOENT)
 			return std::vector<CounterValue>();
@@ -694,9 +704,7 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::stri
 	// Every address set of the table, whatever its name: a set the agent adds needs no
 	// change here. Anonymous sets ({ tcp, udp, sctp }) belong to their rules.
 	std::vector<SetPtr> sets;
-	s = dumpTableObjects(socket_, NFT_MSG_GETSET, table, "set", newSet, nftnl_set_set_str,
-			     NFTNL_SET_TABLE, nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
-			     nftnl_set_get_str, sets);
+	s = dumpSets(socket_, table, sets);
 	if (!s)
 		return fail(s.error());
 	struct Declared {
@@ -737,9 +745,7 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::stri
 	}
 
 	std::vector<RulePtr> rules;
-	s = dumpTableObjects(socket_, NFT_MSG_GETRULE, table, "rule", newRule, nftnl_rule_set_str,
-			     NFTNL_RULE_TABLE, nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
-			     nftnl_rule_get_str, rules);
+	s = dumpRules(socket_, table, rules);
 	if (!s)
 		return fail(s.error().withContext("rules: "));
 	KernelTable read{std::move(out), {}};

@@ -105,11 +105,15 @@ const std::string kConntrackOnly =
 std::vector<DataPlaneRow> dataPlaneRows()
 {
 	const std::string large = largeList(kLargeList);
+	// The agent's rows count connections per decision (the default); these leave it out.
+	const auto noCounters = [](RulesetOptions &o) { o.connectionCounters = false; };
 	return {
 		{"no table (baseline)", std::nullopt, "", {}, kPodV4},
 		{"conntrack, nat hook, no NAT", std::nullopt, kConntrackOnly, {}, kPodV4},
 		{"masquerade, 3 CIDRs", "", "", {}, kNodeV4},
+		{"masquerade, 3, no counters", "", "", noCounters, kNodeV4},
 		{"masquerade, 10,000 CIDRs", large, "", {}, kNodeV4},
+		{"masquerade, 10,000, no counters", large, "", noCounters, kNodeV4},
 		{"SNAT outputAddress, 10,000", large + "outputAddress: 203.0.113.7\n",
 		 "ip addr add 203.0.113.7/24 dev to-ext", {}, "203.0.113.7"},
 		{"+ outputInterface, nonMasq.If.", large + "outputInterface: [to-ext]\n"

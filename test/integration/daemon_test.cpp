@@ -243,7 +243,7 @@ TEST_CASE("--dry-run with an outputAddress subnet: this node's address in it, or
 	CHECK_THAT(without, Catch::Contains("198.18.1.0/24 (outputAddress, " + dir.file("config") +
 					    ":1): this node has no address in it: its IPv4 traffic "
 					    "is masqueraded instead") &&
-				    Catch::Contains("\t\tmasquerade fully-random") &&
+				    Catch::Contains("counter name \"masq-v4\" masquerade fully-random") &&
 				    !Catch::Contains("snat ip to"));
 
 	runOrFail("ip addr add 198.18.1.9/24 dev lo && ip addr add 198.18.1.5/24 dev lo");

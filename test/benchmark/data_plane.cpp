@@ -77,6 +77,9 @@ struct DataPlaneRow {
 	std::function<void(RulesetOptions &)> options;
 	// The source address the external host must see: the row measures what it says.
 	std::string expectedSource;
+	// The label of the row this one is the "off" side of (an option compared on and off):
+	// the table is followed by the cost of the option, with its target.
+	std::string offSideOf = {};
 };
 
 // `count` non-mergeable non-masquerade /32s (every other address of 198.18.0.0/15), far
@@ -111,9 +114,10 @@ std::vector<DataPlaneRow> dataPlaneRows()
 		{"no table (baseline)", std::nullopt, "", {}, kPodV4},
 		{"conntrack, nat hook, no NAT", std::nullopt, kConntrackOnly, {}, kPodV4},
 		{"masquerade, 3 CIDRs", "", "", {}, kNodeV4},
-		{"masquerade, 3, no counters", "", "", noCounters, kNodeV4},
+		{"masquerade, 3, no counters", "", "", noCounters, kNodeV4, "masquerade, 3 CIDRs"},
 		{"masquerade, 10,000 CIDRs", large, "", {}, kNodeV4},
-		{"masquerade, 10,000, no counters", large, "", noCounters, kNodeV4},
+		{"masquerade, 10,000, no counters", large, "", noCounters, kNodeV4,
+		 "masquerade, 10,000 CIDRs"},
 		{"SNAT outputAddress, 10,000", large + "outputAddress: 203.0.113.7\n",
 		 "ip addr add 203.0.113.7/24 dev to-ext", {}, "203.0.113.7"},
 		{"+ outputInterface, nonMasq.If.", large + "outputInterface: [to-ext]\n"
@@ -413,6 +417,46 @@ double median(std::vector<double> values)
 	return values[values.size() / 2];
 }
 
+// The medians of one row's runs: flows per second and CPU µs per flow.
+struct RowMedians {
+	double flowsPerSecond;
+	double cpuMicrosPerFlow;
+};
+
+RowMedians mediansOf(const std::vector<Sample> &samples)
+{
+	std::vector<double> rates, cpu;
+	for (const Sample &s : samples) {
+		rates.push_back(s.flowsPerSecond);
+		cpu.push_back(s.cpuMicrosPerFlow);
+	}
+	return {median(rates), median(cpu)};
+}
+
+// Each option compared on and off (offSideOf): its extra CPU per new flow (target: within
+// 5%) and the flows per second it keeps (target: at least 0.85 of the table without it).
+void printOptionCosts(const std::vector<DataPlaneRow> &rows,
+		      const std::vector<std::vector<Sample>> &samples)
+{
+	for (size_t off = 0; off < rows.size(); off++) {
+		if (rows[off].offSideOf.empty())
+			continue;
+		for (size_t on = 0; on < rows.size(); on++) {
+			if (rows[on].label != rows[off].offSideOf)
+				continue;
+			const RowMedians with = mediansOf(samples[on]);
+			const RowMedians without = mediansOf(samples[off]);
+			const double extraCpu = with.cpuMicrosPerFlow / without.cpuMicrosPerFlow - 1;
+			const double kept = with.flowsPerSecond / without.flowsPerSecond;
+			fmt::print("{:>32}: CPU/flow {:+.1f}% against \"{}\" (within 5%: {}); "
+				   "flows/s {:.2f} of it (>= 0.85: {})\n",
+				   rows[on].label, 100 * extraCpu, rows[off].label,
+				   extraCpu <= 0.05 ? "ok" : "MISSED", kept,
+				   kept >= 0.85 ? "ok" : "MISSED (wall time; see the load)");
+		}
+	}
+}
+
 void printTable(const std::vector<DataPlaneRow> &rows,
 		const std::vector<std::vector<Sample>> &samples)
 {
@@ -447,6 +491,7 @@ void printTable(const std::vector<DataPlaneRow> &rows,
 			   100 * m / first, median(cpu), lost, samples[r].back().conntrackEntries,
 			   samples[r].back().source);
 	}
+	printOptionCosts(rows, samples);
 	std::fflush(stdout);
 }
 

@@ -26,6 +26,28 @@ void appendMetric(std::string &out, std::string_view name, std::string_view type
 // Conntrack's families: only what the last reading holds (a statistic this kernel does not
 // keep, or a reading that failed, is left out rather than shown as 0), and always the
 // read's own health.
+// The table's connection counters: a counter per decision, its labels from its name.
+std::string connectionsText(const std::vector<CounterValue> &values)
+{
+	std::string out;
+	for (const CounterValue &value : values) {
+		const std::optional<CounterLabel> label = counterLabelOf(value.name);
+		if (!label)
+			continue; // not one of the agent's: someone else's object
+		if (out.empty())
+			out = "# HELP ip_masq_agent_connections_total New connections the agent's table "
+			      "decided on (its nat chain sees the first packet of each: connections, "
+			      "not traffic), by family, decision and reason.\n"
+			      "# TYPE ip_masq_agent_connections_total counter\n";
+		out += fmt::format("ip_masq_agent_connections_total{{family=\"{}\",decision=\"{}\","
+				   "reason=\"{}\"}} {}\n",
+				   label->family == Family::ipv4 ? "ipv4" : "ipv6",
+				   decisionName(label->decision), reasonName(label->reason),
+				   value.packets);
+	}
+	return out;
+}
+
 std::string conntrackText(const AgentStatus::Snapshot &s)
 {
 	std::string out;
@@ -123,6 +145,12 @@ void AgentStatus::subnetsChosen(const std::vector<SubnetChoice> &subnets)
 {
 	std::lock_guard lock(mutex_);
 	state_.subnets = subnets;
+}
+
+void AgentStatus::countersRead(const std::vector<CounterValue> &values)
+{
+	std::lock_guard lock(mutex_);
+	state_.connections = values;
 }
 
 void AgentStatus::driftRepaired()
@@ -274,6 +302,7 @@ std::string AgentStatus::Snapshot::prometheusText() const
 					   choice.family == Family::ipv4 ? "ipv4" : "ipv6",
 					   choice.address ? 1 : 0);
 	}
+	out += connectionsText(connections);
 	out += conntrackText(*this);
 	if (natConflicts)
 		out += fmt::format(

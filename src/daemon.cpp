@@ -92,7 +92,7 @@ Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *mon
 	  source_(ConfigSource::open(options_.config)),
 	  reconciler_(backend, reconcilerSettings(options_), status_),
 	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd)),
-	  addressMonitor_(std::move(addressMonitor))
+	  backend_(backend), addressMonitor_(std::move(addressMonitor))
 {
 }
 
@@ -247,7 +247,7 @@ Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 {
 	// The heartbeat (/livez) must stay fresh while nothing happens.
 	Clock::time_point wake = std::min(nextResync_, now + AgentStatus::kHeartbeatPeriod);
-	wake = std::min(wake, nextConntrackRead_);
+	wake = std::min({wake, nextConntrackRead_, nextCountersRead_});
 	if (natCheckPending_)
 		wake = std::min(wake, nextNatCheck_);
 	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
@@ -280,6 +280,24 @@ void Daemon::reportToSystemd()
 	lastStatusLine_ = line;
 	if (!message.empty())
 		notifier_.notify(message);
+}
+
+void Daemon::readConnectionCounters()
+{
+	nextCountersRead_ = Clock::now() + kCountersReadPeriod;
+	auto values = backend_.readCounters(options_.ruleset.table);
+	if (values) {
+		lastCountersError_.clear();
+		// None: the table is missing for a moment (it heals); the last values stay.
+		if (!values->empty())
+			status_.countersRead(*values);
+		return;
+	}
+	// The last values stay exported: counts never go down, and the table heals.
+	if (values.error().message != lastCountersError_)
+		log::warning("{}; ip_masq_agent_connections_total keeps its last values until a "
+			     "read succeeds", values.error().message);
+	lastCountersError_ = values.error().message;
 }
 
 void Daemon::readConntrack()
@@ -434,6 +452,7 @@ int Daemon::run()
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
 	checkNatConflicts();
+	readConnectionCounters();
 	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
@@ -539,6 +558,8 @@ int Daemon::run()
 			readConntrack();
 		if (natCheckPending_ && Clock::now() >= nextNatCheck_)
 			checkNatConflicts();
+		if (Clock::now() >= nextCountersRead_)
+			readConnectionCounters();
 		// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.
 		if (nextWatchdog_ && Clock::now() >= *nextWatchdog_) {
 			notifier_.notify("WATCHDOG=1");

@@ -126,11 +126,34 @@ std::string OutputAddress::toString() const
 	return {};
 }
 
+// iptables' --to-source takes "ADDRESS[-ADDRESS][:PORT[-PORT]]" ("[ADDRESS]:PORT" for
+// IPv6), and a file written for upstream PR #103's fork, which passed outputAddress to it,
+// may carry ports: an IPv4 address right before the first ':' can be nothing else.
+namespace {
+
+bool carriesPorts(std::string_view text)
+{
+	if (text.starts_with('['))
+		return true;
+	const size_t colon = text.find(':');
+	if (colon == std::string_view::npos)
+		return false;
+	const std::string_view before = text.substr(0, colon);
+	const size_t dash = before.rfind('-');
+	auto address = parseAddress(dash == std::string_view::npos ? before : before.substr(dash + 1));
+	return address && address->family == Family::ipv4;
+}
+
+} // namespace
+
 Result<OutputAddress> parseOutputAddress(std::string_view text)
 {
 	const auto invalid = [&](std::string_view why) {
 		return fail(fmt::format("{} is not an address, a range or a CIDR: {}", quoted(text), why));
 	};
+	if (carriesPorts(text))
+		return invalid("ports are not part of it (as in iptables' --to-source): write the "
+			       "address alone, and the ports with the flag --to-ports");
 	OutputAddress out;
 	if (text.find('/') != std::string_view::npos) {
 		auto prefix = parsePrefix(text);

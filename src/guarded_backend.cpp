@@ -60,4 +60,9 @@ Result<std::optional<KernelTable>> GuardedBackend::readTable(const std::string &
 	return guarded("reading", table, [&] { return inner_.readTable(table); });
 }
 
+Result<std::vector<CounterValue>> GuardedBackend::readCounters(const std::string &table)
+{
+	return guarded("reading the counters of", table, [&] { return inner_.readCounters(table); });
+}
+
 } // namespace ipmasq

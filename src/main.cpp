@@ -50,6 +50,16 @@ NodeAddresses nodeAddresses()
 	return std::nullopt;
 }
 
+// A subnet that gives this node no address makes the script masquerade: say why, as the
+// daemon does (it also reports not ready then).
+void logSubnetsWithoutAddress(const std::vector<SubnetChoice> &subnets)
+{
+	for (const SubnetChoice &choice : subnets)
+		if (!choice.address)
+			log::warning("{}: this node has no address in it: its {} traffic is "
+				     "masqueraded instead", choice.subnet, familyName(choice.family));
+}
+
 int dryRun(const AgentOptions &options)
 {
 	const auto state = desiredFromLocation(options.config, options.configFlags, options.ruleset,
@@ -59,6 +69,7 @@ int dryRun(const AgentOptions &options)
 		return EXIT_FAILURE;
 	}
 	logWarnings(state->warnings);
+	logSubnetsWithoutAddress(state->subnets);
 
 	const Ruleset &ruleset = state->ruleset;
 	const std::string script = renderNftScript(

@@ -865,7 +865,12 @@ std::string Delinearizer::text(const Rule &rule)
 						out += fmt::format(" group {}", *l.group);
 					add(out);
 				},
-				[&](const Passthrough &p) { add(escaped(p.name)); },
+				[&](const Passthrough &p) {
+					// nft lists an object's name quoted: counter name "masq-v4".
+					add(escaped(p.name) + (p.objectName.empty()
+								       ? ""
+								       : " \"" + escaped(p.objectName) + "\""));
+				},
 				[&](const RateMatch &r) { raw(r.name); },
 				[&](const OpaqueLoad &o) {
 					Operand op;

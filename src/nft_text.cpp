@@ -82,7 +82,7 @@ void renderChain(std::string &out, const Chain &chain)
 		out += fmt::format("\t\ttype nat hook postrouting priority {}; policy accept;\n",
 				   formatChainPriority(chain.hook->priority));
 	for (const Rule &rule : chain.rules) {
-		out += "\t\t" + renderStatement(rule.statement);
+		out += "\t\t" + renderRuleBody(rule);
 		if (!rule.comment.empty())
 			out += fmt::format(" comment \"{}\"", rule.comment);
 		out += "\n";
@@ -92,7 +92,22 @@ void renderChain(std::string &out, const Chain &chain)
 
 } // namespace
 
-std::string renderStatement(const Statement &statement)
+namespace {
+
+// "meta nfproto ipv4 " before a statement restricted to a family, or nothing.
+std::string familyMatch(const std::optional<Family> &family)
+{
+	return family ? fmt::format("meta nfproto {} ", nfprotoName(*family)) : std::string();
+}
+
+// A statement as nft lists it, in two parts: what it matches, and its verdict or NAT,
+// between which a rule's counter goes.
+struct StatementText {
+	std::string matches;
+	std::string action;
+};
+
+StatementText statementText(const Statement &statement)
 {
 	return std::visit(
 		Overloaded{
@@ -106,42 +121,86 @@ std::string renderStatement(const Statement &statement)
 					out += fmt::format("{} saddr @{} ",
 							   s.onlyFamily == Family::ipv6 ? "ip6" : "ip",
 							   s.sourceSet);
-				else if (s.onlyFamily)
-					out += fmt::format("meta nfproto {} ", nfprotoName(*s.onlyFamily));
-				return out + fmt::format("fib daddr type != local jump {}", s.target);
+				else
+					out += familyMatch(s.onlyFamily);
+				return StatementText{out + "fib daddr type != local ",
+						     fmt::format("jump {}", s.target)};
 			},
 			[](const ReturnIfDestinationInSet &s) {
-				return fmt::format("{} daddr @{} return",
-						   s.family == Family::ipv4 ? "ip" : "ip6", s.set);
+				return StatementText{fmt::format("{} daddr @{} ",
+								 s.family == Family::ipv4 ? "ip" : "ip6",
+								 s.set),
+						     "return"};
 			},
 			[](const ReturnIfOutputInterfaceInSet &s) {
-				return fmt::format("oifname @{} return", s.set);
+				return StatementText{familyMatch(s.family) + fmt::format("oifname @{} ", s.set),
+						     "return"};
+			},
+			[](const MatchUnlistedSource &s) {
+				std::string out;
+				if (!s.outputInterfaceSet.empty())
+					out = fmt::format("oifname @{} ", s.outputInterfaceSet);
+				return StatementText{out + fmt::format("{} saddr != @{} fib daddr type != "
+								       "local ",
+								       s.family == Family::ipv4 ? "ip" : "ip6",
+								       s.sourceSet),
+						     ""};
 			},
 			[](const SourceNat &s) {
-				std::string out = portSelection(s.toPorts, s.sample);
 				const bool ports = s.toPorts.has_value();
-				out += fmt::format("snat {} to {}",
-						   s.family == Family::ipv4 ? "ip" : "ip6",
-						   natAddress(s.to.first, ports));
+				std::string action = fmt::format("snat {} to {}",
+								 s.family == Family::ipv4 ? "ip" : "ip6",
+								 natAddress(s.to.first, ports));
 				if (s.to.last != s.to.first)
-					out += "-" + natAddress(s.to.last, ports);
+					action += "-" + natAddress(s.to.last, ports);
 				if (ports)
-					out += ":" + s.toPorts->toString();
+					action += ":" + s.toPorts->toString();
 				if (s.fullyRandom)
-					out += " fully-random";
-				return out;
+					action += " fully-random";
+				return StatementText{familyMatch(s.matchFamily ? std::optional(s.family)
+									      : std::nullopt) +
+							     portSelection(s.toPorts, s.sample),
+						     action};
 			},
 			[](const Masquerade &s) {
-				std::string out = portSelection(s.toPorts, s.sample);
-				out += "masquerade";
+				std::string action = "masquerade";
 				if (s.toPorts)
-					out += " to :" + s.toPorts->toString();
+					action += " to :" + s.toPorts->toString();
 				if (s.fullyRandom)
-					out += " fully-random";
-				return out;
+					action += " fully-random";
+				return StatementText{familyMatch(s.onlyFamily) +
+							     portSelection(s.toPorts, s.sample),
+						     action};
 			},
 		},
 		statement);
+}
+
+// A text and the next part, one space apart where both are there.
+std::string joined(std::string head, const std::string &tail)
+{
+	if (tail.empty()) {
+		while (!head.empty() && head.back() == ' ')
+			head.pop_back();
+		return head;
+	}
+	return head + tail;
+}
+
+} // namespace
+
+std::string renderStatement(const Statement &statement)
+{
+	const StatementText text = statementText(statement);
+	return joined(text.matches, text.action);
+}
+
+std::string renderRuleBody(const Rule &rule)
+{
+	const StatementText text = statementText(rule.statement);
+	if (rule.counter.empty())
+		return joined(text.matches, text.action);
+	return joined(text.matches + fmt::format("counter name \"{}\" ", rule.counter), text.action);
 }
 
 std::string renderTable(const Ruleset &ruleset)
@@ -155,6 +214,14 @@ std::string renderTable(const Ruleset &ruleset)
 			out += "\n";
 		first = false;
 	};
+	for (const NamedCounter &counter : ruleset.counters) {
+		separate();
+		out += fmt::format("\tcounter {} {{\n", counter.name);
+		if (!counter.comment.empty())
+			out += fmt::format("\t\tcomment \"{}\"\n", counter.comment);
+		// A table as the dry run makes it: every counter starts at zero.
+		out += "\t\tpackets 0 bytes 0\n\t}\n";
+	}
 	for (const AddressSet &set : ruleset.sets) {
 		separate();
 		renderSet(out, set);

@@ -220,6 +220,9 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		 "Also masquerade IPv6, with fe80::/10 and IPv6 nonMasqueradeCIDRs un-NATed.")
 		("random-fully", boolValue("random-fully", "true"),
 		 "Masquerade with fully randomized source ports.")
+		("connection-counters", boolValue("connection-counters", "true"),
+		 "Count new connections per decision in named counters of the table "
+		 "(ip_masq_agent_connections_total); false leaves them out.")
 		("to-ports", po::value(&toPorts)->default_value(""),
 		 "Masquerade tcp, udp and sctp to these source ports only, e.g. \"1024-29999,32768-65535\".")
 		("table", po::value(&o.ruleset.table)->default_value(o.ruleset.table),
@@ -324,6 +327,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 					       &o.configFlags.nomasqAllReservedRanges},
 	      {"enable-ipv6", &o.configFlags.enableIpv6},
 	      {"random-fully", &o.ruleset.randomFully},
+	      {"connection-counters", &o.ruleset.connectionCounters},
 	      {"dry-run", &o.dryRun},
 	      {"once", &o.once},
 	      {"cleanup", &o.cleanup}}) {
@@ -378,6 +382,7 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		fmt::format("--nomasq-all-reserved-ranges={}", boolText(o.configFlags.nomasqAllReservedRanges)),
 		fmt::format("--enable-ipv6={}", boolText(o.configFlags.enableIpv6)),
 		fmt::format("--random-fully={}", boolText(o.ruleset.randomFully)),
+		fmt::format("--connection-counters={}", boolText(o.ruleset.connectionCounters)),
 		fmt::format("--to-ports={}", escaped(toPorts)),
 		fmt::format("--table={}", o.ruleset.table),
 		fmt::format("--priority={}", formatChainPriority(o.ruleset.priority)),

@@ -15,13 +15,21 @@ namespace ipmasq {
 
 namespace {
 
+// "2 IPv4 intervals, 1 IPv4 source intervals, 2 in nomasq-ifaces". An interface set's keys
+// are 128 bits wide, as IPv6 addresses are: it is named, never counted as a family's.
+std::string describeSet(const Ruleset &ruleset, const AddressSet &set)
+{
+	if (set.interfaceNames)
+		return fmt::format("{} in {}", set.elements.size(), set.name);
+	return fmt::format("{} {}{} intervals", set.elements.size(), familyName(set.family()),
+			   &set == ruleset.findSet(set.family()) ? "" : " source");
+}
+
 std::string summarize(const Ruleset &ruleset)
 {
 	std::string sets;
 	for (const AddressSet &set : ruleset.sets)
-		sets += fmt::format("{}{} {}{} intervals", sets.empty() ? "" : ", ",
-				    set.elements.size(), familyName(set.family()),
-				    &set == ruleset.findSet(set.family()) ? "" : " source");
+		sets += fmt::format("{}{}", sets.empty() ? "" : ", ", describeSet(ruleset, set));
 	return sets.empty() ? "no sets" : sets;
 }
 

@@ -156,6 +156,67 @@ Status validateName(std::string_view what, std::string_view name)
 	return {};
 }
 
+namespace {
+
+struct CounterNaming {
+	Decision decision;
+	DecisionReason reason;
+	const char *prefix;
+};
+
+constexpr CounterNaming kCounterNames[] = {
+	{Decision::notMasqueraded, DecisionReason::destination, "nomasq-dst"},
+	{Decision::notMasqueraded, DecisionReason::source, "nomasq-src"},
+	{Decision::notMasqueraded, DecisionReason::interface, "nomasq-iface"},
+	{Decision::masqueraded, DecisionReason::none, "masq"},
+	{Decision::snat, DecisionReason::none, "snat"},
+};
+
+const char *familySuffix(Family family)
+{
+	return family == Family::ipv4 ? "-v4" : "-v6";
+}
+
+} // namespace
+
+std::string counterName(const CounterLabel &label)
+{
+	for (const CounterNaming &naming : kCounterNames)
+		if (naming.decision == label.decision && naming.reason == label.reason)
+			return std::string(naming.prefix) + familySuffix(label.family);
+	return "unknown";
+}
+
+std::optional<CounterLabel> counterLabelOf(std::string_view name)
+{
+	for (const CounterNaming &naming : kCounterNames)
+		for (const Family family : {Family::ipv4, Family::ipv6})
+			if (name == std::string(naming.prefix) + familySuffix(family))
+				return CounterLabel{family, naming.decision, naming.reason};
+	return std::nullopt;
+}
+
+const char *decisionName(Decision decision)
+{
+	switch (decision) {
+	case Decision::notMasqueraded: return "not_masqueraded";
+	case Decision::masqueraded: return "masqueraded";
+	case Decision::snat: return "snat";
+	}
+	return "unknown";
+}
+
+const char *reasonName(DecisionReason reason)
+{
+	switch (reason) {
+	case DecisionReason::destination: return "destination";
+	case DecisionReason::source: return "source";
+	case DecisionReason::interface: return "interface";
+	case DecisionReason::none: return "none";
+	}
+	return "unknown";
+}
+
 Status checkCommentLength(std::string_view what, const std::string &comment)
 {
 	if (comment.size() > kMaxNftCommentLength)

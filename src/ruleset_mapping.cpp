@@ -121,7 +121,7 @@ AddressSet interfaceSet(const char *name, const std::vector<InterfacePattern> &p
 // port range and sample; `who` starts the port rules' comments.
 template<typename Make>
 void addPortCascade(Chain &chain, const RulesetOptions &options, std::string_view who,
-		    const Make &make, std::string lastComment)
+		    const Make &make, std::string lastComment, const std::string &counter)
 {
 	uint32_t remaining = 0;
 	for (const PortRange &range : options.toPorts)
@@ -134,11 +134,41 @@ void addPortCascade(Chain &chain, const RulesetOptions &options, std::string_vie
 		chain.rules.push_back(Rule{make(range, sample),
 					   fmt::format("{}tcp, udp and sctp get source ports {} ({} of {} "
 						       "ports)", who, range.toString(), range.size(),
-						       total)});
+						       total),
+					   counter});
 		remaining -= range.size();
 	}
-	chain.rules.push_back(Rule{make(std::nullopt, std::nullopt), std::move(lastComment)});
+	chain.rules.push_back(Rule{make(std::nullopt, std::nullopt), std::move(lastComment), counter});
 }
+
+// The table's named counters, added as the rules that count into them are made
+// (--connection-counters; none without it).
+class CounterBook
+{
+public:
+	CounterBook(Ruleset &ruleset, bool enabled) : ruleset_(ruleset), enabled_(enabled) {}
+
+	bool enabled() const { return enabled_; }
+
+	// The name of the counter of `label` for a rule to count into ("" when counters are
+	// off), declared on first use with a comment that says what it counts.
+	std::string use(const CounterLabel &label, std::string_view what)
+	{
+		if (!enabled_)
+			return {};
+		std::string name = counterName(label);
+		for (const NamedCounter &counter : ruleset_.counters)
+			if (counter.name == name)
+				return name;
+		ruleset_.counters.push_back(NamedCounter{
+			name, label, fmt::format("{} connections {}", familyName(label.family), what)});
+		return name;
+	}
+
+private:
+	Ruleset &ruleset_;
+	bool enabled_;
+};
 
 const char *outputAddressKey(Family family)
 {
@@ -204,34 +234,76 @@ std::optional<AddressRange> snatTarget(const Config &config, Family family,
 	return std::nullopt;
 }
 
+// nonMasqueradeInterfaces: one rule, or one per family when a counter per family counts.
+void addInterfaceReturns(Chain &chain, const std::vector<Family> &families, CounterBook &counters)
+{
+	const std::string comment =
+		fmt::format("{} is not subject to masquerade", kNonMasqueradeInterfaceSetName);
+	const auto counter = [&](Family family) {
+		return counters.use({family, Decision::notMasqueraded, DecisionReason::interface},
+				    "not masqueraded: output interface in nonMasqueradeInterfaces");
+	};
+	if (!counters.enabled() || families.size() == 1) {
+		chain.rules.push_back(Rule{ReturnIfOutputInterfaceInSet{kNonMasqueradeInterfaceSetName},
+					   comment, counter(families.front())});
+		return;
+	}
+	for (const Family family : families)
+		chain.rules.push_back(Rule{ReturnIfOutputInterfaceInSet{kNonMasqueradeInterfaceSetName, family},
+					   comment, counter(family)});
+}
+
 // What reaches the end of the agent's chain is source-NATed: for each family with an SNAT
 // target, to it (an inet chain's "snat ip" leaves IPv6 to the next rule, and the other
-// way round), then masquerade for the families left, if any.
+// way round), then masquerade for the families left, if any. With counters, and both
+// families in the chain, each rule is limited to its family: a counter before the NAT
+// would count the other family's packets too, which pass through it.
 void addNatRules(Chain &chain, const Config &config, const std::vector<Family> &families,
-		 const RulesetOptions &options, const SubnetAddresses &subnet)
+		 const RulesetOptions &options, const SubnetAddresses &subnet,
+		 CounterBook &counters)
 {
-	bool masqueradeNeeded = false;
+	const bool perFamily = counters.enabled() && families.size() > 1;
+	std::vector<Family> masquerading;
 	for (const Family family : families) {
 		const std::optional<AddressRange> target = snatTarget(config, family, subnet);
 		if (!target) {
-			masqueradeNeeded = true;
+			masquerading.push_back(family);
 			continue;
 		}
 		addPortCascade(
 			chain, options, fmt::format("{} ", familyName(family)),
 			[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
-				return SourceNat{family, *target, ports, sample, options.randomFully};
+				return SourceNat{family, *target, ports, sample, options.randomFully,
+						 perFamily};
 			},
-			snatComment(family, *config.outputAddressOf(family)));
+			snatComment(family, *config.outputAddressOf(family)),
+			counters.use({family, Decision::snat, DecisionReason::none},
+				     "SNATed to " + std::string(family == Family::ipv4
+									 ? "outputAddress"
+									 : "outputAddressIPv6")));
 	}
-	if (!masqueradeNeeded)
+	if (masquerading.empty())
 		return;
-	addPortCascade(
-		chain, options, "",
-		[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
-			return Masquerade{ports, sample, options.randomFully};
-		},
-		"outbound traffic is masqueraded (must be last in chain)");
+	if (!counters.enabled()) {
+		addPortCascade(
+			chain, options, "",
+			[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
+				return Masquerade{ports, sample, options.randomFully};
+			},
+			"outbound traffic is masqueraded (must be last in chain)", "");
+		return;
+	}
+	for (const Family family : masquerading)
+		addPortCascade(
+			chain, options, perFamily ? fmt::format("{} ", familyName(family)) : "",
+			[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
+				return Masquerade{ports, sample, options.randomFully,
+						  perFamily ? std::optional(family) : std::nullopt};
+			},
+			perFamily ? fmt::format("{} outbound traffic is masqueraded", familyName(family))
+				  : "outbound traffic is masqueraded (must be last in chain)",
+			counters.use({family, Decision::masqueraded, DecisionReason::none},
+				     "masqueraded"));
 }
 
 } // namespace
@@ -264,22 +336,38 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 						    "output interfaces never source-NATed: "
 						    "nonMasqueradeInterfaces"));
 
+	CounterBook counters(ruleset, options.connectionCounters);
+	const std::string outputInterfaceSet =
+		config.outputInterfaces.empty() ? "" : kOutputInterfaceSetName;
 	Chain base{kBaseChainName, BaseChainHook{options.priority},
 		   "nat postrouting hook of ip-masq-agent", {}};
-	addJumpRules(base, families, ruleset, options,
-		     config.outputInterfaces.empty() ? "" : kOutputInterfaceSetName);
+	addJumpRules(base, families, ruleset, options, outputInterfaceSet);
+	// The sources masqueradeSourceCIDRs leaves alone never jump: counted here.
+	if (counters.enabled())
+		for (const Family family : families)
+			if (const AddressSet *sources = ruleset.findSet(sourceSetName(family)))
+				base.rules.push_back(Rule{
+					MatchUnlistedSource{family, sources->name, outputInterfaceSet},
+					fmt::format("{} sources not in masqueradeSourceCIDRs are left "
+						    "alone", familyName(family)),
+					counters.use({family, Decision::notMasqueraded,
+						      DecisionReason::source},
+						     "not masqueraded: source not in "
+						     "masqueradeSourceCIDRs")});
 
 	Chain masq{options.masqChain, std::nullopt,
 		   "return for non-masquerade destinations, masquerade the rest", {}};
 	if (!config.nonMasqueradeInterfaces.empty())
-		masq.rules.push_back(Rule{ReturnIfOutputInterfaceInSet{kNonMasqueradeInterfaceSetName},
-					  fmt::format("{} is not subject to masquerade",
-						      kNonMasqueradeInterfaceSetName)});
+		addInterfaceReturns(masq, families, counters);
 	for (Family family : families)
 		if (const AddressSet *set = ruleset.findSet(family))
-			masq.rules.push_back(Rule{ReturnIfDestinationInSet{set->family(), set->name},
-						  fmt::format("{} is not subject to masquerade", set->name)});
-	addNatRules(masq, config, families, options, subnet);
+			masq.rules.push_back(Rule{
+				ReturnIfDestinationInSet{set->family(), set->name},
+				fmt::format("{} is not subject to masquerade", set->name),
+				counters.use({family, Decision::notMasqueraded,
+					      DecisionReason::destination},
+					     fmt::format("not masqueraded: destination in {}", set->name))});
+	addNatRules(masq, config, families, options, subnet, counters);
 
 	ruleset.chains.push_back(std::move(base));
 	ruleset.chains.push_back(std::move(masq));
@@ -302,6 +390,9 @@ KernelTable kernelTableOf(const Ruleset &ruleset)
 					},
 					[](const ReturnIfOutputInterfaceInSet &)
 						-> std::optional<KernelSnatRule> { return std::nullopt; },
+					[](const MatchUnlistedSource &) -> std::optional<KernelSnatRule> {
+						return std::nullopt;
+					},
 					[](const Masquerade &) -> std::optional<KernelSnatRule> {
 						return std::nullopt;
 					},
@@ -382,6 +473,8 @@ namespace {
 std::vector<std::pair<std::string, std::string>> comments(const Ruleset &ruleset)
 {
 	std::vector<std::pair<std::string, std::string>> out{{"the table", ruleset.comment}};
+	for (const NamedCounter &counter : ruleset.counters)
+		out.emplace_back("counter " + counter.name, counter.comment);
 	for (const AddressSet &set : ruleset.sets)
 		out.emplace_back("set " + set.name, set.comment);
 	for (const Chain &chain : ruleset.chains) {

@@ -47,6 +47,8 @@ public:
 		// outputAddress subnets and this node's address in each: one without an address
 		// keeps the agent not ready (its family is masqueraded instead).
 		std::vector<SubnetChoice> subnets;
+		// The table's connection counters as last read (named counters, by label).
+		std::vector<CounterValue> connections;
 		bool tableDrifted = false;
 
 		uint64_t syncs = 0;
@@ -101,6 +103,7 @@ public:
 	void noopResync();
 	void tableDrifted(); // missing or edited: not ok until the next successful sync
 	void subnetsChosen(const std::vector<SubnetChoice> &subnets);
+	void countersRead(const std::vector<CounterValue> &values);
 	void driftRepaired();
 	// A reading of conntrack's statistics (by the loop, never by a scrape), or a failure
 	// to read them.

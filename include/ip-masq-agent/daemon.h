@@ -84,6 +84,8 @@ private:
 	void reportToSystemd();
 	// Reads conntrack's statistics into the status, and schedules the next read.
 	void readConntrack();
+	// Reads the table's connection counters into the status, and schedules the next read.
+	void readConnectionCounters();
 	// Reads this node's addresses again (their monitor said they changed, or a resync);
 	// true when that changes what an outputAddress subnet gives, and the reconciler got
 	// the new desired state.
@@ -110,6 +112,8 @@ private:
 	// once per this period: kube-proxy rewrites its table all the time, and one pass
 	// reads every other table's nat chains and evaluates up to a few hundred packets.
 	static constexpr std::chrono::seconds kNatCheckPeriod{3};
+	// The same for the table's connection counters: one small dump (about ten objects).
+	static constexpr std::chrono::seconds kCountersReadPeriod{2};
 
 	AgentOptions options_;
 	NftablesMonitor *monitor_;
@@ -129,6 +133,9 @@ private:
 	std::bitset<NSIG> ignoredSignalsSeen_;
 	std::string lastStatusLine_;
 	Clock::time_point nextConntrackRead_;
+	Clock::time_point nextCountersRead_;
+	std::string lastCountersError_; // logged once per distinct message
+	TableBackend &backend_;
 	std::string lastConntrackError_; // logged once per distinct message
 
 	// The NAT conflict check: the last good config's sample, whether a pass is due (and

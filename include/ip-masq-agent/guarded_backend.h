@@ -25,6 +25,7 @@ public:
 	Result<uint32_t> generation() override;
 	Result<TableCheck> check(const Ruleset &ruleset) override;
 	Result<std::optional<KernelTable>> readTable(const std::string &table) override;
+	Result<std::vector<CounterValue>> readCounters(const std::string &table) override;
 
 private:
 	TableBackend &inner_;

@@ -172,7 +172,8 @@ struct Log {
 // Statements that neither match nor change what NAT sees: notrack, "last", named
 // counters. Kept by name for the renderer.
 struct Passthrough {
-	std::string name;
+	std::string name;           // "notrack", "counter name", ...
+	std::string objectName = {}; // the named object it refers to, listed quoted
 };
 
 // limit, quota, connlimit: a match whose outcome depends on traffic the evaluator

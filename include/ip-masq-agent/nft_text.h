@@ -12,6 +12,10 @@ namespace ipmasq {
 // One statement as `nft list` prints it, e.g. "ip daddr @nomasq-v4 return".
 std::string renderStatement(const Statement &statement);
 
+// A rule without its comment: the statement, with the rule's counter before its verdict
+// or NAT ("ip daddr @nomasq-v4 counter name \"nomasq-dst-v4\" return").
+std::string renderRuleBody(const Rule &rule);
+
 // The table block exactly as `nft list table inet NAME` prints it, except that set
 // elements are one per line (nft wraps them by width).
 std::string renderTable(const Ruleset &ruleset);

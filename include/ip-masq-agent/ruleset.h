@@ -78,6 +78,8 @@ struct RulesetOptions {
 	bool enableIpv6 = false;
 	bool randomFully = true;
 	std::vector<PortRange> toPorts;
+	// Count new connections per decision in named counters (--connection-counters).
+	bool connectionCounters = true;
 };
 
 // Table, chain and set names end up unquoted in nft syntax: keep them identifiers of
@@ -116,10 +118,22 @@ struct JumpIfNotLocal {
 	bool operator==(const JumpIfNotLocal &) const = default;
 };
 
-// oifname @<set> return (nonMasqueradeInterfaces)
+// [meta nfproto <family>] oifname @<set> return (nonMasqueradeInterfaces)
 struct ReturnIfOutputInterfaceInSet {
 	std::string set;
+	// Set: only this family's traffic (when a counter per family counts it).
+	std::optional<Family> family = {};
 	bool operator==(const ReturnIfOutputInterfaceInSet &) const = default;
+};
+
+// [oifname @<outputInterfaceSet>] ip saddr != @<sourceSet> fib daddr type != local
+// (ip6 for IPv6): no verdict; it is there to count the connections that the base chain's
+// jump left alone for their source (masqueradeSourceCIDRs), with a counter.
+struct MatchUnlistedSource {
+	Family family = Family::ipv4;
+	std::string sourceSet;
+	std::string outputInterfaceSet = {};
+	bool operator==(const MatchUnlistedSource &) const = default;
 };
 
 // ip daddr @<set> return / ip6 daddr @<set> return
@@ -137,11 +151,14 @@ struct RandomSample {
 	bool operator==(const RandomSample &) const = default;
 };
 
-// [meta l4proto { tcp, udp, sctp }] [numgen ...] masquerade [to :ports] [fully-random]
+// [meta nfproto <family>] [meta l4proto { tcp, udp, sctp }] [numgen ...] masquerade
+// [to :ports] [fully-random]
 struct Masquerade {
 	std::optional<PortRange> toPorts; // implies the l4proto match (ports need a transport)
 	std::optional<RandomSample> sample;
 	bool fullyRandom = true;
+	// Set: only this family's traffic (when a counter per family counts it).
+	std::optional<Family> onlyFamily = {};
 	bool operator==(const Masquerade &) const = default;
 };
 
@@ -154,6 +171,9 @@ struct SourceNat {
 	std::optional<PortRange> toPorts; // implies the l4proto match, as for Masquerade
 	std::optional<RandomSample> sample;
 	bool fullyRandom = true;
+	// "meta nfproto <family>" first: a counter before the NAT would count the other
+	// family too, which passes through it.
+	bool matchFamily = false;
 	bool operator==(const SourceNat &) const = default;
 };
 
@@ -164,12 +184,57 @@ inline constexpr uint8_t kPortProtocols[] = {6, 17, 132};
 // encoding, kernel-feature fallbacks) decides with an exhaustive std::visit, never with
 // std::get_if of one kind: a new kind is then a compile error until each handles it.
 using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet,
-			       ReturnIfOutputInterfaceInSet, Masquerade, SourceNat>;
+			       ReturnIfOutputInterfaceInSet, MatchUnlistedSource, Masquerade,
+			       SourceNat>;
 
 struct Rule {
 	Statement statement;
 	std::string comment;
+	// The named counter (Ruleset::counters) the rule adds a match to, right before its
+	// verdict or NAT: "counter name \"masq-v4\"". Empty: none.
+	std::string counter = {};
 	bool operator==(const Rule &) const = default;
+};
+
+// What a connection counter counts: new connections of a family (the nat hook sees the
+// first packet of each), by what the agent decided and why.
+enum class Decision { notMasqueraded, masqueraded, snat };
+enum class DecisionReason {
+	destination, // a non-masquerade destination (nomasq-v4 / nomasq-v6)
+	source,      // a source masqueradeSourceCIDRs does not list
+	interface,   // leaving through a nonMasqueradeInterfaces interface
+	none,        // masqueraded or SNATed: nothing exempted it
+};
+
+struct CounterLabel {
+	Family family = Family::ipv4;
+	Decision decision = Decision::masqueraded;
+	DecisionReason reason = DecisionReason::none;
+	bool operator==(const CounterLabel &) const = default;
+};
+
+// The counter's name in the table ("nomasq-dst-v4", "masq-v6", ...) and back: the name
+// says what it counts, so that counters read from the kernel need no ruleset to map.
+std::string counterName(const CounterLabel &label);
+std::optional<CounterLabel> counterLabelOf(std::string_view name);
+// The labels' values as /metrics writes them: "not_masqueraded", "destination", ...
+const char *decisionName(Decision decision);
+const char *reasonName(DecisionReason reason);
+
+// A named counter object of the table (nft "counter NAME { ... }").
+struct NamedCounter {
+	std::string name; // counterName(label)
+	CounterLabel label;
+	std::string comment;
+	bool operator==(const NamedCounter &) const = default;
+};
+
+// A counter's values, as the kernel holds them.
+struct CounterValue {
+	std::string name;
+	uint64_t packets = 0;
+	uint64_t bytes = 0;
+	bool operator==(const CounterValue &) const = default;
 };
 
 struct BaseChainHook {
@@ -219,6 +284,7 @@ struct KernelTable {
 struct Ruleset {
 	std::string table;
 	std::string comment;
+	std::vector<NamedCounter> counters;
 	std::vector<AddressSet> sets;
 	std::vector<Chain> chains;
 	bool operator==(const Ruleset &) const = default;

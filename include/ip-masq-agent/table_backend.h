@@ -54,6 +54,11 @@ public:
 	// adoption, the caller builds a candidate ruleset from it (rulesetFromKernel) and
 	// confirms it with check().
 	virtual Result<std::optional<KernelTable>> readTable(const std::string &table) = 0;
+
+	// The values of the named counters (Ruleset::counters) of inet `table`; none when it
+	// does not exist. A full replacement of the table carries them over (apply()), so
+	// that they only ever grow; an element update keeps them.
+	virtual Result<std::vector<CounterValue>> readCounters(const std::string &table) = 0;
 };
 
 } // namespace ipmasq

@@ -290,7 +290,7 @@ Result<IntervalSet> rangesFromBoundaries(Family family, std::vector<IntervalBoun
 	return IntervalSet::fromRanges(family, std::move(ranges));
 }
 
-// One dump of the objects of one kind (chains, sets or rules) of inet `table`, with the
+// One dump of the objects of one kind (chains, sets, objects or rules) of inet `table`, with the
 // libnftnl functions of that kind, appended to `out` in the kernel's order. The kernel
 // filters set and rule dumps by the table attribute but dumps the chains of every table
 // of the family, so only the table's own objects are kept.
@@ -313,6 +313,35 @@ Status dumpTableObjects(Socket &socket, uint8_t message, const std::string &tabl
 				out.push_back(std::move(object));
 			return {};
 		});
+}
+
+// dumpTableObjects for each kind the backend reads: chains, sets, objects (counters), rules.
+Status dumpChains(Socket &socket, const std::string &table, std::vector<ChainPtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETCHAIN, table, "chain", newChain,
+				nftnl_chain_set_str, NFTNL_CHAIN_TABLE, nftnl_chain_nlmsg_build_payload,
+				nftnl_chain_nlmsg_parse, nftnl_chain_get_str, out);
+}
+
+Status dumpSets(Socket &socket, const std::string &table, std::vector<SetPtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETSET, table, "set", newSet, nftnl_set_set_str,
+				NFTNL_SET_TABLE, nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
+				nftnl_set_get_str, out);
+}
+
+Status dumpObjects(Socket &socket, const std::string &table, std::vector<ObjPtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETOBJ, table, "object", newObj, nftnl_obj_set_str,
+				NFTNL_OBJ_TABLE, nftnl_obj_nlmsg_build_payload, nftnl_obj_nlmsg_parse,
+				nftnl_obj_get_str, out);
+}
+
+Status dumpRules(Socket &socket, const std::string &table, std::vector<RulePtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETRULE, table, "rule", newRule, nftnl_rule_set_str,
+				NFTNL_RULE_TABLE, nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
+				nftnl_rule_get_str, out);
 }
 
 // "netlink port 1234, pid 567 \"nft\"", as far as this namespace lets us see.
@@ -357,7 +386,8 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 	if (lockedOut_)
 		if (auto held = refusedByOwner(ruleset.table); held)
 			return fail(*held);
-	auto encoded = encodeForKernel(ruleset);
+	std::vector<CounterValue> carried = carriedCounters(ruleset.table);
+	auto encoded = encodeForKernel(ruleset, carried);
 	if (!encoded)
 		return fail(encoded.error());
 	const std::vector<FeatureCarrier> carriers = featureCarriers(ruleset, *encoded);
@@ -376,6 +406,7 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 				return fail(*held);
 		return fail(batchError(*batch, *answer));
 	}
+	lastCounters_ = std::move(carried);
 	log::debug("applied table inet {}: {} messages, {} bytes", ruleset.table,
 		   batch->acknowledgedMessages(), batch->bytes());
 	if (answer->generation)
@@ -585,18 +616,12 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	if (!snapshot.table)
 		return fail(context("table") + "the kernel sent no table", EPROTO);
 
-	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETCHAIN, table, "chain", newChain,
-				      nftnl_chain_set_str, NFTNL_CHAIN_TABLE,
-				      nftnl_chain_nlmsg_build_payload, nftnl_chain_nlmsg_parse,
-				      nftnl_chain_get_str, snapshot.chains);
-	    !s)
+	if (auto s = dumpChains(socket_, table, snapshot.chains); !s)
 		return fail(s.error().withContext(context("chains")));
-	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETSET, table, "set", newSet,
-				      nftnl_set_set_str, NFTNL_SET_TABLE,
-				      nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
-				      nftnl_set_get_str, snapshot.sets);
-	    !s)
+	if (auto s = dumpSets(socket_, table, snapshot.sets); !s)
 		return fail(s.error().withContext(context("sets")));
+	if (auto s = dumpObjects(socket_, table, snapshot.objects); !s)
+		return fail(s.error().withContext(context("counters")));
 
 	for (const SetPtr &set : snapshot.sets) {
 		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
@@ -609,11 +634,7 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 			return fail(s.error().withContext(context("elements of set " + name)));
 	}
 
-	if (auto s = dumpTableObjects(socket_, NFT_MSG_GETRULE, table, "rule", newRule,
-				      nftnl_rule_set_str, NFTNL_RULE_TABLE,
-				      nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
-				      nftnl_rule_get_str, snapshot.rules);
-	    !s)
+	if (auto s = dumpRules(socket_, table, snapshot.rules); !s)
 		return fail(s.error().withContext(context("rules")));
 
 	const std::string actual = canonicalForm(snapshot);
@@ -622,6 +643,40 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	if (log::debugEnabled())
 		logFirstDifference(table, desired, actual);
 	return false;
+}
+
+Result<std::vector<CounterValue>> NetlinkBackend::readCounters(const std::string &table)
+{
+	std::vector<ObjPtr> objects;
+	const Status read = dumpObjects(socket_, table, objects);
+	if (!read) {
+		if (read.error().errnum == ENOENT)
+			return std::vector<CounterValue>();
+		return fail(withPermissionHint(read.error().withContext(
+			fmt::format("reading the counters of table inet {}: ", table))));
+	}
+	std::vector<CounterValue> values;
+	for (const ObjPtr &object : objects) {
+		nftnl_obj *obj = object.get();
+		const char *name = nftnl_obj_get_str(obj, NFTNL_OBJ_NAME);
+		if (!name || nftnl_obj_get_u32(obj, NFTNL_OBJ_TYPE) != NFT_OBJECT_COUNTER)
+			continue;
+		values.push_back(CounterValue{name, nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_PKTS),
+					      nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_BYTES)});
+	}
+	if (!values.empty())
+		lastCounters_ = values;
+	return values;
+}
+
+std::vector<CounterValue> NetlinkBackend::carriedCounters(const std::string &table)
+{
+	// A table that exists has its own counts (readCounters keeps them for the next
+	// time); a missing one, or one that cannot be read, restarts from the last seen.
+	auto current = readCounters(table);
+	if (current && !current->empty())
+		return std::move(*current);
+	return lastCounters_;
 }
 
 Result<std::optional<KernelTable>> NetlinkBackend::readTable(const std::string &table)
@@ -649,9 +704,7 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::stri
 	// Every address set of the table, whatever its name: a set the agent adds needs no
 	// change here. Anonymous sets ({ tcp, udp, sctp }) belong to their rules.
 	std::vector<SetPtr> sets;
-	s = dumpTableObjects(socket_, NFT_MSG_GETSET, table, "set", newSet, nftnl_set_set_str,
-			     NFTNL_SET_TABLE, nftnl_set_nlmsg_build_payload, nftnl_set_nlmsg_parse,
-			     nftnl_set_get_str, sets);
+	s = dumpSets(socket_, table, sets);
 	if (!s)
 		return fail(s.error());
 	struct Declared {
@@ -692,9 +745,7 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::stri
 	}
 
 	std::vector<RulePtr> rules;
-	s = dumpTableObjects(socket_, NFT_MSG_GETRULE, table, "rule", newRule, nftnl_rule_set_str,
-			     NFTNL_RULE_TABLE, nftnl_rule_nlmsg_build_payload, nftnl_rule_nlmsg_parse,
-			     nftnl_rule_get_str, rules);
+	s = dumpRules(socket_, table, rules);
 	if (!s)
 		return fail(s.error().withContext("rules: "));
 	KernelTable read{std::move(out), {}};

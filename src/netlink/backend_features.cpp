@@ -45,6 +45,7 @@ bool *fullyRandomFlag(Statement &statement)
 				  [](JumpIfNotLocal &) -> bool * { return nullptr; },
 				  [](ReturnIfDestinationInSet &) -> bool * { return nullptr; },
 				  [](ReturnIfOutputInterfaceInSet &) -> bool * { return nullptr; },
+				  [](MatchUnlistedSource &) -> bool * { return nullptr; },
 				  [](Masquerade &s) -> bool * { return &s.fullyRandom; },
 				  [](SourceNat &s) -> bool * { return &s.fullyRandom; },
 			  },
@@ -121,12 +122,14 @@ Result<bool> NetlinkBackend::tableExists(const std::string &table)
 	return fail(s.error().withContext(fmt::format("reading table inet {}: ", table)));
 }
 
-Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset) const
+Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset,
+						     std::vector<CounterValue> counterStart) const
 {
 	// The fault hook: the flag bit becomes one no kernel knows, until apply() learns to
 	// leave it out.
 	const EncodingOptions options{simulateNoFullyRandom_ ? kUnknownNatFlag
-							    : NF_NAT_RANGE_PROTO_RANDOM_FULLY};
+							    : NF_NAT_RANGE_PROTO_RANDOM_FULLY,
+				      std::move(counterStart)};
 	return limits_.noFullyRandom ? encodeRuleset(withoutFullyRandom(ruleset), options)
 				     : encodeRuleset(ruleset, options);
 }

@@ -106,6 +106,13 @@ Status Batch::addSet(const nftnl_set *set, std::string description)
 	return finishMessage(nlh);
 }
 
+Status Batch::addObject(const nftnl_obj *object, std::string description)
+{
+	nlmsghdr *nlh = startMessage(NFT_MSG_NEWOBJ, NLM_F_CREATE, std::move(description));
+	nftnl_obj_nlmsg_build_payload(nlh, object);
+	return finishMessage(nlh);
+}
+
 Status Batch::addSetElements(const nftnl_set *elements, std::string description)
 {
 	nlmsghdr *nlh = startMessage(NFT_MSG_NEWSETELEM, NLM_F_CREATE, std::move(description));
@@ -150,6 +157,10 @@ Status Batch::addEncodedTable(const EncodedTable &table, uint16_t tableFlags)
 			return s;
 	for (const EncodedSet &set : table.sets)
 		if (auto s = addSetWithElements(set); !s)
+			return s;
+	// Before the rules that name them.
+	for (const EncodedObject &object : table.objects)
+		if (auto s = addObject(object.object.get(), object.description); !s)
 			return s;
 	for (const EncodedChain &chain : table.chains) {
 		for (const EncodedRule &rule : chain.rules) {

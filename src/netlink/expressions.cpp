@@ -50,13 +50,24 @@ void addFibLoad(nftnl_rule *rule, uint32_t flags, uint32_t result, uint32_t dreg
 	addExpr(rule, std::move(expr));
 }
 
-void addLookup(nftnl_rule *rule, uint32_t sreg, const std::string &set, uint32_t setId)
+void addLookup(nftnl_rule *rule, uint32_t sreg, const std::string &set, uint32_t setId,
+	       bool inverted)
 {
 	ExprPtr expr = newExpr("lookup");
 	nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_LOOKUP_SREG, sreg);
 	nftnl_expr_set_str(expr.get(), NFTNL_EXPR_LOOKUP_SET, set.c_str());
 	if (setId)
 		nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_LOOKUP_SET_ID, setId);
+	if (inverted)
+		nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_LOOKUP_FLAGS, NFT_LOOKUP_F_INV);
+	addExpr(rule, std::move(expr));
+}
+
+void addObjectReference(nftnl_rule *rule, uint32_t type, const std::string &name)
+{
+	ExprPtr expr = newExpr("objref");
+	nftnl_expr_set_u32(expr.get(), NFTNL_EXPR_OBJREF_IMM_TYPE, type);
+	nftnl_expr_set_str(expr.get(), NFTNL_EXPR_OBJREF_IMM_NAME, name.c_str());
 	addExpr(rule, std::move(expr));
 }
 

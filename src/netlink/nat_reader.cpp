@@ -266,7 +266,7 @@ Expression objref(const nftnl_expr *e)
 		return Unknown{"objref map"};
 	switch (u32(e, NFTNL_EXPR_OBJREF_IMM_TYPE)) {
 	case NFT_OBJECT_COUNTER:
-		return Passthrough{"counter name " + str(nftnl_expr_get_str(e, NFTNL_EXPR_OBJREF_IMM_NAME))};
+		return Passthrough{"counter name", str(nftnl_expr_get_str(e, NFTNL_EXPR_OBJREF_IMM_NAME))};
 	case NFT_OBJECT_QUOTA:
 		return RateMatch{"quota"};
 	case NFT_OBJECT_LIMIT:

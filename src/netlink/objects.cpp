@@ -234,6 +234,7 @@ public:
 
 private:
 	Result<EncodedSet> encodeAddressSet(const AddressSet &set);
+	Result<EncodedObject> encodeCounter(const NamedCounter &counter);
 	Result<EncodedChain> encodeChain(const Chain &chain);
 	Result<EncodedRule> encodeRule(const Chain &chain, const Rule &rule);
 	EncodedSet encodeProtocolSet(const std::string &ruleDescription);
@@ -241,18 +242,25 @@ private:
 	void encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement);
 	void encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &statement);
 	void encodeStatement(EncodedRule &out, const ReturnIfOutputInterfaceInSet &statement);
+	void encodeStatement(EncodedRule &out, const MatchUnlistedSource &statement);
 	void encodeStatement(EncodedRule &out, const Masquerade &statement);
 	void encodeStatement(EncodedRule &out, const SourceNat &statement);
-	// What a NAT statement with --to-ports matches and samples first; returns its NAT
-	// flags so far (fully-random).
-	uint32_t encodePortSelection(EncodedRule &out, const std::optional<PortRange> &toPorts,
+	// What a NAT statement matches and samples first (its family, when it is limited to
+	// one; with --to-ports the transports and the sample), then its counter; returns its
+	// NAT flags so far (fully-random).
+	uint32_t encodePortSelection(EncodedRule &out, const std::optional<Family> &family,
+				     const std::optional<PortRange> &toPorts,
 				     const std::optional<RandomSample> &sample, bool fullyRandom);
 	void addInterfaceLookup(nftnl_rule *rule, const std::string &set);
+	// The rule's counter (the one encodeRule is at), if any: every statement's encoder
+	// calls this right before its verdict or NAT, where nft puts "counter name".
+	void addRuleCounter(nftnl_rule *rule) const;
 
 	uint32_t setIdOf(const std::string &name) const;
 
 	const Ruleset &ruleset_;
 	const EncodingOptions &options_;
+	std::string ruleCounter_; // the counter of the rule being encoded; "" for none
 	// nft numbers the sets of a batch 1, 2, ... in the order it declares them; rules
 	// and element messages refer to a set of the same batch by that id.
 	uint32_t nextSetId_ = 1;
@@ -273,6 +281,12 @@ Result<EncodedTable> Encoder::encode()
 				     udata.size());
 	}
 
+	for (const NamedCounter &counter : ruleset_.counters) {
+		auto encoded = encodeCounter(counter);
+		if (!encoded)
+			return fail(encoded.error());
+		out.objects.push_back(std::move(*encoded));
+	}
 	for (const AddressSet &set : ruleset_.sets) {
 		auto encoded = encodeAddressSet(set);
 		if (!encoded)
@@ -284,6 +298,34 @@ Result<EncodedTable> Encoder::encode()
 		if (!encoded)
 			return fail(encoded.error());
 		out.chains.push_back(std::move(*encoded));
+	}
+	return out;
+}
+
+Result<EncodedObject> Encoder::encodeCounter(const NamedCounter &counter)
+{
+	EncodedObject out;
+	out.description = fmt::format("counter {}", counter.name);
+	if (auto s = checkCommentLength(out.description, counter.comment); !s)
+		return fail(s.error());
+	out.object = newObj();
+	nftnl_obj *obj = out.object.get();
+	nftnl_obj_set_u32(obj, NFTNL_OBJ_FAMILY, NFPROTO_INET);
+	nftnl_obj_set_str(obj, NFTNL_OBJ_TABLE, ruleset_.table.c_str());
+	nftnl_obj_set_str(obj, NFTNL_OBJ_NAME, counter.name.c_str());
+	nftnl_obj_set_u32(obj, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
+	uint64_t packets = 0, bytes = 0;
+	for (const CounterValue &start : options_.counterStart)
+		if (start.name == counter.name) {
+			packets = start.packets;
+			bytes = start.bytes;
+		}
+	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_PKTS, packets);
+	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_BYTES, bytes);
+	if (!counter.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_OBJ_COMMENT, counter.comment);
+		nftnl_obj_set_data(obj, NFTNL_OBJ_USERDATA, udata.data(), udata.size());
 	}
 	return out;
 }
@@ -374,6 +416,7 @@ Result<EncodedRule> Encoder::encodeRule(const Chain &chain, const Rule &rule)
 	nftnl_rule_set_u32(out.rule.get(), NFTNL_RULE_FAMILY, NFPROTO_INET);
 	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_TABLE, ruleset_.table.c_str());
 	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_CHAIN, chain.name.c_str());
+	ruleCounter_ = rule.counter;
 	std::visit([&](const auto &statement) { encodeStatement(out, statement); },
 		   rule.statement);
 	if (!rule.comment.empty()) {
@@ -392,6 +435,13 @@ void addNfprotoMatch(nftnl_rule *rule, Family family)
 	addCmp(rule, NFT_CMP_EQ, kReg1, std::span(&nfproto, 1));
 }
 
+// "fib daddr type != local": fib's address type is a host-endian u32 (enum rtn_type).
+void addNotLocalMatch(nftnl_rule *rule)
+{
+	addFibLoad(rule, NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1);
+	addCmp(rule, NFT_CMP_NEQ, kReg1, u32Bytes(RTN_LOCAL));
+}
+
 enum class AddressField { source, destination };
 
 // "ip saddr" / "ip6 daddr" ...: the address loaded from the network header into reg 1.
@@ -402,6 +452,12 @@ void addAddressLoad(nftnl_rule *rule, Family family, AddressField field)
 		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, source ? 12 : 16, 4, kReg1);
 	else // struct ipv6hdr: saddr at 8, daddr at 24
 		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, source ? 8 : 24, 16, kReg1);
+}
+
+void Encoder::addRuleCounter(nftnl_rule *rule) const
+{
+	if (!ruleCounter_.empty())
+		addObjectReference(rule, NFT_OBJECT_COUNTER, ruleCounter_);
 }
 
 void Encoder::addInterfaceLookup(nftnl_rule *rule, const std::string &set)
@@ -423,9 +479,8 @@ void Encoder::encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement)
 		addAddressLoad(rule, statement.onlyFamily.value_or(Family::ipv4), AddressField::source);
 		addLookup(rule, kReg1, statement.sourceSet, setIdOf(statement.sourceSet));
 	}
-	// fib's address type is a host-endian u32 (enum rtn_type).
-	addFibLoad(rule, NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1);
-	addCmp(rule, NFT_CMP_NEQ, kReg1, u32Bytes(RTN_LOCAL));
+	addNotLocalMatch(rule);
+	addRuleCounter(rule);
 	addVerdict(rule, NFT_JUMP, statement.target);
 }
 
@@ -436,19 +491,40 @@ void Encoder::encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &
 	addNfprotoMatch(rule, statement.family);
 	addAddressLoad(rule, statement.family, AddressField::destination);
 	addLookup(rule, kReg1, statement.set, setIdOf(statement.set));
+	addRuleCounter(rule);
 	addVerdict(rule, NFT_RETURN);
 }
 
 void Encoder::encodeStatement(EncodedRule &out, const ReturnIfOutputInterfaceInSet &statement)
 {
-	addInterfaceLookup(out.rule.get(), statement.set);
-	addVerdict(out.rule.get(), NFT_RETURN);
+	nftnl_rule *rule = out.rule.get();
+	if (statement.family)
+		addNfprotoMatch(rule, *statement.family);
+	addInterfaceLookup(rule, statement.set);
+	addRuleCounter(rule);
+	addVerdict(rule, NFT_RETURN);
 }
 
-uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<PortRange> &toPorts,
+void Encoder::encodeStatement(EncodedRule &out, const MatchUnlistedSource &statement)
+{
+	nftnl_rule *rule = out.rule.get();
+	if (!statement.outputInterfaceSet.empty())
+		addInterfaceLookup(rule, statement.outputInterfaceSet);
+	// "ip saddr != @set": its implicit nfproto match, the address, an inverted lookup.
+	addNfprotoMatch(rule, statement.family);
+	addAddressLoad(rule, statement.family, AddressField::source);
+	addLookup(rule, kReg1, statement.sourceSet, setIdOf(statement.sourceSet), true);
+	addNotLocalMatch(rule);
+	addRuleCounter(rule);
+}
+
+uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<Family> &family,
+				      const std::optional<PortRange> &toPorts,
 				      const std::optional<RandomSample> &sample, bool fullyRandom)
 {
 	nftnl_rule *rule = out.rule.get();
+	if (family)
+		addNfprotoMatch(rule, *family);
 	if (toPorts) {
 		// meta l4proto { tcp, udp, sctp }: an anonymous constant set per rule.
 		EncodedSet protocols = encodeProtocolSet(out.description);
@@ -467,14 +543,15 @@ uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<Port
 		addCmp(rule, NFT_CMP_LT, kReg1,
 		       std::span(reinterpret_cast<const uint8_t *>(&below), sizeof(below)));
 	}
+	addRuleCounter(rule);
 	return fullyRandom ? options_.fullyRandomFlag : 0;
 }
 
 void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
 {
 	nftnl_rule *rule = out.rule.get();
-	uint32_t flags = encodePortSelection(out, statement.toPorts, statement.sample,
-					     statement.fullyRandom);
+	uint32_t flags = encodePortSelection(out, statement.onlyFamily, statement.toPorts,
+					     statement.sample, statement.fullyRandom);
 	uint32_t minReg = 0, maxReg = 0;
 	if (statement.toPorts) {
 		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
@@ -489,8 +566,10 @@ void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
 void Encoder::encodeStatement(EncodedRule &out, const SourceNat &statement)
 {
 	nftnl_rule *rule = out.rule.get();
-	uint32_t flags = encodePortSelection(out, statement.toPorts, statement.sample,
-					     statement.fullyRandom) |
+	uint32_t flags = encodePortSelection(out,
+					     statement.matchFamily ? std::optional(statement.family)
+								   : std::nullopt,
+					     statement.toPorts, statement.sample, statement.fullyRandom) |
 			 NF_NAT_RANGE_MAP_IPS;
 	// As nft: the registers in order, one for an address or a port that is not a
 	// range (named as both ends).

@@ -184,6 +184,18 @@ std::string chainText(const nftnl_chain *chain)
 	return out;
 }
 
+// A named counter without its values: they count packets, and differ from what was sent
+// from the first one on. (Its type, name and comment define it.)
+std::string objectText(const nftnl_obj *object)
+{
+	auto *obj = const_cast<nftnl_obj *>(object); // libnftnl's getters only read
+	uint32_t len = 0;
+	const void *udata = nftnl_obj_get_data(obj, NFTNL_OBJ_USERDATA, &len);
+	return fmt::format("object {} type {} udata {}\n", str(nftnl_obj_get_str(obj, NFTNL_OBJ_NAME)),
+			   nftnl_obj_is_set(obj, NFTNL_OBJ_TYPE) ? nftnl_obj_get_u32(obj, NFTNL_OBJ_TYPE) : 0,
+			   udata ? hex(udata, len) : "");
+}
+
 std::string tableText(const nftnl_table *table)
 {
 	uint32_t len = 0;
@@ -200,6 +212,7 @@ class Form
 {
 public:
 	void table(std::string text) { table_ = std::move(text); }
+	void object(const std::string &name, std::string text) { objects_[name] = std::move(text); }
 	void set(const std::string &name, std::string text) { sets_[name] = std::move(text); }
 	void chain(const std::string &name, std::string text)
 	{
@@ -213,6 +226,8 @@ public:
 	std::string str() const
 	{
 		std::string out = table_;
+		for (const auto &[name, text] : objects_)
+			out += text;
 		for (const auto &[name, text] : sets_)
 			out += text;
 		for (const auto &[name, chain] : chains_) {
@@ -226,6 +241,7 @@ public:
 
 private:
 	std::string table_;
+	std::map<std::string, std::string> objects_;
 	std::map<std::string, std::string> sets_;
 	std::map<std::string, std::pair<std::string, std::vector<std::string>>> chains_;
 };
@@ -262,6 +278,9 @@ std::string canonicalForm(const EncodedTable &desired)
 {
 	Form form;
 	form.table(tableText(desired.table.get()));
+	for (const EncodedObject &object : desired.objects)
+		form.object(str(nftnl_obj_get_str(object.object.get(), NFTNL_OBJ_NAME)),
+			    objectText(object.object.get()));
 	for (const EncodedSet &set : desired.sets)
 		form.set(str(nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME)),
 			 setText(set.set.get(), elementLines(set), true));
@@ -294,6 +313,9 @@ std::string canonicalForm(const TableSnapshot &snapshot)
 {
 	Form form;
 	form.table(tableText(snapshot.table.get()));
+	for (const ObjPtr &object : snapshot.objects)
+		form.object(str(nftnl_obj_get_str(object.get(), NFTNL_OBJ_NAME)),
+			    objectText(object.get()));
 	std::map<std::string, const nftnl_set *> anonymous;
 	for (const SetPtr &set : snapshot.sets) {
 		const std::string name = str(nftnl_set_get_str(set.get(), NFTNL_SET_NAME));

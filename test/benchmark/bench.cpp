@@ -51,6 +51,7 @@
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "agent_process.h"
+#include "machine.h"
 #include "netns.h"
 
 #ifndef BENCH_BUILD_TYPE
@@ -58,6 +59,8 @@
 #endif
 
 using namespace ipmasq;
+using ipmasq::bench::cpuModel;
+using ipmasq::bench::loadAverage;
 
 namespace {
 
@@ -441,6 +444,8 @@ struct Row {
 	Samples diff, update; // one CIDR changed: the diff, and the element update it sends
 	Samples noopCpu, movedCpu;
 	size_t noopRuns = 0, movedRuns = 0;
+	Samples countersCpu; // one read of the connection counters, as the loop does every 2 s
+	Samples scrapeCpu;   // one /metrics body, as the HTTP thread renders it per scrape
 	Samples startLive, swapLive;
 	long rssStartKiB = -1, rssAfterKiB = -1, rssFileKiB = -1;
 	long ussStartKiB = -1, ussAfterKiB = -1;
@@ -631,6 +636,27 @@ void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgr
 			return ms;
 		});
 		row.movedRuns = row.movedCpu.ms.size();
+
+		// The loop's counter read (every 2 s): a dump of the table's objects, which does
+		// not grow with the sets.
+		row.countersCpu = repeat(20, runs.noopResync, std::chrono::seconds(3), [&] {
+			const double start = processCpuMs();
+			auto read = backend.readCounters(options.ruleset.table);
+			if ((!read || read->empty()) && failure.empty())
+				failure = "reading the connection counters found none";
+			else if (read)
+				status.countersRead(*read);
+			return processCpuMs() - start;
+		});
+		// A scrape: the last snapshot rendered, no netlink (the counters were read above).
+		size_t scraped = 0;
+		row.scrapeCpu = repeat(20, runs.noopResync, std::chrono::seconds(3), [&] {
+			const double start = processCpuMs();
+			scraped += status.prometheusText().size();
+			return processCpuMs() - start;
+		});
+		if (scraped == 0 && failure.empty())
+			failure = "an empty /metrics body";
 	}
 	std::fflush(stderr);
 	dup2(savedStderr, STDERR_FILENO);
@@ -1027,26 +1053,6 @@ std::vector<ConflictRow> measureConflictPasses(const std::string &dir)
 
 // --- Reporting ------------------------------------------------------------------------
 
-std::string cpuModel()
-{
-	std::istringstream in(readFile("/proc/cpuinfo"));
-	for (std::string line; std::getline(in, line);)
-		if (line.rfind("model name", 0) == 0) {
-			const size_t colon = line.find(':');
-			return colon == std::string::npos ? line : line.substr(colon + 2);
-		}
-	return "unknown";
-}
-
-std::string loadAverage()
-{
-	std::string text = readFile("/proc/loadavg");
-	std::istringstream in(text);
-	std::string one, five, fifteen;
-	in >> one >> five >> fifteen;
-	return fmt::format("{} {} {}", one, five, fifteen);
-}
-
 std::string compiler()
 {
 #if defined(__clang__)
@@ -1229,16 +1235,16 @@ int main(int argc, char *argv[])
 
 	fmt::print("\n2. CPU per resync (config look + reconcile), CLOCK_PROCESS_CPUTIME_ID in ms (median; "
 		   "user + system)\n");
-	fmt::print("{:>15} {:>11} {:>6} {:>12} {:>22} {:>6}\n", "CIDRs", "no-op", "runs",
-		   "target", "other table changed", "runs");
+	fmt::print("{:>15} {:>11} {:>6} {:>12} {:>22} {:>6} {:>14} {:>8}\n", "CIDRs", "no-op", "runs",
+		   "target", "other table changed", "runs", "counters read", "scrape");
 	for (const Row &r : rows) {
 		const bool ok = r.noopCpu.median() < kResyncTargetMs;
 		targets.push_back({fmt::format("no-op resync CPU, {} CIDRs", caseLabel(r.c)),
 				   ms(r.noopCpu.median()) + " ms", "< 0.1 ms", ok});
-		fmt::print("{:>15} {:>11} {:>6} {:>12} {:>22} {:>6}\n", caseLabel(r.c),
+		fmt::print("{:>15} {:>11} {:>6} {:>12} {:>22} {:>6} {:>14} {:>8}\n", caseLabel(r.c),
 			   ms(r.noopCpu.median()), r.noopRuns,
 			   fmt::format("<0.1 {}", verdict(ok)), ms(r.movedCpu.median()),
-			   r.movedRuns);
+			   r.movedRuns, ms(r.countersCpu.median()), ms(r.scrapeCpu.median()));
 	}
 
 	fmt::print("\n3./4. The agent as a process: start and config swap (rename) to table "

@@ -77,6 +77,17 @@ inline const std::vector<RulesetCase> &rulesetCases()
 		{"interfaces-sources-ipv6", "outputInterface: eth0\nmasqueradeSourceCIDRs: [10.244.0.0/16]\n"
 					    "outputAddress: 203.0.113.7\n",
 		 {"--enable-ipv6"}},
+		// --connection-counters=false: no counter objects, one rule per decision.
+		{"no-counters", "", {"--connection-counters=false"}},
+		{"no-counters-everything", "outputInterface: eth0\nnonMasqueradeInterfaces: [wg0]\n"
+					   "masqueradeSourceCIDRs: [10.244.0.0/16, \"fd00:10:244::/56\"]\n"
+					   "outputAddress: 203.0.113.7\n",
+		 {"--enable-ipv6", "--connection-counters=false"}},
+		// Counters with both families: one rule per family before each counter.
+		{"counters-everything", "outputInterface: eth0\nnonMasqueradeInterfaces: [wg0]\n"
+					"masqueradeSourceCIDRs: [10.244.0.0/16, \"fd00:10:244::/56\"]\n"
+					"outputAddressIPv6: \"2001:db8::7\"\n",
+		 {"--enable-ipv6", "--to-ports=1024-65535"}},
 	};
 	return cases;
 }

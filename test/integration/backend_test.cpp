@@ -347,7 +347,8 @@ TEST_CASE("element lists are split into small messages, each described by its ra
 	}
 	CHECK(seq == batch->nextSequence());
 	CHECK(total == batch->acknowledgedMessages() + 2);
-	std::string lastRule = "rule in chain IP-MASQ-AGENT: masquerade fully-random";
+	// With counters on and both families, each NAT rule is limited to its family.
+	std::string lastRule = "rule in chain IP-MASQ-AGENT: meta nfproto ipv6 masquerade fully-random";
 	CHECK(batch->describe(batch->nextSequence() - 2) == lastRule);
 }
 

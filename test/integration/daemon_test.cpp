@@ -232,6 +232,39 @@ TEST_CASE("--dry-run and --once read --config-dir as the daemon does")
 	CHECK_THAT(both, Catch::Contains("exclude each other"));
 }
 
+TEST_CASE("--dry-run with an outputAddress subnet: this node's address in it, or a warning and masquerade")
+{
+	TempDir dir;
+	dir.write("config", "outputAddress: 198.18.1.0/24\n");
+	const std::string command = fmt::format("{} --dry-run --config={} 2>&1", agentBinary(),
+						dir.file("config"));
+	std::string without;
+	REQUIRE(run(command, &without) == 0);
+	CHECK_THAT(without, Catch::Contains("198.18.1.0/24 (outputAddress, " + dir.file("config") +
+					    ":1): this node has no address in it: its IPv4 traffic "
+					    "is masqueraded instead") &&
+				    Catch::Contains("counter name \"masq-v4\" masquerade fully-random") &&
+				    !Catch::Contains("snat ip to"));
+
+	runOrFail("ip addr add 198.18.1.9/24 dev lo && ip addr add 198.18.1.5/24 dev lo");
+	std::string with;
+	REQUIRE(run(command, &with) == 0);
+	CHECK_THAT(with, Catch::Contains("snat ip to 198.18.1.5 fully-random") &&
+				 !Catch::Contains("no address in it"));
+	runOrFail("ip addr del 198.18.1.5/24 dev lo && ip addr del 198.18.1.9/24 dev lo");
+}
+
+TEST_CASE("the applied line names the interface sets, never as IPv6 intervals")
+{
+	TempDir dir;
+	dir.write("config", "outputInterface: [lo]\nnonMasqueradeInterfaces: [\"wg*\", \"vxlan+\"]\n");
+	std::string log;
+	REQUIRE(run(fmt::format("{} --once --config={} 2>&1", agentBinary(), dir.file("config")), &log) == 0);
+	CHECK_THAT(log, Catch::Contains("4 IPv4 intervals, 1 in masq-ifaces, 2 in nomasq-ifaces in ") &&
+				!Catch::Contains("IPv6 source"));
+	deleteTable();
+}
+
 TEST_CASE("deleting the file means defaults; creating it again applies it")
 {
 	TempDir dir;

@@ -126,6 +126,10 @@ public:
 	}
 	Result<uint32_t> generation() override { return inner_.generation(); }
 	Result<TableCheck> check(const Ruleset &ruleset) override { return inner_.check(ruleset); }
+	Result<std::vector<CounterValue>> readCounters(const std::string &table) override
+	{
+		return inner_.readCounters(table);
+	}
 	Result<std::optional<KernelTable>> readTable(const std::string &table) override
 	{
 		return inner_.readTable(table);

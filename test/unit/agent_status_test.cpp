@@ -336,5 +336,28 @@ TEST_CASE("NAT conflicts: a gauge once a check ran, warnings that never make it 
 	status.natConflictCheckFailed({"legacy"});
 	CHECK(status.prometheusText().find("ip_masq_agent_nat_conflicts") == std::string::npos);
 	CHECK(status.snapshot().warnings == std::vector<std::string>{"legacy"});
+
+TEST_CASE("/metrics: the table's connection counters, labelled from their names")
+{
+	AgentStatus status;
+	status.syncSucceeded(sampleRuleset(), 1ms);
+	// None read yet (or counters off): no series at all, rather than zeros that would
+	// later jump.
+	CHECK_THAT(status.prometheusText(), !Catch::Contains("ip_masq_agent_connections_total"));
+
+	status.countersRead({CounterValue{"masq-v4", 7, 420}, CounterValue{"nomasq-dst-v6", 3, 240},
+			     CounterValue{"nomasq-src-v4", 2, 120},
+			     // Someone else's object in the agent's table: not exported.
+			     CounterValue{"their-counter", 99, 9900}});
+	const std::string text = status.prometheusText();
+	CHECK_THAT(text, Catch::Contains("# TYPE ip_masq_agent_connections_total counter\n"));
+	CHECK(sample(text, "ip_masq_agent_connections_total{family=\"ipv4\",decision=\"masqueraded\","
+			   "reason=\"none\"}") == "7");
+	CHECK(sample(text, "ip_masq_agent_connections_total{family=\"ipv6\",decision="
+			   "\"not_masqueraded\",reason=\"destination\"}") == "3");
+	CHECK(sample(text, "ip_masq_agent_connections_total{family=\"ipv4\",decision="
+			   "\"not_masqueraded\",reason=\"source\"}") == "2");
+	CHECK_THAT(text, !Catch::Contains("99"));
+	// Counters, not a readiness matter.
 	CHECK(status.health().ok);
 }

@@ -92,6 +92,10 @@ public:
 		}
 		return table && *table == ruleset ? TableCheck::same : TableCheck::different;
 	}
+	Result<std::vector<CounterValue>> readCounters(const std::string &) override
+	{
+		return std::vector<CounterValue>();
+	}
 	Result<std::optional<KernelTable>> readTable(const std::string &name) override
 	{
 		if (!table || table->table != name)

@@ -2,11 +2,14 @@
 // The desired ruleset: what buildRuleset puts in the agent's table for each config and flag.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <limits>
+#include <set>
 
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "../common/ruleset_cases.h"
 
 using namespace ipmasq;
 
@@ -86,6 +89,7 @@ TEST_CASE("--enable-ipv6 adds the IPv6 set with fe80::/10 unless masqLinkLocalIP
 {
 	RulesetOptions options;
 	options.enableIpv6 = true;
+	options.connectionCounters = false; // the shape without counters (see the counter tests)
 	Config config = configWith({"10.0.0.0/8", "2001:db8::/32"});
 	Ruleset r = buildRuleset(config, options);
 	REQUIRE(r.sets.size() == 2);
@@ -291,7 +295,9 @@ TEST_CASE("masqueradeSourceCIDRs: a source set per listed family, matched by the
 	Config config = defaultConfig({});
 	config.masqueradeSourceCIDRs = {parsePrefix("10.244.1.0/24").value(),
 					parsePrefix("10.244.0.0/24").value()};
-	const Ruleset v4 = buildRuleset(config, RulesetOptions{});
+	RulesetOptions noCounters; // the shape without counters (see the counter tests)
+	noCounters.connectionCounters = false;
+	const Ruleset v4 = buildRuleset(config, noCounters);
 	REQUIRE(v4.sets.size() == 2);
 	CHECK(v4.sets[1].name == "masq-src-v4");
 	CHECK(v4.sets[1].elements.ranges().size() == 1); // normalized: 10.244.0.0/23
@@ -300,7 +306,7 @@ TEST_CASE("masqueradeSourceCIDRs: a source set per listed family, matched by the
 	CHECK(rules(v4, "postrouting") ==
 	      std::vector<std::string>{"ip saddr @masq-src-v4 fib daddr type != local jump IP-MASQ-AGENT"});
 
-	RulesetOptions ipv6;
+	RulesetOptions ipv6 = noCounters;
 	ipv6.enableIpv6 = true;
 	const Ruleset v4OnlyListed = buildRuleset(config, ipv6);
 	CHECK(rules(v4OnlyListed, "postrouting") ==
@@ -341,5 +347,102 @@ TEST_CASE("the comments of the new sets and rules fit, and do not shorten --masq
 		for (const Chain &chain : r.chains)
 			for (const Rule &rule : chain.rules)
 				CHECK(rule.comment.size() <= kMaxNftCommentLength);
+	}
+}
+
+TEST_CASE("connection counters: a name per family, decision and reason, and back")
+{
+	std::vector<std::string> names;
+	for (const Family family : {Family::ipv4, Family::ipv6})
+		for (const auto &[decision, reason] :
+		     {std::pair{Decision::notMasqueraded, DecisionReason::destination},
+		      std::pair{Decision::notMasqueraded, DecisionReason::source},
+		      std::pair{Decision::notMasqueraded, DecisionReason::interface},
+		      std::pair{Decision::masqueraded, DecisionReason::none},
+		      std::pair{Decision::snat, DecisionReason::none}}) {
+			const CounterLabel label{family, decision, reason};
+			const std::string name = counterName(label);
+			INFO(name);
+			CHECK(counterLabelOf(name) == label);
+			REQUIRE(validateName("counter", name));
+			names.push_back(name);
+		}
+	// Distinct: /metrics would otherwise add two counts into one series.
+	std::sort(names.begin(), names.end());
+	CHECK(std::adjacent_find(names.begin(), names.end()) == names.end());
+	CHECK(counterName({Family::ipv6, Decision::notMasqueraded, DecisionReason::source}) ==
+	      "nomasq-src-v6");
+	// Someone else's counter in the table is not one of ours.
+	CHECK_FALSE(counterLabelOf("masq-v5"));
+	CHECK_FALSE(counterLabelOf("masq"));
+	CHECK_FALSE(counterLabelOf(""));
+}
+
+TEST_CASE("connection counters: each decision's rule counts into its counter, before its verdict")
+{
+	const Ruleset r = buildRuleset(defaultConfig({}), RulesetOptions{});
+	REQUIRE(r.counters.size() == 2);
+	CHECK(r.counters[0].name == "nomasq-dst-v4");
+	CHECK(r.counters[0].label ==
+	      CounterLabel{Family::ipv4, Decision::notMasqueraded, DecisionReason::destination});
+	CHECK(r.counters[1].name == "masq-v4");
+	const std::vector<Rule> &masq = r.chains.back().rules;
+	REQUIRE(masq.size() == 2);
+	CHECK(masq[0].counter == "nomasq-dst-v4");
+	CHECK(masq[1].counter == "masq-v4");
+	CHECK(renderRuleBody(masq[1]) == "counter name \"masq-v4\" masquerade fully-random");
+	// The jump counts nothing: the decision is made in the agent's chain.
+	CHECK(r.chains.front().rules.front().counter.empty());
+
+	RulesetOptions off;
+	off.connectionCounters = false;
+	const Ruleset plain = buildRuleset(defaultConfig({}), off);
+	CHECK(plain.counters.empty());
+	for (const Chain &chain : plain.chains)
+		for (const Rule &rule : chain.rules)
+			CHECK(rule.counter.empty());
+	CHECK(plain.sets == r.sets);
+}
+
+TEST_CASE("connection counters: both families get a rule each, so that a count is one family's")
+{
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	Config config = defaultConfig({});
+	config.masqueradeSourceCIDRs = {parsePrefix("10.244.0.0/16").value()};
+	const Ruleset r = buildRuleset(config, options);
+	CHECK(rules(r, "IP-MASQ-AGENT") ==
+	      std::vector<std::string>{"ip daddr @nomasq-v4 return", "ip6 daddr @nomasq-v6 return",
+				       "meta nfproto ipv4 masquerade fully-random",
+				       "meta nfproto ipv6 masquerade fully-random"});
+	// The IPv4 sources the jump leaves alone are counted where they are left: in the base
+	// chain, with no verdict; IPv6 has no source list, so no such rule.
+	CHECK(rules(r, "postrouting") ==
+	      std::vector<std::string>{"ip saddr @masq-src-v4 fib daddr type != local jump IP-MASQ-AGENT",
+				       "meta nfproto ipv6 fib daddr type != local jump IP-MASQ-AGENT",
+				       "ip saddr != @masq-src-v4 fib daddr type != local"});
+	CHECK(r.chains.front().rules.back().counter == "nomasq-src-v4");
+}
+
+TEST_CASE("connection counters: in every case, every rule's counter is declared and every "
+	  "counter counts somewhere")
+{
+	for (const test::RulesetCase &c : test::rulesetCases()) {
+		INFO(c.name);
+		const auto built = test::buildCase(c);
+		REQUIRE(built);
+		std::set<std::string> used;
+		for (const Chain &chain : built->chains)
+			for (const Rule &rule : chain.rules)
+				if (!rule.counter.empty())
+					used.insert(rule.counter);
+		std::set<std::string> declared;
+		for (const NamedCounter &counter : built->counters) {
+			CHECK(counterLabelOf(counter.name) == counter.label);
+			CHECK(counter.comment.size() <= kMaxNftCommentLength);
+			declared.insert(counter.name);
+		}
+		CHECK(used == declared);
+		CHECK(declared.size() == built->counters.size());
 	}
 }

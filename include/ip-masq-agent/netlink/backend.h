@@ -68,6 +68,11 @@ public:
 
 	Result<std::optional<KernelTable>> readTable(const std::string &table) override;
 
+	// The named counters of inet `table` and their values (none when it does not exist);
+	// they are also what the next replacement starts its counters at, should the table
+	// be gone by then.
+	Result<std::vector<CounterValue>> readCounters(const std::string &table) override;
+
 	// Leave `monitor`'s notification group during every commit (null: never). While
 	// anyone listens, the kernel builds one notification per set element, which
 	// doubles the cost of a large apply; the caller compares generations afterwards.
@@ -102,7 +107,12 @@ private:
 	Result<uint32_t> commitTable(const Ruleset &ruleset);
 	Result<bool> tableExists(const std::string &table);
 	// encodeRuleset() with what this kernel refused left out (and the fault hook's flag).
-	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset) const;
+	// `counterStart`: the values its named counters start at.
+	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset,
+						      std::vector<CounterValue> counterStart = {}) const;
+	// The values a replacement's counters start at: the table's own, read just before,
+	// or, when it cannot be read (deleted by someone), the last ones seen.
+	std::vector<CounterValue> carriedCounters(const std::string &table);
 	// The encoded objects of `ruleset` that carry a feature this kernel may lack.
 	std::vector<FeatureCarrier> featureCarriers(const Ruleset &ruleset,
 						    const netlink::EncodedTable &encoded) const;
@@ -130,6 +140,9 @@ private:
 	KernelLimits limits_;
 	bool simulateNoFullyRandom_ = false;
 	std::optional<Feature> refusedFeature_; // of the last commit, when one was
+	// The counters' values last read or committed, carried over into a replacement of
+	// a table someone deleted (so that no count goes down).
+	std::vector<CounterValue> lastCounters_;
 	// The last commit was refused because another process owns the table: each retry
 	// asks whether it still does before encoding anything.
 	bool lockedOut_ = false;

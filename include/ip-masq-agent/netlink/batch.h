@@ -51,6 +51,7 @@ public:
 	Status addChain(const nftnl_chain *chain, std::string description,
 			const void *source = nullptr);
 	Status addSet(const nftnl_set *set, std::string description);
+	Status addObject(const nftnl_obj *object, std::string description);
 	Status addSetElements(const nftnl_set *elements, std::string description);
 	Status addRule(const nftnl_rule *rule, std::string description,
 		       const void *source = nullptr);
@@ -58,8 +59,8 @@ public:
 	Status changeSetElements(uint16_t type, uint16_t flags, const nftnl_set *elements,
 				 std::string description);
 
-	// Everything in `table`: NEWTABLE, then chains, sets with their elements, and
-	// rules with the anonymous sets they bind, in the order nft sends them.
+	// Everything in `table`: NEWTABLE, then chains, sets with their elements, named
+	// counters, and rules with the anonymous sets they bind, in the order nft sends them.
 	// `tableFlags`: netlink flags of the NEWTABLE message (createTableBatch()).
 	Status addEncodedTable(const EncodedTable &table, uint16_t tableFlags = 0);
 

@@ -32,8 +32,12 @@ void addPayloadLoad(nftnl_rule *rule, uint32_t base, uint32_t offset, uint32_t l
 void addFibLoad(nftnl_rule *rule, uint32_t flags, uint32_t result, uint32_t dreg);
 
 // lookup reg set <name>; a non-zero id ties it to a set declared earlier in the same
-// batch, 0 refers to an existing set by name only.
-void addLookup(nftnl_rule *rule, uint32_t sreg, const std::string &set, uint32_t setId);
+// batch, 0 refers to an existing set by name only. `inverted`: "!= @set".
+void addLookup(nftnl_rule *rule, uint32_t sreg, const std::string &set, uint32_t setId,
+	       bool inverted = false);
+
+// objref type <type> name <name>: "counter name \"x\"" for a named counter.
+void addObjectReference(nftnl_rule *rule, uint32_t type, const std::string &name);
 
 // numgen <type> mod <modulus> => reg
 void addNumgen(nftnl_rule *rule, uint32_t type, uint32_t modulus, uint32_t dreg);

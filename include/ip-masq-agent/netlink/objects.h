@@ -74,9 +74,15 @@ struct EncodedChain {
 	std::vector<EncodedRule> rules;
 };
 
+struct EncodedObject {
+	ObjPtr object; // a named counter, with its comment and starting values
+	std::string description; // "counter masq-v4"
+};
+
 struct EncodedTable {
 	TablePtr table; // with its comment
 	std::string description; // "table ip-masq-agent"
+	std::vector<EncodedObject> objects;
 	std::vector<EncodedSet> sets;
 	std::vector<EncodedChain> chains;
 };
@@ -95,6 +101,9 @@ struct EncodingOptions {
 	// fault hook for tests) a bit no kernel knows, which it refuses as one that
 	// predates fully-random does.
 	uint32_t fullyRandomFlag = kNatFlagFullyRandom;
+	// The values the named counters start at (by name; others start at zero): a table
+	// that replaces another carries its counts on, so they never go down.
+	std::vector<CounterValue> counterStart = {};
 };
 
 // Encode the whole model. Fails only on what the kernel or nft would refuse anyway

@@ -20,6 +20,7 @@ namespace ipmasq::netlink {
 
 struct TableSnapshot {
 	TablePtr table;
+	std::vector<ObjPtr> objects; // the named counters
 	std::vector<SetPtr> sets; // named and anonymous: the declarations
 	// Each set's elements as canonical lines (appendElementLines), by set name. A
 	// dump is converted message by message, so that a set's elements never all

@@ -157,6 +157,7 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 						 nodeAddresses_);
 	configuredResync_ = desired.resyncInterval;
 	natSamples_ = sampleDecisions(loaded->config, options_.configFlags.enableIpv6);
+	natCycle_.restart();
 	subnetAddresses_ = chooseSubnetAddresses(*loaded, nodeAddresses_);
 	if (dependsOnNodeAddresses(*loaded))
 		addressDependentConfig_ = std::move(*loaded);
@@ -347,9 +348,10 @@ void Daemon::checkNatConflicts()
 	const Clock::time_point started = Clock::now();
 	natCheckPending_ = false;
 	runNatCheck();
-	// A pass over a large ruleset (upstream's leftover chain of 10,000 rules takes about
-	// half a second) must not take a core while other tables churn: the next one waits
-	// ten times as long as this one took, and at least kNatCheckPeriod.
+	// Passes over a large ruleset (upstream's leftover chain of 10,000 rules takes about
+	// half a second in all, in passes of kNatCheckStepsPerPass) must not take a core while
+	// other tables churn: the next one waits ten times as long as this one took, and at
+	// least kNatCheckPeriod.
 	const Clock::time_point done = Clock::now();
 	nextNatCheck_ = done + std::max<Clock::duration>(kNatCheckPeriod, 10 * (done - started));
 }
@@ -378,25 +380,34 @@ void Daemon::runNatCheck()
 	nat::AgentPlacement agent;
 	agent.table = options_.ruleset.table;
 	agent.priority = options_.ruleset.priority;
-	reportNatConflicts(findConflicts(*ruleset, natSamples_, node, agent), std::move(warnings));
+	CheckLimits budget;
+	budget.maxSteps = kNatCheckStepsPerPass;
+	const ConflictPass pass =
+		findConflicts(*ruleset, std::span(natSamples_).subspan(natCycle_.next()), node, agent,
+			      budget);
+	std::optional<std::vector<NatConflict>> cycle = natCycle_.add(pass, natSamples_.size());
+	if (!cycle) {
+		log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} "
+			   "steps in this one)", natCycle_.next(), natSamples_.size(), pass.steps);
+		natCheckPending_ = true;
+		return;
+	}
+	reportNatConflicts(std::move(*cycle), std::move(warnings));
 }
 
-void Daemon::reportNatConflicts(const ConflictPass &pass, std::vector<std::string> warnings)
+void Daemon::reportNatConflicts(std::vector<NatConflict> conflicts, std::vector<std::string> warnings)
 {
-	const ConflictChanges changes = diffConflicts(natConflicts_, pass.conflicts);
+	const ConflictChanges changes = diffConflicts(natConflicts_, conflicts);
 	for (const NatConflict &c : changes.found)
 		log::warning("NAT conflict: {}", c.describe());
 	for (const NatConflict &c : changes.resolved)
 		log::info("NAT conflict resolved: {}", c.describe());
-	if (!pass.complete)
-		log::debug("the NAT conflict check stopped after {} of {} samples ({} steps)",
-			   pass.evaluated, natSamples_.size(), pass.steps);
 	AgentStatus::Snapshot::NatConflicts counts;
-	for (const NatConflict &c : pass.conflicts) {
+	for (const NatConflict &c : conflicts) {
 		(c.certain ? counts.certain : counts.may)++;
 		warnings.push_back("NAT conflict: " + c.describe());
 	}
-	natConflicts_ = pass.conflicts;
+	natConflicts_ = std::move(conflicts);
 	status_.natConflictsChecked(counts, std::move(warnings));
 }
 

@@ -405,8 +405,8 @@ std::string describeOtherTables(const Config &config, const ExplainContext &cont
 	nat::AgentPlacement agent;
 	agent.table = context.table;
 	agent.priority = view.agentPriority;
-	const ConflictPass pass = findConflicts(
-		view.ruleset, {explainedPacket(config, context, destination, masquerades)}, view.node, agent);
+	const SampledDecision packet = explainedPacket(config, context, destination, masquerades);
+	const ConflictPass pass = findConflicts(view.ruleset, std::span(&packet, 1), view.node, agent);
 	if (pass.conflicts.empty())
 		return "; no other table's NAT undoes that" + legacyNote;
 	std::string text;

@@ -185,7 +185,7 @@ std::string NatConflict::describe() const
 	return fmt::format("{}, {}", describeRule(), what);
 }
 
-ConflictPass findConflicts(const nat::NatRuleset &ruleset, const std::vector<SampledDecision> &samples,
+ConflictPass findConflicts(const nat::NatRuleset &ruleset, std::span<const SampledDecision> samples,
 			   const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
 			   const CheckLimits &limits)
 {
@@ -203,6 +203,29 @@ ConflictPass findConflicts(const nat::NatRuleset &ruleset, const std::vector<Sam
 		collect(ruleset, sample, verdict, limits.maxConflicts, pass);
 	}
 	return pass;
+}
+
+void ConflictCycle::restart()
+{
+	next_ = 0;
+	conflicts_.clear();
+}
+
+std::optional<std::vector<NatConflict>> ConflictCycle::add(const ConflictPass &pass, size_t sampleCount,
+							   size_t maxConflicts)
+{
+	for (const NatConflict &conflict : pass.conflicts) {
+		const auto same = [&conflict](const NatConflict &c) { return c.sameAs(conflict); };
+		if (conflicts_.size() < maxConflicts &&
+		    std::none_of(conflicts_.begin(), conflicts_.end(), same))
+			conflicts_.push_back(conflict);
+	}
+	next_ += pass.evaluated;
+	if (next_ < sampleCount)
+		return std::nullopt;
+	std::vector<NatConflict> done = std::move(conflicts_);
+	restart();
+	return done;
 }
 
 nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses)

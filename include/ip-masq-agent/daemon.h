@@ -102,7 +102,7 @@ private:
 	// for /readyz?verbose while they exist.
 	std::vector<std::string> legacyNatWarnings();
 	// The pass's own findings, before legacy ones: counts for the gauge, lines for /readyz.
-	void reportNatConflicts(const ConflictPass &pass, std::vector<std::string> warnings);
+	void reportNatConflicts(std::vector<NatConflict> conflicts, std::vector<std::string> warnings);
 
 	// How often the loop reads conntrack's statistics (and once at start). The loop
 	// reads them, never a scrape: however many scrapes come, the kernel is asked at
@@ -112,6 +112,10 @@ private:
 	// once per this period: kube-proxy rewrites its table all the time, and one pass
 	// reads every other table's nat chains and evaluates up to a few hundred packets.
 	static constexpr std::chrono::seconds kNatCheckPeriod{3};
+	// Evaluation steps per pass (about 0.1 s at upstream's leftover chain of 10,000
+	// rules): a pass longer than that stops and the next resumes, so no turn of the
+	// loop (which also heals the table) waits long behind the check.
+	static constexpr size_t kNatCheckStepsPerPass = 100000;
 	// The same for the table's connection counters: one small dump (about ten objects).
 	static constexpr std::chrono::seconds kCountersReadPeriod{2};
 
@@ -143,7 +147,8 @@ private:
 	std::vector<SampledDecision> natSamples_;
 	bool natCheckPending_ = false;
 	Clock::time_point nextNatCheck_{};
-	std::vector<NatConflict> natConflicts_;
+	ConflictCycle natCycle_; // where the next pass resumes, what this cycle found so far
+	std::vector<NatConflict> natConflicts_; // the last complete cycle's
 	std::string lastNatCheckError_;
 	bool legacyNatSaid_[2] = {false, false}; // IPv4, IPv6
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -92,9 +93,29 @@ struct ConflictPass {
 
 // Evaluates every sample against `ruleset`. `agent` gives the agent's table and priority;
 // its decision comes from each sample.
-ConflictPass findConflicts(const nat::NatRuleset &ruleset, const std::vector<SampledDecision> &samples,
+ConflictPass findConflicts(const nat::NatRuleset &ruleset, std::span<const SampledDecision> samples,
 			   const nat::NodeAddresses &node, const nat::AgentPlacement &agent,
 			   const CheckLimits &limits = {});
+
+// The daemon's check spread over passes: each pass resumes at the first sample the last
+// one did not reach (a step budget per pass keeps each of the loop's turns short), and
+// once the last sample is done the cycle's conflicts are the result, diffed as a whole.
+class ConflictCycle
+{
+public:
+	// A new sample: start over.
+	void restart();
+	// Where the next pass starts, in the sample.
+	size_t next() const { return next_; }
+	// One pass over the samples from next() on; the cycle's conflicts (each distinct one
+	// once, at most maxConflicts) when it reached the last of `sampleCount`, else none.
+	std::optional<std::vector<NatConflict>> add(const ConflictPass &pass, size_t sampleCount,
+						    size_t maxConflicts = CheckLimits{}.maxConflicts);
+
+private:
+	size_t next_ = 0;
+	std::vector<NatConflict> conflicts_;
+};
 
 // The node's addresses as the evaluator needs them (fib and addrtype): a full dump of them
 // is complete.

@@ -336,6 +336,8 @@ TEST_CASE("NAT conflicts: a gauge once a check ran, warnings that never make it 
 	status.natConflictCheckFailed({"legacy"});
 	CHECK(status.prometheusText().find("ip_masq_agent_nat_conflicts") == std::string::npos);
 	CHECK(status.snapshot().warnings == std::vector<std::string>{"legacy"});
+	CHECK(status.health().ok);
+}
 
 TEST_CASE("/metrics: the table's connection counters, labelled from their names")
 {

@@ -221,3 +221,41 @@ TEST_CASE("conflicts are bounded and diffed: found, resolved, the same is no cha
 	CHECK(swapped.resolved.size() == 2);
 	CHECK(swapped.resolved[0].outcome.rule->handle == 7);
 }
+
+TEST_CASE("a check spread over passes: each resumes where the last stopped, the cycle gives "
+	  "what one whole pass gives")
+{
+	const nat::NatRuleset ruleset = ipNat({kubelet(7)});
+	const auto samples = sampleDecisions(twoRanges(), false);
+	REQUIRE(samples.size() > 2);
+	const ConflictPass whole = findConflicts(ruleset, samples, node(), {});
+	REQUIRE_FALSE(whole.conflicts.empty());
+
+	ConflictCycle cycle;
+	std::optional<std::vector<NatConflict>> result;
+	size_t passes = 0;
+	while (!result && passes < 100) {
+		// A budget of one step: each pass evaluates one sample.
+		const ConflictPass pass = findConflicts(
+			ruleset, std::span(samples).subspan(cycle.next()), node(), {}, {64, 1});
+		CHECK(pass.evaluated == 1);
+		result = cycle.add(pass, samples.size());
+		passes++;
+	}
+	REQUIRE(result);
+	CHECK(passes == samples.size());
+	REQUIRE(result->size() == whole.conflicts.size());
+	for (size_t i = 0; i < whole.conflicts.size(); i++)
+		CHECK(result->at(i).sameAs(whole.conflicts[i]));
+	// Done: the next cycle starts at the first sample, with nothing found yet.
+	CHECK(cycle.next() == 0);
+
+	// A new sample half-way: what was found for the old one is dropped.
+	(void)cycle.add(findConflicts(ruleset, samples, node(), {}, {64, 1}), samples.size());
+	CHECK(cycle.next() == 1);
+	cycle.restart();
+	CHECK(cycle.next() == 0);
+	const auto clean = cycle.add(findConflicts(ipNat({}), samples, node(), {}), samples.size());
+	REQUIRE(clean);
+	CHECK(clean->empty());
+}

@@ -358,7 +358,8 @@ TEST_CASE("Prometheus loads the alert rules and evaluates them on the agent: all
 	const std::vector<std::string> alerts{
 		"IPMasqAgentNotReady", "IPMasqAgentSyncFailing", "IPMasqAgentTableRepairsClimbing",
 		"IPMasqAgentConntrackInsertFailures", "IPMasqAgentConntrackTableNearlyFull",
-		"IPMasqAgentConntrackUnreadable", "IPMasqAgentOutputAddressMissing"};
+		"IPMasqAgentConntrackUnreadable", "IPMasqAgentOutputAddressMissing",
+		"IPMasqAgentNatConflict"};
 	ServingAgent agent;
 	Prometheus prometheus;
 	std::string rules;

@@ -54,6 +54,23 @@ std::vector<Address> sampleDestinations(const IntervalSet &exempt)
 	return out;
 }
 
+// Beyond the limit the spread may skip link-local, the one entry the agent adds itself and
+// the one other components most often leave out (kubelet's rule exempts only the cluster
+// CIDR): its interval is always sampled, one more destination at most.
+std::vector<Address> withLinkLocal(std::vector<Address> sampled, const IntervalSet &exempt)
+{
+	const Address linkLocal = linkLocalPrefix(exempt.family()).network;
+	for (const AddressRange &range : exempt.ranges()) {
+		if (!(range.first <= linkLocal && linkLocal <= range.last))
+			continue;
+		if (std::find(sampled.begin(), sampled.end(), range.first) == sampled.end())
+			sampled.insert(std::upper_bound(sampled.begin(), sampled.end(), range.first),
+				       range.first);
+		break;
+	}
+	return sampled;
+}
+
 bool isNat(nat::NatAction action)
 {
 	switch (action) {
@@ -147,8 +164,9 @@ std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIp
 		if (sources.empty())
 			sources.emplace_back(std::nullopt); // no entry of the family: any source
 		sources = spread(sources, limits.maxSources);
-		const auto destinations = spread(
-			sampleDestinations(resolveNonMasquerade(config, family)), limits.maxDestinations);
+		const IntervalSet exempt = resolveNonMasquerade(config, family);
+		const auto destinations =
+			withLinkLocal(spread(sampleDestinations(exempt), limits.maxDestinations), exempt);
 		for (const Address &destination : destinations) {
 			const ExplainDecision decision = explainDecision(config, destination);
 			const std::string entry = describeDecidingEntry(config, decision);

@@ -4,6 +4,8 @@
 // SNAT before the agent), each distinct conflict once, and the diff between two passes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <linux/netfilter/xt_addrtype.h>
 
 #include "ip-masq-agent/nat_conflicts.h"
@@ -118,8 +120,20 @@ TEST_CASE("the sample: the first address of every interval and every range betwe
 			many.push_back(p);
 		}
 		const auto bounded = sampleDecisions(test::fileConfig(many), false, {16, 4});
-		CHECK(bounded.size() == 16);
+		// The 16 spread ones, and link-local's interval, which the spread skipped: the
+		// entry other components most often leave out.
+		CHECK(bounded.size() == 17);
 		CHECK(bounded.front().destination.toString() == "0.0.0.1");
+		const std::vector<std::string> sampled = destinations(bounded);
+		CHECK(std::count(sampled.begin(), sampled.end(), "169.254.0.0 exempt") == 1);
+		CHECK(std::is_sorted(bounded.begin(), bounded.end(),
+				     [](const SampledDecision &a, const SampledDecision &b) {
+					     return a.destination < b.destination;
+				     }));
+		// With masqLinkLocal it is masqueraded, like its neighbours: nothing pinned.
+		Config masqLinkLocal = test::fileConfig(many);
+		masqLinkLocal.masqLinkLocal = true;
+		CHECK(sampleDecisions(masqLinkLocal, false, {16, 4}).size() == 16);
 	}
 }
 

@@ -375,6 +375,8 @@ SampledDecision explainedPacket(const Config &config, const ExplainContext &cont
 	if (!context.outputInterface.empty())
 		sample.outputInterface = context.outputInterface;
 	sample.masquerades = masquerades;
+	if (const std::optional<OutputAddress> &output = config.outputAddressOf(destination.family))
+		sample.agentSnat = output->range;
 	sample.entry = describeDecidingEntry(config, explainDecision(config, destination));
 	return sample;
 }

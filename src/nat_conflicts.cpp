@@ -71,6 +71,14 @@ std::vector<Address> withLinkLocal(std::vector<Address> sampled, const IntervalS
 	return sampled;
 }
 
+std::optional<AddressRange> agentSnatRange(const Config &config, Family family)
+{
+	const std::optional<OutputAddress> &output = config.outputAddressOf(family);
+	if (!output)
+		return std::nullopt;
+	return output->range;
+}
+
 bool isNat(nat::NatAction action)
 {
 	switch (action) {
@@ -90,15 +98,20 @@ bool isNat(nat::NatAction action)
 // Whether `o` undoes the sampled decision: a rule of another table NATs what the agent
 // exempts, or rewrites the source to an address before the agent masquerades. A masquerade
 // before the agent's does what the agent would; a drop is not NAT.
-std::optional<NatConflict::Kind> conflictKind(const nat::Outcome &o, bool agentMasquerades)
+std::optional<NatConflict::Kind> conflictKind(const nat::Outcome &o, const SampledDecision &sample)
 {
 	if (o.decider != nat::Decider::rule || !isNat(o.action))
 		return std::nullopt;
-	if (!agentMasquerades)
+	if (!sample.masquerades)
 		return NatConflict::Kind::natsExempted;
-	if (o.action == nat::NatAction::snat)
-		return NatConflict::Kind::natsFirst;
-	return std::nullopt;
+	if (o.action != nat::NatAction::snat)
+		return std::nullopt;
+	// An SNAT to where the agent's own outputAddress would put the source is the same
+	// decision, made earlier.
+	if (sample.agentSnat && o.address && sample.agentSnat->first <= *o.address &&
+	    *o.address <= sample.agentSnat->last)
+		return std::nullopt;
+	return NatConflict::Kind::natsFirst;
 }
 
 std::string ruleTextOf(const nat::NatRuleset &ruleset, const nat::Outcome &o)
@@ -131,7 +144,7 @@ void collect(const nat::NatRuleset &ruleset, const SampledDecision &sample,
 	     const nat::NatVerdict &verdict, size_t maxConflicts, ConflictPass &pass)
 {
 	for (const nat::Outcome &o : verdict.outcomes) {
-		const auto kind = conflictKind(o, sample.masquerades);
+		const auto kind = conflictKind(o, sample);
 		if (!kind)
 			continue;
 		NatConflict conflict{*kind, sample.destination.family, verdict.certain(), o, {},
@@ -171,7 +184,8 @@ std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIp
 			const ExplainDecision decision = explainDecision(config, destination);
 			const std::string entry = describeDecidingEntry(config, decision);
 			for (const std::optional<Address> &source : sources)
-				out.push_back({destination, source, std::nullopt, decision.masqueraded, entry});
+				out.push_back({destination, source, std::nullopt, decision.masqueraded, entry,
+					       agentSnatRange(config, family)});
 		}
 	}
 	return out;

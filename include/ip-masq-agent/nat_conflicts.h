@@ -30,6 +30,10 @@ struct SampledDecision {
 	// that matches on it "may".
 	std::optional<std::string> outputInterface;
 	bool masquerades = false; // the agent's decision, by the config
+	// Where the agent's own SNAT puts the source (outputAddress of the family: the
+	// address, the range, or the whole subnet); nullopt: masquerade. Another table's SNAT
+	// into it does what the agent would, and is no conflict.
+	std::optional<AddressRange> agentSnat = {};
 	// What decides it, in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",
 	// "built-in default 10.0.0.0/8", "no entry covers it".
 	std::string entry;

@@ -206,6 +206,21 @@ TEST_CASE("an SNAT before the agent undoes its masquerade; a masquerade does not
 	const auto masq = conflicts(ipNat({rule(6, {nat::Masquerade{}})}), twoRanges());
 	for (const NatConflict &c : masq)
 		CHECK(c.kind == NatConflict::Kind::natsExempted);
+
+	// With an outputAddress, an SNAT into it does what the agent would; elsewhere it
+	// still undoes the agent's choice.
+	for (const auto &[output, conflicting] :
+	     {std::pair{"203.0.113.9", false}, std::pair{"203.0.113.8-203.0.113.10", false},
+	      std::pair{"203.0.113.0/24", false}, std::pair{"198.51.100.7", true}}) {
+		INFO(output);
+		Config config = twoRanges();
+		config.outputAddress = parseOutputAddress(output).value();
+		bool first = false;
+		for (const NatConflict &c : conflicts(
+			     ipNat({rule(5, {target("SNAT", 0, snatV4Info("203.0.113.9"))})}), config))
+			first = first || c.kind == NatConflict::Kind::natsFirst;
+		CHECK(first == conflicting);
+	}
 }
 
 TEST_CASE("conflicts are bounded and diffed: found, resolved, the same is no change")

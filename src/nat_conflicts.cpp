@@ -170,6 +170,7 @@ std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIp
 	for (const Family family : {Family::ipv4, Family::ipv6}) {
 		if (family == Family::ipv6 && !enableIpv6)
 			continue;
+		const std::optional<AddressRange> agentSnat = agentSnatRange(config, family);
 		std::vector<std::optional<Address>> sources;
 		const IntervalSet allowed = masqueradeSources(config, family);
 		for (const AddressRange &range : allowed.ranges())
@@ -184,8 +185,12 @@ std::vector<SampledDecision> sampleDecisions(const Config &config, bool enableIp
 			const ExplainDecision decision = explainDecision(config, destination);
 			const std::string entry = describeDecidingEntry(config, decision);
 			for (const std::optional<Address> &source : sources)
-				out.push_back({destination, source, std::nullopt, decision.masqueraded, entry,
-					       agentSnatRange(config, family)});
+				out.push_back(SampledDecision{.destination = destination,
+							      .source = source,
+							      .outputInterface = std::nullopt,
+							      .masquerades = decision.masqueraded,
+							      .agentSnat = agentSnat,
+							      .entry = entry});
 		}
 	}
 	return out;

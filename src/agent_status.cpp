@@ -23,9 +23,12 @@ void appendMetric(std::string &out, std::string_view name, std::string_view type
 	out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
 
-// Conntrack's families: only what the last reading holds (a statistic this kernel does not
-// keep, or a reading that failed, is left out rather than shown as 0), and always the
-// read's own health.
+// A family as the metrics' `family` label writes it.
+const char *familyLabel(Family family)
+{
+	return family == Family::ipv4 ? "ipv4" : "ipv6";
+}
+
 // The table's connection counters: a counter per decision, its labels from its name.
 std::string connectionsText(const std::vector<CounterValue> &values)
 {
@@ -41,13 +44,16 @@ std::string connectionsText(const std::vector<CounterValue> &values)
 			      "# TYPE ip_masq_agent_connections_total counter\n";
 		out += fmt::format("ip_masq_agent_connections_total{{family=\"{}\",decision=\"{}\","
 				   "reason=\"{}\"}} {}\n",
-				   label->family == Family::ipv4 ? "ipv4" : "ipv6",
+				   familyLabel(label->family),
 				   decisionName(label->decision), reasonName(label->reason),
 				   value.packets);
 	}
 	return out;
 }
 
+// Conntrack's families: only what the last reading holds (a statistic this kernel does not
+// keep, or a reading that failed, is left out rather than shown as 0), and always the
+// read's own health.
 std::string conntrackText(const AgentStatus::Snapshot &s)
 {
 	std::string out;
@@ -299,7 +305,7 @@ std::string AgentStatus::Snapshot::prometheusText() const
 		       "masquerades instead.\n# TYPE ip_masq_agent_output_address_available gauge\n";
 		for (const SubnetChoice &choice : subnets)
 			out += fmt::format("ip_masq_agent_output_address_available{{family=\"{}\"}} {}\n",
-					   choice.family == Family::ipv4 ? "ipv4" : "ipv6",
+					   familyLabel(choice.family),
 					   choice.address ? 1 : 0);
 	}
 	out += connectionsText(connections);

@@ -285,6 +285,12 @@ void Daemon::reportToSystemd()
 
 void Daemon::readConnectionCounters()
 {
+	// Without counters in the table (--connection-counters=false) there is nothing to
+	// read, ever: the timer never fires.
+	if (!options_.ruleset.connectionCounters) {
+		nextCountersRead_ = Clock::time_point::max();
+		return;
+	}
 	nextCountersRead_ = Clock::now() + kCountersReadPeriod;
 	auto values = backend_.readCounters(options_.ruleset.table);
 	if (values) {

@@ -278,30 +278,29 @@ void addNatRules(Chain &chain, const Config &config, const std::vector<Family> &
 			},
 			snatComment(family, *config.outputAddressOf(family)),
 			counters.use({family, Decision::snat, DecisionReason::none},
-				     "SNATed to " + std::string(family == Family::ipv4
-									 ? "outputAddress"
-									 : "outputAddressIPv6")));
+				     fmt::format("SNATed to {}", outputAddressKey(family))));
 	}
 	if (masquerading.empty())
 		return;
-	if (!counters.enabled()) {
+	if (!perFamily) {
+		// One rule for every family left; counted when counting (then it is one family).
 		addPortCascade(
 			chain, options, "",
 			[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
 				return Masquerade{ports, sample, options.randomFully};
 			},
-			"outbound traffic is masqueraded (must be last in chain)", "");
+			"outbound traffic is masqueraded (must be last in chain)",
+			counters.use({masquerading.front(), Decision::masqueraded, DecisionReason::none},
+				     "masqueraded"));
 		return;
 	}
 	for (const Family family : masquerading)
 		addPortCascade(
-			chain, options, perFamily ? fmt::format("{} ", familyName(family)) : "",
+			chain, options, fmt::format("{} ", familyName(family)),
 			[&](std::optional<PortRange> ports, std::optional<RandomSample> sample) {
-				return Masquerade{ports, sample, options.randomFully,
-						  perFamily ? std::optional(family) : std::nullopt};
+				return Masquerade{ports, sample, options.randomFully, family};
 			},
-			perFamily ? fmt::format("{} outbound traffic is masqueraded", familyName(family))
-				  : "outbound traffic is masqueraded (must be last in chain)",
+			fmt::format("{} outbound traffic is masqueraded", familyName(family)),
 			counters.use({family, Decision::masqueraded, DecisionReason::none},
 				     "masqueraded"));
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Test support: configs as the parser leaves them for one file, with each entry's line.
+// Test support: configs as the parser leaves them for one file, with each entry's line,
+// and parsing a config text as that file.
 #pragma once
 
 #include <string>
@@ -35,6 +36,24 @@ inline Config fileConfig(std::vector<Prefix> nonMasquerade, std::vector<Prefix> 
 	config.masqueradeSourceCIDRs = std::move(sources);
 	config.files = {kConfigFile};
 	return config;
+}
+
+// The config `text` parses, as if read from kConfigFile; the test fails otherwise.
+inline LoadedConfig parseOk(const std::string &text, ConfigFlags flags = {})
+{
+	auto loaded = parseConfig(text, kConfigFile, flags);
+	INFO("config:\n" << text << "\nerror: " << (loaded ? "" : loaded.error().message));
+	REQUIRE(loaded);
+	return *loaded;
+}
+
+// The error `text` gets, as if read from kConfigFile; the test fails if it parses.
+inline std::string parseError(const std::string &text, ConfigFlags flags = {})
+{
+	auto loaded = parseConfig(text, kConfigFile, flags);
+	INFO("config:\n" << text);
+	REQUIRE_FALSE(loaded);
+	return loaded.error().message;
 }
 
 } // namespace ipmasq::test

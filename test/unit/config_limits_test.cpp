@@ -23,29 +23,17 @@
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/unique_fd.h"
 #include "scratch_dir.h"
+#include "config_entries.h"
 
 using namespace ipmasq;
 using ipmasq::test::ScratchDir;
 
 namespace {
 
-const std::string kSource = "/etc/config/ip-masq-agent";
+const std::string &kSource = test::kConfigFile;
 
-LoadedConfig parseOk(const std::string &text, ConfigFlags flags = {})
-{
-	auto loaded = parseConfig(text, kSource, flags);
-	INFO("config: " << text.substr(0, 300) << "\nerror: " << (loaded ? "" : loaded.error().message));
-	REQUIRE(loaded);
-	return *loaded;
-}
-
-std::string parseError(const std::string &text, ConfigFlags flags = {})
-{
-	auto loaded = parseConfig(text, kSource, flags);
-	INFO("config: " << text.substr(0, 300));
-	REQUIRE_FALSE(loaded);
-	return loaded.error().message;
-}
+using test::parseError;
+using test::parseOk;
 
 // A message fit for one log line: no control byte can end it or forge another.
 bool isOneSafeLine(const std::string &message)

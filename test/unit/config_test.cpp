@@ -9,29 +9,17 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
 #include "scratch_dir.h"
+#include "config_entries.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
 
 namespace {
 
-const std::string kSource = "/etc/config/ip-masq-agent";
+const std::string &kSource = test::kConfigFile;
 
-LoadedConfig parseOk(const std::string &text, ConfigFlags flags = {})
-{
-	auto loaded = parseConfig(text, kSource, flags);
-	INFO("config:\n" << text << "\nerror: " << (loaded ? "" : loaded.error().message));
-	REQUIRE(loaded);
-	return *loaded;
-}
-
-std::string parseError(const std::string &text, ConfigFlags flags = {})
-{
-	auto loaded = parseConfig(text, kSource, flags);
-	INFO("config:\n" << text);
-	REQUIRE_FALSE(loaded);
-	return loaded.error().message;
-}
+using test::parseError;
+using test::parseOk;
 
 std::vector<std::string> cidrs(const Config &config)
 {

@@ -9,29 +9,17 @@
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "config_entries.h"
 
 using namespace ipmasq;
 
 namespace {
 
-const std::string kSource = "/etc/config/ip-masq-agent";
+const std::string &kSource = test::kConfigFile;
 const ConfigFlags kIpv6{false, true};
 
-LoadedConfig parseOk(const std::string &text, ConfigFlags flags = {})
-{
-	auto loaded = parseConfig(text, kSource, flags);
-	INFO("config:\n" << text << "\nerror: " << (loaded ? "" : loaded.error().message));
-	REQUIRE(loaded);
-	return *loaded;
-}
-
-std::string parseError(const std::string &text, ConfigFlags flags = {})
-{
-	auto loaded = parseConfig(text, kSource, flags);
-	INFO("config:\n" << text);
-	REQUIRE_FALSE(loaded);
-	return loaded.error().message;
-}
+using test::parseError;
+using test::parseOk;
 
 std::vector<std::string> names(const std::vector<InterfacePattern> &patterns)
 {

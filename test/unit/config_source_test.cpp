@@ -64,8 +64,11 @@ std::string yieldedFiles(const Result<std::optional<ConfigContent>> &result)
 		return *state;
 	std::string out = "files:";
 	for (const ConfigFile &file : (*result)->files)
-		out += (out.size() > 6 ? "," : "") +
-			std::filesystem::path(file.path).filename().string() + "=" + file.text;
+		// Appends, not "," + string: g++ 12's bogus -Wrestrict at -O3 (GCC bug 105329).
+		out.append(out.size() > 6 ? "," : "")
+			.append(std::filesystem::path(file.path).filename().string())
+			.append("=")
+			.append(file.text);
 	return out;
 }
 

@@ -139,7 +139,7 @@ TEST_CASE("interface names: exact, nft's and iptables' wildcards; a list or one 
 
 	std::string many = "outputInterface: [";
 	for (size_t i = 0; i <= kMaxInterfacePatterns; i++)
-		many += "e" + std::to_string(i) + ",";
+		many.append("e").append(std::to_string(i)).append(","); // not "e" + string: GCC bug 105329
 	CHECK_THAT(parseError(many + "]\n"), Catch::Contains("more than 1024 names"));
 }
 

@@ -239,6 +239,7 @@ make_base() {
 
 pull=()
 need_native=0
+base_missing=0
 case " ${arches[*]} " in *" $native_arch "*) need_native=1 ;; esac
 if [ "$need_native" = 0 ]; then
 	: # only cross builds: no build base
@@ -247,8 +248,9 @@ elif [ -n "$build_base" ]; then
 else
 	hash=$(printf 'recipe %s\nmirror %s\n%s\n' "$recipe" "$mirror" "$packages" | sha256sum | cut -c1-12)
 	build_base=localhost/ip-masq-agent-build-base:bookworm-$hash
+	# Made by build_native, so that a cross build runs meanwhile.
 	if [ "$refresh_base" = 1 ] || ! image_exists "$build_base"; then
-		make_base "$build_base"
+		base_missing=1
 	else
 		say "build base: $build_base (cached; --refresh-base makes it again)"
 	fi
@@ -309,6 +311,7 @@ drop_replaced() {
 
 build_native() {
 	local image=$1 previous_id start
+	[ "$base_missing" = 0 ] || make_base "$build_base"
 	say "building $image (version $version, linux/$native_arch)"
 	previous_id=$(image_id "$image") || true
 	start=$SECONDS
@@ -387,9 +390,29 @@ if [ "${#arches[@]}" = 1 ]; then
 	build_for "$tag" "${arches[0]}"
 else
 	[ "$tool" != docker ] || die "several platforms need buildah or podman (a local manifest list)"
+	# The images build side by side: the native build first makes its base (mmdebstrap:
+	# downloads and dpkg, little CPU) while the cross compiler uses the cores, so both
+	# together take little more than the longer one. Each runs in a subshell of its own,
+	# where set -e holds (it would not in a `||` list) and its own EXIT trap cleans up its
+	# container and directory; the cross build's lines are marked with its architecture.
+	pids=() labels=()
 	for arch in "${arches[@]}"; do
-		build_for "$tag-$arch" "$arch"
+		if [ "$arch" = "$native_arch" ]; then
+			( trap cleanup EXIT; build_for "$tag-$arch" "$arch" ) &
+		else
+			(
+				trap cleanup EXIT
+				set -o pipefail # the build's status, not sed's
+				build_for "$tag-$arch" "$arch" 2>&1 | sed -u "s/^/[$arch] /" >&2
+			) &
+		fi
+		pids+=("$!") labels+=("linux/$arch")
 	done
+	failed=
+	for i in "${!pids[@]}"; do
+		wait "${pids[$i]}" || failed="$failed ${labels[$i]}"
+	done
+	[ -z "$failed" ] || die "building the image failed for:$failed (the output above says why)"
 	# The list lives in the local store, next to its images; a previous one (or an
 	# image of that name) makes way.
 	run manifest rm "$tag" >/dev/null 2>&1 || run rmi "$tag" >/dev/null 2>&1 || true

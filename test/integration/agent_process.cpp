@@ -191,7 +191,9 @@ void requireWithin(const std::function<bool()> &condition, std::chrono::millisec
 		   const std::function<std::string()> &context)
 {
 	const auto took = waitFor(condition, timeout);
-	INFO(what << "\n" << (context ? context() + "\n" : "") << "agent log:\n" << agent.log()
+	INFO(what << ": not within " << timeout.count()
+		  << " ms, a bound that only a hang misses (it is not a speed requirement)\n"
+		  << (context ? context() + "\n" : "") << "agent log:\n" << agent.log()
 		  << "\ntable:\n" << tableListing());
 	REQUIRE(took);
 	WARN(what << ": " << took->count() << " ms");

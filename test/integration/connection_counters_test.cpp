@@ -93,7 +93,7 @@ Counts requireMetricsMatchKernel(const Agent &agent)
 			       countOr0(kernel, "nomasq-dst-v4") &&
 		       countOr0(metrics, "ipv6/masqueraded/none") == countOr0(kernel, "masq-v6");
 	};
-	requireWithin(same, 5s, agent.process(), "/metrics to show the kernel's counters",
+	requireWithin(same, 30s, agent.process(), "/metrics to show the kernel's counters",
 		      [&] { return "kernel: " + describe(kernelCounts()) + "\n/metrics: " + describe(metrics); });
 	return metrics;
 }

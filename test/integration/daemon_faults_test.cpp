@@ -4,12 +4,14 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <sys/wait.h>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "agent_process.h"
+#include "ip-masq-agent/reconciler.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;
@@ -31,22 +33,47 @@ std::string metric(const std::string &series)
 	return text.substr(from, text.find('\n', from) - from);
 }
 
-// Runs `command` in the background for `seconds` (bounded by timeout(1)), as another
-// program on the node would; joined by the destructor.
+// Runs `command` in the background as another program on the node would, until stop()
+// (or the destructor), at most `seconds` (timeout(1), which passes the stop on to it).
 class Neighbour
 {
 public:
 	Neighbour(const std::string &command, int seconds)
-		: thread_([command, seconds] {
-			  run(fmt::format("timeout {} sh -c '{}' >/dev/null 2>&1", seconds, command));
-		  })
+		: pid_(spawnChild({"timeout", std::to_string(seconds), "sh", "-c", command}, ChildStreams{}))
 	{
+		REQUIRE(pid_ > 0);
 	}
-	~Neighbour() { thread_.join(); }
+	~Neighbour() { stop(); }
+	Neighbour(const Neighbour &) = delete;
+	Neighbour &operator=(const Neighbour &) = delete;
+
+	void stop()
+	{
+		if (pid_ <= 0)
+			return;
+		kill(pid_, SIGTERM);
+		waitpid(pid_, nullptr, 0);
+		pid_ = -1;
+	}
 
 private:
-	std::thread thread_;
+	pid_t pid_;
 };
+
+// How many restores RestorePacer allows within `span` of a fight: the first at once, the
+// next kInitial later, each delay twice the last up to kMax. A busy machine only makes
+// fewer.
+int pacedRestores(std::chrono::steady_clock::duration span)
+{
+	int restores = 0;
+	std::chrono::steady_clock::duration at{0}, delay = ipmasq::RestorePacer::kInitial;
+	for (; at <= span && restores < 10000; restores++) {
+		at += delay;
+		delay = std::min<std::chrono::steady_clock::duration>(2 * delay, ipmasq::RestorePacer::kMax);
+	}
+	return restores;
+}
+
 
 // While the defaults are in force, the set holds 172.16.0.0/12.
 bool defaultsInForce()
@@ -92,12 +119,15 @@ TEST_CASE("restarted with a bad config, the agent adopts its table and restores 
 			      5s, agent, "adopted");
 		CHECK(tableListing() == before); // adopted, not rewritten
 
+		// Restores are paced (up to 2 s apart): kChangeSeen only catches a hang.
 		runOrFail("nft delete table inet ip-masq-agent");
-		requireWithin([&] { return tableListing() == before; }, 5s, agent, "restored after delete");
+		requireWithin([&] { return tableListing() == before; }, kChangeSeen, agent,
+			      "restored after delete");
 
 		runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 192.0.2.0/24 }'");
 		runOrFail("nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }'");
-		requireWithin([&] { return tableListing() == before; }, 5s, agent, "restored after an edit");
+		requireWithin([&] { return tableListing() == before; }, kChangeSeen, agent,
+			      "restored after an edit");
 		CHECK(agent.running());
 		CHECK(agent.stop(SIGTERM) == 0);
 		deleteTable();
@@ -118,7 +148,8 @@ TEST_CASE("a fresh node with a bad config gets no table, and the log says why")
 	CHECK(agent.stop(SIGTERM) == 0);
 }
 
-TEST_CASE("a config directory deleted and re-created is live within 1 s, never via the defaults")
+TEST_CASE("a config directory deleted and re-created is live again without a resync, never via "
+	  "the defaults")
 {
 	TempDir dir;
 	runOrFail("mkdir " + dir.file("cfg"));
@@ -133,14 +164,18 @@ TEST_CASE("a config directory deleted and re-created is live within 1 s, never v
 			sawDefaults |= defaultsInForce();
 	};
 	runOrFail("rm -rf " + dir.file("cfg"));
-	pollFor(300ms); // long past the debounce: the agent has seen it gone
+	// The agent has seen it gone, and keeps the rules for the grace time (its log says so).
+	requireWithin([&] {
+		sawDefaults |= defaultsInForce();
+		return agent.log().find("is missing; the current rules stay") != std::string::npos;
+	}, kChangeSeen, agent, "the directory seen gone");
 	runOrFail("mkdir " + dir.file("cfg"));
 	dir.write("cfg/config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
 	const auto took = waitFor([&] {
 		sawDefaults |= defaultsInForce();
 		return tableHas("198.51.100.0/24");
-	}, 1000ms);
-	INFO(agent.log());
+	}, kChangeSeen);
+	INFO("not within " << kChangeSeen.count() << " s (a bound only a hang misses)\n" << agent.log());
 	REQUIRE(took); // no SIGHUP, no resync (1h): the ancestor watch found it
 	pollFor(2500ms); // past the grace time: nothing changes any more
 	CHECK_FALSE(sawDefaults);
@@ -149,7 +184,8 @@ TEST_CASE("a config directory deleted and re-created is live within 1 s, never v
 
 	// Edits inside the re-created directory are watched again.
 	dir.write("cfg/config", kSlowResync + "nonMasqueradeCIDRs: [203.0.113.0/24]\n");
-	requireWithin([] { return tableHas("203.0.113.0/24"); }, 1s, agent, "edit after re-creation");
+	requireWithin([] { return tableHas("203.0.113.0/24"); }, kChangeSeen, agent,
+		      "edit after re-creation");
 	CHECK(agent.stop(SIGTERM) == 0);
 	deleteTable();
 }
@@ -163,15 +199,18 @@ TEST_CASE("a file that vanishes and comes back within the grace time never passe
 
 	runOrFail("rm " + dir.file("config"));
 	bool sawDefaults = false;
-	waitFor([&] {
+	// Back as soon as the agent has seen it gone (its log says so, and that the rules stay
+	// for the grace time, 2 s on its clock; config_source_test drives that clock): a wait of
+	// our own here would race the grace time on a busy machine.
+	requireWithin([&] {
 		sawDefaults |= defaultsInForce();
-		return false;
-	}, 1000ms); // half the grace time, polling the table every few ms
+		return agent.log().find("is missing; the current rules stay") != std::string::npos;
+	}, kChangeSeen, agent, "the file seen gone");
 	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\n");
 	requireWithin([&] {
 		sawDefaults |= defaultsInForce();
 		return tableHas("198.51.100.0/24");
-	}, 1s, agent, "back within the grace time");
+	}, kChangeSeen, agent, "back within the grace time");
 	waitFor([&] {
 		sawDefaults |= defaultsInForce();
 		return false;
@@ -198,35 +237,51 @@ TEST_CASE("50,000 CIDRs while another program re-creates its table in a loop: no
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263", "-v=1"});
 	requireWithin([] { return curlGet(kHealth + "/healthz") == "200 ok\n"; }, 30s, agent, "ready");
 
+	const auto commits = [&] {
+		std::string lines;
+		run("wc -l < " + dir.file("commits") + " 2>/dev/null", &lines);
+		return std::stoi("0" + lines);
+	};
+	const auto looks = [&] {
+		const std::string log = agent.log();
+		return countOf(log, "is intact") + countOf(log, "could not be read consistently");
+	};
 	int probes = 0, notReady = 0;
+	size_t looksDuring = 0;
 	{
 		// Two loops, so that commits come every few milliseconds: reading a table of
 		// 50,000 intervals takes longer than that, so verifications race.
 		const std::string loop = "while :; do nft -f " + dir.file("other.nft") +
 					 " && echo >> " + dir.file("commits") + "; done";
-		Neighbour other(loop, 10), another(loop, 10);
-		const auto end = std::chrono::steady_clock::now() + 10s;
-		while (std::chrono::steady_clock::now() < end) {
+		Neighbour other(loop, 600), another(loop, 600);
+		// The fight lasts until it has been a fight: 50 probes 100 ms apart, over 100
+		// commits of the neighbours, and three of the agent's resyncs (1 s apart) looking
+		// at its table. Counts, not a span: a busy machine only takes longer. 300 s only
+		// catches a hang.
+		const size_t looksBefore = looks();
+		const auto end = std::chrono::steady_clock::now() + 300s;
+		while (std::chrono::steady_clock::now() < end &&
+		       (probes < 50 || commits() <= 100 || looks() < looksBefore + 3)) {
 			probes++;
 			if (curlGet(kHealth + "/healthz") != "200 ok\n")
 				notReady++;
 			std::this_thread::sleep_for(100ms);
 		}
+		looksDuring = looks() - looksBefore;
 	}
 	const std::string log = agent.log();
 	INFO(log.substr(log.size() > 20000 ? log.size() - 20000 : 0));
-	std::string commits;
-	run("wc -l < " + dir.file("commits"), &commits);
-	INFO("the neighbours' commits: " << commits);
-	CHECK(std::stoi("0" + commits) > 100);
-	CHECK(probes > 50);
+	INFO("the neighbours' commits: " << commits() << ", probes: " << probes
+					  << ", the agent's looks at its table: " << looksDuring);
+	CHECK(commits() > 100);
+	CHECK(probes >= 50);
+	CHECK(looksDuring >= 3);
 	CHECK(notReady == 0);
 	CHECK(metric("ip_masq_agent_sync_failures_total") == "0");
 	CHECK(countOf(log, "error:") == 0);
 	CHECK(countOf(log, "outside the agent") == 0); // the neighbour never touched our table
-	// The agent did look at its table while the neighbours were busy: found it intact,
-	// or could not read it consistently (and wrote it again).
-	CHECK(countOf(log, "is intact") + countOf(log, "could not be read consistently") >= 3);
+	// The agent did look at its table while the neighbours were busy (looksDuring above):
+	// found it intact, or could not read it consistently (and wrote it again).
 	CHECK(metric("ip_masq_agent_nonmasquerade_intervals{family=\"ipv4\"}") == "50001");
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet bystander 2>/dev/null");
@@ -242,22 +297,39 @@ TEST_CASE("a writer deleting the table in a loop: restored at a bounded pace, ch
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263", "-v=1"});
 	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "first apply");
 
+	const auto repairs = [] { return std::stoi("0" + metric("ip_masq_agent_drift_repairs_total")); };
 	const double cpuBefore = cpuSeconds(agent.pid());
 	REQUIRE(cpuBefore >= 0);
+	const auto fightStart = std::chrono::steady_clock::now();
+	int repairsInFight = 0;
 	{
-		Neighbour fighter("while :; do nft delete table inet ip-masq-agent; done", 10);
+		Neighbour fighter("while :; do nft delete table inet ip-masq-agent; done", 600);
+		// Until the agent has restored its table 8 times against it (by the pace, about 7 s
+		// in): a count, not a span. 120 s only catches a hang.
+		const auto end = fightStart + 120s;
+		while (std::chrono::steady_clock::now() < end && (repairsInFight = repairs()) < 8)
+			std::this_thread::sleep_for(200ms);
 	}
+	const auto fight = std::chrono::steady_clock::now() - fightStart;
 	const double cpu = cpuSeconds(agent.pid()) - cpuBefore;
 	// The last restore is at most the pace's cap (2 s) away.
-	requireWithin([] { return tableHas("192.0.2.0/24"); }, 5s, agent, "restored after the fight");
-	const std::string repairs = metric("ip_masq_agent_drift_repairs_total");
+	requireWithin([] { return tableHas("192.0.2.0/24"); }, kChangeSeen, agent,
+		      "restored after the fight");
+	const int restores = repairs();
+	const double fightSeconds = std::chrono::duration<double>(fight).count();
 	const std::string log = agent.log();
-	INFO(log << "\nrepairs: " << repairs << ", CPU: " << cpu << " s");
-	REQUIRE_FALSE(repairs.empty());
-	WARN("fighting writer: " << repairs << " restores, agent CPU " << cpu << " s in 10 s");
-	CHECK(std::stoi(repairs) >= 5);
-	CHECK(std::stoi(repairs) <= 15); // 100 ms doubling to 2 s: about 9 in 10 s
-	CHECK(cpu < 1.0); // well under a tenth of a core over the 10 s
+	INFO(log << "\nrestores: " << restores << " (" << repairsInFight << " counted in the fight), CPU: "
+		 << cpu << " s in a fight of " << fightSeconds << " s");
+	WARN("fighting writer: " << restores << " restores, agent CPU " << cpu << " s in a fight of "
+				 << fightSeconds << " s");
+	CHECK(repairsInFight >= 8);
+	// Paced: no more than the pace allows in the fight, plus the one after it. A machine
+	// too busy to keep up makes fewer, never more.
+	CHECK(restores <= pacedRestores(fight) + 1);
+	// A loop that restores or polls without waiting would take a core for the whole
+	// fight; paced, the agent used about 1% of it on an idle machine. A quarter only
+	// catches the spin (the benchmark reports the figure, section 10).
+	CHECK(cpu < 0.25 * fightSeconds);
 	CHECK(countOf(log, "changed or deleted outside the agent") == 1); // one episode
 	CHECK(agent.stop(SIGTERM) == 0);
 	deleteTable();

@@ -58,16 +58,21 @@ std::multiset<std::string> seenFrom(const Topology &net, int family,
 }
 
 // From a change of the node's addresses until new connections show `next`: how long it
-// took. Every connection in between shows `previous` or `next`, never anything else (no
-// passing through a wrong state, such as plain masquerade). Bounded in time and count.
+// took (reported, not required: the resync is an hour away, so a switch at all came from
+// the address monitor; the benchmark times it). Every connection in between shows
+// `previous` or `next`, never anything else (no passing through a wrong state, such as
+// plain masquerade). Bounded in count and time: kChangeSeen only catches a hang.
 std::chrono::milliseconds requireSwitch(const Topology &net, const Agent &agent, int family,
 					const std::string &previous, const std::string &next,
 					std::chrono::steady_clock::time_point changed)
 {
 	Observation last;
 	int connections = 0;
-	while (connections < 2000 && std::chrono::steady_clock::now() - changed < 2s) {
-		last = connectFromPod(net, family, 500ms);
+	while (connections < 5000 && std::chrono::steady_clock::now() - changed < kChangeSeen) {
+		// At once at first, then every 5 ms: the count stays bounded on a slow machine.
+		if (connections >= 100)
+			std::this_thread::sleep_for(5ms);
+		last = connectFromPod(net, family, 2s);
 		connections++;
 		INFO("connection " << connections << ": " << last << "\nagent log:\n" << agent.log());
 		REQUIRE(last.ok());
@@ -164,9 +169,7 @@ TEST_CASE("an outputAddress subnet: this node's address in it, followed live; no
 		requireSource(net, agent, family, previous);
 		runOrFail(fmt::format("ip addr del {}/{} dev to-ext", previous,
 				      family == AF_INET ? 24 : 64));
-		const auto took = requireSwitch(net, agent, family, previous, next,
-						std::chrono::steady_clock::now());
-		CHECK(took <= 100ms);
+		requireSwitch(net, agent, family, previous, next, std::chrono::steady_clock::now());
 	}
 
 	// None left in the IPv4 subnet: plain masquerade (the node's uplink address), not
@@ -174,7 +177,7 @@ TEST_CASE("an outputAddress subnet: this node's address in it, followed live; no
 	runOrFail("ip addr del 198.18.1.9/24 dev to-ext");
 	requireSwitch(net, agent, AF_INET, "198.18.1.9", kNodeV4, std::chrono::steady_clock::now());
 	requireSource(net, agent, AF_INET6, "2001:db8:98::9");
-	requireWithin([] { return curlGet(kHealth + "/readyz").starts_with("503 "); }, 1s,
+	requireWithin([] { return curlGet(kHealth + "/readyz").starts_with("503 "); }, kChangeSeen,
 		      agent.process(), "not ready");
 	const std::string ready = curlGet(kHealth + "/readyz");
 	CHECK_THAT(ready, Catch::Contains("198.18.1.0/24 (outputAddress") &&
@@ -186,7 +189,7 @@ TEST_CASE("an outputAddress subnet: this node's address in it, followed live; no
 	// Back: SNAT again, and ready.
 	runOrFail("ip addr add 198.18.1.7/24 dev to-ext");
 	requireSwitch(net, agent, AF_INET, kNodeV4, "198.18.1.7", std::chrono::steady_clock::now());
-	requireWithin([] { return curlGet(kHealth + "/readyz") == "200 ok\n"; }, 1s,
+	requireWithin([] { return curlGet(kHealth + "/readyz") == "200 ok\n"; }, kChangeSeen,
 		      agent.process(), "ready again");
 }
 

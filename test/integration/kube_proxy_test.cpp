@@ -206,9 +206,9 @@ TEST_CASE("kube-proxy's masquerade mark wins; unmarked traffic follows the agent
 		// A config change makes the agent commit again: kube-proxy's tables stay as they are.
 		agent.writeConfig("nonMasqueradeCIDRs: [192.0.2.0/24]\n");
 		const auto switched = waitFor([&] {
-			const Observation o = connectFromPod(net, AF_INET, kOtherServerV4, kServerPort, 500ms);
+			const Observation o = connectFromPod(net, AF_INET, kOtherServerV4, kServerPort, 2s);
 			return o.ok() && o.address == kPodV4;
-		}, 3s);
+		}, kChangeSeen);
 		INFO("agent log:\n" << agent.log());
 		REQUIRE(switched);
 		requireSource(net, agent, AF_INET, kServerV4, kServerPort, kNodeV4);

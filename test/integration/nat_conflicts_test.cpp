@@ -49,7 +49,7 @@ std::string metricsAndReadiness()
 
 void requireGauge(const Agent &agent, const std::string &certain, const std::string &may)
 {
-	requireWithin([&] { return gauge("certain") == certain && gauge("may") == may; }, 10s,
+	requireWithin([&] { return gauge("certain") == certain && gauge("may") == may; }, 30s,
 		      agent.process(), "the conflict gauge", metricsAndReadiness);
 }
 
@@ -104,7 +104,7 @@ TEST_CASE("kubelet's rule undoes an exemption: reported, and the server sees the
 	Rules rules({kubeletRule("iptables-nft", kClusterCidr)});
 	Agent agent = startAgent();
 	agent.expectNatConflicts();
-	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 10s,
+	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 30s,
 		      agent.process(), "a certain conflict", metricsAndReadiness);
 	INFO(agent.log());
 	CHECK(agent.log().find("NAT conflict: table ip nat chain POSTROUTING (priority srcnat, "
@@ -142,7 +142,7 @@ TEST_CASE("Docker's rule: not for a pod subnet outside its own; for one inside, 
 		Agent agent = startAgent(kConfig + "masqueradeSourceCIDRs: [198.51.100.0/24]\n");
 		agent.expectNatConflicts();
 		// The output interface of a sampled packet is not known: `! -o docker0` may.
-		requireWithin([&] { return !gauge("may").empty() && gauge("may") != "0"; }, 10s,
+		requireWithin([&] { return !gauge("may").empty() && gauge("may") != "0"; }, 30s,
 			      agent.process(), "a may conflict", metricsAndReadiness);
 		INFO(agent.log());
 		CHECK(agent.log().find("may masquerade it") != std::string::npos);
@@ -160,7 +160,7 @@ TEST_CASE("upstream's leftover chain: reported until it is removed, then resolve
 	Rules rules(leftover);
 	Agent agent = startAgent();
 	agent.expectNatConflicts();
-	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 10s,
+	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 30s,
 		      agent.process(), "a certain conflict", metricsAndReadiness);
 	CHECK(agent.log().find("in chain IP-MASQ-AGENT") != std::string::npos);
 	requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kNodeV4);
@@ -170,7 +170,7 @@ TEST_CASE("upstream's leftover chain: reported until it is removed, then resolve
 	jump.replace(jump.find(" -A POSTROUTING"), 15, " -D POSTROUTING");
 	runAll({jump, "iptables-nft -w -t nat -F IP-MASQ-AGENT", "iptables-nft -w -t nat -X IP-MASQ-AGENT"});
 	requireGauge(agent, "0", "0");
-	requireWithin([&] { return agent.log().find("NAT conflict resolved: ") != std::string::npos; }, 5s,
+	requireWithin([&] { return agent.log().find("NAT conflict resolved: ") != std::string::npos; }, 30s,
 		      agent.process(), "the conflict resolved in the log");
 	CHECK(curlGet(kHealth + "/readyz?verbose") == "200 ok\n");
 	requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kPodV4);
@@ -202,7 +202,7 @@ TEST_CASE("a match the evaluator does not know: reported as may")
 	requireGauge(agent, "0", "0");
 	// Added while the agent runs: the monitor's notification starts a pass.
 	Rules rules({statisticRule()});
-	requireWithin([&] { return !gauge("may").empty() && gauge("may") != "0"; }, 10s,
+	requireWithin([&] { return !gauge("may").empty() && gauge("may") != "0"; }, 30s,
 		      agent.process(), "a may conflict", metricsAndReadiness);
 	CHECK(gauge("certain") == "0");
 	CHECK(agent.log().find("may masquerade it: rule handle") != std::string::npos);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The node's addresses against the real kernel, in a private network namespace: the
-// dump, its flags and names, and the monitor's notifications (latency, link down and
-// up, duplicate address detection finishing, a flood).
+// dump, its flags and names, and the monitor's notifications (each change reported, link
+// down and up, duplicate address detection finishing, a flood). How fast a notification
+// arrives is the benchmark's figure (section 10), not a test's.
 //
 // The test interface is a veth pair, d0 and its peer d0p: this kernel may have no dummy
 // driver, and a dummy interface (IFF_NOARP) skips duplicate address detection, so its
@@ -81,7 +82,9 @@ AddressMonitor openMonitor()
 	return std::move(*monitor);
 }
 
-// drain(), which must never block: 100 ms is far more than reading a full queue takes.
+// drain(), which must never block: a drain that waited for the next notification would
+// wait for ever in settle(), which drains an empty queue. 10 s (a full queue takes
+// milliseconds) only catches such a wait; it is no speed requirement.
 bool drain(AddressMonitor &monitor)
 {
 	const auto start = Clock::now();
@@ -89,7 +92,8 @@ bool drain(AddressMonitor &monitor)
 	const double took = msSince(start);
 	INFO((changed ? "" : changed.error().message));
 	REQUIRE(changed);
-	CHECK(took < 100);
+	INFO("drain() returned after " << took << " ms: it blocked (the bound only catches a hang)");
+	CHECK(took < 10000);
 	return *changed;
 }
 
@@ -138,17 +142,16 @@ private:
 	FILE *pipe_;
 };
 
-// Writes `command` to `ip` and waits (1 s at most) for the monitor to report it:
-// the latency in ms, or a negative number if it never came.
-double notificationLatency(AddressMonitor &monitor, IpBatch &ip, const std::string &command)
+// Notifications are queued before the change's request returns, so they come within
+// milliseconds; 20 s only catches one that never comes (no speed requirement).
+constexpr int kNotifiedMs = 20000;
+
+// Writes `command` to `ip` and waits (kNotifiedMs at most) for the monitor to report it:
+// whether it did.
+bool notified(AddressMonitor &monitor, IpBatch &ip, const std::string &command)
 {
-	const auto start = Clock::now();
 	ip.send(command);
-	if (!readableWithin(monitor, 1000))
-		return -1;
-	const bool changed = drain(monitor);
-	const double latency = msSince(start);
-	return changed ? latency : -1;
+	return readableWithin(monitor, kNotifiedMs) && drain(monitor);
 }
 
 // readNodeAddresses(limit) refuses with E2BIG, naming what there were too many of.
@@ -227,7 +230,7 @@ TEST_CASE("readNodeAddresses: an address whose duplicate address detection faile
 	runOrFail("ip addr add 2001:db8::7/64 dev d0");
 	std::optional<NodeAddress> failed;
 	const auto start = Clock::now();
-	while (msSince(start) < 10000) { // detection takes 1 to 2 s
+	while (msSince(start) < 30000) { // detection takes 1 to 2 s: 30 s only catches a hang
 		failed = onD0(readAddresses(), "2001:db8::7");
 		REQUIRE(failed);
 		if (failed->dadFailed)
@@ -312,8 +315,8 @@ TEST_CASE("the monitor: an added and a removed address are reported at once")
 	CHECK_FALSE(drain(monitor));
 	CHECK_FALSE(onD0(readAddresses(), "203.0.113.20"));
 
-	// The latency from the change's command to drain() saying so, through a running
-	// `ip`: both families, added and removed.
+	// Through a running `ip`, both families, added and removed: each change is reported
+	// (the benchmark's section 10 times it).
 	IpBatch ip;
 	const std::vector<std::pair<std::string, std::string>> changes = {
 		{"address add 203.0.113.21/24 dev d0", "203.0.113.21"},
@@ -321,22 +324,14 @@ TEST_CASE("the monitor: an added and a removed address are reported at once")
 		{"address del 203.0.113.21/24 dev d0", "203.0.113.21"},
 		{"address del 2001:db8::21/64 dev d0", "2001:db8::21"},
 	};
-	double worst = 0;
-	std::string measured;
 	for (const auto &[command, address] : changes) {
-		const double latency = notificationLatency(monitor, ip, command);
-		INFO(command);
-		REQUIRE(latency >= 0);
-		CHECK(latency < 100);
-		worst = std::max(worst, latency);
-		measured += fmt::format(" {}: {:.2f} ms;", command, latency);
+		INFO(command << ": no notification within " << kNotifiedMs
+			     << " ms (a bound only a lost notification misses)");
+		REQUIRE(notified(monitor, ip, command));
 		const bool present = onD0(readAddresses(), address).has_value();
 		CHECK(present == command.starts_with("address add"));
 	}
 	CHECK(ip.close() == 0);
-	WARN("address notification latency (command written to drain() true):" << measured
-									   << " worst "
-									   << worst << " ms");
 }
 
 TEST_CASE("the monitor: the interface going down and up")
@@ -350,7 +345,7 @@ TEST_CASE("the monitor: the interface going down and up")
 	// Down: the kernel removes the IPv6 addresses (keep_addr_on_down is off) and says so;
 	// the IPv4 address stays, and stays local.
 	runOrFail("ip link set d0 down");
-	CHECK(readableWithin(monitor, 100));
+	CHECK(readableWithin(monitor, kNotifiedMs));
 	CHECK(drain(monitor));
 	std::vector<NodeAddress> addresses = readAddresses();
 	INFO(listing(addresses));
@@ -363,7 +358,7 @@ TEST_CASE("the monitor: the interface going down and up")
 	// Up: a new link-local address. The kernel announces an IPv6 address once its
 	// duplicate address detection is over (1 to 2 s): a tentative one is not usable.
 	runOrFail("ip link set d0 up");
-	CHECK(readableWithin(monitor, 5000));
+	CHECK(readableWithin(monitor, 30000)); // detection: 1 to 2 s; 30 s only catches a hang
 	CHECK(drain(monitor));
 	addresses = readAddresses();
 	const bool linkLocal = std::any_of(addresses.begin(), addresses.end(), [](const auto &a) {
@@ -387,7 +382,7 @@ TEST_CASE("the monitor: duplicate address detection finishing is a change")
 	runOrFail("ip link set d0p up"); // carrier: detection runs, 1 to 2 s
 	bool usable = false;
 	const auto start = Clock::now();
-	while (!usable && msSince(start) < 10000) {
+	while (!usable && msSince(start) < 30000) { // 1 to 2 s; 30 s only catches a hang
 		if (!readableWithin(monitor, 500) || !drain(monitor))
 			continue;
 		const auto picked = pickAddressIn(prefix("2001:db8::/64"), readAddresses());
@@ -422,9 +417,11 @@ TEST_CASE("the monitor: a flood of address changes neither blocks nor fails drai
 		int changes = 0;
 		int interrupted = 0;
 		double slowestRead = 0;
-		// Each round is bounded, and the rounds end with the flood (or after 30 s).
+		// Each round is bounded, and the rounds end when `ip` has exited (its output, none,
+		// ends) and nothing is queued any more, or after 120 s (only a hang).
 		const auto start = Clock::now();
-		while (msSince(start) < 30000) {
+		bool ipDone = false;
+		for (int rounds = 0; rounds < 100000 && msSince(start) < 120000; rounds++) {
 			if (drain(monitor))
 				changes++;
 			const auto readStart = Clock::now();
@@ -434,8 +431,12 @@ TEST_CASE("the monitor: a flood of address changes neither blocks nor fails drai
 				CHECK(addresses.error().errnum == EINTR); // it kept changing
 				interrupted++;
 			}
-			if (!readableWithin(monitor, 200))
-				break; // quiet for 200 ms: the flood is over
+			pollfd fds[2] = {{monitor.fd(), POLLIN, 0}, {fileno(ip), POLLIN, 0}};
+			if (poll(fds, ipDone ? 1 : 2, 200) < 0)
+				break;
+			ipDone = ipDone || (fds[1].revents & (POLLIN | POLLHUP)) != 0;
+			if (ipDone && !(fds[0].revents & POLLIN) && !readableWithin(monitor, 0))
+				break; // `ip` is done and every notification it caused was read
 		}
 		pclose(ip);
 		CHECK(changes > 0);

@@ -704,10 +704,9 @@ TEST_CASE("bounds: loops, deep jumps, huge chains and many ties end, with undete
 			rules.push_back(rule(i + 1, {meta(NFT_META_SKUID), cmp(CmpOp::eq, hostU32(uint32_t(i))),
 						     Immediate{NFT_REG_1, hostU32(uint32_t(i))},
 						     MetaSet{NFT_META_MARK, NFT_REG_1}}));
-		const auto start = std::chrono::steady_clock::now();
+		// The bound is counted (rulesEvaluated), not timed: the benchmark's section 8
+		// times an evaluation.
 		const NatVerdict v = eval(iptablesNat(std::move(rules)), p);
-		const auto took = std::chrono::steady_clock::now() - start;
-		CHECK(took < std::chrono::seconds(20));
 		CHECK(hasAction(v, NatAction::undetermined));
 		CHECK(v.rulesEvaluated <= Limits{}.maxRuleEvaluations);
 	}

@@ -357,6 +357,11 @@ Status Reconciler::restoreNow(SyncTrigger trigger)
 		return committed;
 	}
 	pacer_.restored(clock_());
+	// A change that the check after the commit found (recheckAfterCommit) was paced
+	// before this restore counted: from the one before, often due already. It waits for
+	// the pace after this one, as any later change does.
+	if (restorePending_)
+		retryAt_ = std::max(pacer_.allowedAt(clock_()), clock_());
 	if (drift)
 		status_.driftRepaired();
 	return {};

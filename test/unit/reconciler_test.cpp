@@ -38,6 +38,7 @@ public:
 	std::vector<ElementDiff> updates; // element updates the kernel committed
 	int refusedUpdates = 0;
 	bool commitBeforeNextUpdate = false; // someone commits between diff and batch
+	bool deleteAfterNextApply = false;   // a writer deletes the table right after a commit
 
 	Result<uint32_t> apply(const Ruleset &ruleset) override
 	{
@@ -47,7 +48,13 @@ public:
 			return fail(*applyError, applyErrno);
 		applies.push_back(now_);
 		table = ruleset;
-		return ++gen;
+		const uint32_t committed = ++gen;
+		if (deleteAfterNextApply) {
+			deleteAfterNextApply = false;
+			table.reset();
+			gen++;
+		}
+		return committed;
 	}
 	Result<uint32_t> updateElements(const std::string &name, const ElementDiff &diff,
 					uint32_t generation) override
@@ -283,6 +290,38 @@ TEST_CASE("a read that other commits keep interrupting is no failure: the table 
 	REQUIRE(f.sync(SyncTrigger::retry));
 	CHECK(f.kernel.applies.size() == 3);
 	CHECK_FALSE(f.reconciler.nextWake());
+}
+
+TEST_CASE("a table deleted right after a restore's commit is restored at the pace, after that one")
+{
+	Fixture f;
+	REQUIRE(f.desire(kGood));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.kernel.applies.clear();
+
+	// Deleted: restored at once. Deleted again: the next restore kInitial later.
+	f.kernel.ourTableDeleted();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange));
+	REQUIRE(f.kernel.applies.size() == 1);
+	f.kernel.ourTableDeleted();
+	REQUIRE(f.sync(SyncTrigger::nftablesChange));
+	REQUIRE(f.reconciler.nextWake());
+	CHECK(*f.reconciler.nextWake() == f.now + RestorePacer::kInitial);
+
+	// That restore's commit is followed at once by another delete, which the check after
+	// the commit finds (notifications are off during it): its restore waits twice as long,
+	// from this one, not from the restore before (which would be due already: at once).
+	f.now = *f.reconciler.nextWake();
+	f.kernel.deleteAfterNextApply = true;
+	REQUIRE(f.sync(SyncTrigger::retry));
+	REQUIRE(f.kernel.applies.size() == 2);
+	REQUIRE(f.reconciler.nextWake());
+	CHECK(*f.reconciler.nextWake() == f.now + 2 * RestorePacer::kInitial);
+	REQUIRE(f.sync(SyncTrigger::retry)); // the loop calls back: too early, nothing
+	CHECK(f.kernel.applies.size() == 2);
+	f.now = *f.reconciler.nextWake();
+	REQUIRE(f.sync(SyncTrigger::retry));
+	CHECK(f.kernel.applies.size() == 3);
 }
 
 TEST_CASE("a writer fighting the agent gets its table restored at a bounded, growing pace")

@@ -26,9 +26,11 @@ artifacts=${FUZZ_ARTIFACTS:-$(mktemp -d /tmp/ip-masq-agent-fuzz-artifacts.XXXXXX
 mkdir -p "$artifacts"
 
 if [ ! -f "$build/build.ninja" ]; then
-	# -O1: fast to compile, and what libFuzzer's documentation suggests.
+	# -O1: fast to compile, and what libFuzzer's documentation suggests. -Werror: this
+	# is a developer's and CI's build, and CI's only clang build, so a clang warning
+	# fails here (the default build leaves warnings to the user's toolchain).
 	CXX=${CXX:-clang++-14} meson setup "$build" -Dfuzzing=true -Dtests=disabled \
-		-Dbuildtype=debug -Doptimization=1 >/dev/null
+		-Dbuildtype=debug -Doptimization=1 -Dwerror=true >/dev/null
 fi
 # Regenerate first if meson.build changed (a new target is unknown until then).
 ninja -C "$build" build.ninja >/dev/null

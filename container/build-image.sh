@@ -13,7 +13,8 @@
 # as above, and the arm64 one cross-compiled on this host with Debian's cross toolchain
 # (container/cross/aarch64-linux-gnu.ini) against an arm64 sysroot that
 # container/make-sysroot.sh makes and caches in /var/cache/ip-masq-agent; its
-# filesystem is assembled by the same make-rootfs.sh. Nothing of arm64 runs here.
+# filesystem is assembled by the same make-rootfs.sh. Nothing of arm64 runs here. The two
+# build side by side (the native base's mmdebstrap beside the cross compile).
 #
 # On a fresh Debian 12 machine, as root: apt-get install buildah mmdebstrap
 # (and for --platform ...,linux/arm64: crossbuild-essential-arm64 meson ninja-build

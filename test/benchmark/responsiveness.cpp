@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <thread>
 
+#include <catch2/catch.hpp>
 #include <fmt/format.h>
 
 #include "agent_process.h"
@@ -165,25 +166,22 @@ void underFloods(const std::string &dir, std::vector<ResponsivenessFigure> &out)
 						probes.push_back(static_cast<double>(a.took.count()));
 					std::this_thread::sleep_for(std::chrono::milliseconds(50));
 				}
-				for (int i = 0; i < 5; i++) {
-					if (!(*nl)->remove("ip-masq-agent"))
-						break;
+				// Once, as the test does: a second deletion within RestorePacer::kQuiet
+				// would be restored at the pace, not at once.
+				if ((*nl)->remove("ip-masq-agent")) {
 					const auto start = Clock::now();
-					const auto back = test::waitFor([&] {
-						auto read = (*nl)->readTable("ip-masq-agent");
-						return read && *read;
-					}, std::chrono::seconds(30));
-					if (!back)
-						break;
-					healing.push_back(msSince(start));
-					std::this_thread::sleep_for(std::chrono::milliseconds(300));
+					if (test::waitFor([&] {
+						    auto read = (*nl)->readTable("ip-masq-agent");
+						    return read && *read;
+					    }, std::chrono::seconds(30)))
+						healing.push_back(msSince(start));
 				}
 			}
 			agent.stop(SIGTERM);
 		}
 		test::deleteAgentTable();
 		out.push_back(worstUnder(fmt::format("{}: probe answered", f.label), probes, 1000, 32));
-		out.push_back(worstUnder(fmt::format("{}: deleted table back", f.label), healing, 100, 5));
+		out.push_back(worstUnder(fmt::format("{}: deleted table back", f.label), healing, 100, 1));
 	}
 }
 
@@ -215,16 +213,30 @@ ResponsivenessFigure fightingWriter(const std::string &dir)
 	return figure;
 }
 
+std::string g_dir;
+std::vector<ResponsivenessFigure> g_figures;
+
 } // namespace
+
+int runCatchSession(int argc, const char *const argv[]); // catch_support.cpp
+
+// The integration tests' helpers (AgentProcess, runOrFail) report through Catch2, which
+// needs a running test case: the measurements run as one, hidden from a plain run.
+TEST_CASE("the benchmark's section 10", "[.responsiveness]")
+{
+	g_figures.push_back(addressNotification());
+	g_figures.push_back(snatFollowsAddress(g_dir));
+	underFloods(g_dir, g_figures);
+	g_figures.push_back(fightingWriter(g_dir));
+}
 
 std::vector<ResponsivenessFigure> measureResponsiveness(const std::string &dir)
 {
-	std::vector<ResponsivenessFigure> out;
-	out.push_back(addressNotification());
-	out.push_back(snatFollowsAddress(dir));
-	underFloods(dir, out);
-	out.push_back(fightingWriter(dir));
-	return out;
+	g_dir = dir;
+	g_figures.clear();
+	const char *const argv[] = {"bench", "[.responsiveness]", "--reporter", "compact"};
+	runCatchSession(4, argv);
+	return g_figures;
 }
 
 } // namespace ipmasq::bench

@@ -20,6 +20,7 @@
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/netlink/port_owner.h"
+#include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/snapshot.h"
 
 namespace ipmasq {
@@ -173,12 +174,10 @@ constexpr uint16_t nftType(uint8_t message)
 	return (NFNL_SUBSYS_NFTABLES << 8) | message;
 }
 
+// EPERM and EACCES say what refused: a missing capability, or something else (refusal.h).
 Error withPermissionHint(Error error)
 {
-	if (error.errnum == EPERM)
-		error.message += " (ip-masq-agent needs CAP_NET_ADMIN in the network namespace "
-				 "it manages: run it as root, or grant the capability)";
-	return error;
+	return explainRefusal(std::move(error));
 }
 
 // "<object>: <strerror>[ (<kernel's text>)]" for the first failure of a batch, which is

@@ -40,7 +40,11 @@ std::string connectionsText(const std::vector<CounterValue> &values)
 		if (out.empty())
 			out = "# HELP ip_masq_agent_connections_total New connections the agent's table "
 			      "decided on (its nat chain sees the first packet of each: connections, "
-			      "not traffic), by family, decision and reason.\n"
+			      "not traffic), by family, decision and reason. Never decreases while "
+			      "the agent runs: replacements and restarts keep the counters; a table "
+			      "deleted by hand is restored from the values read at most 2 s before, "
+			      "so the connections of those seconds are not counted (docs/design.md, "
+			      "Counts that never go down).\n"
 			      "# TYPE ip_masq_agent_connections_total counter\n";
 		out += fmt::format("ip_masq_agent_connections_total{{family=\"{}\",decision=\"{}\","
 				   "reason=\"{}\"}} {}\n",

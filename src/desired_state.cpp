@@ -55,19 +55,25 @@ bool dependsOnNodeAddresses(const LoadedConfig &loaded)
 	return false;
 }
 
+std::vector<Prefix> outputSubnets(const LoadedConfig &loaded)
+{
+	std::vector<Prefix> subnets;
+	for (const Family family : {Family::ipv4, Family::ipv6})
+		if (const std::optional<OutputAddress> &output = loaded.config.outputAddressOf(family);
+		    output && output->form == OutputAddress::Form::subnet)
+			subnets.push_back(Prefix{output->range.first, output->prefixLength, {}, {}});
+	return subnets;
+}
+
 SubnetAddresses chooseSubnetAddresses(const LoadedConfig &loaded, const NodeAddresses &node)
 {
 	SubnetAddresses chosen;
 	if (!node)
 		return chosen;
-	for (const Family family : {Family::ipv4, Family::ipv6}) {
-		const std::optional<OutputAddress> &output = loaded.config.outputAddressOf(family);
-		if (!output || output->form != OutputAddress::Form::subnet)
-			continue;
-		const Prefix subnet{output->range.first, output->prefixLength, {}, {}};
+	for (const Prefix &subnet : outputSubnets(loaded))
 		if (auto picked = pickAddressIn(subnet, *node))
-			(family == Family::ipv4 ? chosen.ipv4 : chosen.ipv6) = picked->address;
-	}
+			(subnet.network.family == Family::ipv4 ? chosen.ipv4 : chosen.ipv6) =
+				picked->address;
 	return chosen;
 }
 

@@ -33,8 +33,9 @@ struct SubnetChoice {
 	bool operator==(const SubnetChoice &) const = default;
 };
 
-// This node's addresses when they are known (nullopt: could not be read; then a subnet has
-// no address of the node, and no address is warned about).
+// This node's addresses when they are known (nullopt: never read; then a subnet has no
+// address of the node, and no address is warned about; the daemon gives a config with a
+// subnet no desired state until they are known).
 using NodeAddresses = std::optional<std::vector<NodeAddress>>;
 
 struct DesiredState {
@@ -61,6 +62,10 @@ struct DesiredState {
 // Whether the config's desired state depends on this node's addresses (an outputAddress
 // subnet): then it is made again when the address chosen in a subnet changes.
 bool dependsOnNodeAddresses(const LoadedConfig &loaded);
+
+// The config's outputAddress subnets (none, one or two: a family each): the only
+// addresses whose changes can change its desired state.
+std::vector<Prefix> outputSubnets(const LoadedConfig &loaded);
 
 // This node's address in each outputAddress subnet of the config (pickAddressIn), or none:
 // cheap, so that a change of the node's addresses remakes the desired state only when

@@ -50,6 +50,7 @@
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "address_following.h"
 #include "agent_process.h"
 #include "machine.h"
 #include "netns.h"
@@ -1184,6 +1185,7 @@ int main(int argc, char *argv[])
 	const std::vector<WholeProcessRow> wholes = measureWholeProcesses(g_tmpDir, quick);
 	const std::vector<ResolveRow> resolutions = measureResolution();
 	const std::vector<ConflictRow> conflictPasses = measureConflictPasses(g_tmpDir);
+	const bench::AddressFollowingFigures addressFollowing = bench::measureAddressFollowing(g_tmpDir);
 	const double totalSeconds = std::chrono::duration<double>(Clock::now() - started).count();
 
 	std::vector<Target> targets;
@@ -1366,6 +1368,8 @@ int main(int argc, char *argv[])
 				       ms(r.evaluate.max())),
 			   ms(r.cpu.median()), r.cpu.ms.size());
 	}
+
+	bench::printAddressFollowing(addressFollowing);
 
 	fmt::print("\nTargets\n");
 	size_t missed = 0;

@@ -82,9 +82,17 @@ Result<DesiredState> desiredFromContent(const ConfigContent &content,
 					const ConfigLocation &location, const ConfigFlags &flags,
 					const RulesetOptions &options, const NodeAddresses &node);
 
-// The location read once (readConfigContent), then desiredFromContent: --once and
-// --dry-run.
+// For a mode that reads this node's addresses once (--once, --dry-run): the addresses the
+// config gets from that read, or, when the config has an outputAddress subnet and the read
+// failed, an Error that says so (a failed read is never "no address": --once then applies
+// nothing). A config without a subnet goes on without them (no address is warned about).
+Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
+					 const Result<std::vector<NodeAddress>> &read);
+
+// The location read once (readConfigContent), loaded, given its addresses from `read`
+// (addressesForConfig), and mapped: --once and --dry-run.
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
-					 const RulesetOptions &options, const NodeAddresses &node);
+					 const RulesetOptions &options,
+					 const Result<std::vector<NodeAddress>> &read);
 
 } // namespace ipmasq

@@ -162,10 +162,12 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 	natCycle_.restart();
 	subnetAddresses_ = chooseSubnetAddresses(*loaded, node);
 	watchedSubnets_ = outputSubnets(*loaded);
-	if (depends)
+	if (depends) {
 		addressDependentConfig_ = std::move(*loaded);
-	else
+	} else {
 		addressDependentConfig_.reset();
+		nextAddressRead_.reset(); // nothing needs them read again until a config does
+	}
 	// A failed read is never "no address": a config with a subnet waits for the first
 	// read (retried on the loop's timer), and whatever is in force stays meanwhile.
 	addressesAwaited_ = depends && !node;

@@ -383,3 +383,42 @@ TEST_CASE("an outputAddress subnet next to pod churn and 5,000 other addresses: 
 	runOrFail("ip link del bulk0 && ip link del flap0");
 	writeSysctl("net/ipv6/conf/default/accept_dad", "0");
 }
+
+TEST_CASE("notifications lost while the agent was stopped: it subscribes again, reads once, and "
+	  "SNATs to what the node has now")
+{
+	Topology net;
+	SourceEchoServer echo(net.external);
+	routeSnatTargetsBack(net);
+	TempDir files;
+	// More additions than the monitor's queue holds (about 2,000 fit), then the change
+	// that matters, last: it is among the notifications the kernel drops.
+	std::string flood;
+	for (int i = 0; i < 6000; i++)
+		flood += fmt::format("address add 198.19.{}.{}/32 dev bulk0\n", i / 250, i % 250 + 1);
+	flood += "address add 198.18.1.3/24 dev to-ext\n";
+	files.write("flood.batch", flood);
+	runOrFail("ip link add bulk0 type veth peer name bulk0p && ip link set bulk0 up");
+	runOrFail("ip addr add 198.18.1.5/24 dev to-ext");
+	Agent agent(fmt::format("outputAddress: {}\n", kSubnetV4),
+		    {"--health-addr=127.0.0.1:10263", "--v=1"});
+	requireSource(net, agent, AF_INET, "198.18.1.5");
+	const std::string syncs = metricValue("ip_masq_agent_syncs_total");
+
+	REQUIRE(kill(agent.pid(), SIGSTOP) == 0);
+	runOrFail("ip -batch " + files.file("flood.batch"));
+	REQUIRE(kill(agent.pid(), SIGCONT) == 0);
+
+	requireSwitch(net, agent, AF_INET, "198.18.1.5", "198.18.1.3", std::chrono::steady_clock::now());
+	requireWithin([] { return metricValue("ip_masq_agent_node_addresses_stale") == "0"; }, 10s,
+		      agent.process(), "the addresses followed again");
+	const std::string log = agent.log();
+	INFO(log.substr(log.size() > 6000 ? log.size() - 6000 : 0));
+	// The path under test was taken: notifications were lost, and caught up with.
+	CHECK(countOf(log, "the kernel dropped address notifications") >= 1);
+	// One table for the one change that mattered.
+	CHECK(std::stoi(metricValue("ip_masq_agent_syncs_total")) == std::stoi(syncs) + 1);
+	CHECK(curlGet(kHealth + "/readyz") == "200 ok\n");
+	runOrFail("ip link del bulk0 && ip addr del 198.18.1.3/24 dev to-ext && "
+		  "ip addr del 198.18.1.5/24 dev to-ext");
+}

@@ -27,9 +27,10 @@ namespace ipmasq {
 
 class NftablesMonitor;
 
-// One thread, one poll() over four descriptors: the signalfd, the config source's
-// inotify, the nftables monitor and one timerfd for every deadline (debounce, absent
-// grace, paced restores, resync, heartbeat, systemd watchdog, the NAT conflict check).
+// One thread, one poll() over five descriptors: the signalfd, the config source's
+// inotify, the nftables monitor, the node's address monitor and one timerfd for every
+// deadline (debounce, absent grace, paced restores, resync, heartbeat, systemd watchdog,
+// the NAT conflict check, a due read of the node's addresses).
 // All decisions belong to the ConfigSource (what the config says), the Reconciler (what
 // the kernel must hold) and nat_conflicts.h (what other tables undo); the loop only
 // says what happened and when.

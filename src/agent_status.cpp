@@ -40,7 +40,11 @@ std::string connectionsText(const std::vector<CounterValue> &values)
 		if (out.empty())
 			out = "# HELP ip_masq_agent_connections_total New connections the agent's table "
 			      "decided on (its nat chain sees the first packet of each: connections, "
-			      "not traffic), by family, decision and reason.\n"
+			      "not traffic), by family, decision and reason. Never decreases while "
+			      "the agent runs: replacements and restarts keep the counters; a table "
+			      "deleted by hand is restored from the values read at most 2 s before, "
+			      "so the connections of those seconds are not counted (docs/design.md, "
+			      "Counts that never go down).\n"
 			      "# TYPE ip_masq_agent_connections_total counter\n";
 		out += fmt::format("ip_masq_agent_connections_total{{family=\"{}\",decision=\"{}\","
 				   "reason=\"{}\"}} {}\n",
@@ -153,6 +157,12 @@ void AgentStatus::subnetsChosen(const std::vector<SubnetChoice> &subnets)
 	state_.subnets = subnets;
 }
 
+void AgentStatus::addressesFollowed(const AddressFollowing &following)
+{
+	std::lock_guard lock(mutex_);
+	state_.addresses = following;
+}
+
 void AgentStatus::countersRead(const std::vector<CounterValue> &values)
 {
 	std::lock_guard lock(mutex_);
@@ -241,6 +251,11 @@ AgentStatus::Health AgentStatus::Snapshot::health() const
 	if (tableDrifted)
 		return {false, fmt::format("table inet {} is missing or was changed, and is not yet "
 					   "restored", table)};
+	// Never "no address": a config with a subnet waits, and what is in force stays.
+	if (addresses.state == AddressFollowing::State::waiting)
+		return {false, fmt::format("this node's addresses could not be read yet ({}): the "
+					   "config's outputAddress subnet waits for them, and whatever "
+					   "table is in force stays as it is", addresses.reason)};
 	for (const SubnetChoice &choice : subnets)
 		if (!choice.address)
 			return {false, fmt::format("{}: this node has no address in it, so its {} traffic "
@@ -249,6 +264,16 @@ AgentStatus::Health AgentStatus::Snapshot::health() const
 	if (!started)
 		return {false, "no sync has completed yet"};
 	return {true, {}};
+}
+
+std::vector<std::string> AgentStatus::Snapshot::verboseWarnings() const
+{
+	std::vector<std::string> out = warnings;
+	if (addresses.state == AddressFollowing::State::stale)
+		out.push_back(fmt::format("this node's addresses are stale ({}): the outputAddress "
+					  "subnets keep the addresses last known until they are read "
+					  "again", addresses.reason));
+	return out;
 }
 
 std::string AgentStatus::Snapshot::summary() const
@@ -308,6 +333,12 @@ std::string AgentStatus::Snapshot::prometheusText() const
 					   familyLabel(choice.family),
 					   choice.address ? 1 : 0);
 	}
+	if (!subnets.empty() || addresses.state != AddressFollowing::State::following)
+		appendMetric(out, "ip_masq_agent_node_addresses_stale", "gauge",
+			     "1 while the outputAddress subnets use the node's addresses last known "
+			     "(they could not be read again, or change notifications were lost) or "
+			     "wait for a first read; 0 while they are followed.",
+			     addresses.state == AddressFollowing::State::following ? 0 : 1);
 	out += connectionsText(connections);
 	out += conntrackText(*this);
 	if (natConflicts)

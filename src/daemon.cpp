@@ -150,55 +150,154 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 		(void)reconciler_.setDesired(fail(loaded.error()));
 		return true;
 	}
-	// Read with each config: an outputAddress of it is checked against them, and only
-	// a config with a subnet follows them in between.
-	nodeAddresses_ = readAddresses();
-	DesiredState desired = desiredFromConfig(*loaded, options_.config, options_.ruleset,
-						 nodeAddresses_);
+	// The addresses as followed; read here when not known to be current (the first config,
+	// lost notifications, no monitor to follow them with).
+	const bool depends = dependsOnNodeAddresses(*loaded);
+	if (addressView_.state() != NodeAddressView::State::current || !addressMonitor_)
+		(void)readAddresses(now, depends);
+	const NodeAddresses node = addressView_.addresses();
+	DesiredState desired = desiredFromConfig(*loaded, options_.config, options_.ruleset, node);
 	configuredResync_ = desired.resyncInterval;
 	natSamples_ = sampleDecisions(loaded->config, options_.configFlags.enableIpv6);
 	natCycle_.restart();
-	subnetAddresses_ = chooseSubnetAddresses(*loaded, nodeAddresses_);
-	if (dependsOnNodeAddresses(*loaded))
+	subnetAddresses_ = chooseSubnetAddresses(*loaded, node);
+	watchedSubnets_ = outputSubnets(*loaded);
+	if (depends) {
 		addressDependentConfig_ = std::move(*loaded);
-	else
+	} else {
 		addressDependentConfig_.reset();
+		nextAddressRead_.reset(); // nothing needs them read again until a config does
+	}
+	// A failed read is never "no address": a config with a subnet waits for the first
+	// read (retried on the loop's timer), and whatever is in force stays meanwhile.
+	addressesAwaited_ = depends && !node;
+	reportAddresses();
+	if (addressesAwaited_)
+		return false;
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
 
-NodeAddresses Daemon::readAddresses()
+bool Daemon::readAddresses(Clock::time_point now, bool required)
 {
-	auto read = readNodeAddresses();
+	lastAddressRead_ = now;
+	auto read = readNodeAddressesUnnamed();
 	if (read) {
+		addressView_.replace(*read);
+		nextAddressRead_.reset();
+		addressRetry_ = kFirstAddressRetry;
 		if (!lastAddressError_.empty())
-			log::info("this node's addresses are readable again");
+			log::info("this node's addresses are readable again ({} addresses)", read->size());
 		lastAddressError_.clear();
-		return std::move(*read);
+		reportAddresses();
+		return true;
 	}
-	if (read.error().message != lastAddressError_)
-		log::warning("{}; an outputAddress subnet gives no address until they can be read "
-			     "(the monitor's next notification, or the resync, reads again)",
-			     read.error().message);
+	// A read that only double-checks a view kept current by notifications: the view
+	// stays right, the next resync reads again.
+	if (!required || addressView_.state() == NodeAddressView::State::current) {
+		log::debug("{}; the addresses followed so far stay in use", read.error().message);
+		return false;
+	}
+	const std::chrono::milliseconds retry = addressRetry_;
+	nextAddressRead_ = now + retry;
+	addressRetry_ = std::min(2 * addressRetry_, kLongestAddressRetry);
+	// Said once per distinct message: under churn every failure reads the same.
+	if (read.error().message != lastAddressError_) {
+		if (addressView_.state() == NodeAddressView::State::unknown)
+			log::warning("{}; the config's outputAddress subnet waits for them (nothing is "
+				     "made from addresses that could not be read), trying again in {} ms",
+				     read.error().message, retry.count());
+		else
+			log::warning("{}; the outputAddress subnets keep the addresses last known until "
+				     "a read succeeds (the table in force stays as it is), trying again "
+				     "in {} ms", read.error().message, retry.count());
+	}
 	lastAddressError_ = read.error().message;
-	return std::nullopt;
+	reportAddresses();
+	return false;
+}
+
+bool Daemon::followAddresses(Clock::time_point now)
+{
+	auto drained = addressMonitor_->drain();
+	if (!drained) {
+		log::warning("{}; an outputAddress subnet follows this node's addresses at each "
+			     "resync only", drained.error().message);
+		addressMonitor_.reset();
+		addressView_.lose();
+		scheduleAddressRead(now);
+		return false;
+	}
+	bool watched = false;
+	for (const AddressChange &change : drained->changes)
+		watched = addressView_.apply(change, watchedSubnets_) || watched;
+	if (drained->overrun) {
+		// Some changes are missing: a fresh subscription (whose queue holds nothing
+		// older), then one read of them all. The old queue goes with the old socket.
+		log::debug("the kernel dropped address notifications ({} times since the start); "
+			   "subscribing again and reading the addresses once more",
+			   addressMonitor_->overruns());
+		addressView_.lose();
+		addressMonitor_.reset();
+		if (auto fresh = AddressMonitor::open())
+			addressMonitor_.emplace(std::move(*fresh));
+		else
+			log::warning("{}; an outputAddress subnet follows this node's addresses at each "
+				     "resync only", fresh.error().message);
+		scheduleAddressRead(now);
+	}
+	if (addressView_.state() != NodeAddressView::State::current)
+		scheduleAddressRead(now);
+	return watched;
+}
+
+void Daemon::scheduleAddressRead(Clock::time_point now)
+{
+	// Only a config with a subnet needs them read again; others read at their next load.
+	if (!addressDependentConfig_ || nextAddressRead_)
+		return;
+	// Coalesced and spaced: however often notifications are lost, one read of every
+	// address per kAddressReadSpacing at most.
+	nextAddressRead_ = std::max(now, lastAddressRead_ + kAddressReadSpacing);
+	reportAddresses();
+}
+
+void Daemon::reportAddresses()
+{
+	AgentStatus::AddressFollowing following;
+	if (addressDependentConfig_ && addressView_.state() == NodeAddressView::State::unknown) {
+		following.state = AgentStatus::AddressFollowing::State::waiting;
+		following.reason = lastAddressError_.empty() ? "not read yet" : lastAddressError_;
+	} else if (addressDependentConfig_ && addressView_.state() == NodeAddressView::State::stale) {
+		following.state = AgentStatus::AddressFollowing::State::stale;
+		following.reason = lastAddressError_.empty()
+			? "change notifications were lost; reading them again"
+			: lastAddressError_;
+	}
+	status_.addressesFollowed(following);
 }
 
 bool Daemon::takeNodeAddresses()
 {
-	// Only a config with a subnet cares; others leave the addresses unread.
+	// Only a config with a subnet cares.
 	if (!addressDependentConfig_)
 		return false;
-	nodeAddresses_ = readAddresses();
+	const NodeAddresses node = addressView_.addresses();
+	if (!node)
+		return false; // still never read: the config keeps waiting
 	// A node's addresses change with every pod (their veths): remake the desired state,
-	// which may hold 100,000 ranges, only when a subnet gives another address.
-	const SubnetAddresses chosen = chooseSubnetAddresses(*addressDependentConfig_, nodeAddresses_);
-	if (chosen == subnetAddresses_)
+	// which may hold 100,000 ranges, only when a subnet gives another address, or for a
+	// config that waited for the first read.
+	const SubnetAddresses chosen = chooseSubnetAddresses(*addressDependentConfig_, node);
+	const bool awaited = std::exchange(addressesAwaited_, false);
+	if (chosen == subnetAddresses_ && !awaited)
 		return false;
 	subnetAddresses_ = chosen;
 	DesiredState desired = desiredFromConfig(*addressDependentConfig_, options_.config,
-						 options_.ruleset, nodeAddresses_);
-	desired.cause = DesiredState::Cause::nodeAddresses;
+						 options_.ruleset, node);
+	if (!awaited) // a config that waited is logged as the config it is
+		desired.cause = DesiredState::Cause::nodeAddresses;
+	reportAddresses();
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
@@ -249,6 +348,8 @@ Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 	// The heartbeat (/livez) must stay fresh while nothing happens.
 	Clock::time_point wake = std::min(nextResync_, now + AgentStatus::kHeartbeatPeriod);
 	wake = std::min({wake, nextConntrackRead_, nextCountersRead_});
+	if (nextAddressRead_)
+		wake = std::min(wake, *nextAddressRead_);
 	if (natCheckPending_)
 		wake = std::min(wake, nextNatCheck_);
 	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
@@ -521,16 +622,11 @@ int Daemon::run()
 			if (monitor_->takeOtherTablesChanged() || !changed)
 				natCheckPending_ = true;
 		}
+		// Each notification applied as it comes: only a change inside an outputAddress
+		// subnet can change the desired state.
 		bool addressesChanged = false;
-		if (fds[kAddresses].revents & (POLLIN | POLLERR | POLLHUP)) {
-			auto changed = addressMonitor_->drain();
-			if (!changed) {
-				log::warning("{}; an outputAddress subnet follows this node's addresses "
-					     "at each resync only", changed.error().message);
-				fds[kAddresses].fd = -1;
-			}
-			addressesChanged = !changed || *changed;
-		}
+		if (addressMonitor_ && (fds[kAddresses].revents & (POLLIN | POLLERR | POLLHUP)))
+			addressesChanged = followAddresses(now);
 		if (fds[kTimer].revents & POLLIN) {
 			uint64_t expirations = 0;
 			(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
@@ -539,9 +635,14 @@ int Daemon::run()
 		const bool resyncDue = now >= nextResync_;
 		if (resyncDue)
 			nextResync_ = now + resyncEvery_;
-		// The addresses first: a config read in the same turn is then made with them.
-		const bool subnetChanged =
-			(addressesChanged || resyncDue || reload) && takeNodeAddresses();
+		// The addresses first: a config read in the same turn is then made with them. A
+		// resync reads them all once more (the safety net); a read due after lost
+		// notifications or a failure is retried on the timer.
+		if (addressDependentConfig_ &&
+		    (resyncDue || reload || (nextAddressRead_ && now >= *nextAddressRead_)))
+			addressesChanged = readAddresses(now, true) || addressesChanged;
+		fds[kAddresses].fd = addressMonitor_ ? addressMonitor_->fd() : -1;
+		const bool subnetChanged = addressesChanged && takeNodeAddresses();
 		const bool configChanged = takeConfig(
 			reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
 		const auto retryAt = reconciler_.nextWake();

@@ -55,19 +55,25 @@ bool dependsOnNodeAddresses(const LoadedConfig &loaded)
 	return false;
 }
 
+std::vector<Prefix> outputSubnets(const LoadedConfig &loaded)
+{
+	std::vector<Prefix> subnets;
+	for (const Family family : {Family::ipv4, Family::ipv6})
+		if (const std::optional<OutputAddress> &output = loaded.config.outputAddressOf(family);
+		    output && output->form == OutputAddress::Form::subnet)
+			subnets.push_back(Prefix{output->range.first, output->prefixLength, {}, {}});
+	return subnets;
+}
+
 SubnetAddresses chooseSubnetAddresses(const LoadedConfig &loaded, const NodeAddresses &node)
 {
 	SubnetAddresses chosen;
 	if (!node)
 		return chosen;
-	for (const Family family : {Family::ipv4, Family::ipv6}) {
-		const std::optional<OutputAddress> &output = loaded.config.outputAddressOf(family);
-		if (!output || output->form != OutputAddress::Form::subnet)
-			continue;
-		const Prefix subnet{output->range.first, output->prefixLength, {}, {}};
+	for (const Prefix &subnet : outputSubnets(loaded))
 		if (auto picked = pickAddressIn(subnet, *node))
-			(family == Family::ipv4 ? chosen.ipv4 : chosen.ipv6) = picked->address;
-	}
+			(subnet.network.family == Family::ipv4 ? chosen.ipv4 : chosen.ipv6) =
+				picked->address;
 	return chosen;
 }
 
@@ -112,13 +118,36 @@ Result<DesiredState> desiredFromContent(const ConfigContent &content,
 	return desiredFromConfig(*loaded, location, options, node);
 }
 
+Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
+					 const Result<std::vector<NodeAddress>> &read)
+{
+	if (read)
+		return NodeAddresses(*read);
+	if (!dependsOnNodeAddresses(loaded))
+		return NodeAddresses();
+	std::string subnets;
+	for (const Prefix &subnet : outputSubnets(loaded))
+		subnets += (subnets.empty() ? "" : ", ") + subnet.toString();
+	return fail(fmt::format("{}: the outputAddress subnet ({}) cannot be chosen without them "
+				"(a read that failed is not \"no address\"); nothing is applied, try "
+				"again", read.error().message, subnets),
+		    read.error().errnum);
+}
+
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
-					 const RulesetOptions &options, const NodeAddresses &node)
+					 const RulesetOptions &options,
+					 const Result<std::vector<NodeAddress>> &read)
 {
 	auto content = readConfigContent(location);
 	if (!content)
 		return fail(content.error());
-	return desiredFromContent(*content, location, flags, options, node);
+	auto loaded = loadConfigContent(*content, flags);
+	if (!loaded)
+		return fail(loaded.error());
+	auto node = addressesForConfig(*loaded, read);
+	if (!node)
+		return fail(node.error());
+	return desiredFromConfig(*loaded, location, options, *node);
 }
 
 } // namespace ipmasq

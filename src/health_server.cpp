@@ -157,7 +157,7 @@ private:
 		answerHealth(snapshot.health());
 		if (!isVerbose(query))
 			return;
-		for (const std::string &warning : snapshot.warnings)
+		for (const std::string &warning : snapshot.verboseWarnings())
 			response_.body() += "warning: " + warning + "\n";
 	}
 

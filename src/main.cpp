@@ -37,15 +37,14 @@ void logWarnings(const std::vector<std::string> &warnings)
 		log::warning("{}", warning);
 }
 
-// This node's addresses, for an outputAddress subnet (this node's address in it) and to
-// warn about an outputAddress that is not this node's; nullopt, with a warning, when they
-// cannot be read.
+// This node's addresses, for --explain's outputAddress subnet; nullopt, with a warning,
+// when they cannot be read.
 NodeAddresses nodeAddresses()
 {
 	auto read = readNodeAddresses();
 	if (read)
 		return std::move(*read);
-	log::warning("{}; an outputAddress subnet gives no address of this node",
+	log::warning("{}; an outputAddress subnet is explained without this node's address",
 		     read.error().message);
 	return std::nullopt;
 }
@@ -63,7 +62,7 @@ void logSubnetsWithoutAddress(const std::vector<SubnetChoice> &subnets)
 int dryRun(const AgentOptions &options)
 {
 	const auto state = desiredFromLocation(options.config, options.configFlags, options.ruleset,
-					       nodeAddresses());
+					       readNodeAddresses());
 	if (!state) {
 		log::error("{}", state.error().message);
 		return EXIT_FAILURE;
@@ -124,7 +123,7 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 			      status);
 	// A bad config is logged here and fails the reconcile below.
 	(void)reconciler.setDesired(desiredFromLocation(options.config, options.configFlags,
-							options.ruleset, nodeAddresses()));
+							options.ruleset, readNodeAddresses()));
 	return reconciler.reconcile(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

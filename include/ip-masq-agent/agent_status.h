@@ -30,6 +30,18 @@ public:
 		std::string reason; // why not ok; empty when ok
 	};
 
+	// How this node's addresses are known, for outputAddress subnets
+	// (node_address_view.h): followed; stale (the last known kept while they cannot be
+	// read again, or after notifications were lost: the reason); or never read, while a
+	// config with a subnet waits for them (the reason; the agent is then not ready, and
+	// nothing is applied from addresses it does not know).
+	struct AddressFollowing {
+		enum class State { following, stale, waiting };
+		State state = State::following;
+		std::string reason;
+		bool operator==(const AddressFollowing &) const = default;
+	};
+
 	// Upper bounds (seconds) of the sync duration histogram's buckets.
 	static constexpr std::array<double, 12> kDurationBuckets{
 		0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -47,6 +59,7 @@ public:
 		// outputAddress subnets and this node's address in each: one without an address
 		// keeps the agent not ready (its family is masqueraded instead).
 		std::vector<SubnetChoice> subnets;
+		AddressFollowing addresses;
 		// The table's connection counters as last read (named counters, by label).
 		std::vector<CounterValue> connections;
 		bool tableDrifted = false;
@@ -87,6 +100,8 @@ public:
 
 		// Readiness: the config is valid and its table is in force.
 		Health health() const;
+		// The lines /readyz?verbose adds: `warnings`, and stale addresses.
+		std::vector<std::string> verboseWarnings() const;
 		std::string prometheusText() const;
 		// One line for systemd's STATUS=.
 		std::string summary() const;
@@ -103,6 +118,7 @@ public:
 	void noopResync();
 	void tableDrifted(); // missing or edited: not ok until the next successful sync
 	void subnetsChosen(const std::vector<SubnetChoice> &subnets);
+	void addressesFollowed(const AddressFollowing &following);
 	void countersRead(const std::vector<CounterValue> &values);
 	void driftRepaired();
 	// A reading of conntrack's statistics (by the loop, never by a scrape), or a failure

@@ -16,6 +16,7 @@
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/nat_conflicts.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
+#include "ip-masq-agent/node_address_view.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/systemd_notify.h"
@@ -26,9 +27,10 @@ namespace ipmasq {
 
 class NftablesMonitor;
 
-// One thread, one poll() over four descriptors: the signalfd, the config source's
-// inotify, the nftables monitor and one timerfd for every deadline (debounce, absent
-// grace, paced restores, resync, heartbeat, systemd watchdog, the NAT conflict check).
+// One thread, one poll() over five descriptors: the signalfd, the config source's
+// inotify, the nftables monitor, the node's address monitor and one timerfd for every
+// deadline (debounce, absent grace, paced restores, resync, heartbeat, systemd watchdog,
+// the NAT conflict check, a due read of the node's addresses).
 // All decisions belong to the ConfigSource (what the config says), the Reconciler (what
 // the kernel must hold) and nat_conflicts.h (what other tables undo); the loop only
 // says what happened and when.
@@ -86,12 +88,20 @@ private:
 	void readConntrack();
 	// Reads the table's connection counters into the status, and schedules the next read.
 	void readConnectionCounters();
-	// Reads this node's addresses again (their monitor said they changed, or a resync);
-	// true when that changes what an outputAddress subnet gives, and the reconciler got
-	// the new desired state.
+	// With the addresses as followed: true when they change what an outputAddress subnet
+	// gives (or a config waited for them), and the reconciler got the new desired state.
 	bool takeNodeAddresses();
-	// The node's addresses, or nullopt with a warning (once per distinct message).
-	NodeAddresses readAddresses();
+	// Reads every address into the view; true when it did. A failure keeps the view as it
+	// was; when the view is not current and `required`, it is tried again on the timer
+	// (back-off) and logged once per distinct message.
+	bool readAddresses(Clock::time_point now, bool required);
+	// Applies the monitor's notifications to the view; true when one was about an address
+	// inside an outputAddress subnet. Lost notifications: a new subscription, and a read.
+	bool followAddresses(Clock::time_point now);
+	// A read of every address, when a config with a subnet needs one: coalesced, spaced.
+	void scheduleAddressRead(Clock::time_point now);
+	// How the addresses are known, for /readyz and /metrics.
+	void reportAddresses();
 	// One pass of the NAT conflict check (nat_conflicts.h): reads other tables, evaluates
 	// the sample of the last good config, logs what was found and what was resolved, and
 	// reports to the status. At most one pass per kNatCheckPeriod, and at most a tenth
@@ -118,6 +128,12 @@ private:
 	static constexpr size_t kNatCheckStepsPerPass = 100000;
 	// The same for the table's connection counters: one small dump (about ten objects).
 	static constexpr std::chrono::seconds kCountersReadPeriod{2};
+	// Reads of every address after lost notifications: at most one per this period.
+	static constexpr std::chrono::milliseconds kAddressReadSpacing{200};
+	// A failed read that is needed (the view is not current) is tried again after this,
+	// doubling up to the longest.
+	static constexpr std::chrono::milliseconds kFirstAddressRetry{50};
+	static constexpr std::chrono::milliseconds kLongestAddressRetry{5000};
 
 	AgentOptions options_;
 	NftablesMonitor *monitor_;
@@ -152,14 +168,21 @@ private:
 	std::string lastNatCheckError_;
 	bool legacyNatSaid_[2] = {false, false}; // IPv4, IPv6
 
-	// This node's addresses (for outputAddress subnets) and their change notifications
-	// (none: re-read at each resync only). The last good config is kept only while its
-	// desired state depends on them, with what its subnets gave.
+	// This node's addresses (for outputAddress subnets): their change notifications (none:
+	// read at each resync only) and the view they keep current. The last good config is
+	// kept only while its desired state depends on them, with its subnets (the only
+	// addresses watched) and what they gave; `addressesAwaited_` while it waits for a
+	// first read.
 	std::optional<AddressMonitor> addressMonitor_;
-	NodeAddresses nodeAddresses_;
+	NodeAddressView addressView_;
+	std::optional<Clock::time_point> nextAddressRead_;
+	Clock::time_point lastAddressRead_{};
+	std::chrono::milliseconds addressRetry_ = kFirstAddressRetry;
 	std::string lastAddressError_;
 	std::optional<LoadedConfig> addressDependentConfig_;
+	std::vector<Prefix> watchedSubnets_;
 	SubnetAddresses subnetAddresses_;
+	bool addressesAwaited_ = false;
 };
 
 } // namespace ipmasq

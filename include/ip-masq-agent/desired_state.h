@@ -33,8 +33,9 @@ struct SubnetChoice {
 	bool operator==(const SubnetChoice &) const = default;
 };
 
-// This node's addresses when they are known (nullopt: could not be read; then a subnet has
-// no address of the node, and no address is warned about).
+// This node's addresses when they are known (nullopt: never read; then a subnet has no
+// address of the node, and no address is warned about; the daemon gives a config with a
+// subnet no desired state until they are known).
 using NodeAddresses = std::optional<std::vector<NodeAddress>>;
 
 struct DesiredState {
@@ -62,6 +63,10 @@ struct DesiredState {
 // subnet): then it is made again when the address chosen in a subnet changes.
 bool dependsOnNodeAddresses(const LoadedConfig &loaded);
 
+// The config's outputAddress subnets (none, one or two: a family each): the only
+// addresses whose changes can change its desired state.
+std::vector<Prefix> outputSubnets(const LoadedConfig &loaded);
+
 // This node's address in each outputAddress subnet of the config (pickAddressIn), or none:
 // cheap, so that a change of the node's addresses remakes the desired state only when
 // it changes what the subnets give.
@@ -77,9 +82,17 @@ Result<DesiredState> desiredFromContent(const ConfigContent &content,
 					const ConfigLocation &location, const ConfigFlags &flags,
 					const RulesetOptions &options, const NodeAddresses &node);
 
-// The location read once (readConfigContent), then desiredFromContent: --once and
-// --dry-run.
+// For a mode that reads this node's addresses once (--once, --dry-run): the addresses the
+// config gets from that read, or, when the config has an outputAddress subnet and the read
+// failed, an Error that says so (a failed read is never "no address": --once then applies
+// nothing). A config without a subnet goes on without them (no address is warned about).
+Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
+					 const Result<std::vector<NodeAddress>> &read);
+
+// The location read once (readConfigContent), loaded, given its addresses from `read`
+// (addressesForConfig), and mapped: --once and --dry-run.
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
-					 const RulesetOptions &options, const NodeAddresses &node);
+					 const RulesetOptions &options,
+					 const Result<std::vector<NodeAddress>> &read);
 
 } // namespace ipmasq

@@ -21,7 +21,9 @@ namespace ipmasq {
 struct NodeAddress {
 	Address address; // the local address (IFA_LOCAL, else IFA_ADDRESS)
 	unsigned prefixLength = 0;
-	std::string interface; // "eth0"
+	// "eth0"; empty for an address learned from a change notification, which names only
+	// the interface's index (nothing the agent decides depends on the name).
+	std::string interface;
 	uint32_t ifindex = 0;
 
 	bool secondary = false; // IPv4: not the first address of its subnet on the interface
@@ -29,11 +31,24 @@ struct NodeAddress {
 	bool dadFailed = false; // IPv6: duplicate address detection found another owner
 	bool deprecated = false; // its preferred lifetime is over
 	bool permanent = false; // configured by hand, not autoconfigured with a lifetime
+	// IFA_ADDRESS: the other end of a point-to-point link, else the address itself. With
+	// the address, the prefix length and the interface, it is what the kernel tells IPv4
+	// addresses apart by.
+	Address peer{};
 
 	// "203.0.113.7/24 dev eth0 secondary", as `ip address` words it.
 	std::string toString() const;
 
 	bool operator==(const NodeAddress &) const = default;
+};
+
+// One change the kernel announced (RTM_NEWADDR, RTM_DELADDR): an address added or changed
+// (its flags: duplicate address detection ending, a lifetime running out), or removed.
+struct AddressChange {
+	enum class Kind { addedOrChanged, removed };
+	Kind kind = Kind::addedOrChanged;
+	NodeAddress address;
+	bool operator==(const AddressChange &) const = default;
 };
 
 // readNodeAddresses() (netlink/address_monitor.h) refuses more addresses (or more interfaces) than this: a node

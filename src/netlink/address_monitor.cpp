@@ -22,7 +22,7 @@ namespace {
 constexpr int kDumpAttempts = 5;
 // Room for a burst of notifications while the daemon is busy: with CAP_NET_ADMIN
 // (SO_RCVBUFFORCE) 2,000 IPv4 additions fit and 3,000 overran (measured, kernel 6.18).
-// An overrun counts as a change, which is always correct, only less precise.
+// An overrun costs the caller a new subscription and one read of every address.
 constexpr size_t kMonitorReceiveBuffer = 1024 * 1024;
 // Datagrams one drain() reads at most; rtnetlink sends one notification per datagram.
 constexpr size_t kMaxDatagramsPerDrain = 4096;
@@ -42,11 +42,13 @@ std::vector<const nlattr *> attributes(const nlmsghdr *nlh, size_t headerSize, u
 	return table;
 }
 
-// One address from an RTM_NEWADDR message, or nothing for another family (the
-// AF_UNSPEC dump includes MCTP's, for one) or a message without an address.
+// One address from an RTM_NEWADDR or RTM_DELADDR message (the same layout), or nothing
+// for another family (the AF_UNSPEC dump includes MCTP's, for one) or a message without an
+// address.
 std::optional<NodeAddress> parseAddress(const nlmsghdr *nlh)
 {
-	if (nlh->nlmsg_type != RTM_NEWADDR || mnl_nlmsg_get_payload_len(nlh) < sizeof(ifaddrmsg))
+	if ((nlh->nlmsg_type != RTM_NEWADDR && nlh->nlmsg_type != RTM_DELADDR) ||
+	    mnl_nlmsg_get_payload_len(nlh) < sizeof(ifaddrmsg))
 		return std::nullopt;
 	const auto *ifa = static_cast<const ifaddrmsg *>(mnl_nlmsg_get_payload(nlh));
 	if (ifa->ifa_family != AF_INET && ifa->ifa_family != AF_INET6)
@@ -66,6 +68,10 @@ std::optional<NodeAddress> parseAddress(const nlmsghdr *nlh)
 	NodeAddress address;
 	address.address =
 		Address::fromBytes(family, static_cast<const uint8_t *>(mnl_attr_get_payload(local)));
+	const nlattr *peer = attrs[IFA_ADDRESS];
+	address.peer = peer && mnl_attr_get_payload_len(peer) == familyBits(family) / 8
+		? Address::fromBytes(family, static_cast<const uint8_t *>(mnl_attr_get_payload(peer)))
+		: address.address;
 	address.prefixLength = ifa->ifa_prefixlen;
 	address.ifindex = ifa->ifa_index;
 	address.secondary = flags & IFA_F_SECONDARY;
@@ -108,6 +114,8 @@ Result<std::vector<NodeAddress>> dumpAddresses(netlink::Socket &socket, size_t l
 	std::vector<NodeAddress> addresses;
 	Status s = dump(socket, RTM_GETADDR, "addresses", [&] { addresses.clear(); },
 			[&](const nlmsghdr *nlh) -> Status {
+				if (nlh->nlmsg_type != RTM_NEWADDR)
+					return {};
 				std::optional<NodeAddress> address = parseAddress(nlh);
 				if (!address)
 					return {};
@@ -172,6 +180,14 @@ Result<std::vector<NodeAddress>> readNodeAddresses(size_t limit)
 	return std::move(*addresses);
 }
 
+Result<std::vector<NodeAddress>> readNodeAddressesUnnamed(size_t limit)
+{
+	auto socket = netlink::Socket::open(netlink::Protocol::route);
+	if (!socket)
+		return fail(socket.error());
+	return dumpAddresses(*socket, limit);
+}
+
 AddressMonitor::AddressMonitor(netlink::Socket socket) : socket_(std::move(socket)) {}
 
 Result<AddressMonitor> AddressMonitor::open()
@@ -183,27 +199,32 @@ Result<AddressMonitor> AddressMonitor::open()
 		if (auto s = socket->joinGroup(group); !s)
 			return fail(s.error().withContext("cannot follow the node's addresses: "));
 	// Best effort: without CAP_NET_ADMIN the sysctl net.core.rmem_max caps it, and a
-	// smaller buffer only overruns sooner, which drain() reports as a change.
+	// smaller buffer only overruns sooner, which drain() reports.
 	(void)socket->reserveBuffers(0, kMonitorReceiveBuffer);
 	return AddressMonitor(std::move(*socket));
 }
 
-Result<bool> AddressMonitor::drain()
+Result<AddressChanges> AddressMonitor::drain()
 {
-	bool changed = false;
+	AddressChanges read;
 	auto drained = socket_.drainNotifications(
 		[&](const nlmsghdr *nlh) {
-			if (nlh->nlmsg_type == RTM_NEWADDR || nlh->nlmsg_type == RTM_DELADDR)
-				changed = true;
+			std::optional<NodeAddress> address = parseAddress(nlh);
+			if (!address)
+				return;
+			read.changes.push_back(AddressChange{nlh->nlmsg_type == RTM_DELADDR
+								     ? AddressChange::Kind::removed
+								     : AddressChange::Kind::addedOrChanged,
+							     std::move(*address)});
 		},
 		kMaxDatagramsPerDrain);
 	if (!drained)
 		return fail(drained.error().withContext("cannot follow the node's addresses: "));
 	if (drained->overrun) {
 		overruns_++;
-		changed = true;
+		read.overrun = true;
 	}
-	return changed;
+	return read;
 }
 
 } // namespace ipmasq

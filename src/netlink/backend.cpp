@@ -20,6 +20,8 @@
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/netlink/port_owner.h"
+#include "ip-masq-agent/netlink/refusal.h"
+#include "ip-masq-agent/netlink/replacement.h"
 #include "ip-masq-agent/netlink/snapshot.h"
 
 namespace ipmasq {
@@ -164,6 +166,10 @@ std::optional<SetKeys> addressSetKeys(const nftnl_set *set)
 	return std::nullopt;
 }
 
+// How often a replacement that keeps the counters is read, planned and sent again when
+// other commits came in between, before the whole table is replaced instead.
+constexpr int kKeepingCountersAttempts = 3;
+
 // How often check() reads a table again when other commits interrupted the read, before
 // it answers "unsettled" (the caller then re-applies or looks again later).
 constexpr int kSnapshotAttempts = 3;
@@ -173,12 +179,10 @@ constexpr uint16_t nftType(uint8_t message)
 	return (NFNL_SUBSYS_NFTABLES << 8) | message;
 }
 
+// EPERM and EACCES say what refused: a missing capability, or something else (refusal.h).
 Error withPermissionHint(Error error)
 {
-	if (error.errnum == EPERM)
-		error.message += " (ip-masq-agent needs CAP_NET_ADMIN in the network namespace "
-				 "it manages: run it as root, or grant the capability)";
-	return error;
+	return explainRefusal(std::move(error));
 }
 
 // "<object>: <strerror>[ (<kernel's text>)]" for the first failure of a batch, which is
@@ -344,6 +348,20 @@ Status dumpRules(Socket &socket, const std::string &table, std::vector<RulePtr> 
 				nftnl_rule_get_str, out);
 }
 
+Status dumpFlowtables(Socket &socket, const std::string &table, std::vector<FlowtablePtr> &out)
+{
+	return dumpTableObjects(socket, NFT_MSG_GETFLOWTABLE, table, "flowtable", newFlowtable,
+				nftnl_flowtable_set_str, NFTNL_FLOWTABLE_TABLE,
+				nftnl_flowtable_nlmsg_build_payload, nftnl_flowtable_nlmsg_parse,
+				nftnl_flowtable_get_str, out);
+}
+
+// A name libnftnl read back, or "" (the kernel always sends one).
+std::string str(const char *value)
+{
+	return value ? value : "";
+}
+
 // "netlink port 1234, pid 567 \"nft\"", as far as this namespace lets us see.
 std::string describeOwner(std::optional<uint32_t> portId)
 {
@@ -386,29 +404,86 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 	if (lockedOut_)
 		if (auto held = refusedByOwner(ruleset.table); held)
 			return fail(*held);
-	std::vector<CounterValue> carried = carriedCounters(ruleset.table);
-	auto encoded = encodeForKernel(ruleset, carried);
+	auto encoded = encodeForKernel(ruleset);
 	if (!encoded)
 		return fail(encoded.error());
 	const std::vector<FeatureCarrier> carriers = featureCarriers(ruleset, *encoded);
-	auto batch = createOnly ? createTableBatch(*encoded, socket_.sequence())
-				: replaceTableBatch(*encoded, socket_.sequence());
-	if (!batch)
-		return fail(batch.error());
-	auto answer = transactQuietly(*batch);
+	if (createOnly) {
+		// Nothing to carry but what the agent last saw (a table deleted by hand).
+		startCountersAt(*encoded, rememberedCounters_);
+		auto batch = createTableBatch(*encoded, socket_.sequence());
+		if (!batch)
+			return fail(batch.error());
+		return commitReplacement(ruleset, *batch, carriers);
+	}
+	// Read, plan and commit, guarded by the generation read: a commit by anyone in
+	// between refuses the batch, and the next attempt reads again. When the plan is
+	// the same (the commits were other tables'), the batch built for it is sent again
+	// with the new generation: then the race window is the read alone, not the build.
+	std::optional<ReplacementPlan> sent;
+	std::optional<Batch> batch;
+	for (int attempt = 0; attempt < kKeepingCountersAttempts; attempt++) {
+		auto contents = readTableContents(ruleset.table);
+		if (!contents) {
+			if (contents.error().errnum == EINTR) // a dump interrupted by another commit
+				continue;
+			return fail(contents.error());
+		}
+		if (!*contents)
+			break; // deleted meanwhile: the whole replacement below creates it
+		rememberCounters(**contents);
+		std::optional<ReplacementPlan> plan =
+			planReplacement(**contents, ruleset, rememberedCounters_);
+		if (!plan)
+			break; // another comment or flags: only deleting the table will do
+		if (batch && sent && sent->sameChanges(*plan)) {
+			batch->setGuard(plan->generation);
+		} else {
+			startCountersAt(*encoded, plan->createdCounters);
+			auto built = replaceKeepingCountersBatch(*encoded, *plan, socket_.sequence());
+			if (!built)
+				return fail(built.error());
+			batch = std::move(*built);
+		}
+		sent = std::move(plan);
+		auto committed = commitReplacement(ruleset, *batch, carriers);
+		if (committed || committed.error().errnum != ERESTART)
+			return committed;
+		log::debug("table inet {}: a commit by someone else since it was read (generation {}); "
+			   "reading it again", ruleset.table, sent->generation);
+	}
+	// The table deletes and creates its counters: they start from the values read just
+	// before the batch is built, and what is counted until the commit is lost.
+	log::debug("table inet {}: replaced whole, its counters created again from the values "
+		   "just read", ruleset.table);
+	startCountersAt(*encoded, carriedCounters(ruleset.table));
+	auto whole = replaceTableBatch(*encoded, socket_.sequence());
+	if (!whole)
+		return fail(whole.error());
+	return commitReplacement(ruleset, *whole, carriers);
+}
+
+Result<uint32_t> NetlinkBackend::commitReplacement(const Ruleset &ruleset, const Batch &batch,
+						   const std::vector<FeatureCarrier> &carriers)
+{
+	auto answer = transactQuietly(batch);
 	if (!answer)
 		return fail(answer.error());
 	if (!answer->failures.empty()) {
-		refusedFeature_ = refusedFeature(*batch, carriers, answer->failures.front().seq,
-						 answer->failures.front().error);
-		if (answer->failures.front().error == EPERM)
+		const BatchAnswer::Failure &first = answer->failures.front();
+		if (first.error == ERESTART)
+			return fail(fmt::format("table inet {} changed since it was read: the kernel "
+						"refused the replacement ({})", ruleset.table,
+						std::strerror(ERESTART)),
+				    ERESTART);
+		refusedFeature_ = refusedFeature(batch, carriers, first.seq, first.error);
+		if (first.error == EPERM)
 			if (auto held = refusedByOwner(ruleset.table); held)
 				return fail(*held);
-		return fail(batchError(*batch, *answer));
+		return fail(batchError(batch, *answer));
 	}
-	lastCounters_ = std::move(carried);
 	log::debug("applied table inet {}: {} messages, {} bytes", ruleset.table,
-		   batch->acknowledgedMessages(), batch->bytes());
+		   batch.acknowledgedMessages(), batch.bytes());
 	if (answer->generation)
 		return *answer->generation;
 	// A kernel that does not echo the commit's generation: ask. Someone else may have
@@ -664,19 +739,111 @@ Result<std::vector<CounterValue>> NetlinkBackend::readCounters(const std::string
 		values.push_back(CounterValue{name, nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_PKTS),
 					      nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_BYTES)});
 	}
-	if (!values.empty())
-		lastCounters_ = values;
+	remember(values);
 	return values;
 }
 
 std::vector<CounterValue> NetlinkBackend::carriedCounters(const std::string &table)
 {
-	// A table that exists has its own counts (readCounters keeps them for the next
-	// time); a missing one, or one that cannot be read, restarts from the last seen.
-	auto current = readCounters(table);
-	if (current && !current->empty())
-		return std::move(*current);
-	return lastCounters_;
+	// A table that exists has its own counts (readCounters remembers them); a missing
+	// one, or one that cannot be read, restarts from the last seen.
+	(void)readCounters(table); // a failure leaves what was remembered
+	return rememberedCounters_;
+}
+
+void NetlinkBackend::remember(const std::vector<CounterValue> &values)
+{
+	for (const CounterValue &value : values) {
+		const auto known = std::find_if(rememberedCounters_.begin(), rememberedCounters_.end(),
+						[&](const CounterValue &v) { return v.name == value.name; });
+		if (known == rememberedCounters_.end())
+			rememberedCounters_.push_back(value);
+		else
+			*known = value;
+	}
+}
+
+void NetlinkBackend::rememberCounters(const TableContents &contents)
+{
+	std::vector<CounterValue> values;
+	for (const TableContents::Object &object : contents.objects)
+		if (object.type == NFT_OBJECT_COUNTER)
+			values.push_back(CounterValue{object.name, object.packets, object.bytes});
+	remember(values);
+}
+
+Result<std::optional<TableContents>> NetlinkBackend::readTableContents(const std::string &table)
+{
+	const auto context = [&table](const std::string &what) {
+		return fmt::format("reading the {} of table inet {}: ", what, table);
+	};
+	auto gen = generation();
+	if (!gen)
+		return fail(gen.error());
+	TableContents contents;
+	contents.generation = *gen;
+
+	TablePtr request = tableHandle(table, false);
+	const Status found = socket_.query(
+		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
+		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			TablePtr reply = newTable();
+			if (auto p = parsed(nftnl_table_nlmsg_parse(nlh, reply.get()), "table"); !p)
+				return p;
+			if (nftnl_table_is_set(reply.get(), NFTNL_TABLE_FLAGS))
+				contents.flags = nftnl_table_get_u32(reply.get(), NFTNL_TABLE_FLAGS);
+			uint32_t len = 0;
+			const void *data = nftnl_table_get_data(reply.get(), NFTNL_TABLE_USERDATA, &len);
+			contents.comment = userdataComment(data, len, NFTNL_UDATA_TABLE_COMMENT);
+			return {};
+		});
+	if (!found) {
+		if (found.error().errnum == ENOENT)
+			return std::optional<TableContents>();
+		return fail(withPermissionHint(found.error().withContext(context("table"))));
+	}
+
+	std::vector<ChainPtr> chains;
+	if (auto s = dumpChains(socket_, table, chains); !s)
+		return fail(withPermissionHint(s.error().withContext(context("chains"))));
+	for (const ChainPtr &chain : chains) {
+		const uint32_t flags = nftnl_chain_is_set(chain.get(), NFTNL_CHAIN_FLAGS)
+			? nftnl_chain_get_u32(chain.get(), NFTNL_CHAIN_FLAGS)
+			: 0;
+		if (!(flags & NFT_CHAIN_BINDING)) // a rule's anonymous chain goes with the rule
+			contents.chains.push_back(str(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_NAME)));
+	}
+	std::vector<SetPtr> sets;
+	if (auto s = dumpSets(socket_, table, sets); !s)
+		return fail(withPermissionHint(s.error().withContext(context("sets"))));
+	for (const SetPtr &set : sets)
+		if (!(nftnl_set_get_u32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS))
+			contents.sets.push_back(str(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
+	std::vector<ObjPtr> objects;
+	if (auto s = dumpObjects(socket_, table, objects); !s)
+		return fail(withPermissionHint(s.error().withContext(context("objects"))));
+	for (const ObjPtr &object : objects) {
+		nftnl_obj *obj = object.get();
+		TableContents::Object read;
+		read.name = str(nftnl_obj_get_str(obj, NFTNL_OBJ_NAME));
+		read.type = nftnl_obj_get_u32(obj, NFTNL_OBJ_TYPE);
+		uint32_t len = 0;
+		const void *data = nftnl_obj_get_data(obj, NFTNL_OBJ_USERDATA, &len);
+		read.comment = userdataComment(data, len, NFTNL_UDATA_OBJ_COMMENT);
+		if (read.type == NFT_OBJECT_COUNTER) {
+			read.packets = nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_PKTS);
+			read.bytes = nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_BYTES);
+		}
+		contents.objects.push_back(std::move(read));
+	}
+	std::vector<FlowtablePtr> flowtables;
+	if (auto s = dumpFlowtables(socket_, table, flowtables); !s)
+		return fail(withPermissionHint(s.error().withContext(context("flowtables"))));
+	for (const FlowtablePtr &flowtable : flowtables)
+		contents.flowtables.push_back(
+			str(nftnl_flowtable_get_str(flowtable.get(), NFTNL_FLOWTABLE_NAME)));
+	return std::optional(std::move(contents));
 }
 
 Result<std::optional<KernelTable>> NetlinkBackend::readTable(const std::string &table)

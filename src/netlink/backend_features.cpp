@@ -122,14 +122,12 @@ Result<bool> NetlinkBackend::tableExists(const std::string &table)
 	return fail(s.error().withContext(fmt::format("reading table inet {}: ", table)));
 }
 
-Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset,
-						     std::vector<CounterValue> counterStart) const
+Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset) const
 {
 	// The fault hook: the flag bit becomes one no kernel knows, until apply() learns to
 	// leave it out.
 	const EncodingOptions options{simulateNoFullyRandom_ ? kUnknownNatFlag
-							    : NF_NAT_RANGE_PROTO_RANDOM_FULLY,
-				      std::move(counterStart)};
+							    : NF_NAT_RANGE_PROTO_RANDOM_FULLY};
 	return limits_.noFullyRandom ? encodeRuleset(withoutFullyRandom(ruleset), options)
 				     : encodeRuleset(ruleset, options);
 }

@@ -2,6 +2,8 @@
 // Serializing libnftnl objects into one nf_tables batch with per-message descriptions.
 #include "ip-masq-agent/netlink/batch.h"
 
+#include <algorithm>
+
 #include <arpa/inet.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -69,9 +71,20 @@ void Batch::beginGuarded(uint32_t generation)
 	nlmsghdr *nlh = nftnl_batch_begin(static_cast<char *>(nftnl_batch_buffer(batch_.get())),
 					  nextSequence() - 1);
 	nlh->nlmsg_flags |= NLM_F_ECHO;
+	// The attribute goes at the message's tail, and stays there: the batch's pages are
+	// never moved, only added.
+	guard_ = static_cast<nlattr *>(mnl_nlmsg_get_payload_tail(nlh));
 	mnl_attr_put_u32(nlh, NFNL_BATCH_GENID, htonl(generation));
 	if (nftnl_batch_update(batch_.get()) < 0)
 		throw std::bad_alloc();
+}
+
+bool Batch::setGuard(uint32_t generation)
+{
+	if (guard_ == nullptr)
+		return false;
+	*static_cast<uint32_t *>(mnl_attr_get_payload(guard_)) = htonl(generation);
+	return true;
 }
 
 void Batch::end()
@@ -139,6 +152,13 @@ Status Batch::changeSetElements(uint16_t type, uint16_t flags, const nftnl_set *
 
 Status Batch::addEncodedTable(const EncodedTable &table, uint16_t tableFlags)
 {
+	if (auto s = addTable(NFT_MSG_NEWTABLE, tableFlags, table.table.get(), table.description); !s)
+		return s;
+	return addTableContents(table, {});
+}
+
+Status Batch::addTableContents(const EncodedTable &table, const std::vector<std::string> &keptObjects)
+{
 	const auto addSetWithElements = [this](const EncodedSet &set) -> Status {
 		if (auto s = addSet(set.set.get(), set.description); !s)
 			return s;
@@ -149,8 +169,6 @@ Status Batch::addEncodedTable(const EncodedTable &table, uint16_t tableFlags)
 		return {};
 	};
 
-	if (auto s = addTable(NFT_MSG_NEWTABLE, tableFlags, table.table.get(), table.description); !s)
-		return s;
 	// Chains first, so that a jump can name a chain declared later in the model.
 	for (const EncodedChain &chain : table.chains)
 		if (auto s = addChain(chain.chain.get(), chain.description, &chain); !s)
@@ -159,9 +177,13 @@ Status Batch::addEncodedTable(const EncodedTable &table, uint16_t tableFlags)
 		if (auto s = addSetWithElements(set); !s)
 			return s;
 	// Before the rules that name them.
-	for (const EncodedObject &object : table.objects)
+	for (const EncodedObject &object : table.objects) {
+		const char *name = nftnl_obj_get_str(object.object.get(), NFTNL_OBJ_NAME);
+		if (name && std::find(keptObjects.begin(), keptObjects.end(), name) != keptObjects.end())
+			continue;
 		if (auto s = addObject(object.object.get(), object.description); !s)
 			return s;
+	}
 	for (const EncodedChain &chain : table.chains) {
 		for (const EncodedRule &rule : chain.rules) {
 			for (const EncodedSet &set : rule.anonymousSets)
@@ -229,6 +251,83 @@ Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq)
 	if (auto s = batch.addTable(NFT_MSG_DELTABLE, 0, handle.get(), deleting); !s)
 		return fail(s.error());
 	if (auto s = batch.addEncodedTable(table); !s)
+		return fail(s.error());
+	batch.end();
+	return batch;
+}
+
+Status Batch::addDeletion(uint16_t type, std::string description, const std::function<void(nlmsghdr *)> &payload)
+{
+	nlmsghdr *nlh = startMessage(type, 0, std::move(description));
+	payload(nlh);
+	return finishMessage(nlh);
+}
+
+Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const ReplacementPlan &plan,
+					  uint32_t firstSeq)
+{
+	Batch batch(firstSeq);
+	batch.beginGuarded(plan.generation);
+	const std::string name = nftnl_table_get_str(table.table.get(), NFTNL_TABLE_NAME);
+	// The table exists (the plan was read from it, and the generation guard holds): a
+	// NEWTABLE without flags changes nothing, and carries the echo request for the
+	// commit's generation (see replaceTableBatch()).
+	TablePtr handle = tableHandle(name, false);
+	if (auto s = batch.addTable(NFT_MSG_NEWTABLE, NLM_F_ECHO, handle.get(),
+				    fmt::format("{} (kept, with its counters)", table.description));
+	    !s)
+		return fail(s.error());
+	// A DELRULE that names only the table deletes every rule of every chain ("flush
+	// table"): what referred to the chains, sets and objects below lets go of them.
+	RulePtr rules = newRule();
+	nftnl_rule_set_u32(rules.get(), NFTNL_RULE_FAMILY, NFPROTO_INET);
+	nftnl_rule_set_str(rules.get(), NFTNL_RULE_TABLE, name.c_str());
+	const auto deletion = [&](uint16_t type, std::string what, const auto &payload) -> Status {
+		return batch.addDeletion(type, std::move(what), payload);
+	};
+	if (auto s = deletion(NFT_MSG_DELRULE, fmt::format("the rules of table {} (flushing them)", name),
+			      [&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, rules.get()); });
+	    !s)
+		return fail(s.error());
+	for (const std::string &chain : plan.deleteChains) {
+		ChainPtr object = newChain();
+		nftnl_chain_set_str(object.get(), NFTNL_CHAIN_TABLE, name.c_str());
+		nftnl_chain_set_str(object.get(), NFTNL_CHAIN_NAME, chain.c_str());
+		if (auto s = deletion(NFT_MSG_DELCHAIN, fmt::format("chain {} (deleting the previous one)", chain),
+				      [&](nlmsghdr *nlh) { nftnl_chain_nlmsg_build_payload(nlh, object.get()); });
+		    !s)
+			return fail(s.error());
+	}
+	for (const std::string &set : plan.deleteSets) {
+		SetPtr object = newSet();
+		nftnl_set_set_str(object.get(), NFTNL_SET_TABLE, name.c_str());
+		nftnl_set_set_str(object.get(), NFTNL_SET_NAME, set.c_str());
+		if (auto s = deletion(NFT_MSG_DELSET, fmt::format("set {} (deleting the previous one)", set),
+				      [&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, object.get()); });
+		    !s)
+			return fail(s.error());
+	}
+	for (const auto &[object, type] : plan.deleteObjects) {
+		ObjPtr handleOf = newObj();
+		nftnl_obj_set_str(handleOf.get(), NFTNL_OBJ_TABLE, name.c_str());
+		nftnl_obj_set_str(handleOf.get(), NFTNL_OBJ_NAME, object.c_str());
+		nftnl_obj_set_u32(handleOf.get(), NFTNL_OBJ_TYPE, type);
+		if (auto s = deletion(NFT_MSG_DELOBJ, fmt::format("object {} (deleting the previous one)", object),
+				      [&](nlmsghdr *nlh) { nftnl_obj_nlmsg_build_payload(nlh, handleOf.get()); });
+		    !s)
+			return fail(s.error());
+	}
+	for (const std::string &flowtable : plan.deleteFlowtables) {
+		FlowtablePtr object = newFlowtable();
+		nftnl_flowtable_set_str(object.get(), NFTNL_FLOWTABLE_TABLE, name.c_str());
+		nftnl_flowtable_set_str(object.get(), NFTNL_FLOWTABLE_NAME, flowtable.c_str());
+		if (auto s = deletion(NFT_MSG_DELFLOWTABLE,
+				      fmt::format("flowtable {} (deleting it)", flowtable),
+				      [&](nlmsghdr *nlh) { nftnl_flowtable_nlmsg_build_payload(nlh, object.get()); });
+		    !s)
+			return fail(s.error());
+	}
+	if (auto s = batch.addTableContents(table, plan.keptCounters); !s)
 		return fail(s.error());
 	batch.end();
 	return batch;

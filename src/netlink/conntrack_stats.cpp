@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/socket.h"
 
 namespace ipmasq::netlink {
@@ -140,9 +141,9 @@ std::optional<uint64_t> limitFromSysctl()
 Error explained(const Error &error)
 {
 	switch (error.errnum) {
-	case EPERM:
-		return Error("cannot read conntrack statistics: nfnetlink requires CAP_NET_ADMIN "
-			     "(" + error.message + ")", error.errnum);
+	case EPERM: // not always a missing capability: refusal.h tells which refusal it is
+	case EACCES:
+		return explainRefusal(error.withContext("cannot read conntrack statistics: "));
 	case EINVAL: // nfnetlink's answer for a subsystem or request it does not have
 	case EOPNOTSUPP:
 		return Error("cannot read conntrack statistics: this kernel has no conntrack "

@@ -314,14 +314,8 @@ Result<EncodedObject> Encoder::encodeCounter(const NamedCounter &counter)
 	nftnl_obj_set_str(obj, NFTNL_OBJ_TABLE, ruleset_.table.c_str());
 	nftnl_obj_set_str(obj, NFTNL_OBJ_NAME, counter.name.c_str());
 	nftnl_obj_set_u32(obj, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
-	uint64_t packets = 0, bytes = 0;
-	for (const CounterValue &start : options_.counterStart)
-		if (start.name == counter.name) {
-			packets = start.packets;
-			bytes = start.bytes;
-		}
-	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_PKTS, packets);
-	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_BYTES, bytes);
+	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_PKTS, 0);
+	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_BYTES, 0);
 	if (!counter.comment.empty()) {
 		UserData udata;
 		udata.putString(NFTNL_UDATA_OBJ_COMMENT, counter.comment);
@@ -657,6 +651,19 @@ SetPtr ElementChunk::build() const
 	for (const ElementSpec &spec : elements)
 		nftnl_set_elem_add(carrier.get(), buildElement(spec).release());
 	return carrier;
+}
+
+void startCountersAt(EncodedTable &table, const std::vector<CounterValue> &values)
+{
+	for (EncodedObject &object : table.objects) {
+		nftnl_obj *obj = object.object.get();
+		const char *name = nftnl_obj_get_str(obj, NFTNL_OBJ_NAME);
+		for (const CounterValue &start : values)
+			if (name && start.name == name) {
+				nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_PKTS, start.packets);
+				nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_BYTES, start.bytes);
+			}
+	}
 }
 
 TablePtr tableHandle(const std::string &name, bool withFlags)

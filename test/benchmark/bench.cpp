@@ -50,6 +50,7 @@
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "address_following.h"
 #include "agent_process.h"
 #include "machine.h"
 #include "netns.h"
@@ -1187,6 +1188,7 @@ int main(int argc, char *argv[])
 	const std::vector<ConflictRow> conflictPasses = measureConflictPasses(g_tmpDir);
 	const std::vector<ipmasq::bench::ResponsivenessFigure> reactions =
 		ipmasq::bench::measureResponsiveness(g_tmpDir);
+	const bench::AddressFollowingFigures addressFollowing = bench::measureAddressFollowing(g_tmpDir);
 	const double totalSeconds = std::chrono::duration<double>(Clock::now() - started).count();
 
 	std::vector<Target> targets;
@@ -1379,6 +1381,7 @@ int main(int argc, char *argv[])
 			   verdict(r.ok));
 		targets.push_back({r.what, r.figure, r.target, r.ok});
 	}
+	bench::printAddressFollowing(addressFollowing);
 
 	fmt::print("\nTargets\n");
 	size_t missed = 0;

@@ -2,15 +2,21 @@
 // The table's connection counters with real traffic (traffic_support.h: a pod, the node and
 // an external host in namespaces of their own): after N connections to a masqueraded and M
 // to a non-masqueraded destination, nft and /metrics say N and M more; a table replacement
-// and a table deleted by hand never make a count go down.
+// and a table deleted by hand never make a count go down; and under a steady stream of new
+// connections, kill -9, restarts and config changes that replace the table never make a
+// sampled count go back, and the count is exactly the connections made.
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <map>
+#include <memory>
 #include <regex>
 
 #include <fmt/format.h>
 
+#include "agent_process.h"
+#include "flow_stream.h"
 #include "netns.h"
 #include "traffic_support.h"
 
@@ -81,7 +87,7 @@ void requireNoneLower(const Counts &before, const Counts &after, const char *wha
 }
 
 // The metrics catch up with the kernel's counters (read every 2 s by the loop).
-Counts requireMetricsMatchKernel(const Agent &agent)
+Counts requireMetricsMatchKernel(const AgentProcess &agent)
 {
 	Counts metrics;
 	const auto same = [&] {
@@ -93,7 +99,7 @@ Counts requireMetricsMatchKernel(const Agent &agent)
 			       countOr0(kernel, "nomasq-dst-v4") &&
 		       countOr0(metrics, "ipv6/masqueraded/none") == countOr0(kernel, "masq-v6");
 	};
-	requireWithin(same, 30s, agent.process(), "/metrics to show the kernel's counters",
+	requireWithin(same, 30s, agent, "/metrics to show the kernel's counters",
 		      [&] { return "kernel: " + describe(kernelCounts()) + "\n/metrics: " + describe(metrics); });
 	return metrics;
 }
@@ -112,7 +118,7 @@ TEST_CASE("connection counters: exact per decision, in nft and /metrics, never l
 	Topology net;
 	SourceEchoServer echo(net.external);
 	Agent agent(kConfig, {"--enable-ipv6", "--health-addr=127.0.0.1:10264"});
-	requireMetricsMatchKernel(agent);
+	requireMetricsMatchKernel(agent.process());
 
 	// N masqueraded and M not, in IPv4; K masqueraded in IPv6.
 	const int n = 7, m = 4, k = 3;
@@ -129,16 +135,16 @@ TEST_CASE("connection counters: exact per decision, in nft and /metrics, never l
 	CHECK(countOr0(after, "nomasq-dst-v6") == countOr0(before, "nomasq-dst-v6"));
 	// nft list shows them on the rules too.
 	CHECK_THAT(tableListing(), Catch::Contains("counter name \"masq-v4\" masquerade"));
-	const Counts metricsBefore = requireMetricsMatchKernel(agent);
+	const Counts metricsBefore = requireMetricsMatchKernel(agent.process());
 	CHECK(countOr0(metricsBefore, "ipv4/masqueraded/none") >= uint64_t(n));
 
 	SECTION("a full replacement carries every count over")
 	{
 		agent.writeConfig(kConfigWithInterfaces);
-		requireWithin([] { return tableHas("nomasq-iface-v4"); }, 5s, agent.process(),
+		requireWithin([] { return tableHas("nomasq-iface-v4"); }, kChangeSeen, agent.process(),
 			      "the table with the interface rule");
 		requireNoneLower(after, kernelCounts(), "kernel, replaced");
-		requireNoneLower(metricsBefore, requireMetricsMatchKernel(agent), "/metrics, replaced");
+		requireNoneLower(metricsBefore, requireMetricsMatchKernel(agent.process()), "/metrics, replaced");
 		// And it goes on counting from there.
 		const Counts replaced = kernelCounts();
 		connect(net, agent, AF_INET, kServerV4, kNodeV4, 2);
@@ -149,10 +155,10 @@ TEST_CASE("connection counters: exact per decision, in nft and /metrics, never l
 		// The loop reads them every 2 s and has exported `after` (metricsBefore matched
 		// the kernel): that is what it carries into the table it restores.
 		deleteTable();
-		requireWithin([] { return tableHas("masq-v4"); }, 5s, agent.process(),
+		requireWithin([] { return tableHas("masq-v4"); }, kChangeSeen, agent.process(),
 			      "the table restored");
 		requireNoneLower(after, kernelCounts(), "kernel, restored");
-		requireNoneLower(metricsBefore, requireMetricsMatchKernel(agent), "/metrics, restored");
+		requireNoneLower(metricsBefore, requireMetricsMatchKernel(agent.process()), "/metrics, restored");
 	}
 }
 
@@ -164,7 +170,126 @@ TEST_CASE("--connection-counters=false: no counters in the table, none in /metri
 	connect(net, agent, AF_INET, kServerV4, kNodeV4, 2);
 	CHECK(kernelCounts().empty());
 	CHECK_THAT(tableListing(), !Catch::Contains("counter"));
-	requireWithin([] { return curlGet(kHealth + "/metrics").starts_with("200 "); }, 5s,
+	requireWithin([] { return curlGet(kHealth + "/metrics").starts_with("200 "); }, kChangeSeen,
 		      agent.process(), "/metrics");
 	CHECK_THAT(curlGet(kHealth + "/metrics"), !Catch::Contains("ip_masq_agent_connections_total"));
+}
+
+namespace {
+
+// 10,000 non-masquerade CIDRs (every other /24 of 10.0.0.0/8: none merge), which make a
+// replacement's encoding take tens of milliseconds; with `linkLocal` the destination set's
+// comment and elements change, which only a replacement can apply.
+std::string largeConfig(bool linkLocal)
+{
+	std::string text = kSlowResync + "cidrLimit: 10001\nnonMasqueradeCIDRs:\n";
+	for (int i = 0; i < 10000; i++)
+		text += fmt::format("  - 10.{}.{}.0/24\n", i / 128, (i % 128) * 2);
+	text += "  - 192.0.2.0/24\n";
+	if (linkLocal)
+		text += "masqLinkLocal: true\n";
+	return text;
+}
+
+// The sampled /metrics counters, each never lower than before across agent processes.
+class MetricWatch
+{
+public:
+	void sample()
+	{
+		for (const auto &[name, value] : metricCounts()) {
+			const auto last = last_.find(name);
+			if (last != last_.end() && value < last->second && decreases_++ == 0)
+				firstDecrease_ = fmt::format("{}: {} after {}", name, value, last->second);
+			last_[name] = value;
+		}
+		samples_++;
+	}
+	size_t samples() const { return samples_; }
+	size_t decreases() const { return decreases_; }
+	const std::string &firstDecrease() const { return firstDecrease_; }
+
+private:
+	Counts last_;
+	size_t samples_ = 0;
+	size_t decreases_ = 0;
+	std::string firstDecrease_;
+};
+
+} // namespace
+
+TEST_CASE("under a stream of new connections, kill -9, restarts and replacements: no count goes "
+	  "back, and every connection is counted once")
+{
+	Topology net;
+	constexpr uint16_t kFlowPort = 8081;
+	AcceptingServer server(net.external, kFlowPort);
+	TempDir dir;
+	dir.write("config", largeConfig(false));
+	const std::vector<std::string> args{"--config=" + dir.file("config"),
+					    "--health-addr=127.0.0.1:10264"};
+	deleteTable();
+	auto agent = std::make_unique<AgentProcess>(args);
+	const auto ready = [&](const char *what) {
+		requireWithin([] { return curlGet(kHealth + "/readyz") == "200 ok\n"; }, 30s, *agent,
+			      what);
+	};
+	ready("the first agent ready");
+	const uint64_t initial = countOr0(kernelCounts(), "masq-v4");
+
+	CounterSampler sampler;
+	MetricWatch metrics;
+	FlowStream flows(net, kServerV4, kFlowPort, 1000, 200000, 240s);
+	constexpr int kRounds = 20;
+	bool linkLocal = false;
+	for (int round = 0; round < kRounds; round++) {
+		// Connections flow between any two blows.
+		const size_t before = flows.established();
+		requireWithin([&] { return flows.established() >= before + 200; }, 30s, *agent,
+			      "200 more connections established");
+		metrics.sample();
+		if (round % 2 == 1) {
+			// A config change that only a replacement applies, and the kill at once:
+			// sometimes before the commit, sometimes after, never half-way.
+			linkLocal = !linkLocal;
+			dir.write("config", largeConfig(linkLocal));
+			usleep(static_cast<useconds_t>(round % 4) * 20000);
+		}
+		agent->stop(SIGKILL);
+		agent = std::make_unique<AgentProcess>(args);
+		ready("the restarted agent ready");
+		metrics.sample();
+	}
+	const FlowStream::Totals totals = flows.stop();
+	const CounterSampler::Report sampled = sampler.stop();
+	const uint64_t counted = countOr0(kernelCounts(), "masq-v4") - initial;
+	// /metrics catches up with the kernel within its 2 s read period.
+	requireMetricsMatchKernel(*agent);
+	metrics.sample();
+
+	INFO("connections established " << totals.established << ", failed " << totals.failed
+					 << " (" << totals.firstError << "); counted by masq-v4: "
+					 << counted << "; kernel samples " << sampled.samples
+					 << " (failed reads " << sampled.failedReads << "), first decrease: "
+					 << sampled.firstDecrease << "; /metrics samples "
+					 << metrics.samples() << ", first decrease: "
+					 << metrics.firstDecrease() << "\nlast agent's log:\n"
+					 << agent->log());
+	REQUIRE(totals.failed == 0);
+	// Every connection left the node masqueraded: none passed the node un-NATed.
+	std::string sources;
+	for (const auto &[address, count] : server.sources())
+		sources += fmt::format("{}: {}; ", address, count);
+	INFO("the server saw connections from " << sources);
+	CHECK(server.sources() == std::map<std::string, size_t>{{kNodeV4, server.accepted()}});
+	CHECK(sampled.decreases == 0);
+	CHECK(metrics.decreases() == 0);
+	CHECK(counted == totals.established);
+	CHECK(sampled.samples > 100);
+	WARN(fmt::format("{} connections in {} kill -9 and restarts ({} with a config change that "
+			 "replaces the table): {} counted; {} kernel samples, {} /metrics samples",
+			 totals.established, kRounds, kRounds / 2, counted, sampled.samples,
+			 metrics.samples()));
+	agent->stop(SIGTERM);
+	deleteTable();
 }

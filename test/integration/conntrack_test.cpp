@@ -3,7 +3,8 @@
 // conntrack-tools say in the same namespace (`conntrack -S` summed over CPUs, `conntrack
 // -C`): at rest, after a statistic is provoked (invalid, by TCP segments for no known
 // connection while the namespace's own nf_conntrack_tcp_loose is 0), and as connections
-// fill the table; without CAP_NET_ADMIN; and through the daemon's /metrics.
+// fill the table; without CAP_NET_ADMIN, and refused although the agent holds it (a user
+// namespace of its own, a seccomp filter); and through the daemon's /metrics.
 //
 // Each reading test works in a network namespace of its own (the kernel keeps these
 // statistics per namespace), so it starts from zero and nothing else moves them.
@@ -14,13 +15,20 @@
 #include <csignal>
 #include <cstdio>
 #include <fcntl.h>
+#include <functional>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <map>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -326,7 +334,16 @@ TEST_CASE("the entry count follows the connections made; insert counts entries a
 	CHECK((byConnections == 0 || byConnections == kConnections));
 }
 
-TEST_CASE("without CAP_NET_ADMIN the read fails at once with EPERM and says what it needs")
+namespace {
+
+// What readConntrackStats() says in a child process that `restrict` has first deprived of
+// something (false: it could not, and the test fails): its errno and its message.
+struct RefusedRead {
+	int errnum = -1;
+	std::string message;
+};
+
+RefusedRead readRefused(const std::function<bool()> &restrict)
 {
 	int pipeFds[2];
 	REQUIRE(pipe2(pipeFds, O_CLOEXEC) == 0);
@@ -334,8 +351,8 @@ TEST_CASE("without CAP_NET_ADMIN the read fails at once with EPERM and says what
 	const pid_t child = fork();
 	REQUIRE(child >= 0);
 	if (child == 0) {
-		// Leaving uid 0 clears every capability.
-		if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+		// No Catch2 in here: plain exit codes say what went wrong.
+		if (!restrict())
 			_exit(100);
 		const auto stats = ipmasq::netlink::readConntrackStats();
 		const std::string message = stats ? "read without privileges" : stats.error().message;
@@ -350,13 +367,81 @@ TEST_CASE("without CAP_NET_ADMIN the read fails at once with EPERM and says what
 		waitpid(child, &status, 0);
 	}
 	REQUIRE(exited);
-	std::string message(4096, '\0');
-	const ssize_t n = read(readEnd.get(), message.data(), message.size());
-	message.resize(n > 0 ? static_cast<size_t>(n) : 0);
-	INFO("the unprivileged read: " << message);
+	RefusedRead read;
+	read.message.resize(4096);
+	const ssize_t n = ::read(readEnd.get(), read.message.data(), read.message.size());
+	read.message.resize(n > 0 ? static_cast<size_t>(n) : 0);
 	REQUIRE(WIFEXITED(status));
-	CHECK(WEXITSTATUS(status) == EPERM);
-	CHECK_THAT(message, Catch::Contains("CAP_NET_ADMIN"));
+	read.errnum = WEXITSTATUS(status);
+	return read;
+}
+
+// A seccomp filter that makes sendto() fail with EPERM, as a container runtime's profile
+// or a hardening policy may: every other call is allowed.
+bool refuseSendto()
+{
+#if defined(__x86_64__)
+	constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+	constexpr uint32_t kArch = AUDIT_ARCH_AARCH64;
+#else
+	return false;
+#endif
+	sock_filter filter[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_sendto, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+	       prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+} // namespace
+
+TEST_CASE("without CAP_NET_ADMIN the read fails at once with EPERM and says what it needs")
+{
+	// Leaving uid 0 clears every capability.
+	const RefusedRead read = readRefused([] {
+		return setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0;
+	});
+	INFO("the unprivileged read: " << read.message);
+	CHECK(read.errnum == EPERM);
+	CHECK_THAT(read.message, Catch::Contains("CAP_NET_ADMIN"));
+	CHECK_THAT(read.message, Catch::Contains("the kernel answered EPERM: the agent lacks "
+						 "CAP_NET_ADMIN"));
+}
+
+TEST_CASE("refused with CAP_NET_ADMIN held: the message says what the kernel answered, not that "
+	  "the capability is missing")
+{
+	SECTION("the capability only in a user namespace of its own")
+	{
+		// A new user namespace gives every capability, in it only: this network namespace
+		// still belongs to the test's, and nfnetlink answers EPERM.
+		const RefusedRead read = readRefused([] { return unshare(CLONE_NEWUSER) == 0; });
+		INFO("the read: " << read.message);
+		CHECK(read.errnum == EPERM);
+		CHECK_THAT(read.message, Catch::StartsWith("cannot read conntrack statistics: "));
+		CHECK_THAT(read.message, Catch::Contains("the kernel answered EPERM: the agent has "
+							 "CAP_NET_ADMIN, but only in a user namespace "
+							 "of its own"));
+		CHECK_THAT(read.message, !Catch::Contains("lacks") && !Catch::Contains("requires CAP"));
+	}
+	SECTION("a seccomp filter")
+	{
+		const RefusedRead read = readRefused(refuseSendto);
+		INFO("the read: " << read.message);
+		CHECK(read.errnum == EPERM);
+		CHECK_THAT(read.message, Catch::Contains("the kernel answered EPERM: the agent has "
+							 "CAP_NET_ADMIN where nfnetlink requires it, so "
+							 "something other than capabilities refused"));
+		CHECK_THAT(read.message, !Catch::Contains("lacks"));
+	}
 }
 
 TEST_CASE("the daemon's /metrics: conntrack's families as conntrack -S says, read by the loop only")

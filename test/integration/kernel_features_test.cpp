@@ -50,6 +50,18 @@ long tableHandle(const std::string &table = "ip-masq-agent")
 	return std::stol(m[1]);
 }
 
+// The handle of chain `chain` of the agent's table, or -1.
+long chainHandle(const std::string &chain)
+{
+	std::string out;
+	if (run("nft -a list chain inet ip-masq-agent " + chain + " 2>/dev/null", &out) != 0)
+		return -1;
+	std::smatch m;
+	if (!std::regex_search(out, m, std::regex("chain " + chain + " \\{ # handle ([0-9]+)")))
+		return -1;
+	return std::stol(m[1]);
+}
+
 } // namespace
 
 TEST_CASE("a kernel that refuses fully-random gets the table without it, and it verifies")
@@ -143,8 +155,11 @@ TEST_CASE("an absent table is created without a delete; an existing one is repla
 	CHECK(tableHandle() == marker + 1);
 	CHECK(backend->check(ruleset).value() == TableCheck::same);
 
-	// Present: replaced, a new table.
+	// Present: replaced around its counters (replacement.h): the same table, new chains.
+	const long chain = chainHandle("postrouting");
+	REQUIRE(chain >= 0);
 	REQUIRE(backend->apply(ruleset));
-	CHECK(tableHandle() > marker + 1);
+	CHECK(tableHandle() == marker + 1);
+	CHECK(chainHandle("postrouting") > chain);
 	CHECK(backend->check(ruleset).value() == TableCheck::same);
 }

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <net/if.h>
 #include <poll.h>
+#include <tuple>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,7 +25,9 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/netlink/address_monitor.h"
+#include "ip-masq-agent/node_address_view.h"
 #include "netns.h"
+#include "traffic_support.h"
 
 using namespace ipmasq;
 using ipmasq::test::run;
@@ -85,16 +88,23 @@ AddressMonitor openMonitor()
 // drain(), which must never block: a drain that waited for the next notification would
 // wait for ever in settle(), which drains an empty queue. 10 s (a full queue takes
 // milliseconds) only catches such a wait; it is no speed requirement.
-bool drain(AddressMonitor &monitor)
+AddressChanges drainChanges(AddressMonitor &monitor)
 {
 	const auto start = Clock::now();
-	auto changed = monitor.drain();
+	auto changes = monitor.drain();
 	const double took = msSince(start);
-	INFO((changed ? "" : changed.error().message));
-	REQUIRE(changed);
+	INFO((changes ? "" : changes.error().message));
+	REQUIRE(changes);
 	INFO("drain() returned after " << took << " ms: it blocked (the bound only catches a hang)");
 	CHECK(took < 10000);
-	return *changed;
+	return std::move(*changes);
+}
+
+// Whether drain() read a change, or found that some were lost.
+bool drain(AddressMonitor &monitor)
+{
+	const AddressChanges changes = drainChanges(monitor);
+	return !changes.changes.empty() || changes.overrun;
 }
 
 // Drains until nothing is left (what setting up the interface queued), bounded.
@@ -467,5 +477,100 @@ TEST_CASE("the monitor: a flood of address changes neither blocks nor fails drai
 	CHECK_FALSE(std::any_of(after.begin(), after.end(), [](const NodeAddress &a) {
 		return a.interface == "d0" && a.address.family == Family::ipv4;
 	}));
+	(void)run("ip link del d0");
+}
+
+namespace {
+
+// A read without names, sorted, as the view holds it.
+std::vector<NodeAddress> sortedUnnamed()
+{
+	auto read = readNodeAddressesUnnamed();
+	for (int i = 0; i < 20 && !read && read.error().errnum == EINTR; i++)
+		read = readNodeAddressesUnnamed(); // a change interrupted it: the test waits it out
+	INFO((read ? "" : read.error().message));
+	REQUIRE(read);
+	std::sort(read->begin(), read->end(), [](const NodeAddress &a, const NodeAddress &b) {
+		return std::tie(a.ifindex, a.address, a.prefixLength, a.peer) <
+		       std::tie(b.ifindex, b.address, b.prefixLength, b.peer);
+	});
+	return std::move(*read);
+}
+
+std::vector<NodeAddress> sortedView(const NodeAddressView &view)
+{
+	std::optional<std::vector<NodeAddress>> addresses = view.addresses();
+	REQUIRE(addresses);
+	std::sort(addresses->begin(), addresses->end(), [](const NodeAddress &a, const NodeAddress &b) {
+		return std::tie(a.ifindex, a.address, a.prefixLength, a.peer) <
+		       std::tie(b.ifindex, b.address, b.prefixLength, b.peer);
+	});
+	return std::move(*addresses);
+}
+
+} // namespace
+
+TEST_CASE("the monitor's changes applied to one read give exactly what a new read gives, also "
+	  "when they race the read")
+{
+	freshInterface();
+	ipmasq::test::writeSysctl("net/ipv4/conf/d0/promote_secondaries", "1");
+	AddressMonitor monitor = openMonitor();
+	settle(monitor);
+	// Changes of every kind: additions and removals in both families, secondaries promoted
+	// when their primary goes, IPv6 addresses under duplicate address detection (d0p is
+	// up, so it runs and ends 1 to 2 s later), a link with addresses deleted, routes.
+	std::string batch;
+	for (int i = 1; i <= 200; i++) {
+		batch += fmt::format("address add 198.18.{}.{}/24 dev d0\n", i % 4, i);
+		batch += fmt::format("address add 2001:db8:{:x}::{:x}/64 dev d0\n", i % 4, i);
+		batch += fmt::format("route add 198.19.0.{}/32 dev d0\n", i);
+		if (i % 3 == 0)
+			batch += fmt::format("address del 198.18.{}.{}/24 dev d0\n", i % 4, i);
+		if (i % 5 == 0)
+			batch += fmt::format("address del 2001:db8:{:x}::{:x}/64 dev d0\n", i % 4, i);
+		if (i % 50 == 0)
+			batch += fmt::format("link add x{} type veth peer name x{}p\naddress add "
+					     "203.0.113.{}/24 dev x{}\nlink set x{} up\nlink del x{}\n",
+					     i, i, i, i, i, i);
+	}
+	const std::string file = fmt::format("/tmp/node-addresses-race-{}.batch", getpid());
+	{
+		FILE *out = std::fopen(file.c_str(), "w");
+		REQUIRE(out);
+		std::fputs(batch.c_str(), out);
+		std::fclose(out);
+	}
+	FILE *ip = popen(("ip -batch " + file + " 2>&1").c_str(), "r");
+	REQUIRE(ip);
+	// The read races the changes: subscribed before it, as the daemon does.
+	NodeAddressView view;
+	view.replace(sortedUnnamed());
+	size_t applied = 0;
+	const auto start = Clock::now();
+	// Until the batch is done, detection has ended (it takes 1 to 2 s), and the monitor is
+	// quiet; bounded in time.
+	while (msSince(start) < 30000) {
+		const AddressChanges changes = drainChanges(monitor);
+		REQUIRE_FALSE(changes.overrun); // the test's changes fit the monitor's queue
+		for (const AddressChange &change : changes.changes)
+			view.apply(change, {});
+		applied += changes.changes.size();
+		if (msSince(start) > 4000 && !readableWithin(monitor, 500))
+			break;
+		readableWithin(monitor, 50);
+	}
+	CHECK(pclose(ip) == 0);
+	std::remove(file.c_str());
+	const std::vector<NodeAddress> reread = sortedUnnamed();
+	const std::vector<NodeAddress> followed = sortedView(view);
+	INFO(applied << " changes applied; read again:\n" << listing(reread) << "followed:\n"
+		     << listing(followed));
+	CHECK(applied > 400);
+	CHECK(followed == reread);
+	// Some IPv6 addresses were seen tentative and then usable: the view has them usable.
+	const bool anyTentative = std::any_of(followed.begin(), followed.end(),
+					      [](const NodeAddress &a) { return a.tentative; });
+	CHECK_FALSE(anyTentative);
 	(void)run("ip link del d0");
 }

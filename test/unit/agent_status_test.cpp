@@ -366,3 +366,45 @@ TEST_CASE("/metrics: the table's connection counters, labelled from their names"
 	// Counters, not a readiness matter.
 	CHECK(status.health().ok);
 }
+
+TEST_CASE("this node's addresses: stale keeps the agent ready and says so; waiting for a first "
+	  "read is not ready, never \"no address\"")
+{
+	using Following = AgentStatus::AddressFollowing;
+	AgentStatus status;
+	status.configLoaded();
+	status.syncSucceeded(sampleRuleset(), 1ms);
+	const SubnetChoice held{Family::ipv4, "198.18.1.0/24 (outputAddress, ip-masq-agent:1)",
+				parseAddress("198.18.1.5").value()};
+	status.subnetsChosen({held});
+	CHECK(status.health().ok);
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_node_addresses_stale") == "0");
+	CHECK(status.snapshot().verboseWarnings().empty());
+
+	// Stale: the table in force is the one made from the last known addresses, and it
+	// stays: ready, with the reason in /readyz?verbose and the gauge.
+	status.addressesFollowed({Following::State::stale, "they changed during each of 5 reads"});
+	CHECK(status.health().ok);
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_node_addresses_stale") == "1");
+	const std::vector<std::string> warnings = status.snapshot().verboseWarnings();
+	REQUIRE(warnings.size() == 1);
+	CHECK_THAT(warnings[0], Catch::StartsWith("this node's addresses are stale (they changed "
+						  "during each of 5 reads)"));
+
+	// Waiting: a config with a subnet and addresses never read: not ready, and the reason
+	// is the read, not a missing address.
+	status.addressesFollowed({Following::State::waiting, "cannot read the node's addresses: x"});
+	CHECK_FALSE(status.health().ok);
+	CHECK_THAT(status.health().reason,
+		   Catch::StartsWith("this node's addresses could not be read yet (cannot read the "
+				     "node's addresses: x)") &&
+			   !Catch::Contains("no address in it"));
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_node_addresses_stale") == "1");
+
+	status.addressesFollowed({});
+	CHECK(status.health().ok);
+	// Without a subnet the gauge is left out, as output_address_available is.
+	status.subnetsChosen({});
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_node_addresses_stale") ==
+	      "<missing ip_masq_agent_node_addresses_stale>");
+}

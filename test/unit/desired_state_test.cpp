@@ -175,3 +175,39 @@ TEST_CASE("an outputAddress that is not this node's is used, with a warning that
 	REQUIRE(unknown);
 	CHECK(unknown->warnings.empty());
 }
+
+TEST_CASE("--once and --dry-run: a failed read of the node's addresses is an error for a config "
+	  "with a subnet, never \"no address\"")
+{
+	const auto loaded = [](const std::string &text) {
+		auto config = loadConfigContent(ConfigContent::single("/etc/config/ip-masq-agent", text), {});
+		REQUIRE(config);
+		return std::move(*config);
+	};
+	const Result<std::vector<NodeAddress>> failed =
+		fail("cannot read the node's addresses: they changed during each of 5 reads", EINTR);
+	NodeAddress own;
+	own.address = parseAddress("198.18.1.5").value();
+	own.prefixLength = 24;
+	own.ifindex = 2;
+	const Result<std::vector<NodeAddress>> read = std::vector<NodeAddress>{own};
+
+	const LoadedConfig subnet = loaded("outputAddress: 198.18.1.0/24\n");
+	auto refused = addressesForConfig(subnet, failed);
+	REQUIRE_FALSE(refused);
+	CHECK(refused.error().errnum == EINTR);
+	CHECK(refused.error().message ==
+	      "cannot read the node's addresses: they changed during each of 5 reads: the "
+	      "outputAddress subnet (198.18.1.0/24) cannot be chosen without them (a read that "
+	      "failed is not \"no address\"); nothing is applied, try again");
+	auto given = addressesForConfig(subnet, read);
+	REQUIRE(given);
+	REQUIRE(*given);
+	CHECK((*given)->size() == 1);
+	CHECK(chooseSubnetAddresses(subnet, *given).ipv4 == own.address);
+
+	// Without a subnet the addresses only serve a warning: the config goes on without them.
+	auto without = addressesForConfig(loaded("outputAddress: 198.18.1.7\n"), failed);
+	REQUIRE(without);
+	CHECK_FALSE(*without);
+}

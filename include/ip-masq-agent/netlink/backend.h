@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/netlink/replacement.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/table_backend.h"
@@ -100,18 +101,30 @@ private:
 
 	Result<netlink::BatchAnswer> transact(const netlink::Batch &batch);
 	// The whole-table replacement apply() sends, once or (after a refusal) twice;
-	// `createOnly`: a table known to be absent is created without a DELTABLE.
+	// `createOnly`: a table known to be absent is created without a DELTABLE. An existing
+	// table is replaced keeping its counter objects (replacement.h), read and planned
+	// again when someone commits in between; after kKeepingCountersAttempts such races,
+	// or when its comment or flags are not the agent's, it is deleted and created whole.
 	Result<uint32_t> replaceTable(const Ruleset &ruleset, bool createOnly);
+	// Sends one of replaceTable()'s batches: the commit's generation, or why not (ERESTART:
+	// a guarded batch that someone else's commit made stale).
+	Result<uint32_t> commitReplacement(const Ruleset &ruleset, const netlink::Batch &batch,
+					   const std::vector<FeatureCarrier> &carriers);
+	// What inet `table` holds, by name, at the generation read first; nullopt when it does
+	// not exist. EINTR: a dump that a commit interrupted.
+	Result<std::optional<netlink::TableContents>> readTableContents(const std::string &table);
+	// Keeps `values` as the last seen of their names (others stay as they were).
+	void remember(const std::vector<CounterValue> &values);
+	// The same for the counters of `contents`.
+	void rememberCounters(const netlink::TableContents &contents);
 	// A replaceTable() that creates the table when GETTABLE says it is absent, and
 	// replaces it when it exists (or was created by someone in between).
 	Result<uint32_t> commitTable(const Ruleset &ruleset);
 	Result<bool> tableExists(const std::string &table);
 	// encodeRuleset() with what this kernel refused left out (and the fault hook's flag).
-	// `counterStart`: the values its named counters start at.
-	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset,
-						      std::vector<CounterValue> counterStart = {}) const;
-	// The values a replacement's counters start at: the table's own, read just before,
-	// or, when it cannot be read (deleted by someone), the last ones seen.
+	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset) const;
+	// The values a whole replacement's counters start at: the table's own, read just
+	// before, or, when it cannot be read (deleted by someone), the last ones seen.
 	std::vector<CounterValue> carriedCounters(const std::string &table);
 	// The encoded objects of `ruleset` that carry a feature this kernel may lack.
 	std::vector<FeatureCarrier> featureCarriers(const Ruleset &ruleset,
@@ -140,9 +153,10 @@ private:
 	KernelLimits limits_;
 	bool simulateNoFullyRandom_ = false;
 	std::optional<Feature> refusedFeature_; // of the last commit, when one was
-	// The counters' values last read or committed, carried over into a replacement of
-	// a table someone deleted (so that no count goes down).
-	std::vector<CounterValue> lastCounters_;
+	// The last value read of every counter name seen since the start, carried into a
+	// table someone deleted, or a counter a config change brings back (so that no count
+	// goes down).
+	std::vector<CounterValue> rememberedCounters_;
 	// The last commit was refused because another process owns the table: each retry
 	// asks whether it still does before encoding anything.
 	bool lockedOut_ = false;

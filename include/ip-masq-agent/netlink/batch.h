@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <sys/uio.h>
 #include <vector>
@@ -17,7 +18,9 @@
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/handles.h"
 #include "ip-masq-agent/netlink/objects.h"
+#include "ip-masq-agent/netlink/replacement.h"
 
+struct nlattr;
 struct nlmsghdr;
 
 namespace ipmasq::netlink {
@@ -39,6 +42,10 @@ public:
 	// the whole batch with ERESTART, answering this message only. Echoes the commit's
 	// generation like begin(true).
 	void beginGuarded(uint32_t generation);
+	// Changes the generation a guarded batch carries, so that the batch can be sent again
+	// as it is once the caller knows nothing it depends on changed. False (and nothing
+	// changed) for a batch that is not guarded.
+	bool setGuard(uint32_t generation);
 	// BATCH_END: without it the kernel checks every message and then aborts, which is
 	// how `nft -c` validates a ruleset without changing anything.
 	void end();
@@ -63,6 +70,12 @@ public:
 	// counters, and rules with the anonymous sets they bind, in the order nft sends them.
 	// `tableFlags`: netlink flags of the NEWTABLE message (createTableBatch()).
 	Status addEncodedTable(const EncodedTable &table, uint16_t tableFlags = 0);
+	// The same without the NEWTABLE, for a table that exists, and without the objects
+	// named in `keptObjects` (they are in the kernel already).
+	Status addTableContents(const EncodedTable &table, const std::vector<std::string> &keptObjects);
+	// A DELRULE, DELCHAIN, DELSET, DELOBJ or DELFLOWTABLE whose payload `payload` writes.
+	Status addDeletion(uint16_t type, std::string description,
+			   const std::function<void(nlmsghdr *)> &payload);
 
 	uint32_t firstSequence() const { return firstSeq_; }
 	uint32_t nextSequence() const
@@ -94,6 +107,7 @@ private:
 	Status finishMessage(nlmsghdr *nlh);
 
 	BatchPtr batch_;
+	nlattr *guard_ = nullptr; // NFNL_BATCH_GENID of a guarded batch, in its first page
 	uint32_t firstSeq_;
 	std::vector<Message> messages_; // by sequence number, from firstSeq_
 	size_t acknowledged_ = 0;
@@ -103,6 +117,14 @@ private:
 // The transaction that replaces the table atomically, as the dry-run script does:
 // NEWTABLE (creates it if missing, no NLM_F_EXCL), DELTABLE, NEWTABLE with everything.
 Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq);
+
+// The transaction that replaces the table as `plan` says (replacement.h), in one commit
+// guarded by the plan's generation: BATCH_BEGIN with NFNL_BATCH_GENID, a NEWTABLE that
+// changes nothing, a DELRULE of the whole table, DELCHAIN, DELSET, DELOBJ and DELFLOWTABLE
+// of what the plan deletes, then the table's contents but the kept counters. A commit by
+// anyone since the plan was read makes the kernel refuse it with ERESTART.
+Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const ReplacementPlan &plan,
+					  uint32_t firstSeq);
 
 // The transaction that creates the table where it is absent: no DELTABLE, so the kernel
 // has nothing to destroy (a deletion makes the committing socket's close() wait for an

@@ -108,8 +108,10 @@ inline constexpr std::array kConntrackCounters{
 // (IPCTNL_MSG_CT_GET_STATS).
 //
 // nfnetlink refuses every request without CAP_NET_ADMIN in the user namespace that owns
-// the network namespace (EPERM), the same capability nf_tables needs. The kernel may load
-// nf_conntrack_netlink on the first request, as it does for `conntrack -S`.
+// the network namespace (EPERM), the same capability nf_tables needs; a seccomp filter or
+// a security module may refuse it too (EPERM, EACCES), and the error then says so rather
+// than blaming the capability (refusal.h). The kernel may load nf_conntrack_netlink on the
+// first request, as it does for `conntrack -S`.
 //
 // Bounded: each answer within 1 s (ETIMEDOUT), and a dump of more messages than the
 // machine has possible CPUs is refused (EPROTO). A kernel without conntrack's netlink

@@ -13,6 +13,7 @@
 #include <libnftnl/batch.h>
 #include <libnftnl/chain.h>
 #include <libnftnl/expr.h>
+#include <libnftnl/flowtable.h>
 #include <libnftnl/gen.h>
 #include <libnftnl/object.h>
 #include <libnftnl/rule.h>
@@ -30,6 +31,9 @@ struct ChainDeleter {
 };
 struct SetDeleter {
 	void operator()(nftnl_set *set) const { nftnl_set_free(set); }
+};
+struct FlowtableDeleter {
+	void operator()(nftnl_flowtable *flowtable) const { nftnl_flowtable_free(flowtable); }
 };
 struct ObjDeleter {
 	void operator()(nftnl_obj *obj) const { nftnl_obj_free(obj); }
@@ -66,6 +70,7 @@ using TablePtr = std::unique_ptr<nftnl_table, TableDeleter>;
 using ChainPtr = std::unique_ptr<nftnl_chain, ChainDeleter>;
 using SetPtr = std::unique_ptr<nftnl_set, SetDeleter>;
 using ObjPtr = std::unique_ptr<nftnl_obj, ObjDeleter>;
+using FlowtablePtr = std::unique_ptr<nftnl_flowtable, FlowtableDeleter>;
 using SetElemPtr = std::unique_ptr<nftnl_set_elem, SetElemDeleter>;
 using RulePtr = std::unique_ptr<nftnl_rule, RuleDeleter>;
 using ExprPtr = std::unique_ptr<nftnl_expr, ExprDeleter>;
@@ -90,6 +95,7 @@ inline TablePtr newTable() { return allocated<TablePtr>(nftnl_table_alloc()); }
 inline ChainPtr newChain() { return allocated<ChainPtr>(nftnl_chain_alloc()); }
 inline SetPtr newSet() { return allocated<SetPtr>(nftnl_set_alloc()); }
 inline ObjPtr newObj() { return allocated<ObjPtr>(nftnl_obj_alloc()); }
+inline FlowtablePtr newFlowtable() { return allocated<FlowtablePtr>(nftnl_flowtable_alloc()); }
 inline SetElemPtr newSetElem() { return allocated<SetElemPtr>(nftnl_set_elem_alloc()); }
 inline RulePtr newRule() { return allocated<RulePtr>(nftnl_rule_alloc()); }
 inline ExprPtr newExpr(const char *name) { return allocated<ExprPtr>(nftnl_expr_alloc(name)); }

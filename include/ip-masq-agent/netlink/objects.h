@@ -101,14 +101,16 @@ struct EncodingOptions {
 	// fault hook for tests) a bit no kernel knows, which it refuses as one that
 	// predates fully-random does.
 	uint32_t fullyRandomFlag = kNatFlagFullyRandom;
-	// The values the named counters start at (by name; others start at zero): a table
-	// that replaces another carries its counts on, so they never go down.
-	std::vector<CounterValue> counterStart = {};
 };
 
 // Encode the whole model. Fails only on what the kernel or nft would refuse anyway
 // and the model does not check: over-long comments.
 Result<EncodedTable> encodeRuleset(const Ruleset &ruleset, const EncodingOptions &options = {});
+
+// Sets the values the named counters of `table` start at when the batch creates them (by
+// name; the others start at zero, as encodeRuleset() leaves them). Cheap: the backend sets
+// them last, from values read as late as it can before the commit.
+void startCountersAt(EncodedTable &table, const std::vector<CounterValue> &values);
 
 // An element-level update as nft elements: deletions of exactly the elements the kernel
 // holds for each removed range, and additions, split into messages as encodeRuleset()

@@ -312,18 +312,12 @@ bool isLocal(const ExplainContext &context, const Address &address)
 	return false;
 }
 
-// A line's verdict and reason (with the kernel check), and the agent's decision for it.
-struct Line {
-	std::string text;
-	bool masquerades = false;
-};
-
-Line decideLine(const Config &config, const ExplainContext &context, const Address &destination)
+// A line's verdict and reason, with the kernel check.
+std::string decideLine(const Config &config, const ExplainContext &context, const Address &destination)
 {
 	if (destination.family == Family::ipv6 && !context.enableIpv6)
-		return {"not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
-				describeKernel(config, context, destination, false),
-			false};
+		return "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
+		       describeKernel(config, context, destination, false);
 
 	const Family family = destination.family;
 	const ExplainDecision decision = explainDecision(config, destination);
@@ -332,17 +326,14 @@ Line decideLine(const Config &config, const ExplainContext &context, const Addre
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
 	if (isLocal(context, destination))
-		return {"not masqueraded: a local address of this host (fib daddr type local never "
-			"enters the agent's chain); by the config alone: " + decided + kernel, false};
+		return "not masqueraded: a local address of this host (fib daddr type local never "
+		       "enters the agent's chain); by the config alone: " + decided + kernel;
 	if (auto gate = interfaceGate(config, context))
-		return {"not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel,
-			false};
+		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
 	if (auto gate = sourceGate(config, context, family); gate && decision.masqueraded)
-		return {"not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel,
-			false};
-	return {decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
-			describeSources(config, context, destination, decision.masqueraded) + kernel,
-		decision.masqueraded};
+		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
+	return decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
+	       describeSources(config, context, destination, decision.masqueraded) + kernel;
 }
 
 // The packet --explain asks about: from the one --explain-source of its family (any source
@@ -406,7 +397,7 @@ std::string describeOtherTables(const Config &config, const ExplainContext &cont
 std::string explainDestination(const Config &config, const ExplainContext &context,
 			       const Address &destination)
 {
-	return destination.toString() + ": " + decideLine(config, context, destination).text +
+	return destination.toString() + ": " + decideLine(config, context, destination) +
 	       describeOtherTables(config, context, destination);
 }
 

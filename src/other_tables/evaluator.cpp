@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <netinet/in.h> // before the kernel's headers, which then leave in_addr alone
 
@@ -22,6 +23,7 @@
 
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/overloaded.h"
+#include "ip-masq-agent/siphash.h"
 
 namespace ipmasq::nat {
 
@@ -246,7 +248,36 @@ struct State {
 	uint32_t entry = 0; // index into the order
 	std::vector<Frame> stack; // empty: the entry has not started
 	std::optional<uint32_t> mark, ctMark;
-	auto operator<=>(const State &) const = default;
+};
+
+// The states a walk has seen, kept as 128-bit keyed digests (a few MB at the step bound,
+// not a copy of every stack): no input can be made to collide with the process's
+// random key, and by chance two of 100,000 states collide with odds of 1 in 10^28.
+class SeenStates
+{
+public:
+	// False if `state` was seen before.
+	bool insert(const State &state)
+	{
+		SipHash128 hash(SipHash128::processKey());
+		const auto field = [&hash](uint64_t v) {
+			hash.update(std::string_view(reinterpret_cast<const char *>(&v), sizeof(v)));
+		};
+		field(state.entry);
+		field(state.mark ? uint64_t(*state.mark) : UINT64_MAX);
+		field(state.ctMark ? uint64_t(*state.ctMark) : UINT64_MAX);
+		// Exact within the reader's limits: 1,000 tables, 100,000 chains and rules.
+		for (const Frame &f : state.stack)
+			field(uint64_t(f.table) << 48 | uint64_t(f.chain & 0xffffff) << 24 | (f.rule & 0xffffff));
+		field(state.stack.size());
+		return seen_.insert(hash.finish()).second;
+	}
+
+private:
+	struct First {
+		size_t operator()(const SipHash128::Digest &d) const { return d[0]; }
+	};
+	std::unordered_set<SipHash128::Digest, First> seen_;
 };
 
 // How a rule ends on one path.
@@ -478,7 +509,7 @@ std::set<size_t> Walk::run(const std::vector<Entry> &order)
 {
 	order_ = order;
 	reached_.clear();
-	std::set<State> visited;
+	SeenStates visited;
 	State start;
 	start.mark = packet_.mark;
 	start.ctMark = packet_.ctMark;
@@ -492,7 +523,7 @@ std::set<size_t> Walk::run(const std::vector<Entry> &order)
 		State state = std::move(work.back());
 		work.pop_back();
 		// Two paths that meet in the same state share their future: walk it once.
-		if (!visited.insert(state).second)
+		if (!visited.insert(state))
 			continue;
 		steps_++;
 		step(order, std::move(state), work);

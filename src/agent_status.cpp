@@ -184,6 +184,7 @@ void AgentStatus::natConflictsChecked(Snapshot::NatConflicts counts, std::vector
 {
 	std::lock_guard lock(mutex_);
 	state_.natConflicts = counts;
+	state_.natCheckCycles++;
 	state_.warnings = std::move(warnings);
 }
 
@@ -325,6 +326,8 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			natConflicts->certain, natConflicts->may, natConflicts->undetermined);
 	metric("ip_masq_agent_nat_check_failures_total", "counter",
 	       "Passes of the NAT conflict check that could not read other tables.", natCheckFailures);
+	metric("ip_masq_agent_nat_check_cycles_total", "counter",
+	       "Cycles of the NAT conflict check completed over the whole sample.", natCheckCycles);
 	return out;
 }
 

@@ -85,6 +85,7 @@ public:
 		};
 		std::optional<NatConflicts> natConflicts;
 		uint64_t natCheckFailures = 0; // passes that could not read other tables
+		uint64_t natCheckCycles = 0; // cycles of the check completed over the whole sample
 		// Findings for /readyz?verbose that do not make the agent unready: each
 		// conflict, legacy iptables nat tables that cannot be checked.
 		std::vector<std::string> warnings;

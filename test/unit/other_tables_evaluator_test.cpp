@@ -1035,4 +1035,20 @@ TEST_CASE("an unreadable table: every path through it is undetermined")
 		REQUIRE(v.decision().base);
 		CHECK(v.decision().base->table == "busy");
 	}
+	SECTION("as the reader keeps one it gave up on: without its chains")
+	{
+		// reader.cpp keeps a table over a limit or changing on every attempt as its name and
+		// the reason only. It must not vanish from the walk ("no chain NATs it").
+		Table gone{TableFamily::ip, "huge", {}, {},
+			   "table ip huge could not be read: more than 50000 rules"};
+		const NatVerdict v = eval({{gone}}, p);
+		INFO(outcomes(v));
+		CHECK_FALSE(v.certain());
+		REQUIRE(hasAction(v, NatAction::undetermined));
+		CHECK(describeOutcome(v.outcomes.back()) ==
+		      "the evaluator cannot tell: table ip huge could not be read: more than 50000 rules");
+		// Another family's table does not see the packet.
+		Table gone6{TableFamily::ip6, "huge", {}, {}, "table ip6 huge could not be read: more than 50000 rules"};
+		CHECK(eval({{gone6}}, p).certain());
+	}
 }

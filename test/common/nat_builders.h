@@ -259,35 +259,36 @@ inline Set declareSet(std::string name, uint32_t flags, uint32_t keyType, uint32
 	return set;
 }
 
-// An interval set or map of IPv4 keys as nft encodes one: a leading end element at 0 when
-// the first range does not start there, a start element per range (with its data) and an
-// end element (the address after it) unless it runs to the top. Ranges are given as
-// prefixes or single addresses ("198.18.10.0/24", "192.0.2.1").
+// An interval set or map of address keys as nft encodes one: a leading end element at 0
+// when the first range does not start there, a start element per range (with its data or
+// verdict), and an end element (the address after it) unless the next range starts there
+// or it runs to the top. Entries are prefixes or single addresses ("198.18.10.0/24",
+// "192.0.2.1"), sorted and disjoint.
 struct IntervalEntry {
 	std::string key;
 	Bytes data = {};
 	std::optional<Verdict> verdict = {};
 };
 
+inline AddressRange rangeOf(const std::string &text)
+{
+	if (auto prefix = parsePrefix(text))
+		return {prefix->first(), prefix->last()};
+	return {addr(text), addr(text)};
+}
+
 inline Set intervalSet(Set set, const std::vector<IntervalEntry> &entries)
 {
-	Address previousEnd{Family::ipv4, 0};
-	bool first = true;
-	for (const IntervalEntry &entry : entries) {
-		AddressRange range;
-		if (auto prefix = parsePrefix(entry.key))
-			range = {prefix->first(), prefix->last()};
-		else
-			range = {addr(entry.key), addr(entry.key)};
-		if (first && range.first.value != 0)
+	for (size_t i = 0; i < entries.size(); i++) {
+		const AddressRange range = rangeOf(entries[i].key);
+		if (i == 0 && range.first.value != 0)
 			set.add({Bytes(set.keyLen, 0), {}, true});
-		else if (!first && range.first.value != previousEnd.value)
-			set.add({previousEnd.bytes(), {}, true});
-		first = false;
-		set.add({range.first.bytes(), {}, false, false, entry.data, entry.verdict});
-		previousEnd = Address{range.first.family, range.last.value + 1};
-		if (range.last != Address::max(range.first.family))
-			set.add({previousEnd.bytes(), {}, true});
+		set.add({range.first.bytes(), {}, false, false, entries[i].data, entries[i].verdict});
+		if (range.last == Address::max(range.first.family))
+			continue;
+		const Address end{range.first.family, range.last.value + 1};
+		if (i + 1 == entries.size() || rangeOf(entries[i + 1].key).first != end)
+			set.add({end.bytes(), {}, true});
 	}
 	set.finish();
 	return set;

@@ -615,6 +615,20 @@ TEST_CASE("sets, maps and verdict maps")
 		CHECK(v.decision().addresses->toString() == "203.0.113.9");
 		CHECK(eval(r, packetV4("198.51.100.3", "192.0.2.2")).decision().action == NatAction::none);
 	}
+	SECTION("a map's data from a set that is no map: not known (found by the fuzzer)")
+	{
+		Set odd = declareSet("odd", 0, kIpv4Type, 4, kIpv4Type, 4);
+		odd.add({{198, 51, 100, 2}, {}, false, false, {203, 0, 113, 9}});
+		odd.finish();
+		const NatRuleset r{{table(TableFamily::ip, "t",
+					  {baseChain("post", 100,
+						     {rule(1, {ipSaddr(), mapLookup("odd", NFT_REG_1), snatFrom(NFT_REG_1)})})},
+					  {odd})}};
+		const NatVerdict v = eval(r, packetV4("198.51.100.2", "192.0.2.2"));
+		INFO(outcomes(v));
+		CHECK(v.decision().action == NatAction::snat);
+		CHECK_FALSE(v.decision().addresses);
+	}
 	SECTION("verdict map: jump to a chain, and every verdict when the key is unknown")
 	{
 		Set vmap = declareSet("vm", NFT_SET_MAP, kIpv4Type, 4, NFT_DATA_VERDICT, 0);

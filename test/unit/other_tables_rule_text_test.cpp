@@ -217,6 +217,19 @@ TEST_CASE("rule text: marks, verdict maps, concatenations, ranges, comments")
 	      "[ tproxy ] masquerade fully-random");
 }
 
+TEST_CASE("rule text: a set declared with a data length but not as a map lists its keys")
+{
+	// Found by fuzz_nat_evaluator: such a set keeps no data, and reading an element's
+	// data read from a null pointer.
+	Set odd = declareSet("__set0", kAnonymous, kIpv4Type, 4, kIpv4Type, 4);
+	odd.add({bytesOf("192.0.2.1"), {}, false, false, bytesOf("203.0.113.9")});
+	odd.finish();
+	const Table t{TableFamily::ip, "t", {}, {odd}};
+	CHECK(text(t, {ipDaddr(), lookup("__set0"), verdict(VerdictCode::returnToCaller)}) ==
+	      "ip daddr { 192.0.2.1 } return");
+	CHECK(odd.data(0).empty());
+}
+
 TEST_CASE("rule text: the agent's own table, linearized and decoded, lists as its renderer writes it")
 {
 	// Every shared ruleset case: the rules of the renderer's script (which the integration

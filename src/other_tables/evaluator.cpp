@@ -1073,6 +1073,13 @@ NatVerdict evaluate(const NatRuleset &ruleset, const Table *agent, const Packet 
 	if (!complete)
 		verdict.outcomes.push_back(undeterminedOutcome(fmt::format(
 			"more than {} orders of base chains with equal priorities", limits.maxOrders)));
+	// A table the reader gave up on may have kept no chain (reader.h): where it sits in the
+	// hook is not known, but it may do anything to every packet of its family. Without
+	// this it would vanish from the walk, and "no chain NATs it" would be said unproven.
+	for (const Table &t : ruleset.tables)
+		if (!t.unreadable.empty() && familyApplies(t.family, packet.source.family) &&
+		    std::none_of(t.chains.begin(), t.chains.end(), isNatPostrouting))
+			verdict.outcomes.push_back(undeterminedOutcome(escaped(t.unreadable)));
 	verdict.steps = walk.steps();
 	return verdict;
 }

@@ -325,9 +325,23 @@ std::string markTargetText(const XtMark &m)
 	return fmt::format("meta mark set mark and {:#x} xor {:#x}", ~m.mask, m.value);
 }
 
-// nft's datatype ids (its enum datatypes) a set's data is printed by; a concatenation of
-// two is (first << 6) | second.
+// nft's datatype ids (its enum datatypes) a set's data is printed by.
 constexpr uint32_t kTypeIpv4 = 7, kTypeIpv6 = 8;
+
+// The length of one address of a map's data type (ipv4_addr, ipv6_addr), or 0.
+size_t addressLength(uint32_t dataType)
+{
+	return dataType == kTypeIpv4 ? 4 : dataType == kTypeIpv6 ? 16 : 0;
+}
+
+// A map whose values are address ranges (`{ k : 198.51.100.0/24 }`, `{ k : a-b }`): nft
+// declares it with the address type and data twice its length (the interval flag lives in
+// the set's user data).
+bool mapsToRanges(const Set &set)
+{
+	const size_t len = addressLength(set.dataType);
+	return len != 0 && set.dataLen == 2 * len;
+}
 
 class Renderer
 {
@@ -344,6 +358,9 @@ private:
 	void define(ValueId id);
 	// The operand a read is: one value, whole (or a prefix of a field).
 	const Operand *operandOf(ReadId read) const;
+	// The same, or the first bytes of an interface name: nft and iptables compare a name
+	// with its NUL ("docker0") or without, as a prefix ("eth*"), never all 16 bytes.
+	const Operand *comparedOperandOf(ReadId read) const;
 	// A look-up's key: the values it concatenates ("ip saddr . tcp dport").
 	std::string keyText(ReadId key, std::vector<const Operand *> &parts) const;
 	std::string setText(const std::string &name, const std::vector<const Operand *> &parts) const;
@@ -437,8 +454,7 @@ void Renderer::define(ValueId id)
 				o.text = key.empty() ? "[ map " + escaped(m.set) + " ]"
 						     : fmt::format("{} map {}", key, setText(m.set, parts));
 				const Set *set = table_.findSet(m.set);
-				o.mapOfPairs = set && (set->dataType == (kTypeIpv4 << 6 | kTypeIpv4) ||
-						       set->dataType == (kTypeIpv6 << 6 | kTypeIpv6));
+				o.mapOfPairs = set && mapsToRanges(*set);
 			},
 		},
 		value.source);
@@ -453,6 +469,18 @@ const Operand *Renderer::operandOf(ReadId id) const
 	    !operands_[read[0].value] || read[0].len != rule_.values[read[0].value].len)
 		return nullptr;
 	return &*operands_[read[0].value];
+}
+
+const Operand *Renderer::comparedOperandOf(ReadId id) const
+{
+	if (const Operand *whole = operandOf(id))
+		return whole;
+	const Read &read = rule_.reads[id];
+	if (read.size() != 1 || read[0].kind != Slice::Kind::value || read[0].offset != 0 ||
+	    !operands_[read[0].value])
+		return nullptr;
+	const Operand &o = *operands_[read[0].value];
+	return o.kind == Kind::ifname && read[0].len <= o.len ? &o : nullptr;
 }
 
 std::string Renderer::keyText(ReadId key, std::vector<const Operand *> &parts) const
@@ -498,12 +526,11 @@ std::string Renderer::elementsText(const Set &set, const std::vector<const Opera
 		const auto data = set.data(i);
 		if (data.empty())
 			return "";
-		if ((set.dataType == kTypeIpv4 || set.dataType == kTypeIpv6) && (data.size() == 4 || data.size() == 16))
+		const size_t len = addressLength(set.dataType);
+		if (len != 0 && data.size() == len)
 			return " : " + addressOf(data).toString();
-		const size_t half = data.size() / 2;
-		if ((set.dataType == (kTypeIpv4 << 6 | kTypeIpv4) && half == 4) ||
-		    (set.dataType == (kTypeIpv6 << 6 | kTypeIpv6) && half == 16))
-			return " : " + AddressRange{addressOf(data.first(half)), addressOf(data.last(half))}.toString();
+		if (len != 0 && data.size() == 2 * len)
+			return " : " + AddressRange{addressOf(data.first(len)), addressOf(data.last(len))}.toString();
 		return " : " + hexOf(data);
 	};
 	std::vector<std::string> items;
@@ -512,19 +539,25 @@ std::string Renderer::elementsText(const Set &set, const std::vector<const Opera
 		if (set.intervalEnd(i))
 			continue;
 		std::string key = keyOf(set.key(i));
-		const bool closed = i + 1 < set.size() && set.intervalEnd(i + 1);
-		if (interval && parts.size() == 1 && closed && set.keyLen <= 16) {
-			// The range ends before the next boundary: a prefix, or first-last.
-			const Address first = addressOf(set.key(i)), end = addressOf(set.key(i + 1));
-			const AddressRange range{first, Address{first.family, end.value - 1}};
-			if (isAddress(parts[0]->kind) && range.prefixLength() >= 0)
-				key = fmt::format("{}/{}", key, range.prefixLength());
-			else if (end.value - first.value > 1) {
-				Bytes last(set.keyLen);
-				AddressValue v = end.value - 1;
-				for (size_t k = last.size(); k-- > 0; v >>= 8)
-					last[k] = static_cast<uint8_t>(v & 0xff);
-				key += "-" + valueText(last, parts[0]->kind);
+		if (interval && parts.size() == 1 && set.keyLen <= 16) {
+			// The range runs to the next boundary: an end element, or the start of an
+			// adjacent range (nft writes no end between two), or to the top.
+			const Address first = addressOf(set.key(i));
+			const AddressValue top = set.keyLen >= 16 ? ~AddressValue(0)
+								   : (AddressValue(1) << (8 * set.keyLen)) - 1;
+			const AddressValue last = i + 1 < set.size() ? addressOf(set.key(i + 1)).value - 1 : top;
+			const AddressRange range{first, Address{first.family, last}};
+			const int length = range.prefixLength();
+			if (last <= first.value || last > top) {
+				// One key (or boundaries out of order): the key alone.
+			} else if (isAddress(parts[0]->kind) && length >= 0) {
+				key = fmt::format("{}/{}", key, length);
+			} else {
+				Bytes bytes(set.keyLen);
+				AddressValue v = last;
+				for (size_t k = bytes.size(); k-- > 0; v >>= 8)
+					bytes[k] = static_cast<uint8_t>(v & 0xff);
+				key += "-" + valueText(bytes, parts[0]->kind);
 			}
 		}
 		items.push_back(key + dataText(i));
@@ -546,7 +579,7 @@ std::string Renderer::assigned(ReadId value) const
 
 void Renderer::compare(const Compare &c, const Statement *next)
 {
-	const Operand *lhs = operandOf(c.lhs);
+	const Operand *lhs = comparedOperandOf(c.lhs);
 	if (!lhs || lhs->constant) {
 		add(fmt::format("[ cmp {} {} ]", opText(c.op), hexOf(c.data)));
 		return;
@@ -632,14 +665,22 @@ void Renderer::nat(const NatStatement &n)
 	if (n.flags & NF_NAT_RANGE_NETMAP)
 		out += " prefix";
 	const Operand *lo = operandOf(*n.addressMin), *hi = operandOf(*n.addressMax);
-	std::string addr = pairMap ? data->text : text(lo);
-	if (lo && hi && lo->constant && hi->constant && *lo->constant != *hi->constant)
-		addr = (n.flags & NF_NAT_RANGE_NETMAP)
-			       ? AddressRange{addressOf(*lo->constant), addressOf(*hi->constant)}.toString()
-			       : addr + "-" + text(hi);
-	else if (!pairMap && rule_.reads[*n.addressMax] != minimum && !(lo && hi && lo->constant && hi->constant))
-		addr += "-" + text(hi);
-	add(out + " to " + (!v4 && !ports.empty() ? "[" + addr + "]" : addr) + ports + natFlagsText(n.flags));
+	// Before a port, each IPv6 address is bracketed: [2001:db8::7]-[2001:db8::9]:1000.
+	const bool bracket = !v4 && !ports.empty();
+	const auto address = [&](const Operand *o) {
+		const std::string t = text(o);
+		return bracket && o && o->constant ? "[" + t + "]" : t;
+	};
+	std::string addr = pairMap ? data->text : address(lo);
+	if (lo && hi && lo->constant && hi->constant && *lo->constant != *hi->constant) {
+		const std::string prefix = AddressRange{addressOf(*lo->constant), addressOf(*hi->constant)}.toString();
+		addr = !(n.flags & NF_NAT_RANGE_NETMAP) ? addr + "-" + address(hi)
+			: bracket			 ? "[" + prefix + "]"
+							 : prefix;
+	} else if (!pairMap && rule_.reads[*n.addressMax] != minimum && !(lo && hi && lo->constant && hi->constant)) {
+		addr += "-" + address(hi);
+	}
+	add(out + " to " + addr + ports + natFlagsText(n.flags));
 }
 
 void Renderer::statement(const Statement &s, const Statement *next)

@@ -234,7 +234,12 @@ public:
 
 	size_t size() const { return intervalEnds_.size(); }
 	std::span<const uint8_t> key(size_t i) const { return {keys_.data() + i * keyLen, keyLen}; }
-	std::span<const uint8_t> data(size_t i) const { return {data_.data() + i * dataLen, dataLen}; }
+	// A map's value of element i; empty for a set that holds none (declared with a data
+	// length but not as a map: nothing was kept of its elements' data).
+	std::span<const uint8_t> data(size_t i) const
+	{
+		return data_.empty() ? std::span<const uint8_t>() : std::span(data_.data() + i * dataLen, dataLen);
+	}
 	bool intervalEnd(size_t i) const { return intervalEnds_[i] != 0; }
 	const Verdict *verdict(size_t i) const;
 	// The element `key` (keyLen bytes) falls in, the catch-all, or nullopt; kCatchAll for it.

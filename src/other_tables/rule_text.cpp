@@ -329,6 +329,17 @@ std::string markTargetText(const XtMark &m)
 // two is (first << 6) | second.
 constexpr uint32_t kTypeIpv4 = 7, kTypeIpv6 = 8;
 
+// A map whose data is a range of addresses, first and last: nft declares `interval
+// ipv4_addr` data (`snat ip prefix to ip saddr map { a/24 : b/24 }`, `snat ip to ip saddr
+// map { a : b-c }`) as the address type with twice its length; a concatenation of two
+// addresses holds the same bytes.
+bool isAddressPair(const Set &set)
+{
+	const bool v4 = set.dataType == kTypeIpv4 || set.dataType == (kTypeIpv4 << 6 | kTypeIpv4);
+	const bool v6 = set.dataType == kTypeIpv6 || set.dataType == (kTypeIpv6 << 6 | kTypeIpv6);
+	return (v4 && set.dataLen == 8) || (v6 && set.dataLen == 32);
+}
+
 class Renderer
 {
 public:
@@ -344,6 +355,8 @@ private:
 	void define(ValueId id);
 	// The operand a read is: one value, whole (or a prefix of a field).
 	const Operand *operandOf(ReadId read) const;
+	// An interface name compared on its first bytes only.
+	const Operand *namePrefixOf(ReadId read) const;
 	// A look-up's key: the values it concatenates ("ip saddr . tcp dport").
 	std::string keyText(ReadId key, std::vector<const Operand *> &parts) const;
 	std::string setText(const std::string &name, const std::vector<const Operand *> &parts) const;
@@ -437,8 +450,7 @@ void Renderer::define(ValueId id)
 				o.text = key.empty() ? "[ map " + escaped(m.set) + " ]"
 						     : fmt::format("{} map {}", key, setText(m.set, parts));
 				const Set *set = table_.findSet(m.set);
-				o.mapOfPairs = set && (set->dataType == (kTypeIpv4 << 6 | kTypeIpv4) ||
-						       set->dataType == (kTypeIpv6 << 6 | kTypeIpv6));
+				o.mapOfPairs = set && isAddressPair(*set);
 			},
 		},
 		value.source);
@@ -453,6 +465,18 @@ const Operand *Renderer::operandOf(ReadId id) const
 	    !operands_[read[0].value] || read[0].len != rule_.values[read[0].value].len)
 		return nullptr;
 	return &*operands_[read[0].value];
+}
+
+// iptables-nft compares an interface name up to its NUL (`-o docker0`: 8 bytes), or its
+// first bytes (`-o eth+`: "eth"), of the 16 the load wrote: nft lists the bytes compared.
+const Operand *Renderer::namePrefixOf(ReadId id) const
+{
+	const Read &read = rule_.reads[id];
+	if (read.size() != 1 || read[0].kind != Slice::Kind::value || read[0].offset != 0 ||
+	    !operands_[read[0].value])
+		return nullptr;
+	const Operand &o = *operands_[read[0].value];
+	return o.kind == Kind::ifname && o.binop.empty() && read[0].len < o.len ? &o : nullptr;
 }
 
 std::string Renderer::keyText(ReadId key, std::vector<const Operand *> &parts) const
@@ -500,10 +524,10 @@ std::string Renderer::elementsText(const Set &set, const std::vector<const Opera
 			return "";
 		if ((set.dataType == kTypeIpv4 || set.dataType == kTypeIpv6) && (data.size() == 4 || data.size() == 16))
 			return " : " + addressOf(data).toString();
-		const size_t half = data.size() / 2;
-		if ((set.dataType == (kTypeIpv4 << 6 | kTypeIpv4) && half == 4) ||
-		    (set.dataType == (kTypeIpv6 << 6 | kTypeIpv6) && half == 16))
-			return " : " + AddressRange{addressOf(data.first(half)), addressOf(data.last(half))}.toString();
+		// A range prints as nft prints it: an address, a prefix, or first-last.
+		if (isAddressPair(set))
+			return " : " + AddressRange{addressOf(data.first(data.size() / 2)),
+						    addressOf(data.last(data.size() / 2))}.toString();
 		return " : " + hexOf(data);
 	};
 	std::vector<std::string> items;
@@ -512,16 +536,20 @@ std::string Renderer::elementsText(const Set &set, const std::vector<const Opera
 		if (set.intervalEnd(i))
 			continue;
 		std::string key = keyOf(set.key(i));
-		const bool closed = i + 1 < set.size() && set.intervalEnd(i + 1);
-		if (interval && parts.size() == 1 && closed && set.keyLen <= 16) {
-			// The range ends before the next boundary: a prefix, or first-last.
-			const Address first = addressOf(set.key(i)), end = addressOf(set.key(i + 1));
-			const AddressRange range{first, Address{first.family, end.value - 1}};
-			if (isAddress(parts[0]->kind) && range.prefixLength() >= 0)
+		if (interval && parts.size() == 1 && set.keyLen <= 16) {
+			// The range ends before the next boundary: an end element, or the start of
+			// the next range (nft writes no end between adjacent ranges), or the top of
+			// the key's space. It prints as a prefix, or first-last.
+			const Address first = addressOf(set.key(i));
+			const AddressValue top = set.keyLen == 16 ? ~AddressValue(0)
+								  : (AddressValue(1) << (8 * set.keyLen)) - 1;
+			const AddressValue lastValue = i + 1 < set.size() ? addressOf(set.key(i + 1)).value - 1 : top;
+			const AddressRange range{first, Address{first.family, lastValue}};
+			if (isAddress(parts[0]->kind) && range.prefixLength() >= 0 && lastValue != first.value)
 				key = fmt::format("{}/{}", key, range.prefixLength());
-			else if (end.value - first.value > 1) {
+			else if (lastValue != first.value) {
 				Bytes last(set.keyLen);
-				AddressValue v = end.value - 1;
+				AddressValue v = lastValue;
 				for (size_t k = last.size(); k-- > 0; v >>= 8)
 					last[k] = static_cast<uint8_t>(v & 0xff);
 				key += "-" + valueText(last, parts[0]->kind);
@@ -547,6 +575,8 @@ std::string Renderer::assigned(ReadId value) const
 void Renderer::compare(const Compare &c, const Statement *next)
 {
 	const Operand *lhs = operandOf(c.lhs);
+	if (!lhs)
+		lhs = namePrefixOf(c.lhs);
 	if (!lhs || lhs->constant) {
 		add(fmt::format("[ cmp {} {} ]", opText(c.op), hexOf(c.data)));
 		return;

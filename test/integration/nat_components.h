@@ -139,7 +139,8 @@ inline std::string natMapsTable()
 		type nat hook postrouting priority srcnat - 5; policy accept;
 		ip daddr vmap { 192.0.2.0/28 : jump prefix, 192.0.2.16/28 : goto bymap, 192.0.2.32/28 : return }
 		meta mark set 0x10
-		meta mark 0x10 ip daddr 192.0.2.48/28 masquerade
+		meta mark set meta mark | 0x20
+		meta mark 0x30 ip daddr 192.0.2.48/28 masquerade
 		meta mark and 0xf0 == 0x10 ip daddr 192.0.2.64/28 snat to 198.18.54.1-198.18.54.3
 	}
 	chain prefix {

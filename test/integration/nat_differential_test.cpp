@@ -37,6 +37,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 #include <regex>
@@ -149,6 +150,7 @@ struct Case {
 	std::string config; // the agent's
 	Fate agentAlone; // what the agent's rules alone do with the packet
 	std::vector<Component> components;
+	std::vector<std::string> covers = {}; // what it exercises, for the run's coverage check
 };
 
 // The model's answer: the fate, or why the evaluator cannot tell.
@@ -552,8 +554,13 @@ Case generated(uint64_t seed, size_t index)
 	std::shuffle(kinds.begin(), kinds.end(), rng);
 	const size_t count = 1 + pick(rng, 3);
 	std::sort(kinds.begin(), kinds.begin() + long(count)); // iptables rules in a fixed order
-	for (size_t i = 0; i < count; i++)
+	c.covers = {fmt::format("form {}", form), exempt ? "exempt" : "not exempt"};
+	for (size_t i = 0; i < count; i++) {
 		c.components.push_back(makers()[kinds[i]](rng, destination));
+		c.covers.push_back(fmt::format("component {}", kinds[i]));
+		if (c.components.back().registeredAfterAgent)
+			c.covers.push_back("registered after the agent");
+	}
 	return c;
 }
 
@@ -734,6 +741,7 @@ std::string describe(const Case &c)
 struct Tally {
 	size_t cases = 0, certain = 0, undecidable = 0, conflicts = 0;
 	size_t decidedAnyway = 0; // undecidable by the model, certain (and right) by --explain
+	std::map<std::string, size_t> covered;
 	NftParity parity;
 };
 
@@ -786,6 +794,8 @@ void runCase(const Topology &net, const Case &c, Tally &tally)
 	CHECK(*line.agentAlone == c.agentAlone);
 	REQUIRE(!line.claims.empty());
 	tally.cases++;
+	for (const std::string &what : c.covers)
+		tally.covered[what]++;
 	// The generator's model must agree with the kernel, or its undecidable marks mean nothing.
 	if (expected.fate)
 		CHECK(shows(*expected.fate, seen.address));
@@ -864,4 +874,17 @@ TEST_CASE("--explain's whole-node clause against the source the external host se
 			 tally.certain, tally.undecidable, tally.decidedAnyway, tally.conflicts,
 			 tally.parity.rules, documented));
 	CHECK(tally.cases == ran + (only ? 0 : fixedCases().size()));
+	// A run of the default size exercises every component, every outputAddress form, both
+	// decisions of the agent and both registration orders (the CI seed does).
+	if (ran >= kDefaultCases) {
+		std::vector<std::string> expected{"exempt", "not exempt", "registered after the agent"};
+		for (size_t form = 0; form < 4; form++)
+			expected.push_back(fmt::format("form {}", form));
+		for (size_t kind = 0; kind < makers().size(); kind++)
+			expected.push_back(fmt::format("component {}", kind));
+		for (const std::string &what : expected) {
+			INFO(what);
+			CHECK(tally.covered[what] >= 3);
+		}
+	}
 }

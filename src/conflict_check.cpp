@@ -118,6 +118,9 @@ void ConflictCheck::pass(Input &input)
 		if (!table) {
 			log::warning("the NAT conflict check cannot read the agent's own rules: {}",
 				     table.error().message);
+			status_.natConflictCheckFailed(
+				{fmt::format("could not check other tables' NAT: the agent's own rules "
+					     "cannot be read: {}", table.error().message)});
 			return;
 		}
 		input.agent = std::move(*table);
@@ -132,6 +135,9 @@ void ConflictCheck::pass(Input &input)
 			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
 				     "until it can be read", ruleset.error().message);
 		lastError_ = ruleset.error().message;
+		// Said where the operator looks, like a conflict: no gauge is not "no conflict".
+		warnings.insert(warnings.begin(),
+				fmt::format("could not check other tables' NAT: {}", ruleset.error().message));
 		status_.natConflictCheckFailed(std::move(warnings));
 		return;
 	}

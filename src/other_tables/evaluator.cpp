@@ -288,6 +288,18 @@ struct RuleExit {
 	std::optional<AddressRange> addresses = {};
 	std::string reason = {};
 	std::optional<uint32_t> mark = {}, ctMark = {};
+
+	// Built field by field: GCC 12 at -O3 takes an aggregate with a defaulted Verdict for
+	// one that may be read uninitialized (-Wmaybe-uninitialized), which fails the release
+	// build.
+	static RuleExit undetermined(std::string reason)
+	{
+		RuleExit e;
+		e.kind = Kind::undetermined;
+		e.action = NatAction::undetermined;
+		e.reason = std::move(reason);
+		return e;
+	}
 };
 
 // One rule's evaluation on one path: its values and the marks as the rule goes, and the
@@ -316,7 +328,7 @@ struct RuleRun {
 	void forkBreak() { exit({}); }
 	void undetermined(std::string reason)
 	{
-		endWith({RuleExit::Kind::undetermined, {}, NatAction::undetermined, {}, std::move(reason)});
+		endWith(RuleExit::undetermined(std::move(reason)));
 	}
 	void verdict(Verdict v) { endWith({RuleExit::Kind::verdict, std::move(v)}); }
 	Known read(ReadId id) const
@@ -976,7 +988,7 @@ void Walk::evaluate(const Table &t, const Statement &statement, RuleRun &run, co
 				if (!u.mayDecide)
 					return;
 				// It may also decide the packet's fate, or go on having changed anything.
-				run.exit({RuleExit::Kind::undetermined, {}, NatAction::undetermined, {}, u.reason});
+				run.exit(RuleExit::undetermined(u.reason));
 				run.mark.reset();
 				run.ctMark.reset();
 			},

@@ -661,9 +661,18 @@ Status Reader::readTable(Table &table)
 }
 
 // One table, read again while another commit changes it, at most `attempts` times; then,
-// or beyond a limit, kept as unreadable with the reason.
+// or beyond a limit, kept as unreadable with the reason: its nat postrouting base chains
+// without their rules, so that the evaluator meets them where they run and says "may",
+// and nothing of what it read counts against the other tables' budget.
 Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> chains)
 {
+	std::vector<Chain> baseChains;
+	for (const Chain &chain : chains)
+		if (isNatPostrouting(chain))
+			baseChains.push_back({chain.name, chain.base, {}});
+	const auto unreadable = [&](std::string why) {
+		return Table{key.family, key.name, baseChains, {}, std::move(why)};
+	};
 	uint64_t since = start_; // when the table was listed
 	for (int attempt = 0; attempt < std::max(limits_.attempts, 1); attempt++) {
 		Table table{key.family, key.name, {}, {}};
@@ -683,21 +692,19 @@ Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> c
 			s = readTable(table);
 		if (!s && s.error().errnum != kOverBudget && !raced(s.error()))
 			return fail(s.error());
-		if (!s && s.error().errnum == kOverBudget) {
-			table = Table{key.family, key.name, {}, {}, s.error().message};
-		} else if (!s || (watch_ ? watch_->changed(key, since)
-					 : generationOf(*socket_).value_or(since + 1) != since)) {
-			table = {}; // read again
-		}
-		if (!table.name.empty())
+		const bool overBudget = !s && s.error().errnum == kOverBudget;
+		const bool again = !overBudget && (!s || (watch_ ? watch_->changed(key, since)
+								 : generationOf(*socket_).value_or(since + 1) != since));
+		if (s && !again)
 			return table;
-		// What the table held is given back to the budget.
+		// What the table held is given back to the budget: it is dropped.
 		rules_ = rulesBefore;
 		bytes_ = bytesBefore;
 		elementBudget_ = elementsBefore;
+		if (overBudget)
+			return unreadable(s.error().message);
 	}
-	return Table{key.family, key.name, {}, {},
-		     fmt::format("it kept changing while it was read ({} attempts)", limits_.attempts)};
+	return unreadable(fmt::format("it kept changing while it was read ({} attempts)", limits_.attempts));
 }
 
 Result<NatRuleset> Reader::read()

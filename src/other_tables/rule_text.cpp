@@ -434,14 +434,27 @@ void Renderer::define(ValueId id)
 					return;
 				}
 				o = *source;
-				const bool maskFull = std::all_of(m.mask.begin(), m.mask.end(), [](uint8_t x) { return x == 0xff; });
-				const bool xorZero = std::all_of(m.xorValue.begin(), m.xorValue.end(), [](uint8_t x) { return x == 0; });
-				if (!maskFull) {
-					o.mask = m.mask;
-					o.binop += " & " + valueText(m.mask, o.kind);
+				// As nft's delinearize reads (x & mask) ^ xor: the xor's bits outside
+				// the mask are an "or" (`meta mark | 0x4000` is & ~0x4000 ^ 0x4000),
+				// those inside it an "xor", and the mask grows by the "or" bits.
+				const size_t len = std::min(m.mask.size(), m.xorValue.size());
+				Bytes andMask(len), xorBits(len), orBits(len);
+				for (size_t i = 0; i < len; i++) {
+					orBits[i] = m.xorValue[i] & ~m.mask[i];
+					xorBits[i] = m.xorValue[i] & m.mask[i];
+					andMask[i] = m.mask[i] | orBits[i];
 				}
-				if (!xorZero)
-					o.binop += " ^ " + valueText(m.xorValue, o.kind);
+				const auto all = [](const Bytes &b, uint8_t v) {
+					return std::all_of(b.begin(), b.end(), [v](uint8_t x) { return x == v; });
+				};
+				if (!all(andMask, 0xff)) {
+					o.mask = andMask;
+					o.binop += " & " + valueText(andMask, o.kind);
+				}
+				if (!all(xorBits, 0))
+					o.binop += " ^ " + valueText(xorBits, o.kind);
+				if (!all(orBits, 0))
+					o.binop += " | " + valueText(orBits, o.kind);
 			},
 			[&](const Swapped &s) {
 				// nft's listing hides conversions.

@@ -272,7 +272,8 @@ struct Table {
 	std::vector<Chain> chains;
 	std::vector<Set> sets;
 	// Set: the table could not be read whole (a limit, or it kept changing while read);
-	// every base chain of it "may" do anything, and this says why.
+	// only its nat postrouting base chains are kept, without rules: each "may" do
+	// anything, and this says why.
 	std::string unreadable = {};
 
 	const Chain *findChain(const std::string &chainName) const;

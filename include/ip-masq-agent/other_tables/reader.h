@@ -17,9 +17,11 @@
 
 namespace ipmasq::nat {
 
-// What one read may cost. A table beyond a bound is kept without its chains and sets and
-// marked unreadable (the evaluator then says "may" for every path through it); the other
-// tables are read as usual. Memory is bounded by maxBytes whatever the kernel holds.
+// What one read may cost. A table beyond a bound is kept with its nat postrouting base
+// chains only (no rules, no sets) and marked unreadable: the evaluator meets it where it
+// runs and says "may" for every path through it. What it had read is dropped and given
+// back to the budget, so the other tables are read as usual. Memory is bounded by
+// maxBytes whatever the kernel holds.
 struct NatReadLimits {
 	size_t maxTables = 1000; // of any family, as the kernel lists them (beyond: E2BIG)
 	size_t maxChains = 100000; // of the families read, in every table (beyond: E2BIG)

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/overloaded.h"
 
 namespace ipmasq::nat {
@@ -108,6 +109,11 @@ T hostAt(const Bytes &info, size_t at)
 	return v;
 }
 
+Undecodable undecodableOf(bool mayDecide, std::string text, std::string reason)
+{
+	return {mayDecide, std::make_shared<const Undecodable::Words>(Undecodable::Words{std::move(text), std::move(reason)})};
+}
+
 // What each byte of the register file holds.
 struct RegisterByte {
 	Slice::Kind kind = Slice::Kind::unset;
@@ -135,6 +141,8 @@ private:
 	std::optional<ReadId> read(uint32_t reg, size_t len);
 	ReadId constant(Bytes bytes);
 	ReadId whole(ValueId value);
+	// The slices from `first` on as a read.
+	ReadId addRead(uint32_t first);
 	// Something without a meaning: the rule goes on (a statement that may do anything
 	// leaves nothing known in the registers).
 	bool undecodable(bool mayDecide, std::string text, std::string reason);
@@ -156,8 +164,7 @@ private:
 ValueId Decoder::define(ValueSource source, uint32_t len)
 {
 	const auto id = static_cast<ValueId>(rule_.values.size());
-	rule_.values.push_back({std::move(source), len});
-	emit(DefineValue{id});
+	rule_.values.push_back({std::move(source), len, static_cast<uint32_t>(rule_.statements.size())});
 	return id;
 }
 
@@ -181,23 +188,29 @@ std::optional<ReadId> Decoder::read(uint32_t reg, size_t len)
 		broken(fmt::format("[ load from reg {} ]", reg), "an expression reads past the registers");
 		return std::nullopt;
 	}
-	Read out;
+	const auto first = static_cast<uint32_t>(rule_.slices.size());
 	for (size_t i = 0; i < len; i++) {
 		const RegisterByte &b = regs_[*offset + i];
-		Slice *last = out.empty() ? nullptr : &out.back();
+		Slice *last = rule_.slices.size() > first ? &rule_.slices.back() : nullptr;
 		if (last && last->kind == b.kind && last->value == b.value &&
 		    (b.kind != Slice::Kind::value || last->offset + last->len == b.offset))
 			last->len++;
 		else
-			out.push_back({b.kind, b.value, b.offset, 1});
+			rule_.slices.push_back({b.kind, b.value, b.offset, 1});
 	}
-	rule_.reads.push_back(std::move(out));
-	return static_cast<ReadId>(rule_.reads.size() - 1);
+	return addRead(first);
 }
 
 ReadId Decoder::whole(ValueId value)
 {
-	rule_.reads.push_back({{Slice::Kind::value, value, 0, rule_.values[value].len}});
+	const auto first = static_cast<uint32_t>(rule_.slices.size());
+	rule_.slices.push_back({Slice::Kind::value, value, 0, rule_.values[value].len});
+	return addRead(first);
+}
+
+ReadId Decoder::addRead(uint32_t first)
+{
+	rule_.reads.emplace_back(first, static_cast<uint32_t>(rule_.slices.size()) - first);
 	return static_cast<ReadId>(rule_.reads.size() - 1);
 }
 
@@ -211,12 +224,12 @@ bool Decoder::undecodable(bool mayDecide, std::string text, std::string reason)
 {
 	if (mayDecide)
 		regs_.fill({});
-	return emit(Undecodable{mayDecide, std::move(text), std::move(reason)});
+	return emit(undecodableOf(mayDecide, std::move(text), std::move(reason)));
 }
 
 bool Decoder::broken(std::string text, std::string reason)
 {
-	emit(Undecodable{true, std::move(text), std::move(reason)});
+	emit(undecodableOf(true, std::move(text), std::move(reason)));
 	return false;
 }
 
@@ -231,14 +244,14 @@ bool Decoder::lookup(const Lookup &l)
 		return emit(VerdictMap{*key, l.set});
 	if (l.dreg)
 		return store(*l.dreg, define(MapData{*key, l.set}, set ? set->dataLen : NFT_REG_SIZE));
-	return emit(InSet{*key, l.set, l.invert});
+	return emit(InSet{l.set, *key, l.invert});
 }
 
 bool Decoder::nat(NatKind kind, std::optional<Family> family, uint32_t flags,
 		  std::optional<uint32_t> addrMin, std::optional<uint32_t> addrMax,
 		  std::optional<uint32_t> portMin, std::optional<uint32_t> portMax)
 {
-	NatStatement s{kind, family, {}, {}, {}, {}, flags};
+	NatStatement s{.kind = kind, .flags = flags, .family = family};
 	// The kernel takes a missing maximum as the minimum.
 	const auto pair = [&](std::optional<uint32_t> min, std::optional<uint32_t> max, size_t len,
 			      std::optional<ReadId> &lo, std::optional<ReadId> &hi) {
@@ -257,7 +270,8 @@ bool Decoder::nat(NatKind kind, std::optional<Family> family, uint32_t flags,
 bool Decoder::compatMatch(const CompatMatch &m)
 {
 	if (m.name == "comment")
-		return emit(Note{"comment", std::string(m.info.begin(), std::find(m.info.begin(), m.info.end(), 0))});
+		return emit(Note{"comment \"" +
+				 escaped(std::string(m.info.begin(), std::find(m.info.begin(), m.info.end(), 0))) + "\""});
 	// xt_addrtype_info { u16 source, dest; u32 invert_source, invert_dest; } and
 	// xt_addrtype_info_v1 { u16 source, dest; u32 flags; }.
 	if (m.name == "addrtype" && ((m.revision == 0 && m.info.size() >= 12) ||
@@ -280,7 +294,9 @@ bool Decoder::compatMatch(const CompatMatch &m)
 	if (m.name == "mark" && m.revision == 1 && m.info.size() >= 9) {
 		const ValueId mark = define(FromMeta{NFT_META_MARK}, 4);
 		const Bytes mask(m.info.begin() + 4, m.info.begin() + 8);
-		const ValueId masked = define(Masked{whole(mark), BitwiseOp::boolean, mask, Bytes(4, 0), 0}, 4);
+		Bytes maskAndXor = mask;
+		maskAndXor.resize(8, 0);
+		const ValueId masked = define(Masked{whole(mark), BitwiseOp::boolean, 0, std::move(maskAndXor)}, 4);
 		return emit(Compare{whole(masked), m.info[8] ? CmpOp::neq : CmpOp::eq,
 				    Bytes(m.info.begin(), m.info.begin() + 4)});
 	}
@@ -305,8 +321,8 @@ bool Decoder::xtNat(const CompatTarget &t, NatKind kind)
 		return undecodable(true, "xt target " + t.name,
 				   fmt::format("iptables target {} (revision {}) has a short range",
 					       t.name, t.revision));
-	NatStatement s{kind, v4 ? Family::ipv4 : Family::ipv6, {}, {}, {}, {},
-		       hostAt<uint32_t>(t.info, flagsAt), t.name == "NETMAP"};
+	NatStatement s{.kind = kind, .xtNetmap = t.name == "NETMAP", .flags = hostAt<uint32_t>(t.info, flagsAt),
+		       .family = v4 ? Family::ipv4 : Family::ipv6};
 	const auto bytes = [&t](size_t at, size_t len) {
 		return Bytes(t.info.begin() + static_cast<long>(at), t.info.begin() + static_cast<long>(at + len));
 	};
@@ -372,7 +388,12 @@ bool Decoder::decode(const Expression &expression)
 			},
 			[&](const Bitwise &b) {
 				auto source = read(b.sreg, b.len);
-				return source && load(b.dreg, Masked{*source, b.op, b.mask, b.xorValue, b.shift}, b.len);
+				// The mask and xor value as long as the operation (shorter ones are padded).
+				Bytes maskAndXor = b.mask;
+				maskAndXor.resize(b.len, 0);
+				maskAndXor.insert(maskAndXor.end(), b.xorValue.begin(), b.xorValue.end());
+				maskAndXor.resize(2 * size_t(b.len), 0);
+				return source && load(b.dreg, Masked{*source, b.op, b.shift, std::move(maskAndXor)}, b.len);
 			},
 			[&](const Byteorder &b) {
 				auto source = read(b.sreg, b.len);
@@ -394,7 +415,9 @@ bool Decoder::decode(const Expression &expression)
 				if (r.from.size() != r.to.size())
 					return undecodable(false, "[ range ]", "a range's bounds differ in length");
 				auto lhs = read(r.sreg, r.from.size());
-				return lhs && emit(InRange{*lhs, r.negated, r.from, r.to});
+				Bytes bounds = r.from;
+				bounds.insert(bounds.end(), r.to.begin(), r.to.end());
+				return lhs && emit(InRange{*lhs, r.negated, std::move(bounds)});
 			},
 			[&](const Lookup &l) { return lookup(l); },
 			[&](const ImmediateVerdict &v) {
@@ -414,8 +437,15 @@ bool Decoder::decode(const Expression &expression)
 					   n.flags, n.addrMinReg, n.addrMaxReg, n.protoMinReg, n.protoMaxReg);
 			},
 			[&](const Counter &c) { return emit(CounterStatement{c.packets, c.bytes}); },
-			[&](const Log &l) { return emit(Logging{l.prefix, l.group}); },
-			[&](const Passthrough &p) { return emit(Note{p.name, p.objectName}); },
+			[&](const Log &l) {
+				return emit(Note{"log" + (l.prefix ? " prefix \"" + escaped(*l.prefix) + "\"" : std::string()) +
+						 (l.group ? fmt::format(" group {}", *l.group) : std::string())});
+			},
+			// nft lists an object's name quoted: counter name "masq-v4".
+			[&](const Passthrough &p) {
+				return emit(Note{escaped(p.name) +
+						 (p.objectName.empty() ? "" : " \"" + escaped(p.objectName) + "\"")});
+			},
 			[&](const RateMatch &r) { return emit(RateLimited{r.name}); },
 			[&](const CompatMatch &m) { return compatMatch(m); },
 			[&](const CompatTarget &t) { return compatTarget(t); },
@@ -439,14 +469,19 @@ Rule decodeRule(const Table &table, uint64_t handle, std::span<const Expression>
 	size_t decoded = 0;
 	for (const Expression &expression : expressions) {
 		if (decoded++ == kMaxExpressionsPerRule) {
-			rule.statements.emplace_back(Undecodable{
+			rule.statements.emplace_back(undecodableOf(
 				true, "[ more expressions ]",
-				fmt::format("the rule has more than {} expressions", kMaxExpressionsPerRule)});
+				fmt::format("the rule has more than {} expressions", kMaxExpressionsPerRule)));
 			break;
 		}
 		if (!decoder.decode(expression))
 			break;
 	}
+	// Held by the thousand: no room to grow.
+	rule.values.shrink_to_fit();
+	rule.statements.shrink_to_fit();
+	rule.slices.shrink_to_fit();
+	rule.reads.shrink_to_fit();
 	return rule;
 }
 

@@ -334,7 +334,7 @@ struct RuleRun {
 	Known read(ReadId id) const
 	{
 		Known out;
-		for (const Slice &s : rule->reads[id]) {
+		for (const Slice &s : rule->read(id)) {
 			const Known part = s.kind == Slice::Kind::value ? slice(values[s.value], s.offset, s.len)
 					 : s.kind == Slice::Kind::zero ? Known::of(Bytes(s.len, 0))
 								       : Known::unknown(s.len);
@@ -697,10 +697,13 @@ std::vector<RuleExit> Walk::evaluateRule(const Table &t, const Rule &rule, const
 	run.values.resize(rule.values.size());
 	run.mark = state.mark;
 	run.ctMark = state.ctMark;
-	for (const Statement &statement : rule.statements) {
-		evaluate(t, statement, run, ref);
-		if (run.ended)
-			break;
+	size_t defined = 0;
+	for (size_t i = 0; i < rule.statements.size() && !run.ended; i++) {
+		// The values loaded before this statement, in order (a map's may end the rule).
+		while (defined < rule.values.size() && rule.values[defined].before <= i && !run.ended)
+			define(t, static_cast<ValueId>(defined++), run, ref);
+		if (!run.ended)
+			evaluate(t, rule.statements[i], run, ref);
 	}
 	if (!run.ended)
 		run.exit({}); // NFT_CONTINUE to the end: on to the next rule
@@ -889,12 +892,13 @@ void Walk::define(const Table &t, ValueId id, RuleRun &run, const RuleRef &ref)
 			[&](const Masked &m) {
 				const Known source = run.read(m.source);
 				out = Known::unknown(value.len);
-				if (m.op != BitwiseOp::boolean || m.mask.size() < value.len ||
-				    m.xorValue.size() < value.len || source.bytes.size() < value.len)
+				const auto mask = m.mask(), xorValue = m.xorValue();
+				if (m.op != BitwiseOp::boolean || mask.size() < value.len ||
+				    xorValue.size() < value.len || source.bytes.size() < value.len)
 					return;
 				for (uint32_t i = 0; i < value.len; i++)
-					if (m.mask[i] == 0 || source.known[i]) {
-						out.bytes[i] = (source.bytes[i] & m.mask[i]) ^ m.xorValue[i];
+					if (mask[i] == 0 || source.known[i]) {
+						out.bytes[i] = (source.bytes[i] & mask[i]) ^ xorValue[i];
 						out.known[i] = true; // a byte masked to 0 is known
 					}
 			},
@@ -939,7 +943,6 @@ void Walk::evaluate(const Table &t, const Statement &statement, RuleRun &run, co
 {
 	std::visit(
 		Overloaded{
-			[&](const DefineValue &d) { define(t, d.value, run, ref); },
 			[&](const Compare &c) {
 				match(compare(run.read(c.lhs), c.op, c.data), run, ref,
 				      fmt::format("a comparison with {} reads bytes that are not known",
@@ -947,7 +950,7 @@ void Walk::evaluate(const Table &t, const Statement &statement, RuleRun &run, co
 			},
 			[&](const InRange &r) {
 				const Known v = run.read(r.lhs);
-				const Tri in = triAnd(compare(v, CmpOp::gte, r.from), compare(v, CmpOp::lte, r.to));
+				const Tri in = triAnd(compare(v, CmpOp::gte, r.from()), compare(v, CmpOp::lte, r.to()));
 				match(r.negated ? triNot(in) : in, run, ref,
 				      "a range compares bytes that are not known");
 			},
@@ -977,18 +980,17 @@ void Walk::evaluate(const Table &t, const Statement &statement, RuleRun &run, co
 			},
 			[&](const NatStatement &n) { nat(n, run); },
 			[&](const CounterStatement &) {},
-			[&](const Logging &) {},
 			[&](const Note &) {},
 			[&](const RateLimited &r) {
 				match(Tri::maybe, run, ref, fmt::format("{} depends on earlier traffic", r.name));
 			},
 			[&](const Undecodable &u) {
-				may(ref, u.reason);
+				may(ref, u.reason());
 				run.forkBreak(); // it may not match
 				if (!u.mayDecide)
 					return;
 				// It may also decide the packet's fate, or go on having changed anything.
-				run.exit(RuleExit::undetermined(u.reason));
+				run.exit(RuleExit::undetermined(u.reason()));
 				run.mark.reset();
 				run.ctMark.reset();
 			},

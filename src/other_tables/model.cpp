@@ -25,17 +25,11 @@ const char *tableFamilyName(TableFamily family)
 	return "?";
 }
 
-size_t readLength(const Read &read)
-{
-	size_t len = 0;
-	for (const Slice &slice : read)
-		len += slice.len;
-	return len;
-}
-
 std::optional<Bytes> constantOf(const Rule &rule, ReadId read)
 {
-	const Read &slices = rule.reads.at(read);
+	if (read >= rule.reads.size())
+		return std::nullopt;
+	const std::span<const Slice> slices = rule.read(read);
 	if (slices.size() != 1 || slices[0].kind != Slice::Kind::value)
 		return std::nullopt;
 	const auto *constant = std::get_if<Constant>(&rule.values.at(slices[0].value).source);

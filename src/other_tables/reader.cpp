@@ -325,14 +325,46 @@ int collectElement(nftnl_set_elem *elem, void *arg)
 	}
 }
 
-// What a decoded rule holds, roughly, for the memory budget.
+// The bytes a string or byte string keeps on the heap, with the allocator's own 16.
+size_t heapBytes(const std::string &s)
+{
+	return s.capacity() > 15 ? s.capacity() + 16 : 0; // the string's own room holds 15
+}
+size_t heapBytes(const Bytes &b)
+{
+	return b.capacity() ? b.capacity() + 16 : 0;
+}
+
+// What a decoded rule holds, for the memory budget: its arrays and what its values and
+// statements keep on the heap.
 size_t ruleBytes(const Rule &rule)
 {
-	size_t bytes = sizeof(Rule) + rule.comment.capacity() + rule.values.capacity() * sizeof(Value) +
-		       rule.statements.capacity() * sizeof(Statement) + rule.reads.capacity() * sizeof(Read);
-	for (const Read &read : rule.reads)
-		bytes += read.capacity() * sizeof(Slice);
-	return bytes + 32 * rule.values.size(); // their byte strings, mostly short
+	size_t bytes = sizeof(Rule) + heapBytes(rule.comment) +
+		       4 * 16 + rule.values.capacity() * sizeof(Value) +
+		       rule.statements.capacity() * sizeof(Statement) +
+		       rule.slices.capacity() * sizeof(Slice) + rule.reads.capacity() * sizeof(rule.reads[0]);
+	const auto heap = Overloaded{
+		[](const Constant &c) { return heapBytes(c.bytes); },
+		[](const Opaque &o) { return heapBytes(o.name); },
+		[](const Masked &m) { return heapBytes(m.maskAndXor); },
+		[](const MapData &m) { return heapBytes(m.set); },
+		[](const Compare &c) { return heapBytes(c.data); },
+		[](const InRange &r) { return heapBytes(r.bounds); },
+		[](const InSet &in) { return heapBytes(in.set); },
+		[](const VerdictMap &v) { return heapBytes(v.set); },
+		[](const SetVerdict &v) { return heapBytes(v.verdict.chain); },
+		[](const Note &n) { return heapBytes(n.text); },
+		[](const RateLimited &r) { return heapBytes(r.name); },
+		[](const Undecodable &u) {
+			return sizeof(Undecodable::Words) + 32 + heapBytes(u.text()) + heapBytes(u.reason());
+		},
+		[](const auto &) { return size_t(0); },
+	};
+	for (const Value &v : rule.values)
+		bytes += std::visit(heap, v.source);
+	for (const Statement &st : rule.statements)
+		bytes += std::visit(heap, st);
+	return bytes;
 }
 
 bool isNatPostrouting(const Chain &chain)

@@ -437,12 +437,13 @@ void Renderer::define(ValueId id)
 				// As nft's delinearize reads (x & mask) ^ xor: the xor's bits outside
 				// the mask are an "or" (`meta mark | 0x4000` is & ~0x4000 ^ 0x4000),
 				// those inside it an "xor", and the mask grows by the "or" bits.
-				const size_t len = std::min(m.mask.size(), m.xorValue.size());
+				const auto mask = m.mask(), xorValue = m.xorValue();
+				const size_t len = std::min(mask.size(), xorValue.size());
 				Bytes andMask(len), xorBits(len), orBits(len);
 				for (size_t i = 0; i < len; i++) {
-					orBits[i] = m.xorValue[i] & ~m.mask[i];
-					xorBits[i] = m.xorValue[i] & m.mask[i];
-					andMask[i] = m.mask[i] | orBits[i];
+					orBits[i] = xorValue[i] & ~mask[i];
+					xorBits[i] = xorValue[i] & mask[i];
+					andMask[i] = mask[i] | orBits[i];
 				}
 				const auto all = [](const Bytes &b, uint8_t v) {
 					return std::all_of(b.begin(), b.end(), [v](uint8_t x) { return x == v; });
@@ -477,7 +478,7 @@ void Renderer::define(ValueId id)
 
 const Operand *Renderer::operandOf(ReadId id) const
 {
-	const Read &read = rule_.reads[id];
+	const std::span<const Slice> read = rule_.read(id);
 	if (read.size() != 1 || read[0].kind != Slice::Kind::value || read[0].offset != 0 ||
 	    !operands_[read[0].value] || read[0].len != rule_.values[read[0].value].len)
 		return nullptr;
@@ -488,7 +489,7 @@ const Operand *Renderer::comparedOperandOf(ReadId id) const
 {
 	if (const Operand *whole = operandOf(id))
 		return whole;
-	const Read &read = rule_.reads[id];
+	const std::span<const Slice> read = rule_.read(id);
 	if (read.size() != 1 || read[0].kind != Slice::Kind::value || read[0].offset != 0 ||
 	    !operands_[read[0].value])
 		return nullptr;
@@ -499,7 +500,7 @@ const Operand *Renderer::comparedOperandOf(ReadId id) const
 std::string Renderer::keyText(ReadId key, std::vector<const Operand *> &parts) const
 {
 	std::string out;
-	for (const Slice &s : rule_.reads[key]) {
+	for (const Slice &s : rule_.read(key)) {
 		if (s.kind == Slice::Kind::zero)
 			continue; // the padding of a 4-byte register word
 		if (s.kind != Slice::Kind::value || s.offset != 0 || !operands_[s.value])
@@ -606,7 +607,7 @@ void Renderer::compare(const Compare &c, const Statement *next)
 	// gte then lte on the same value: a range.
 	if (const auto *upper = next ? std::get_if<Compare>(next) : nullptr;
 	    c.op == CmpOp::gte && upper && upper->op == CmpOp::lte &&
-	    rule_.reads[upper->lhs] == rule_.reads[c.lhs]) {
+	    std::ranges::equal(rule_.read(upper->lhs), rule_.read(c.lhs))) {
 		add(fmt::format("{} {}-{}", lhs->text, valueText(c.data, lhs->kind),
 				valueText(upper->data, lhs->kind)));
 		skipNext_ = true;
@@ -667,7 +668,7 @@ void Renderer::nat(const NatStatement &n)
 	};
 	// A map of address pairs (`snat ip to ip saddr map { k : a-b }`): the minimum is the
 	// first half of the map's data, the maximum the second.
-	const Read &minimum = rule_.reads[*n.addressMin];
+	const std::span<const Slice> minimum = rule_.read(*n.addressMin);
 	const Operand *data = !minimum.empty() && minimum[0].kind == Slice::Kind::value &&
 				      minimum[0].offset == 0 && operands_[minimum[0].value]
 				      ? &*operands_[minimum[0].value]
@@ -690,7 +691,8 @@ void Renderer::nat(const NatStatement &n)
 		addr = !(n.flags & NF_NAT_RANGE_NETMAP) ? addr + "-" + address(hi)
 			: bracket			 ? "[" + prefix + "]"
 							 : prefix;
-	} else if (!pairMap && rule_.reads[*n.addressMax] != minimum && !(lo && hi && lo->constant && hi->constant)) {
+	} else if (!pairMap && !std::ranges::equal(rule_.read(*n.addressMax), minimum) &&
+		   !(lo && hi && lo->constant && hi->constant)) {
 		addr += "-" + address(hi);
 	}
 	add(out + " to " + addr + ports + natFlagsText(n.flags));
@@ -700,12 +702,11 @@ void Renderer::statement(const Statement &s, const Statement *next)
 {
 	std::visit(
 		Overloaded{
-			[&](const DefineValue &d) { define(d.value); },
 			[&](const Compare &c) { compare(c, next); },
 			[&](const InRange &r) {
 				const Operand *lhs = operandOf(r.lhs);
 				add(lhs ? fmt::format("{} {}{}-{}", lhs->text, r.negated ? "!= " : "",
-						      valueText(r.from, lhs->kind), valueText(r.to, lhs->kind))
+						      valueText(r.from(), lhs->kind), valueText(r.to(), lhs->kind))
 					: std::string("[ range ]"));
 			},
 			[&](const InSet &in) {
@@ -727,14 +728,9 @@ void Renderer::statement(const Statement &s, const Statement *next)
 			[&](const XtMark &m) { add(markTargetText(m)); },
 			[&](const NatStatement &n) { nat(n); },
 			[&](const CounterStatement &c) { add(fmt::format("counter packets {} bytes {}", c.packets, c.bytes)); },
-			[&](const Logging &l) {
-				add("log" + (l.prefix ? " prefix \"" + escaped(*l.prefix) + "\"" : std::string()) +
-				    (l.group ? fmt::format(" group {}", *l.group) : std::string()));
-			},
-			// nft lists an object's name quoted: counter name "masq-v4".
-			[&](const Note &n) { add(escaped(n.name) + (n.object.empty() ? "" : " \"" + escaped(n.object) + "\"")); },
+			[&](const Note &n) { add(n.text); }, // escaped by the decoder
 			[&](const RateLimited &r) { add("[ " + escaped(r.name) + " ]"); },
-			[&](const Undecodable &u) { add(escaped(u.text)); },
+			[&](const Undecodable &u) { add(escaped(u.text())); },
 		},
 		s);
 }
@@ -742,10 +738,14 @@ void Renderer::statement(const Statement &s, const Statement *next)
 std::string Renderer::text()
 {
 	const auto &statements = rule_.statements;
+	size_t defined = 0;
 	for (size_t i = 0; i < statements.size(); i++) {
+		// The values loaded before this statement: a load names what it reads.
+		while (defined < rule_.values.size() && rule_.values[defined].before <= i)
+			define(static_cast<ValueId>(defined++));
 		if (std::exchange(skipNext_, false))
 			continue;
-		// A dependency is left out only when the very next statement (a load) implies it.
+		// A dependency is left out only when the very next statement's load implies it.
 		const auto l4Before = l4Dependency_, nfBefore = nfprotoDependency_;
 		statement(statements[i], i + 1 < statements.size() ? &statements[i + 1] : nullptr);
 		if (l4Dependency_ == l4Before)

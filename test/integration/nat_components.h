@@ -265,19 +265,19 @@ inline std::optional<NftTextDifference> documentedDifference(const nat::Rule &ru
 {
 	std::vector<std::string> which;
 	for (const nat::Statement &s : rule.statements) {
-		if (const auto *note = std::get_if<nat::Note>(&s); note && note->name == "comment") {
+		if (const auto *note = std::get_if<nat::Note>(&s); note && note->text.rfind("comment \"", 0) == 0) {
 			// nft 1.0.6 prints nothing for an xtables comment (and leaves two spaces);
 			// ours names it, so the comment the component wrote is not lost.
-			const std::string quoted = "comment \"" + escaped(note->object) + "\"";
+			const std::string &quoted = note->text;
 			const size_t at = ours.find(quoted);
 			REQUIRE(at != std::string::npos);
 			ours.erase(at, quoted.size());
 			which.push_back("an iptables comment, which nft 1.0.6 does not print");
 		}
-		if (const auto *u = std::get_if<nat::Undecodable>(&s); u && u->text == "xt match statistic") {
+		if (const auto *u = std::get_if<nat::Undecodable>(&s); u && u->text() == "xt match statistic") {
 			// nft translates -m statistic to `meta random & ... < ...`; the evaluator
 			// does not understand it, and the text says so by naming the xtables match.
-			nfts = std::regex_replace(nfts, std::regex(R"(meta random & \d+ < \d+)"), u->text);
+			nfts = std::regex_replace(nfts, std::regex(R"(meta random & \d+ < \d+)"), u->text());
 			which.push_back("an iptables match nft translates (statistic) and the evaluator "
 					"does not understand, printed as `xt match statistic`");
 		}

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -91,6 +92,8 @@ using Expression = std::variant<PayloadLoad, MetaLoad, MetaSet, CtLoad, CtSet, F
 				OpaqueLoad, CompatMatch, CompatTarget, Unknown>;
 
 // ---- A rule decoded: the values it computes and the statements that use them ----
+// A rule is held by the thousand (upstream's leftover chain has one per CIDR), so its
+// parts are small: statements name reads by index, and a rule's slices are one array.
 
 using ValueId = uint32_t;
 
@@ -104,9 +107,7 @@ struct Slice {
 	bool operator==(const Slice &) const = default;
 };
 using Read = std::vector<Slice>;
-size_t readLength(const Read &read);
-// A read, by its index in Rule::reads (statements stay small: a rule is held by the
-// thousand).
+// A read, by its index in the rule (Rule::read).
 using ReadId = uint32_t;
 
 // Where a value comes from.
@@ -116,7 +117,15 @@ struct FromCt { uint32_t key; std::optional<uint8_t> direction; };
 struct FromFib { uint32_t flags, result; };
 struct Constant { Bytes bytes; };
 struct Opaque { std::string name; };
-struct Masked { ReadId source; BitwiseOp op; Bytes mask, xorValue; uint32_t shift; };
+// (source & mask) ^ xor, or a shift; the mask and the xor value are stored together.
+struct Masked {
+	ReadId source;
+	BitwiseOp op;
+	uint32_t shift;
+	Bytes maskAndXor;
+	std::span<const uint8_t> mask() const { return std::span(maskAndXor).first(maskAndXor.size() / 2); }
+	std::span<const uint8_t> xorValue() const { return std::span(maskAndXor).last(maskAndXor.size() / 2); }
+};
 struct Swapped { ReadId source; bool toNetwork; uint32_t size; };
 // A map's data for `key`; no element breaks the rule, as in the kernel.
 struct MapData { ReadId key; std::string set; };
@@ -126,14 +135,22 @@ using ValueSource = std::variant<FromPayload, FromMeta, FromCt, FromFib, Constan
 struct Value {
 	ValueSource source;
 	uint32_t len = 0;
+	// The statement it is computed before: a mark read after a `meta mark set` sees the
+	// new mark, one read before it the old.
+	uint32_t before = 0;
 };
 
-// The statements, in the rule's order. DefineValue marks where a value is computed:
-// a mark read after a `meta mark set` sees the new mark.
-struct DefineValue { ValueId value; };
+// The statements, in the rule's order.
 struct Compare { ReadId lhs; CmpOp op; Bytes data; };
-struct InRange { ReadId lhs; bool negated; Bytes from, to; };
-struct InSet { ReadId key; std::string set; bool invert; };
+// from <= lhs <= to, the two bounds stored together.
+struct InRange {
+	ReadId lhs;
+	bool negated;
+	Bytes bounds;
+	Bytes from() const { return Bytes(bounds.begin(), bounds.begin() + long(bounds.size() / 2)); }
+	Bytes to() const { return Bytes(bounds.begin() + long(bounds.size() / 2), bounds.end()); }
+};
+struct InSet { std::string set; ReadId key; bool invert; };
 struct VerdictMap { ReadId key; std::string set; };
 struct SetVerdict { Verdict verdict; };
 // meta KEY set / ct KEY set: the evaluator follows the marks, and nothing else NAT reads.
@@ -147,41 +164,51 @@ struct AddressTypeMatch {
 };
 // iptables' MARK target (revision 2): mark = (mark & ~mask) ^ value.
 struct XtMark { uint32_t value, mask; };
-enum class NatKind { masquerade, snat, dnat, redirect };
+enum class NatKind : uint8_t { masquerade, snat, dnat, redirect };
 // A NAT statement, native or an xtables target. Addresses and ports are reads: constants
 // for immediates and xtables, a map's data, or anything.
 struct NatStatement {
 	NatKind kind = NatKind::masquerade;
-	std::optional<Family> family; // snat/dnat ip or ip6; nullopt: every family
-	std::optional<ReadId> addressMin, addressMax, portMin, portMax;
-	uint32_t flags = 0; // NF_NAT_RANGE_*: NETMAP for `snat prefix` and xtables NETMAP
 	bool xtNetmap = false; // iptables' NETMAP, which nft lists by name
+	uint32_t flags = 0; // NF_NAT_RANGE_*: NETMAP for `snat prefix` and xtables NETMAP
+	std::optional<Family> family = {}; // snat/dnat ip or ip6; nullopt: every family
+	std::optional<ReadId> addressMin = {}, addressMax = {}, portMin = {}, portMax = {};
 };
 struct CounterStatement { uint64_t packets, bytes; };
-struct Logging { std::optional<std::string> prefix; std::optional<uint16_t> group; };
-// Statements NAT does not depend on, by name: notrack, last, counter name "x", an xtables
-// comment (`object` is the quoted part).
-struct Note { std::string name; std::string object = {}; };
+// Statements NAT does not depend on, as the listing shows them: `log prefix "x"`,
+// `notrack`, `counter name "x"`, an xtables `comment "..."`.
+struct Note { std::string text; };
 struct RateLimited { std::string name; };
 // What the decoder cannot give a meaning: an xtables match or target it does not know, an
 // unknown expression, registers out of range. A match may match or not; a statement may
-// also change anything and decide the packet's fate. `text` is for the rule's listing.
+// also change anything and decide the packet's fate. Rare: its words are kept apart.
 struct Undecodable {
+	struct Words {
+		std::string text; // for the rule's listing
+		std::string reason; // why, for "may"
+	};
 	bool mayDecide = true;
-	std::string text;
-	std::string reason;
+	std::shared_ptr<const Words> words;
+	const std::string &text() const { return words->text; }
+	const std::string &reason() const { return words->reason; }
 };
 
-using Statement = std::variant<DefineValue, Compare, InRange, InSet, VerdictMap, SetVerdict,
-			       SetMeta, SetCt, AddressTypeMatch, XtMark, NatStatement,
-			       CounterStatement, Logging, Note, RateLimited, Undecodable>;
+using Statement = std::variant<Compare, InRange, InSet, VerdictMap, SetVerdict, SetMeta, SetCt,
+			       AddressTypeMatch, XtMark, NatStatement, CounterStatement, Note,
+			       RateLimited, Undecodable>;
 
 struct Rule {
 	uint64_t handle = 0;
 	std::vector<Value> values;
-	std::vector<Read> reads;
 	std::vector<Statement> statements;
+	std::vector<Slice> slices; // every read's, one after the other
+	std::vector<std::pair<uint32_t, uint32_t>> reads; // each read: first slice, count
 	std::string comment; // nft's rule comment (user data), if any
+
+	std::span<const Slice> read(ReadId id) const
+	{
+		return std::span(slices).subspan(reads[id].first, reads[id].second);
+	}
 };
 
 // The bytes a read gives when they are a constant's (an immediate, an xtables range).

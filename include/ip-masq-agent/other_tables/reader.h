@@ -27,7 +27,7 @@ struct NatReadLimits {
 	size_t maxChains = 100000; // of the families read, in every table (beyond: E2BIG)
 	size_t maxRules = 50000; // in the chains read
 	size_t maxElements = 1000000; // over all sets read
-	size_t maxBytes = 16u << 20; // what the decoded rules and sets hold
+	size_t maxBytes = 24u << 20; // what the decoded rules and sets hold (30,000 of upstream's rules: 17 MiB)
 	// Reads of one table that another commit to it interrupted, before it is unreadable.
 	int attempts = 4;
 	// An inet table left unread: the agent's own, which the caller linearizes from the

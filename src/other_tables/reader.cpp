@@ -500,6 +500,10 @@ Status Reader::reopen()
 Status Reader::dump(uint8_t message, uint16_t family, const netlink::RequestBuilder &build,
 		    const netlink::ReplyHandler &onReply)
 {
+	// A dump of one table's objects (a request that names the table) is not failed by
+	// other tables' commits when the notifications will tell whether its own changed; the
+	// lists of every table and chain are read again when interrupted.
+	socket_->tolerateInterruptedDumps(watch_ && build != nullptr);
 	Status s = socket_->query(messageType(message), family, NLM_F_DUMP, build, onReply);
 	if (!s && s.error().errnum == kOverBudget)
 		if (auto r = reopen(); !r)

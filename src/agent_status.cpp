@@ -194,6 +194,7 @@ void AgentStatus::natConflictsChecked(Snapshot::NatConflicts counts, std::vector
 {
 	std::lock_guard lock(mutex_);
 	state_.natConflicts = counts;
+	state_.natCheckCycles++;
 	state_.warnings = std::move(warnings);
 }
 
@@ -201,6 +202,7 @@ void AgentStatus::natConflictCheckFailed(std::vector<std::string> warnings)
 {
 	std::lock_guard lock(mutex_);
 	state_.natConflicts.reset();
+	state_.natCheckFailures++;
 	state_.warnings = std::move(warnings);
 }
 
@@ -343,13 +345,20 @@ std::string AgentStatus::Snapshot::prometheusText() const
 	out += conntrackText(*this);
 	if (natConflicts)
 		out += fmt::format(
-			"# HELP ip_masq_agent_nat_conflicts Rules of other tables that undo a sampled "
-			"decision of the agent (NAT what it exempts, or SNAT before it masquerades), "
-			"as the last check found them: certain, or may (a match it could not evaluate).\n"
+			"# HELP ip_masq_agent_nat_conflicts Rules of other tables after which a sampled "
+			"packet leaves with another source than the agent's rules give it (NAT what it "
+			"exempts, or NAT it first to another address), as the last check found them: "
+			"certain, may (a match or an address it could not evaluate), or undetermined "
+			"(a bound, an unreadable table, a target it does not know: it cannot tell).\n"
 			"# TYPE ip_masq_agent_nat_conflicts gauge\n"
 			"ip_masq_agent_nat_conflicts{{certainty=\"certain\"}} {}\n"
-			"ip_masq_agent_nat_conflicts{{certainty=\"may\"}} {}\n",
-			natConflicts->certain, natConflicts->may);
+			"ip_masq_agent_nat_conflicts{{certainty=\"may\"}} {}\n"
+			"ip_masq_agent_nat_conflicts{{certainty=\"undetermined\"}} {}\n",
+			natConflicts->certain, natConflicts->may, natConflicts->undetermined);
+	metric("ip_masq_agent_nat_check_failures_total", "counter",
+	       "Passes of the NAT conflict check that could not read other tables.", natCheckFailures);
+	metric("ip_masq_agent_nat_check_cycles_total", "counter",
+	       "Cycles of the NAT conflict check completed over the whole sample.", natCheckCycles);
 	return out;
 }
 

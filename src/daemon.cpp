@@ -20,7 +20,6 @@
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "ip-masq-agent/netlink/monitor.h"
-#include "ip-masq-agent/netlink/nat_reader.h"
 
 namespace ipmasq {
 
@@ -92,7 +91,7 @@ Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *mon
 	  source_(ConfigSource::open(options_.config)),
 	  reconciler_(backend, reconcilerSettings(options_), status_),
 	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd)),
-	  backend_(backend), addressMonitor_(std::move(addressMonitor))
+	  backend_(backend), conflictCheck_(status_), addressMonitor_(std::move(addressMonitor))
 {
 }
 
@@ -158,8 +157,6 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 	const NodeAddresses node = addressView_.addresses();
 	DesiredState desired = desiredFromConfig(*loaded, options_.config, options_.ruleset, node);
 	configuredResync_ = desired.resyncInterval;
-	natSamples_ = sampleDecisions(loaded->config, options_.configFlags.enableIpv6);
-	natCycle_.restart();
 	subnetAddresses_ = chooseSubnetAddresses(*loaded, node);
 	watchedSubnets_ = outputSubnets(*loaded);
 	if (depends) {
@@ -174,6 +171,7 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 	reportAddresses();
 	if (addressesAwaited_)
 		return false;
+	conflictCheck_.setDesired(desired.ruleset, desired.samples);
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
@@ -298,6 +296,7 @@ bool Daemon::takeNodeAddresses()
 	if (!awaited) // a config that waited is logged as the config it is
 		desired.cause = DesiredState::Cause::nodeAddresses;
 	reportAddresses();
+	conflictCheck_.setDesired(desired.ruleset, desired.samples);
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
@@ -350,8 +349,6 @@ Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 	wake = std::min({wake, nextConntrackRead_, nextCountersRead_});
 	if (nextAddressRead_)
 		wake = std::min(wake, *nextAddressRead_);
-	if (natCheckPending_)
-		wake = std::min(wake, nextNatCheck_);
 	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
 		if (deadline)
 			wake = std::min(wake, *deadline);
@@ -427,97 +424,6 @@ void Daemon::readConntrack()
 	lastConntrackError_ = stats.error().message;
 }
 
-std::vector<std::string> Daemon::legacyNatWarnings()
-{
-	std::vector<std::string> warnings;
-	auto legacy = netlink::legacyNatTables();
-	if (!legacy) {
-		log::debug("{}; legacy iptables nat tables are not looked for", legacy.error().message);
-		return warnings;
-	}
-	const std::pair<bool, const char *> kinds[] = {{legacy->ipv4, "ip_tables_names"},
-						       {legacy->ipv6, "ip6_tables_names"}};
-	for (size_t i = 0; i < 2; i++) {
-		if (!kinds[i].first)
-			continue;
-		warnings.push_back(fmt::format(
-			"legacy iptables nat rules exist (/proc/net/{} lists nat): they are outside "
-			"nf_tables, so the conflict check cannot see whether they undo the agent's "
-			"decisions (iptables-legacy-save -t nat lists them)", kinds[i].second));
-		if (!std::exchange(legacyNatSaid_[i], true))
-			log::warning("{}", warnings.back());
-	}
-	return warnings;
-}
-
-void Daemon::checkNatConflicts()
-{
-	const Clock::time_point started = Clock::now();
-	natCheckPending_ = false;
-	runNatCheck();
-	// Passes over a large ruleset (upstream's leftover chain of 10,000 rules takes about
-	// half a second in all, in passes of kNatCheckStepsPerPass) must not take a core while
-	// other tables churn: the next one waits ten times as long as this one took, and at
-	// least kNatCheckPeriod.
-	const Clock::time_point done = Clock::now();
-	nextNatCheck_ = done + std::max<Clock::duration>(kNatCheckPeriod, 10 * (done - started));
-}
-
-void Daemon::runNatCheck()
-{
-	std::vector<std::string> warnings = legacyNatWarnings();
-	netlink::NatReadLimits limits;
-	limits.skipInetTable = options_.ruleset.table;
-	auto socket = netlink::Socket::open();
-	auto ruleset = socket ? netlink::readNatRuleset(*socket, limits)
-			      : Result<nat::NatRuleset>(fail(socket.error()));
-	if (!ruleset) {
-		if (ruleset.error().message != lastNatCheckError_)
-			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
-				     "until it can be read", ruleset.error().message);
-		lastNatCheckError_ = ruleset.error().message;
-		status_.natConflictCheckFailed(std::move(warnings));
-		return;
-	}
-	if (!lastNatCheckError_.empty())
-		log::info("other tables' NAT is readable again");
-	lastNatCheckError_.clear();
-	auto addresses = readNodeAddresses();
-	const nat::NodeAddresses node = addresses ? evaluatorAddresses(*addresses) : nat::NodeAddresses{};
-	nat::AgentPlacement agent;
-	agent.table = options_.ruleset.table;
-	agent.priority = options_.ruleset.priority;
-	CheckLimits budget;
-	budget.maxSteps = kNatCheckStepsPerPass;
-	const ConflictPass pass =
-		findConflicts(*ruleset, std::span(natSamples_).subspan(natCycle_.next()), node, agent,
-			      budget);
-	std::optional<std::vector<NatConflict>> cycle = natCycle_.add(pass, natSamples_.size());
-	if (!cycle) {
-		log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} "
-			   "steps in this one)", natCycle_.next(), natSamples_.size(), pass.steps);
-		natCheckPending_ = true;
-		return;
-	}
-	reportNatConflicts(std::move(*cycle), std::move(warnings));
-}
-
-void Daemon::reportNatConflicts(std::vector<NatConflict> conflicts, std::vector<std::string> warnings)
-{
-	const ConflictChanges changes = diffConflicts(natConflicts_, conflicts);
-	for (const NatConflict &c : changes.found)
-		log::warning("NAT conflict: {}", c.describe());
-	for (const NatConflict &c : changes.resolved)
-		log::info("NAT conflict resolved: {}", c.describe());
-	AgentStatus::Snapshot::NatConflicts counts;
-	for (const NatConflict &c : conflicts) {
-		(c.certain ? counts.certain : counts.may)++;
-		warnings.push_back("NAT conflict: " + c.describe());
-	}
-	natConflicts_ = std::move(conflicts);
-	status_.natConflictsChecked(counts, std::move(warnings));
-}
-
 int Daemon::runGuarded()
 {
 	constexpr std::chrono::milliseconds kFirstPause{100};
@@ -569,7 +475,7 @@ int Daemon::run()
 	(void)reconciler_.reconcile(SyncTrigger::startup);
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
-	checkNatConflicts();
+	conflictCheck_.start();
 	readConnectionCounters();
 	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;
@@ -618,9 +524,9 @@ int Daemon::run()
 			}
 			tableChanged = !changed || *changed;
 			// Other tables matter to the conflict check only (and their churn costs
-			// it at most one pass per kNatCheckPeriod).
+			// it at most one pass per ConflictCheck::kPeriod).
 			if (monitor_->takeOtherTablesChanged() || !changed)
-				natCheckPending_ = true;
+				conflictCheck_.nudge();
 		}
 		// Each notification applied as it comes: only a change inside an outputAddress
 		// subnet can change the desired state.
@@ -664,7 +570,7 @@ int Daemon::run()
 			(void)reconciler_.reconcile(*trigger); // reported by the reconciler (above)
 			giveMemoryBack();
 			reportToSystemd();
-			natCheckPending_ = true;
+			conflictCheck_.nudge();
 		}
 
 		if (configuredResync_ != resyncEvery_) {
@@ -674,8 +580,6 @@ int Daemon::run()
 		}
 		if (Clock::now() >= nextConntrackRead_)
 			readConntrack();
-		if (natCheckPending_ && Clock::now() >= nextNatCheck_)
-			checkNatConflicts();
 		if (Clock::now() >= nextCountersRead_)
 			readConnectionCounters();
 		// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.

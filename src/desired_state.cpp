@@ -105,7 +105,8 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 			    describeConfigOrigin(location, loaded),
 			    describeConfig(config),
 			    std::move(warnings),
-			    std::move(subnets)};
+			    std::move(subnets),
+			    samplePackets(config, options.enableIpv6)};
 }
 
 Result<DesiredState> desiredFromContent(const ConfigContent &content,

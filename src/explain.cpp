@@ -13,31 +13,14 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/escape.h"
-#include "ip-masq-agent/nat_conflicts.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/backend.h"
-#include "ip-masq-agent/netlink/nat_reader.h"
+#include "ip-masq-agent/other_tables/reader.h"
 #include "ip-masq-agent/policy.h"
 
 namespace ipmasq {
 
 namespace {
-
-bool covers(const Prefix &prefix, const Address &address)
-{
-	return prefix.network.family == address.family && prefix.first() <= address &&
-	       address <= prefix.last();
-}
-
-// The longest prefix of `prefixes` covering `address`; the first listed among equals.
-const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address &address)
-{
-	const Prefix *best = nullptr;
-	for (const Prefix &prefix : prefixes)
-		if (covers(prefix, address) && (!best || prefix.length > best->length))
-			best = &prefix;
-	return best;
-}
 
 // Where a masqueraded destination's traffic is source-NATed, for the verdict: "masqueraded",
 // "SNAT to 203.0.113.7 (outputAddress, FILE:LINE)", or a subnet's address of this node.
@@ -329,18 +312,12 @@ bool isLocal(const ExplainContext &context, const Address &address)
 	return false;
 }
 
-// A line's verdict and reason (with the kernel check), and the agent's decision for it.
-struct Line {
-	std::string text;
-	bool masquerades = false;
-};
-
-Line decideLine(const Config &config, const ExplainContext &context, const Address &destination)
+// A line's verdict and reason, with the kernel check.
+std::string decideLine(const Config &config, const ExplainContext &context, const Address &destination)
 {
 	if (destination.family == Family::ipv6 && !context.enableIpv6)
-		return {"not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
-				describeKernel(config, context, destination, false),
-			false};
+		return "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
+		       describeKernel(config, context, destination, false);
 
 	const Family family = destination.family;
 	const ExplainDecision decision = explainDecision(config, destination);
@@ -349,43 +326,37 @@ Line decideLine(const Config &config, const ExplainContext &context, const Addre
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
 	if (isLocal(context, destination))
-		return {"not masqueraded: a local address of this host (fib daddr type local never "
-			"enters the agent's chain); by the config alone: " + decided + kernel, false};
+		return "not masqueraded: a local address of this host (fib daddr type local never "
+		       "enters the agent's chain); by the config alone: " + decided + kernel;
 	if (auto gate = interfaceGate(config, context))
-		return {"not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel,
-			false};
+		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
 	if (auto gate = sourceGate(config, context, family); gate && decision.masqueraded)
-		return {"not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel,
-			false};
-	return {decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
-			describeSources(config, context, destination, decision.masqueraded) + kernel,
-		decision.masqueraded};
+		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
+	return decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
+	       describeSources(config, context, destination, decision.masqueraded) + kernel;
 }
 
-// The packet --explain asks about, as one sampled decision: from the one --explain-source
-// of its family (any source without one), through --explain-interface (not known without).
-SampledDecision explainedPacket(const Config &config, const ExplainContext &context,
-				const Address &destination, bool masquerades)
+// The packet --explain asks about: from the one --explain-source of its family (any source
+// without one), through --explain-interface (not known without).
+SampledPacket explainedPacket(const Config &config, const ExplainContext &context,
+			      const Address &destination)
 {
-	SampledDecision sample;
-	sample.destination = destination;
+	SampledPacket packet{destination};
 	const std::vector<Address> sources = ofFamily(context.sources, destination.family);
 	if (sources.size() == 1)
-		sample.source = sources.front();
+		packet.source = sources.front();
 	if (!context.outputInterface.empty())
-		sample.outputInterface = context.outputInterface;
-	sample.masquerades = masquerades;
-	if (const std::optional<OutputAddress> &output = config.outputAddressOf(destination.family))
-		sample.agentSnat = output->range;
-	sample.entry = describeDecidingEntry(config, explainDecision(config, destination));
-	return sample;
+		packet.outputInterface = context.outputInterface;
+	packet.entry = describeDecidingEntry(config, explainDecision(config, destination));
+	return packet;
 }
 
-// The node-wide clause: "; but table ip nat chain POSTROUTING (...) masquerades it: rule
-// handle 7 (`...`)" for each rule of another table that undoes the agent's decision,
-// "; no other table's NAT undoes that", or why that could not be checked.
+// The node-wide clause, for each conflict (other_tables/conflicts.h): "; but table ip nat
+// chain POSTROUTING (...) masquerades it: rule handle 7 (`...`)", "; other tables' NAT may
+// undo that: <why>"; else "; no other table's NAT undoes that", or why that could not be
+// checked.
 std::string describeOtherTables(const Config &config, const ExplainContext &context,
-				const Address &destination, bool masquerades)
+				const Address &destination)
 {
 	const OtherTablesView &view = context.otherTables;
 	const bool legacy = destination.family == Family::ipv4 ? view.legacyIpv4 : view.legacyIpv6;
@@ -399,87 +370,38 @@ std::string describeOtherTables(const Config &config, const ExplainContext &cont
 	case OtherTablesView::State::noPermission:
 		return "; could not check other tables' NAT: no CAP_NET_ADMIN" + legacyNote;
 	case OtherTablesView::State::unreadable:
-		return fmt::format("; could not check other tables' NAT: {}", escaped(view.problem)) +
-		       legacyNote;
+		return fmt::format("; could not check other tables' NAT: {}", escaped(view.problem)) + legacyNote;
 	case OtherTablesView::State::read:
 		break;
 	}
-	nat::AgentPlacement agent;
-	agent.table = context.table;
-	agent.priority = view.agentPriority;
-	const SampledDecision packet = explainedPacket(config, context, destination, masquerades);
-	const ConflictPass pass = findConflicts(view.ruleset, std::span(&packet, 1), view.node, agent);
+	const SampledPacket packet = explainedPacket(config, context, destination);
+	const ConflictPass pass = findConflicts(view.ruleset, &view.agent, std::span(&packet, 1), view.node);
 	if (pass.conflicts.empty())
 		return "; no other table's NAT undoes that" + legacyNote;
 	std::string text;
 	for (const NatConflict &c : pass.conflicts)
-		text += "; but " + c.describeRule() +
-			(c.kind == NatConflict::Kind::natsFirst ? " before the agent's masquerade" : "");
+		switch (c.kind) {
+		case NatConflict::Kind::natsExempted:
+			text += "; but " + c.describeRule();
+			break;
+		case NatConflict::Kind::natsFirst:
+			text += "; but " + c.describeRule() + ", before the agent " + c.agentAction;
+			break;
+		case NatConflict::Kind::undetermined:
+			text += "; other tables' NAT may undo that: " + c.describeRule();
+			break;
+		}
 	return text + legacyNote;
 }
 
 std::string explainDestination(const Config &config, const ExplainContext &context,
 			       const Address &destination)
 {
-	const Line line = decideLine(config, context, destination);
-	return destination.toString() + ": " + line.text +
-	       describeOtherTables(config, context, destination, line.masquerades);
+	return destination.toString() + ": " + decideLine(config, context, destination) +
+	       describeOtherTables(config, context, destination);
 }
 
 } // namespace
-
-std::string describeEntry(const Config &config, const ExplainEntry &entry)
-{
-	switch (entry.kind) {
-	case ExplainEntry::Kind::nonMasquerade:
-		if (!config.nonMasqueradeCIDRsGiven || entry.prefix.origin.builtIn())
-			return fmt::format("built-in default {}", entry.prefix.toString());
-		return fmt::format("nonMasqueradeCIDRs {} ({})", entry.prefix.toString(),
-				   describeOrigin(config, entry.prefix.origin));
-	case ExplainEntry::Kind::linkLocal:
-		return fmt::format("link-local {}", entry.prefix.toString());
-	case ExplainEntry::Kind::masquerade:
-		return fmt::format("masqueradeCIDRs {} ({})", entry.prefix.toString(),
-				   describeOrigin(config, entry.prefix.origin));
-	}
-	return {};
-}
-
-std::string describeDecidingEntry(const Config &config, const ExplainDecision &decision)
-{
-	return decision.decidedBy ? describeEntry(config, *decision.decidedBy) : "no entry covers it";
-}
-
-ExplainDecision explainDecision(const Config &config, const Address &destination)
-{
-	const Family family = destination.family;
-	// The most specific non-masquerade entry: the config's list first, so that among
-	// equals an entry the user wrote is named rather than the link-local default.
-	std::optional<ExplainEntry> nonMasquerade;
-	if (const Prefix *entry = longestCovering(config.nonMasqueradeCIDRs, destination))
-		nonMasquerade = ExplainEntry{ExplainEntry::Kind::nonMasquerade, *entry};
-	if (!config.masqueradesLinkLocal(family)) {
-		const Prefix linkLocal = linkLocalPrefix(family);
-		if (covers(linkLocal, destination) &&
-		    (!nonMasquerade || linkLocal.length > nonMasquerade->prefix.length))
-			nonMasquerade = ExplainEntry{ExplainEntry::Kind::linkLocal, linkLocal};
-	}
-	std::optional<ExplainEntry> masquerade;
-	if (const Prefix *entry = longestCovering(config.masqueradeCIDRs, destination))
-		masquerade = ExplainEntry{ExplainEntry::Kind::masquerade, *entry};
-
-	ExplainDecision decision;
-	if (masquerade && (!nonMasquerade || masquerade->prefix.length >= nonMasquerade->prefix.length)) {
-		decision.masqueraded = true;
-		decision.decidedBy = std::move(masquerade);
-		decision.overrides = std::move(nonMasquerade);
-	} else if (nonMasquerade) {
-		decision.masqueraded = false;
-		decision.decidedBy = std::move(nonMasquerade);
-		decision.overrides = std::move(masquerade);
-	}
-	return decision;
-}
 
 std::vector<std::string> explainDestinations(const Config &config, const ExplainContext &context,
 					     const std::vector<Address> &destinations)
@@ -566,27 +488,26 @@ KernelView readKernelView(const std::string &table)
 	return view;
 }
 
-OtherTablesView readOtherTablesView(const std::string &table, int32_t agentPriority)
+OtherTablesView readOtherTablesView(const Ruleset &desired)
 {
 	OtherTablesView view;
-	view.agentPriority = agentPriority;
-	if (auto legacy = netlink::legacyNatTables()) {
+	if (auto legacy = nat::legacyNatTables()) {
 		view.legacyIpv4 = legacy->ipv4;
 		view.legacyIpv6 = legacy->ipv6;
 	}
-	netlink::NatReadLimits limits;
-	limits.skipInetTable = table;
-	auto socket = netlink::Socket::open();
-	auto ruleset = socket ? netlink::readNatRuleset(*socket, limits)
-			      : Result<nat::NatRuleset>(fail(socket.error()));
-	if (!ruleset) {
-		view.state = ruleset.error().errnum == EPERM ? OtherTablesView::State::noPermission
-							     : OtherTablesView::State::unreadable;
-		view.problem = ruleset.error().message;
+	nat::NatReadLimits limits;
+	limits.skipInetTable = desired.table;
+	auto ruleset = nat::readNatRuleset(limits);
+	auto agent = ruleset ? nat::agentTable(desired) : Result<nat::Table>(fail(ruleset.error()));
+	if (!agent) {
+		view.state = agent.error().errnum == EPERM ? OtherTablesView::State::noPermission
+							   : OtherTablesView::State::unreadable;
+		view.problem = agent.error().message;
 		return view;
 	}
 	view.state = OtherTablesView::State::read;
 	view.ruleset = std::move(*ruleset);
+	view.agent = std::move(*agent);
 	if (auto addresses = readNodeAddresses())
 		view.node = evaluatorAddresses(*addresses);
 	return view;

@@ -97,13 +97,16 @@ int explain(const AgentOptions &options)
 	context.table = options.ruleset.table;
 	context.sources = options.explainSources;
 	context.outputInterface = options.explainInterface;
-	context.subnet = chooseSubnetAddresses(*loaded, nodeAddresses());
+	const NodeAddresses node = nodeAddresses();
+	context.subnet = chooseSubnetAddresses(*loaded, node);
 	if (auto local = readLocalPrefixes())
 		context.localPrefixes = std::move(*local);
 	else
 		log::warning("{}; local addresses are not recognized as such", local.error().message);
 	context.kernel = readKernelView(options.ruleset.table);
-	context.otherTables = readOtherTablesView(options.ruleset.table, options.ruleset.priority);
+	// The agent's own rules as the daemon would make them here, walked with the others'.
+	context.otherTables =
+		readOtherTablesView(desiredFromConfig(*loaded, options.config, options.ruleset, node).ruleset);
 	for (const std::string &line : explainDestinations(loaded->config, context, options.explain))
 		std::fprintf(stdout, "%s\n", line.c_str());
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

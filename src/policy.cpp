@@ -201,6 +201,62 @@ void warnAboutUncoveredExceptions(LoadedConfig &loaded, Family family)
 	}
 }
 
+// At most `limit` of `items`, evenly spaced from the first: a config of 10,000 CIDRs is
+// checked across its whole range, in bounded time.
+template<typename T>
+std::vector<T> spread(const std::vector<T> &items, size_t limit)
+{
+	if (items.size() <= limit)
+		return items;
+	std::vector<T> out;
+	out.reserve(limit);
+	for (size_t i = 0; i < limit; i++)
+		out.push_back(items[i * items.size() / limit]);
+	return out;
+}
+
+// The first address of each non-masquerade interval and of each masqueraded range
+// between them, in address order. The all-zeros address stands for no host: its
+// range is sampled by the next address.
+std::vector<Address> sampleDestinations(const IntervalSet &exempt)
+{
+	const Family family = exempt.family();
+	std::vector<Address> out;
+	Address next{family, 0};
+	bool more = true; // the addresses from `next` on are not yet covered
+	for (const AddressRange &range : exempt.ranges()) {
+		if (next < range.first)
+			out.push_back(next);
+		out.push_back(range.first);
+		more = range.last < Address::max(family);
+		if (more)
+			next = Address{family, range.last.value + 1};
+	}
+	if (more)
+		out.push_back(next);
+	for (Address &a : out)
+		if (a.value == 0 && exempt.contains(a) == exempt.contains(Address{family, 1}))
+			a.value = 1;
+	return out;
+}
+
+// Beyond the limit the spread may skip link-local, the one entry the agent adds itself and
+// the one other components most often leave out (kubelet's rule exempts only the cluster
+// CIDR): its interval is always sampled, one more destination at most.
+std::vector<Address> withLinkLocal(std::vector<Address> sampled, const IntervalSet &exempt)
+{
+	const Address linkLocal = linkLocalPrefix(exempt.family()).network;
+	for (const AddressRange &range : exempt.ranges()) {
+		if (!(range.first <= linkLocal && linkLocal <= range.last))
+			continue;
+		if (std::find(sampled.begin(), sampled.end(), range.first) == sampled.end())
+			sampled.insert(std::upper_bound(sampled.begin(), sampled.end(), range.first),
+				       range.first);
+		break;
+	}
+	return sampled;
+}
+
 } // namespace
 
 Status checkConfigPolicy(LoadedConfig &loaded)
@@ -240,6 +296,100 @@ IntervalSet resolveNonMasquerade(const Config &config, Family family)
 IntervalSet masqueradeSources(const Config &config, Family family)
 {
 	return IntervalSet::fromPrefixes(family, config.masqueradeSourceCIDRs);
+}
+
+bool covers(const Prefix &prefix, const Address &address)
+{
+	return prefix.network.family == address.family && prefix.first() <= address &&
+	       address <= prefix.last();
+}
+
+const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address &address)
+{
+	const Prefix *best = nullptr;
+	for (const Prefix &prefix : prefixes)
+		if (covers(prefix, address) && (!best || prefix.length > best->length))
+			best = &prefix;
+	return best;
+}
+
+std::string describeEntry(const Config &config, const ExplainEntry &entry)
+{
+	switch (entry.kind) {
+	case ExplainEntry::Kind::nonMasquerade:
+		if (!config.nonMasqueradeCIDRsGiven || entry.prefix.origin.builtIn())
+			return fmt::format("built-in default {}", entry.prefix.toString());
+		return fmt::format("nonMasqueradeCIDRs {} ({})", entry.prefix.toString(),
+				   describeOrigin(config, entry.prefix.origin));
+	case ExplainEntry::Kind::linkLocal:
+		return fmt::format("link-local {}", entry.prefix.toString());
+	case ExplainEntry::Kind::masquerade:
+		return fmt::format("masqueradeCIDRs {} ({})", entry.prefix.toString(),
+				   describeOrigin(config, entry.prefix.origin));
+	}
+	return {};
+}
+
+std::string describeDecidingEntry(const Config &config, const ExplainDecision &decision)
+{
+	return decision.decidedBy ? describeEntry(config, *decision.decidedBy) : "no entry covers it";
+}
+
+ExplainDecision explainDecision(const Config &config, const Address &destination)
+{
+	const Family family = destination.family;
+	// The most specific non-masquerade entry: the config's list first, so that among
+	// equals an entry the user wrote is named rather than the link-local default.
+	std::optional<ExplainEntry> nonMasquerade;
+	if (const Prefix *entry = longestCovering(config.nonMasqueradeCIDRs, destination))
+		nonMasquerade = ExplainEntry{ExplainEntry::Kind::nonMasquerade, *entry};
+	if (!config.masqueradesLinkLocal(family)) {
+		const Prefix linkLocal = linkLocalPrefix(family);
+		if (covers(linkLocal, destination) &&
+		    (!nonMasquerade || linkLocal.length > nonMasquerade->prefix.length))
+			nonMasquerade = ExplainEntry{ExplainEntry::Kind::linkLocal, linkLocal};
+	}
+	std::optional<ExplainEntry> masquerade;
+	if (const Prefix *entry = longestCovering(config.masqueradeCIDRs, destination))
+		masquerade = ExplainEntry{ExplainEntry::Kind::masquerade, *entry};
+
+	ExplainDecision decision;
+	if (masquerade && (!nonMasquerade || masquerade->prefix.length >= nonMasquerade->prefix.length)) {
+		decision.masqueraded = true;
+		decision.decidedBy = std::move(masquerade);
+		decision.overrides = std::move(nonMasquerade);
+	} else if (nonMasquerade) {
+		decision.masqueraded = false;
+		decision.decidedBy = std::move(nonMasquerade);
+		decision.overrides = std::move(masquerade);
+	}
+	return decision;
+}
+
+std::vector<SampledPacket> samplePackets(const Config &config, bool enableIpv6,
+					 const SampleLimits &limits)
+{
+	std::vector<SampledPacket> out;
+	for (const Family family : {Family::ipv4, Family::ipv6}) {
+		if (family == Family::ipv6 && !enableIpv6)
+			continue;
+		std::vector<std::optional<Address>> sources;
+		const IntervalSet allowed = masqueradeSources(config, family);
+		for (const AddressRange &range : allowed.ranges())
+			sources.emplace_back(range.first);
+		if (sources.empty())
+			sources.emplace_back(std::nullopt); // no entry of the family: any source
+		sources = spread(sources, limits.maxSources);
+		const IntervalSet exempt = resolveNonMasquerade(config, family);
+		const auto destinations =
+			withLinkLocal(spread(sampleDestinations(exempt), limits.maxDestinations), exempt);
+		for (const Address &destination : destinations) {
+			const std::string entry = describeDecidingEntry(config, explainDecision(config, destination));
+			for (const std::optional<Address> &source : sources)
+				out.push_back(SampledPacket{destination, source, std::nullopt, entry});
+		}
+	}
+	return out;
 }
 
 } // namespace ipmasq

@@ -84,16 +84,21 @@ public:
 		double conntrackReadUnixSeconds = 0; // the last successful read; 0: none yet
 		uint64_t conntrackReadFailures = 0;
 
-		// The NAT conflict check's last pass (nat_conflicts.h): how many rules of other
-		// tables undo the agent's decisions, certainly or maybe; nullopt before the first
-		// pass and after a failed one. Never part of readiness: other components' rules
-		// are not the agent's failure.
+		// The NAT conflict check's last cycle (other_tables/conflicts.h): how many rules
+		// of other tables undo the agent's decisions, certainly or maybe, and how many
+		// outcomes the evaluator could not tell (a bound, a table it could not read, a
+		// target it does not know); nullopt before the first cycle and after a failed
+		// read. Never part of readiness: other components' rules are not the agent's
+		// failure.
 		struct NatConflicts {
 			size_t certain = 0;
 			size_t may = 0;
+			size_t undetermined = 0;
 			bool operator==(const NatConflicts &) const = default;
 		};
 		std::optional<NatConflicts> natConflicts;
+		uint64_t natCheckFailures = 0; // passes that could not read other tables
+		uint64_t natCheckCycles = 0; // cycles of the check completed over the whole sample
 		// Findings for /readyz?verbose that do not make the agent unready: each
 		// conflict, legacy iptables nat tables that cannot be checked.
 		std::vector<std::string> warnings;

@@ -14,7 +14,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/error.h"
-#include "ip-masq-agent/nat_conflicts.h"
+#include "ip-masq-agent/conflict_check.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/node_address_view.h"
 #include "ip-masq-agent/options.h"
@@ -30,10 +30,9 @@ class NftablesMonitor;
 // One thread, one poll() over five descriptors: the signalfd, the config source's
 // inotify, the nftables monitor, the node's address monitor and one timerfd for every
 // deadline (debounce, absent grace, paced restores, resync, heartbeat, systemd watchdog,
-// the NAT conflict check, a due read of the node's addresses).
-// All decisions belong to the ConfigSource (what the config says), the Reconciler (what
-// the kernel must hold) and nat_conflicts.h (what other tables undo); the loop only
-// says what happened and when.
+// a due read of the node's addresses). All decisions belong to the ConfigSource (what the
+// config says), the Reconciler (what the kernel must hold) and the ConflictCheck (what
+// other tables undo, on a thread of its own); the loop only says what happened and when.
 class Daemon
 {
 public:
@@ -102,30 +101,10 @@ private:
 	void scheduleAddressRead(Clock::time_point now);
 	// How the addresses are known, for /readyz and /metrics.
 	void reportAddresses();
-	// One pass of the NAT conflict check (nat_conflicts.h): reads other tables, evaluates
-	// the sample of the last good config, logs what was found and what was resolved, and
-	// reports to the status. At most one pass per kNatCheckPeriod, and at most a tenth
-	// of the loop's time.
-	void checkNatConflicts();
-	void runNatCheck();
-	// Legacy iptables nat tables, which no pass can see: said once each, and a warning
-	// for /readyz?verbose while they exist.
-	std::vector<std::string> legacyNatWarnings();
-	// The pass's own findings, before legacy ones: counts for the gauge, lines for /readyz.
-	void reportNatConflicts(std::vector<NatConflict> conflicts, std::vector<std::string> warnings);
-
 	// How often the loop reads conntrack's statistics (and once at start). The loop
 	// reads them, never a scrape: however many scrapes come, the kernel is asked at
 	// this rate, and a scrape never waits on netlink.
 	static constexpr std::chrono::seconds kConntrackReadPeriod{10};
-	// The NAT conflict check runs after each sync and when other tables change, at most
-	// once per this period: kube-proxy rewrites its table all the time, and one pass
-	// reads every other table's nat chains and evaluates up to a few hundred packets.
-	static constexpr std::chrono::seconds kNatCheckPeriod{3};
-	// Evaluation steps per pass (about 0.1 s at upstream's leftover chain of 10,000
-	// rules): a pass longer than that stops and the next resumes, so no turn of the
-	// loop (which also heals the table) waits long behind the check.
-	static constexpr size_t kNatCheckStepsPerPass = 100000;
 	// The same for the table's connection counters: one small dump (about ten objects).
 	static constexpr std::chrono::seconds kCountersReadPeriod{2};
 	// Reads of every address after lost notifications: at most one per this period.
@@ -158,15 +137,8 @@ private:
 	TableBackend &backend_;
 	std::string lastConntrackError_; // logged once per distinct message
 
-	// The NAT conflict check: the last good config's sample, whether a pass is due (and
-	// not before when), the last pass's conflicts, what was said once.
-	std::vector<SampledDecision> natSamples_;
-	bool natCheckPending_ = false;
-	Clock::time_point nextNatCheck_{};
-	ConflictCycle natCycle_; // where the next pass resumes, what this cycle found so far
-	std::vector<NatConflict> natConflicts_; // the last complete cycle's
-	std::string lastNatCheckError_;
-	bool legacyNatSaid_[2] = {false, false}; // IPv4, IPv6
+	// What other tables undo, checked on a thread of its own against the last desired state.
+	ConflictCheck conflictCheck_;
 
 	// This node's addresses (for outputAddress subnets): their change notifications (none:
 	// read at each resync only) and the view they keep current. The last good config is

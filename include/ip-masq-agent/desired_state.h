@@ -12,6 +12,7 @@
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/node_addresses.h"
+#include "ip-masq-agent/other_tables/conflicts.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -57,6 +58,8 @@ struct DesiredState {
 	std::vector<std::string> warnings;
 	// The outputAddress subnets in use, one per family, and what this node has in each.
 	std::vector<SubnetChoice> subnets;
+	// The packets the NAT conflict check evaluates against this ruleset and other tables.
+	std::vector<SampledPacket> samples;
 };
 
 // Whether the config's desired state depends on this node's addresses (an outputAddress

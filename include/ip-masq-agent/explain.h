@@ -13,44 +13,13 @@
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
-#include "ip-masq-agent/nat_ruleset.h"
-#include "ip-masq-agent/nat_evaluator.h"
+#include "ip-masq-agent/other_tables/evaluator.h"
+#include "ip-masq-agent/other_tables/model.h"
+#include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
 namespace ipmasq {
-
-// One entry that takes part in the destination decision.
-struct ExplainEntry {
-	enum class Kind {
-		nonMasquerade, // nonMasqueradeCIDRs, or a built-in default when none is given
-		linkLocal,     // 169.254.0.0/16 or fe80::/10, unless masqLinkLocal(IPv6)
-		masquerade,    // masqueradeCIDRs
-	};
-	Kind kind;
-	Prefix prefix;
-};
-
-// The longest prefix covering a destination decides; a masqueradeCIDRs entry wins a tie
-// (only a built-in entry can tie with one: the same prefix in both lists is refused).
-struct ExplainDecision {
-	bool masqueraded = true;
-	std::optional<ExplainEntry> decidedBy; // nullopt: no entry covers it (masqueraded)
-	// The most specific entry of the other verdict that also covers it, if any.
-	std::optional<ExplainEntry> overrides;
-};
-
-// The decision of the config alone (no local-address or source check), for one address
-// of a family the agent handles. Deliberately its own scan, apart from policy.h's sweep
-// that builds the kernel's sets, so that the live check compares two derivations.
-ExplainDecision explainDecision(const Config &config, const Address &destination);
-
-// An entry in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",
-// "built-in default 10.0.0.0/8", "link-local 169.254.0.0/16", "masqueradeCIDRs ...".
-std::string describeEntry(const Config &config, const ExplainEntry &entry);
-
-// The entry that decides, described, or "no entry covers it" (masqueraded).
-std::string describeDecidingEntry(const Config &config, const ExplainDecision &decision);
 
 // What the kernel holds, to compare with.
 struct KernelView {
@@ -76,9 +45,9 @@ struct OtherTablesView {
 	};
 	State state = State::notRead;
 	nat::NatRuleset ruleset;
+	nat::Table agent; // the agent's own, from the desired ruleset, walked like the others
 	nat::NodeAddresses node; // for fib and addrtype
 	std::string problem;
-	int32_t agentPriority = kDefaultPriority;
 	// Legacy iptables nat tables (/proc/net/ip_tables_names, ip6_tables_names), which
 	// nothing here can read.
 	bool legacyIpv4 = false;
@@ -115,9 +84,9 @@ Result<std::vector<Prefix>> readLocalPrefixes();
 // The address sets of inet `table` through the netlink backend, or why they could not be read.
 KernelView readKernelView(const std::string &table);
 
-// Every other table's nat postrouting chains (netlink/nat_reader.h; the agent's inet
-// `table` left out), this node's addresses and legacy iptables nat tables, or why they
-// could not be read.
-OtherTablesView readOtherTablesView(const std::string &table, int32_t agentPriority);
+// Every other table's nat postrouting chains (other_tables/reader.h; the agent's table left
+// out and taken from `desired` instead), this node's addresses and legacy iptables nat
+// tables, or why they could not be read.
+OtherTablesView readOtherTablesView(const Ruleset &desired);
 
 } // namespace ipmasq

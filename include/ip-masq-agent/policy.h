@@ -3,11 +3,14 @@
 // across nonMasqueradeCIDRs (or the built-in defaults), link-local and masqueradeCIDRs.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
+#include "ip-masq-agent/other_tables/conflicts.h"
 
 namespace ipmasq {
 
@@ -36,5 +39,57 @@ IntervalSet resolveNonMasquerade(const Config &config, Family family);
 // The sources of `family` that masqueradeSourceCIDRs lists, normalized; empty when it
 // lists none of that family (then no source of that family is restricted).
 IntervalSet masqueradeSources(const Config &config, Family family);
+
+// Whether `prefix` covers `address`; of `prefixes`, the longest that does (the first
+// listed among equals), or nullptr.
+bool covers(const Prefix &prefix, const Address &address);
+const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address &address);
+
+// One entry that takes part in the destination decision.
+struct ExplainEntry {
+	enum class Kind {
+		nonMasquerade, // nonMasqueradeCIDRs, or a built-in default when none is given
+		linkLocal,     // 169.254.0.0/16 or fe80::/10, unless masqLinkLocal(IPv6)
+		masquerade,    // masqueradeCIDRs
+	};
+	Kind kind;
+	Prefix prefix;
+};
+
+// The longest prefix covering a destination decides; a masqueradeCIDRs entry wins a tie
+// (only a built-in entry can tie with one: the same prefix in both lists is refused).
+struct ExplainDecision {
+	bool masqueraded = true;
+	std::optional<ExplainEntry> decidedBy; // nullopt: no entry covers it (masqueraded)
+	// The most specific entry of the other verdict that also covers it, if any.
+	std::optional<ExplainEntry> overrides;
+};
+
+// The decision of the config alone (no local-address or source check), for one address
+// of a family the agent handles. Deliberately its own scan, apart from
+// resolveNonMasquerade's sweep that builds the kernel's sets, so that --explain's live
+// check compares two derivations.
+ExplainDecision explainDecision(const Config &config, const Address &destination);
+
+// An entry in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",
+// "built-in default 10.0.0.0/8", "link-local 169.254.0.0/16", "masqueradeCIDRs ...".
+std::string describeEntry(const Config &config, const ExplainEntry &entry);
+
+// The entry that decides, described, or "no entry covers it" (masqueraded).
+std::string describeDecidingEntry(const Config &config, const ExplainDecision &decision);
+
+struct SampleLimits {
+	// Destinations of each family: the first address of each non-masquerade interval and
+	// of each masqueraded range between them; beyond this many, evenly spaced ones.
+	size_t maxDestinations = 64;
+	// Sources of each family: the first address of each masqueradeSourceCIDRs interval.
+	size_t maxSources = 8;
+};
+
+// The packets the NAT conflict check looks at, for the families the agent handles (IPv6
+// with enableIpv6): at most maxDestinations * maxSources per family, plus link-local's
+// interval (the entry the agent adds itself, which other components most often leave out).
+std::vector<SampledPacket> samplePackets(const Config &config, bool enableIpv6,
+					 const SampleLimits &limits = {});
 
 } // namespace ipmasq

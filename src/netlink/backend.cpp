@@ -23,35 +23,14 @@
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/replacement.h"
 #include "ip-masq-agent/netlink/snapshot.h"
+#include "ip-masq-agent/other_tables/decoder.h"
+#include "ip-masq-agent/other_tables/reader.h"
 
 namespace ipmasq {
 
 using namespace netlink;
 
 namespace {
-
-// The comment an object carries in its user data (as nft writes it: a TLV of type
-// `commentType`), or "" without one.
-std::string userdataComment(const void *data, uint32_t len, uint8_t commentType)
-{
-	if (!data || len == 0)
-		return {};
-	struct Found {
-		uint8_t type;
-		const nftnl_udata *comment = nullptr;
-	} found{commentType};
-	const auto collect = [](const nftnl_udata *attr, void *out) -> int {
-		auto *f = static_cast<Found *>(out);
-		if (nftnl_udata_type(attr) == f->type)
-			f->comment = attr;
-		return 0;
-	};
-	if (nftnl_udata_parse(data, len, collect, &found) < 0 || !found.comment)
-		return {};
-	// nft stores the comment with its NUL; keep to the bytes before it.
-	const auto *text = static_cast<const char *>(nftnl_udata_get(found.comment));
-	return std::string(text, strnlen(text, nftnl_udata_len(found.comment)));
-}
 
 std::string setComment(const nftnl_set *set)
 {
@@ -60,86 +39,28 @@ std::string setComment(const nftnl_set *set)
 	return userdataComment(data, len, NFTNL_UDATA_SET_COMMENT);
 }
 
-std::string ruleComment(const nftnl_rule *rule)
+// A rule's source NAT target and comment, when the rule is a "snat ip|ip6 to ..." with
+// constant addresses (as the agent writes it): decoded as every rule the agent reads
+// (other_tables/decoder.h); nullopt otherwise.
+std::optional<KernelSnatRule> snatRuleOf(const nftnl_rule *rule)
 {
-	uint32_t len = 0;
-	const void *data = nftnl_rule_get_data(rule, NFTNL_RULE_USERDATA, &len);
-	return userdataComment(data, len, NFTNL_UDATA_RULE_COMMENT);
-}
-
-// What a rule's expressions say of a source NAT: the data each register was loaded with
-// (immediate), and the nat expression's family and address registers.
-struct NatScan {
-	std::vector<std::pair<uint32_t, std::vector<uint8_t>>> immediates;
-	std::optional<uint32_t> family;
-	uint32_t addressMin = 0;
-	uint32_t addressMax = 0;
-	bool other = false; // a nat expression that is not snat
-};
-
-// A C callback (nftnl_expr_foreach): nothing may be thrown through it.
-int scanNatExpression(nftnl_expr *expr, void *data)
-{
-	auto *scan = static_cast<NatScan *>(data);
-	const char *name = nftnl_expr_get_str(expr, NFTNL_EXPR_NAME);
-	if (name == nullptr)
-		return 0;
-	try {
-		const std::string_view kind(name);
-		if (kind == "immediate" && nftnl_expr_is_set(expr, NFTNL_EXPR_IMM_DATA)) {
-			uint32_t len = 0;
-			const auto *bytes = static_cast<const uint8_t *>(
-				nftnl_expr_get(expr, NFTNL_EXPR_IMM_DATA, &len));
-			scan->immediates.emplace_back(nftnl_expr_get_u32(expr, NFTNL_EXPR_IMM_DREG),
-						      std::vector<uint8_t>(bytes, bytes + len));
-		} else if (kind == "nat") {
-			if (nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_TYPE) != NFT_NAT_SNAT) {
-				scan->other = true;
-				return 0;
-			}
-			scan->family = nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_FAMILY);
-			scan->addressMin = nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_REG_ADDR_MIN);
-			scan->addressMax = nftnl_expr_get_u32(expr, NFTNL_EXPR_NAT_REG_ADDR_MAX);
-		}
-	} catch (...) {
-		return -1;
-	}
-	return 0;
-}
-
-// The address loaded into `reg` (the last load before the nat expression), if any.
-std::optional<Address> loadedAddress(const NatScan &scan, uint32_t reg, Family family)
-{
-	const size_t bytes = familyBits(family) / 8;
-	for (auto it = scan.immediates.rbegin(); it != scan.immediates.rend(); ++it) {
-		if (it->first != reg)
+	static const nat::Table kNoSets{nat::TableFamily::inet, {}, {}, {}};
+	const nat::Rule decoded = nat::decodeRule(kNoSets, 0, nat::expressionsOf(rule));
+	for (const nat::Statement &statement : decoded.statements) {
+		const auto *nat = std::get_if<nat::NatStatement>(&statement);
+		if (!nat || nat->kind != nat::NatKind::snat || !nat->family || !nat->addressMin)
 			continue;
-		if (it->second.size() < bytes)
+		const auto first = nat::constantOf(decoded, *nat->addressMin);
+		const auto last = nat::constantOf(decoded, *nat->addressMax);
+		const size_t len = familyBits(*nat->family) / 8;
+		if (!first || !last || first->size() != len || last->size() != len)
 			return std::nullopt;
-		AddressValue value = 0;
-		for (size_t i = 0; i < bytes; i++)
-			value = (value << 8) | it->second[i];
-		return Address{family, value};
+		return KernelSnatRule{*nat->family,
+				      {Address::fromBytes(*nat->family, first->data()),
+				       Address::fromBytes(*nat->family, last->data())},
+				      nat::ruleComment(rule)};
 	}
 	return std::nullopt;
-}
-
-// A rule's source NAT target and comment, when the rule is a "snat ip|ip6 to ..." with its
-// addresses in registers (as the agent writes it); nullopt otherwise.
-Result<std::optional<KernelSnatRule>> snatRuleOf(const nftnl_rule *rule)
-{
-	NatScan scan;
-	if (nftnl_expr_foreach(const_cast<nftnl_rule *>(rule), scanNatExpression, &scan) < 0)
-		return fail("out of memory reading a rule", ENOMEM);
-	if (!scan.family || scan.other ||
-	    (*scan.family != NFPROTO_IPV4 && *scan.family != NFPROTO_IPV6))
-		return std::optional<KernelSnatRule>();
-	const Family family = *scan.family == NFPROTO_IPV4 ? Family::ipv4 : Family::ipv6;
-	const auto first = loadedAddress(scan, scan.addressMin, family);
-	const auto last = loadedAddress(scan, scan.addressMax, family);
-	if (!first || !last)
-		return std::optional<KernelSnatRule>();
-	return std::optional(KernelSnatRule{family, AddressRange{*first, *last}, ruleComment(rule)});
 }
 
 // The kind of keys of a named interval set of the kinds AddressSet models: addresses of a
@@ -917,11 +838,8 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::stri
 		return fail(s.error().withContext("rules: "));
 	KernelTable read{std::move(out), {}};
 	for (const RulePtr &rule : rules) {
-		auto snat = snatRuleOf(rule.get());
-		if (!snat)
-			return fail(snat.error());
-		if (*snat)
-			read.snatRules.push_back(std::move(**snat));
+		if (auto snat = snatRuleOf(rule.get()))
+			read.snatRules.push_back(std::move(*snat));
 	}
 	return std::optional(std::move(read));
 }

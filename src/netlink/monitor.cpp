@@ -36,18 +36,15 @@ Result<NftablesMonitor> NftablesMonitor::open()
 	return NftablesMonitor(std::move(*socket));
 }
 
-bool NftablesMonitor::concernsWatchedTable(const nlmsghdr *nlh) const
+NotificationSubject subjectOf(const nlmsghdr *nlh)
 {
-	const uint8_t type = NFNL_MSG_TYPE(nlh->nlmsg_type);
-	if (type == NFT_MSG_NEWGEN)
-		return false; // closes every commit, names no table
+	if (NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_NEWGEN)
+		return {NotificationSubject::Kind::generation};
 	if (nlh->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg)))
-		return true; // cannot tell: assume it is ours
-	const auto *gen = static_cast<const nfgenmsg *>(mnl_nlmsg_get_payload(nlh));
-	if (gen->nfgen_family != NFPROTO_INET)
-		return false;
-	// In every nf_tables object message (table, chain, rule, set, element list,
-	// object, flowtable) attribute 1 is the name of the table it belongs to.
+		return {};
+	const auto family = static_cast<const nfgenmsg *>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
+	// In every nf_tables object message (table, chain, rule, set, element list, object,
+	// flowtable) attribute 1 is the name of the table it belongs to.
 	const auto *tail = static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh));
 	for (auto *attr = static_cast<const nlattr *>(mnl_nlmsg_get_payload_offset(nlh, sizeof(nfgenmsg)));
 	     mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char *>(attr)));
@@ -55,21 +52,10 @@ bool NftablesMonitor::concernsWatchedTable(const nlmsghdr *nlh) const
 		if (mnl_attr_get_type(attr) != 1)
 			continue;
 		if (mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) < 0)
-			return true;
-		return *table_ == mnl_attr_get_str(attr);
+			break;
+		return {NotificationSubject::Kind::table, family, mnl_attr_get_str(attr)};
 	}
-	return true;
-}
-
-bool NftablesMonitor::concernsOtherIpTable(const nlmsghdr *nlh) const
-{
-	if (NFNL_MSG_TYPE(nlh->nlmsg_type) == NFT_MSG_NEWGEN)
-		return false;
-	if (nlh->nlmsg_len < NLMSG_LENGTH(sizeof(nfgenmsg)))
-		return true;
-	const auto family = static_cast<const nfgenmsg *>(mnl_nlmsg_get_payload(nlh))->nfgen_family;
-	// Only these families' nat chains see routed IP packets (nat_ruleset.h).
-	return family == NFPROTO_IPV4 || family == NFPROTO_IPV6 || family == NFPROTO_INET;
+	return {NotificationSubject::Kind::unknown, family, {}};
 }
 
 Status NftablesMonitor::pause()
@@ -90,9 +76,15 @@ Result<bool> NftablesMonitor::drain()
 		// closes each commit; the sender's port id is in the header.
 		if (ignoredPortId_ && nlh->nlmsg_pid == *ignoredPortId_)
 			return;
-		if (!table_ || concernsWatchedTable(nlh))
+		const NotificationSubject subject = subjectOf(nlh);
+		if (subject.kind == NotificationSubject::Kind::generation)
+			return; // closes every commit; its objects' messages came before it
+		const bool known = subject.kind == NotificationSubject::Kind::table;
+		if (!table_ || !known || (subject.family == NFPROTO_INET && subject.table == *table_))
 			changed = true;
-		else if (concernsOtherIpTable(nlh))
+		// Only these families' nat chains see routed IP packets (other_tables/model.h).
+		else if (subject.family == NFPROTO_IPV4 || subject.family == NFPROTO_IPV6 ||
+			 subject.family == NFPROTO_INET)
 			otherTablesChanged_ = true;
 	};
 	auto drained = socket_.drainNotifications(onMessage, kMaxDatagramsPerDrain);

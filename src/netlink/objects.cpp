@@ -8,6 +8,8 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/rtnetlink.h>
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "ip-masq-agent/egress.h"
@@ -644,6 +646,29 @@ uint32_t Encoder::setIdOf(const std::string &name) const
 }
 
 } // namespace
+
+// The comment an object carries in its user data (as nft writes it: a TLV of type
+// `commentType`), or "" without one.
+std::string userdataComment(const void *data, uint32_t len, uint8_t commentType)
+{
+	if (!data || len == 0)
+		return {};
+	struct Found {
+		uint8_t type;
+		const nftnl_udata *comment = nullptr;
+	} found{commentType};
+	const auto collect = [](const nftnl_udata *attr, void *out) -> int {
+		auto *f = static_cast<Found *>(out);
+		if (nftnl_udata_type(attr) == f->type)
+			f->comment = attr;
+		return 0;
+	};
+	if (nftnl_udata_parse(data, len, collect, &found) < 0 || !found.comment)
+		return {};
+	// nft stores the comment with its NUL; keep to the bytes before it.
+	const auto *text = static_cast<const char *>(nftnl_udata_get(found.comment));
+	return std::string(text, strnlen(text, nftnl_udata_len(found.comment)));
+}
 
 SetPtr ElementChunk::build() const
 {

@@ -263,6 +263,17 @@ nlmsghdr *Socket::putHeader(char *buffer, uint16_t type, uint16_t family, uint16
 	return nlh;
 }
 
+void Socket::clearInterruptions(ssize_t length)
+{
+	int left = static_cast<int>(length);
+	for (auto *nlh = reinterpret_cast<nlmsghdr *>(buffer_.data()); mnl_nlmsg_ok(nlh, left);
+	     nlh = mnl_nlmsg_next(nlh, &left))
+		if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) {
+			nlh->nlmsg_flags &= static_cast<uint16_t>(~NLM_F_DUMP_INTR);
+			interruptedDumps_++;
+		}
+}
+
 Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
 		     const ReplyHandler &onReply, uint8_t subsystem)
 {
@@ -296,6 +307,8 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 		const auto *first = reinterpret_cast<const nlmsghdr *>(buffer_.data());
 		if (static_cast<size_t>(n) >= sizeof(nlmsghdr) && first->nlmsg_seq != seq)
 			continue;
+		if (toleratesInterruptedDumps_)
+			clearInterruptions(n);
 		const int ret = mnl_cb_run(buffer_.data(), n, seq, portId_, dataCallback, &context);
 		if (ret == MNL_CB_STOP)
 			return {};

@@ -319,7 +319,7 @@ AddressFollowingFigures measureAddressFollowing(const std::string &scratch)
 
 void printAddressFollowing(const AddressFollowingFigures &f)
 {
-	fmt::print("\n10. Following the node's addresses ({} on the node, 5,000 of them on another "
+	fmt::print("\n11. Following the node's addresses ({} on the node, 5,000 of them on another "
 		   "interface), in this process:\n   one read of every address: {:.2f} ms; with the "
 		   "link dump for names (what the agent did at every notification before): {:.2f} ms\n",
 		   f.addresses, f.readUnnamedMs, f.readNamedMs);

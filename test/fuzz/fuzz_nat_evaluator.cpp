@@ -1,24 +1,41 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzz target: the NAT evaluator and the rule renderer on arbitrary tables, chains, jump
-// graphs (loops included), expression lists, sets and packets decoded from the input. No
-// crash, no hang (the walk stays within its step bound), the same verdict twice, at least
-// one outcome, "certain" never with an undetermined outcome, and every text one line.
+// Fuzz target: the decoder, the NAT evaluator, the rule text and the conflict definition on
+// arbitrary tables, chains, jump graphs (loops included), expression lists with any
+// registers, sets and maps with arbitrary elements, unreadable tables, the agent's own
+// table (absent, as data, or the one a config builds) and packets decoded from the input.
+// Decoding never crashes; the walk stays within its step bound and gives the same verdict
+// twice, at least one outcome, "certain" never with an undetermined outcome; every rule
+// text, outcome sentence and conflict is one line without control bytes; Set::find agrees
+// with a linear scan of small sets.
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
+
+#include <netinet/in.h> // before the kernel's headers, which then leave in_addr alone
 
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/nat_evaluator.h"
-#include "ip-masq-agent/nat_rule_text.h"
+#include "ip-masq-agent/egress.h"
+#include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/other_tables/decoder.h"
+#include "ip-masq-agent/other_tables/evaluator.h"
+#include "ip-masq-agent/other_tables/reader.h"
+#include "ip-masq-agent/other_tables/rule_text.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 using namespace ipmasq::nat;
 
 namespace {
+
+// ruleset.h (the agent's own model) names some types as model.h does: Chain, Rule,
+// Masquerade are nat:: here.
 
 // Reads the input as a stream of choices; past its end every choice is 0.
 class Input
@@ -116,7 +133,7 @@ Expression expression(Input &in, uint32_t chains, uint32_t sets)
 	case 10: return Lookup{"s" + std::to_string(in.below(sets + 1)), reg(in), optReg(in), in.flag()};
 	case 11: return Immediate{reg(in), in.bytes(in.below(20))};
 	case 12: return ImmediateVerdict{verdict(in, chains)};
-	case 13: return Masquerade{in.u32(), optReg(in), optReg(in)};
+	case 13: return nat::Masquerade{in.u32(), optReg(in), optReg(in)};
 	case 14: {
 		Nat n;
 		n.type = in.flag() ? NatType::snat : NatType::dnat;
@@ -139,14 +156,17 @@ Expression expression(Input &in, uint32_t chains, uint32_t sets)
 		return CompatMatch{kNames[in.below(4)], in.below(3), in.bytes(in.below(16))};
 	}
 	case 22: {
+		// The xtables NAT targets' info structs are 24 (compat) and 40 bytes (nf_nat_range).
 		static const char *kNames[] = {"MASQUERADE", "SNAT", "DNAT", "REDIRECT", "RETURN",
-					       "ACCEPT", "DROP", "MARK"};
-		return CompatTarget{kNames[in.below(8)], in.below(3), in.bytes(in.below(48))};
+					       "ACCEPT", "DROP", "MARK", "NETMAP", "LOG"};
+		return CompatTarget{kNames[in.below(std::size(kNames))], in.below(3), in.bytes(in.below(48))};
 	}
 	default: return Unknown{in.text(6)};
 	}
 }
 
+// A set as the reader builds one: declared, its elements added, finished; a set the read
+// could not take whole is unusable.
 Set set(Input &in, uint32_t index, uint32_t chains)
 {
 	static constexpr uint32_t kFlags[] = {0, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
@@ -157,7 +177,17 @@ Set set(Input &in, uint32_t index, uint32_t chains)
 	s.keyLen = in.flag() ? 4 : in.below(20);
 	s.dataType = in.flag() ? uint32_t(NFT_DATA_VERDICT) : 0;
 	s.dataLen = in.below(17);
-	s.complete = in.below(8) != 0;
+	// Address data (a map of addresses, or of ranges: twice the length), by its length.
+	if (s.dataType == 0)
+		s.dataType = (s.dataLen == 4 || s.dataLen == 8) ? 7 : (s.dataLen == 16 ? 8 : 0);
+	s.keyType = s.keyLen == 4 ? 7 : (s.keyLen == 16 ? 8 : 0);
+	// Interval and anonymous sets with a verdict or word-sized data are maps (interval
+	// maps: nft's prefix maps and vmaps), as the kernel declares them; flags 0 stays a set
+	// whatever its data says.
+	if ((s.flags & (NFT_SET_INTERVAL | NFT_SET_ANONYMOUS)) &&
+	    (s.dataType == NFT_DATA_VERDICT || (s.dataLen != 0 && s.dataLen % 4 == 0)))
+		s.flags |= NFT_SET_MAP;
+	const bool complete = in.below(8) != 0;
 	const uint32_t elements = in.below(8);
 	for (uint32_t i = 0; i < elements; i++) {
 		SetElement e;
@@ -168,8 +198,11 @@ Set set(Input &in, uint32_t index, uint32_t chains)
 			e.verdict = verdict(in, chains);
 		else
 			e.data = in.bytes(in.below(17));
-		s.elements.push_back(std::move(e));
+		s.add(e);
 	}
+	s.finish();
+	if (!complete)
+		s.markUnusable("set " + s.name + " was not read whole");
 	return s;
 }
 
@@ -180,10 +213,11 @@ Table table(Input &in, uint32_t index)
 	t.name = in.below(6) == 0 ? "ip-masq-agent" : "t" + std::to_string(index);
 	const uint32_t chains = 1 + in.below(5);
 	const uint32_t sets = in.below(3);
+	// Sets first: the decoder takes their widths from them.
 	for (uint32_t i = 0; i < sets; i++)
 		t.sets.push_back(set(in, i, chains));
 	for (uint32_t c = 0; c < chains; c++) {
-		Chain chain;
+		nat::Chain chain;
 		chain.name = "c" + std::to_string(c);
 		if (c == 0 || in.below(3) == 0)
 			chain.base = BaseHook{in.below(5) ? "nat" : "filter",
@@ -193,14 +227,13 @@ Table table(Input &in, uint32_t index)
 							  : (in.flag() ? VerdictCode::drop : VerdictCode::queue)};
 		const uint32_t rules = in.below(7);
 		for (uint32_t r = 0; r < rules; r++) {
-			Rule rule;
-			rule.handle = in.byte();
-			if (in.below(8) == 0)
-				rule.comment = in.text(10);
-			const uint32_t expressions = in.below(7);
-			for (uint32_t e = 0; e < expressions; e++)
-				rule.expressions.push_back(expression(in, chains, sets));
-			chain.rules.push_back(std::move(rule));
+			const uint64_t handle = in.byte();
+			const std::string comment = in.below(8) == 0 ? in.text(10) : std::string();
+			std::vector<Expression> expressions;
+			const uint32_t count = in.below(7);
+			for (uint32_t e = 0; e < count; e++)
+				expressions.push_back(expression(in, chains, sets));
+			chain.rules.push_back(decodeRule(t, handle, expressions, comment));
 		}
 		t.chains.push_back(std::move(chain));
 	}
@@ -233,14 +266,73 @@ Packet packet(Input &in)
 	return p;
 }
 
-void checkText(const NatRuleset &ruleset, const NatVerdict &v)
+// The agent's table a config builds (an outputAddress, interfaces, sources): linearized
+// through the backend's encoder and decoded, as the daemon and --explain get it. Made once.
+const Table &configuredAgent()
 {
-	for (const Table &t : ruleset.tables)
-		for (const Chain &c : t.chains)
-			for (const Rule &r : c.rules)
-				fuzz::checkOneLine(ruleText(t, r));
-	for (const Outcome &o : v.outcomes)
-		fuzz::checkOneLine(describeOutcome(o));
+	static const Table agent = [] {
+		Config config;
+		config.nonMasqueradeCIDRs = {parsePrefix("10.0.0.0/8").value(), parsePrefix("198.18.0.0/15").value()};
+		config.nonMasqueradeCIDRsGiven = true;
+		config.masqueradeSourceCIDRs = {parsePrefix("198.18.10.0/24").value()};
+		config.outputAddress = parseOutputAddress("203.0.113.7").value();
+		config.nonMasqueradeInterfaces = {parseInterfacePattern("wg0").value()};
+		RulesetOptions options;
+		options.enableIpv6 = true;
+		auto table = agentTable(buildRuleset(config, options));
+		fuzz::check(table.has_value(), "the agent's table could not be linearized");
+		return std::move(*table);
+	}();
+	return agent;
+}
+
+void checkText(const Table &t)
+{
+	for (const nat::Chain &c : t.chains)
+		for (const nat::Rule &r : c.rules)
+			fuzz::checkOneLine(ruleText(t, r));
+}
+
+// Set::find against the definition, element by element, for sets small enough to scan.
+void checkFind(const Set &s, Input &in)
+{
+	if (!s.unusable().empty() || s.size() > 64)
+		return;
+	std::vector<Bytes> probes;
+	for (size_t i = 0; i < s.size(); i++) {
+		const auto k = s.key(i);
+		probes.emplace_back(k.begin(), k.end());
+		Bytes next(k.begin(), k.end()), previous(k.begin(), k.end());
+		if (!next.empty()) {
+			next.back()++;
+			previous.back()--;
+		}
+		probes.push_back(std::move(next));
+		probes.push_back(std::move(previous));
+	}
+	probes.push_back(in.bytes(s.keyLen));
+	const bool interval = s.flags & NFT_SET_INTERVAL;
+	for (const Bytes &probe : probes) {
+		// The last boundary at or before the key (interval: it must open a range), or an
+		// element equal to it.
+		std::optional<size_t> expected;
+		for (size_t i = 0; i < s.size(); i++) {
+			const auto k = s.key(i);
+			const int order = s.keyLen == 0 ? 0 : std::memcmp(k.data(), probe.data(), s.keyLen);
+			if (interval ? order <= 0 : order == 0)
+				expected = i;
+		}
+		if (expected && interval && s.intervalEnd(*expected))
+			expected.reset();
+		const std::optional<size_t> found = s.find(probe);
+		const bool inSet = found && *found != Set::kCatchAll;
+		fuzz::check(inSet == expected.has_value(), "Set::find disagrees with a scan", s.name);
+		if (inSet && !interval)
+			fuzz::check(s.keyLen == 0 || std::memcmp(s.key(*found).data(), probe.data(), s.keyLen) == 0,
+				    "Set::find gave an element of another key", s.name);
+		if (!expected)
+			fuzz::check(found.has_value() == s.hasCatchAll(), "Set::find and the catch-all", s.name);
+	}
 }
 
 } // namespace
@@ -253,28 +345,81 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (uint32_t i = 0; i < tables; i++)
 		ruleset.tables.push_back(table(in, i));
 	Packet p = packet(in);
-	AgentPlacement agent;
-	agent.priority = static_cast<int32_t>(static_cast<int8_t>(in.byte())) + 100;
-	agent.masquerades = in.flag();
+	// The agent at a priority, masquerading or not: what the old input format said.
+	const int32_t agentPriority = static_cast<int32_t>(static_cast<int8_t>(in.byte())) + 100;
+	const bool agentMasquerades = in.flag();
 	NodeAddresses node;
 	node.complete = in.flag();
 	node.addresses.push_back({p.destination, in.below(129)});
-	// Read last, so that the corpus's inputs decode as before (an input that ends
-	// earlier reads 0: a known source).
+	// Read last, so that the corpus's older inputs decode as before (an input that ends
+	// earlier reads 0: a known source, the agent's table as data, every table readable).
 	p.sourceKnown = !in.flag();
+	std::optional<Table> agent;
+	switch (in.below(4)) {
+	case 0: {
+		agent = Table{TableFamily::inet, "ip-masq-agent", {}, {}};
+		nat::Chain chain{"postrouting", BaseHook{"nat", NF_INET_POST_ROUTING, agentPriority, VerdictCode::accept}, {}};
+		if (agentMasquerades)
+			chain.rules.push_back(decodeRule(*agent, 1, std::vector<Expression>{nat::Masquerade{}}));
+		agent->chains.push_back(std::move(chain));
+		break;
+	}
+	case 1: break; // no agent table
+	case 2:
+		agent = table(in, tables);
+		agent->family = TableFamily::inet;
+		agent->name = "ip-masq-agent";
+		break;
+	default: agent = configuredAgent(); break;
+	}
+	for (Table &t : ruleset.tables)
+		switch (in.below(8)) {
+		case 1: t.unreadable = "table " + t.name + " could not be read: \x1b[31mbusy\n"; break;
+		case 2: t = Table{t.family, t.name, {}, {}, "table " + t.name + " could not be read: too big"}; break;
+		default: break;
+		}
 	Limits limits;
-	limits.maxRuleEvaluations = 20000;
+	limits.maxSteps = 5000; // four walks of it per input, under the sanitizers
+	const Table *agentTable = agent ? &*agent : nullptr;
 
-	const NatVerdict first = evaluate(ruleset, p, node, agent, limits);
-	const NatVerdict second = evaluate(ruleset, p, node, agent, limits);
+	const NatVerdict first = evaluate(ruleset, agentTable, p, node, limits);
+	const NatVerdict second = evaluate(ruleset, agentTable, p, node, limits);
 	fuzz::check(first.outcomes == second.outcomes && first.mayPoints == second.mayPoints &&
-			    first.orderMatters == second.orderMatters,
+			    first.orderMatters == second.orderMatters && first.steps == second.steps,
 		    "the same input gave two verdicts");
 	fuzz::check(!first.outcomes.empty(), "a verdict without an outcome");
-	fuzz::check(first.rulesEvaluated <= limits.maxRuleEvaluations, "the walk passed its bound");
+	fuzz::check(first.steps <= limits.maxSteps, "the walk passed its bound");
 	if (first.certain())
 		for (const Outcome &o : first.outcomes)
 			fuzz::check(o.action != NatAction::undetermined, "certain but undetermined");
-	checkText(ruleset, first);
+	for (const Table &t : ruleset.tables) {
+		checkText(t);
+		for (const Set &s : t.sets)
+			checkFind(s, in);
+	}
+	if (agent)
+		checkText(*agent);
+	for (const Outcome &o : first.outcomes) {
+		fuzz::checkOneLine(describeOutcome(o));
+		fuzz::checkOneLine(describeOutcome(o, false));
+	}
+	for (const MayPoint &m : first.mayPoints)
+		fuzz::checkOneLine(m.reason);
+
+	// The conflict definition on the same packet: one line each, never certain when the
+	// evaluator could not tell, never the agent's own decision.
+	SampledPacket sample{p.destination};
+	if (p.sourceKnown)
+		sample.source = p.source;
+	sample.outputInterface = p.outputInterface;
+	CheckLimits checkLimits;
+	checkLimits.evaluation = limits;
+	const ConflictPass pass = findConflicts(ruleset, agentTable, std::span(&sample, 1), node, checkLimits);
+	for (const NatConflict &c : pass.conflicts) {
+		fuzz::checkOneLine(c.describe());
+		fuzz::check(c.kind != NatConflict::Kind::undetermined || !c.certain, "an undetermined conflict is certain");
+		fuzz::check(c.outcome.decider != Decider::agent, "the agent's own decision is a conflict");
+		fuzz::check(c.sameAs(c), "a conflict is not the same as itself");
+	}
 	return 0;
 }

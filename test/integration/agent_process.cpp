@@ -201,6 +201,10 @@ void requireWithin(const std::function<bool()> &condition, std::chrono::millisec
 
 std::string agentBinary()
 {
+	// Another build of the agent, by hand (docs/development.md): e.g. main's, to show that a
+	// new test fails without the change it covers.
+	if (const char *other = std::getenv("IPMASQ_TEST_AGENT"); other && *other)
+		return other;
 	return AGENT_BINARY;
 }
 

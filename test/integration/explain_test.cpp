@@ -261,3 +261,71 @@ TEST_CASE("--explain: the node-wide clause names the rules of other tables that 
 	}
 	cleanup();
 }
+
+TEST_CASE("--explain: another table's NAT before the agent's own SNAT, to another address, undoes "
+	  "outputAddress; one it cannot read is 'could not check'")
+{
+	// The old design took the agent's decision from the config (a masquerade before its
+	// SNAT was skipped, an SNAT into its outputAddress range was "what the agent would
+	// do") and said "no other table's NAT undoes that" for both; the kernel NATs a
+	// connection once, in the first chain that does.
+	TempDir dir;
+	dir.write("config", "nonMasqueradeCIDRs: [198.18.0.0/15]\noutputAddress: 198.18.100.7-198.18.100.9\n");
+	const std::string config = "--config=" + dir.file("config");
+	applyOnce({"--once", config});
+	const auto cleanup = [] {
+		(void)run("iptables-nft -w -t nat -F; nft delete table ip nat 2>/dev/null; "
+			  "nft delete table ip other 2>/dev/null; nft delete table inet ip-masq-agent 2>/dev/null");
+	};
+
+	SECTION("kubelet's masquerade: certain, before the agent SNATs")
+	{
+		runOrFail("iptables-nft -w -t nat -A POSTROUTING ! -d 198.18.0.0/15 -m addrtype "
+			  "! --dst-type LOCAL -j MASQUERADE");
+		const Explained result = explain(config + " --explain=192.0.2.7");
+		CHECK_THAT(result.out, Catch::StartsWith("192.0.2.7: SNAT to 198.18.100.7-198.18.100.9 (outputAddress, ") &&
+					       Catch::Contains("; the kernel agrees; but table ip nat chain POSTROUTING "
+							       "(priority srcnat, before the agent) masquerades it: rule "
+							       "handle ") &&
+					       Catch::EndsWith(" masquerade`), before the agent SNATs to "
+							       "198.18.100.7-198.18.100.9\n"));
+	}
+	SECTION("an SNAT into the agent's range: may (the kernel picks one of the range), to its "
+		"exact address: none")
+	{
+		runOrFail("nft add table ip other && nft 'add chain ip other post { type nat hook postrouting "
+			  "priority srcnat; }' && nft add rule ip other post ip daddr 192.0.2.7 snat to 198.18.100.8 "
+			  "&& nft add rule ip other post ip daddr 192.0.2.8 snat to 198.18.100.7-198.18.100.9");
+		CHECK_THAT(explain(config + " --explain=192.0.2.7").out,
+			   Catch::Contains("; but table ip other chain post (priority srcnat, before the agent) may "
+					   "rewrite its source to 198.18.100.8: rule handle "));
+		CHECK_THAT(explain(config + " --explain=192.0.2.8").out,
+			   Catch::EndsWith("; the kernel agrees; no other table's NAT undoes that\n"));
+	}
+	SECTION("NETMAP with the source given: the address it maps to, certain")
+	{
+		runOrFail("iptables-nft -w -t nat -A POSTROUTING -s 198.51.100.0/24 -j NETMAP --to 198.18.50.0/24");
+		CHECK_THAT(explain(config + " --explain=192.0.2.7 --explain-source=198.51.100.9").out,
+			   Catch::Contains("; but table ip nat chain POSTROUTING (priority srcnat, before the agent) "
+					   "rewrites its source to 198.18.50.9: rule handle ") &&
+				   Catch::Contains("(`ip saddr 198.51.100.0/24 counter packets 0 bytes 0 xt target "
+						   "NETMAP`), before the agent SNATs to 198.18.100.7-198.18.100.9"));
+		// Without it the address is not known, nor whether the rule matches: may.
+		CHECK_THAT(explain(config + " --explain=192.0.2.7").out,
+			   Catch::Contains(") may rewrite its source to 198.18.50.0/24: rule handle "));
+	}
+	SECTION("more tables than the reader lists: could not check other tables' NAT, never silence")
+	{
+		std::string many;
+		for (int i = 0; i < 1001; i++)
+			many += fmt::format("table ip filler{}\n", i);
+		dir.write("many.nft", many);
+		runOrFail("nft -f " + dir.file("many.nft"));
+		CHECK_THAT(explain(config + " --explain=192.0.2.7").out,
+			   Catch::EndsWith("; the kernel agrees; could not check other tables' NAT: listing the "
+					   "tables and chains: the ruleset has more than 1000 tables to read for the NAT "
+					   "check (its limit)\n"));
+		runOrFail("nft flush ruleset");
+	}
+	cleanup();
+}

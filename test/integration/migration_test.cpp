@@ -174,12 +174,12 @@ TEST_CASE("upstream's leftover chain goes with the steps in docs/kubernetes.md")
 		requireSource(net, agent, AF_INET, kNodeV4);
 		requireSource(net, agent, AF_INET6, kNodeV6);
 		requireWithin([&] { return agent.log().find("NAT conflict: ") != std::string::npos; },
-			      std::chrono::seconds(30), agent.process(), "the conflict reported");
+			      std::chrono::seconds(60), agent.process(), "the conflict reported");
 
 		runDocSteps(steps[0]);
 		requireNothingOfUpstreamLeft(net, agent);
 		requireWithin([&] { return agent.log().find("NAT conflict resolved: ") != std::string::npos; },
-			      std::chrono::seconds(30), agent.process(), "the conflict resolved");
+			      std::chrono::seconds(60), agent.process(), "the conflict resolved");
 	}
 	SECTION("upstream v2.10.0 to v2.12.1 (quoted comment): its -D line, then -F and -X")
 	{

@@ -4,8 +4,12 @@
 // this test's private network namespaces. What the daemon reports (/metrics, its log,
 // /readyz?verbose) must match what the external server sees, and a clean node reports
 // nothing.
+//
+// The check runs on a thread of its own, at most one pass every few seconds (paced by its
+// CPU time too): every wait here is for a state, with a deadline only a hang misses.
 #include <catch2/catch.hpp>
 
+#include <regex>
 #include <sys/socket.h>
 
 #include <fmt/format.h>
@@ -22,6 +26,10 @@ namespace {
 
 const std::string kHealth = "http://127.0.0.1:10263";
 
+// Generous: a pass is due at most every 3 s (more on a slow machine, whose CPU time paces
+// it too); only a hang takes this long.
+constexpr auto kCheckDeadline = 60s;
+
 // The agent exempts the analogue of a cluster CIDR (198.18.0.0/15) and one more range,
 // 192.0.2.0/24, where the second external server is; other components exempt only the
 // first.
@@ -31,12 +39,17 @@ const std::string kClusterCidr = "198.18.0.0/15";
 // The gauge's sample for `certainty`, or "" while it is not exported.
 std::string gauge(const std::string &certainty)
 {
+	return natConflictGauge(curlGet(kHealth + "/metrics"), certainty);
+}
+
+// A counter's value in /metrics, or "" when it is not there.
+std::string counter(const std::string &name)
+{
 	const std::string text = curlGet(kHealth + "/metrics");
-	const std::string series = fmt::format("ip_masq_agent_nat_conflicts{{certainty=\"{}\"}} ", certainty);
-	const size_t at = text.find(series);
+	const size_t at = text.find("\n" + name + " ");
 	if (at == std::string::npos)
 		return {};
-	const size_t from = at + series.size();
+	const size_t from = at + name.size() + 2;
 	return text.substr(from, text.find('\n', from) - from);
 }
 
@@ -47,23 +60,29 @@ std::string metricsAndReadiness()
 	       runOrFail("nft list ruleset");
 }
 
-void requireGauge(const Agent &agent, const std::string &certain, const std::string &may)
+void requireGauge(const Agent &agent, const std::string &certain, const std::string &may,
+		  const std::string &undetermined = "0")
 {
-	requireWithin([&] { return gauge("certain") == certain && gauge("may") == may; }, 30s,
-		      agent.process(), "the conflict gauge", metricsAndReadiness);
+	requireWithin([&] {
+		return gauge("certain") == certain && gauge("may") == may && gauge("undetermined") == undetermined;
+	}, kCheckDeadline, agent.process(), "the conflict gauge", metricsAndReadiness);
 }
 
-// The check runs in the daemon after every sync and at most every few seconds after
-// other tables change; this waits longer than that and then looks.
+void requireNonZero(const Agent &agent, const char *certainty)
+{
+	requireWithin([&] { return !gauge(certainty).empty() && gauge(certainty) != "0"; }, kCheckDeadline,
+		      agent.process(), certainty, metricsAndReadiness);
+}
+
+// The first complete cycle finds nothing, and /readyz?verbose says nothing (the Agent's
+// destructor checks the log and the gauge once more).
 void requireNothingReported(const Agent &agent)
 {
 	requireGauge(agent, "0", "0");
-	std::this_thread::sleep_for(4s);
 	INFO(metricsAndReadiness() << "\nagent log:\n" << agent.log());
-	CHECK(gauge("certain") == "0");
-	CHECK(gauge("may") == "0");
 	CHECK(agent.log().find("NAT conflict") == std::string::npos);
 	CHECK(curlGet(kHealth + "/readyz?verbose") == "200 ok\n");
+	CHECK(counter("ip_masq_agent_nat_check_failures_total") == "0");
 }
 
 // Rules of other components in the node; the whole ruleset but the agent's table goes
@@ -73,7 +92,8 @@ class Rules
 public:
 	explicit Rules(const std::vector<std::string> &commands) { runAll(commands); }
 	~Rules() { run("iptables-nft -w -t nat -F; iptables-nft -w -t nat -X; "
-		       "nft delete table ip nat 2>/dev/null; nft delete table ip kube-proxy 2>/dev/null"); }
+		       "nft delete table ip nat 2>/dev/null; nft delete table ip kube-proxy 2>/dev/null; "
+		       "nft delete table ip other 2>/dev/null"); }
 	Rules(const Rules &) = delete;
 	Rules &operator=(const Rules &) = delete;
 };
@@ -81,6 +101,14 @@ public:
 Agent startAgent(const std::string &config = kConfig)
 {
 	return Agent(config, {"--health-addr=127.0.0.1:10263"});
+}
+
+// The external host routes 198.18.0.0/15 (the SNAT targets below) back through the node,
+// and the node has an address in 198.18.200.0/24 (an outputAddress subnet) on its uplink.
+void routeSnatTargets(const Topology &net)
+{
+	net.external.runOrFail("ip route add 198.18.0.0/15 via 203.0.113.1");
+	runOrFail("ip addr add 198.18.200.1/24 dev to-ext");
 }
 
 } // namespace
@@ -104,8 +132,7 @@ TEST_CASE("kubelet's rule undoes an exemption: reported, and the server sees the
 	Rules rules({kubeletRule("iptables-nft", kClusterCidr)});
 	Agent agent = startAgent();
 	agent.expectNatConflicts();
-	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 30s,
-		      agent.process(), "a certain conflict", metricsAndReadiness);
+	requireNonZero(agent, "certain");
 	INFO(agent.log());
 	CHECK(agent.log().find("NAT conflict: table ip nat chain POSTROUTING (priority srcnat, "
 			       "before the agent) masquerades it: rule handle") != std::string::npos);
@@ -119,9 +146,99 @@ TEST_CASE("kubelet's rule undoes an exemption: reported, and the server sees the
 	CHECK(curlGet(kHealth + "/healthz?x=1&verbose").starts_with("200 ok\nwarning: NAT conflict: "));
 	// What was reported is what happens: the agent exempts it, the node masquerades it.
 	requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kNodeV4);
-	// Said once: later passes find the same conflict and say nothing.
-	std::this_thread::sleep_for(4s);
+}
+
+TEST_CASE("a rule written again with a new handle is the same conflict: said once, never resolved")
+{
+	Topology net;
+	SourceEchoServer server(net.external);
+	flushRuleset();
+	Rules rules({kubeletRule("iptables-nft", kClusterCidr)});
+	Agent agent = startAgent();
+	agent.expectNatConflicts();
+	requireNonZero(agent, "certain");
+	const std::string found = gauge("certain");
+	// iptables-nft -F + -A, as iptables-restore does: the same rule under a new handle,
+	// three times. /readyz?verbose names the handle the last complete cycle saw, so once it
+	// names the new one, a cycle has run on the rewritten rule.
+	for (int rewrite = 0; rewrite < 3; rewrite++) {
+		runAll({"iptables-nft -w -t nat -F POSTROUTING", kubeletRule("iptables-nft", kClusterCidr)});
+		const std::string listing = runOrFail("nft -a list chain ip nat POSTROUTING");
+		std::smatch m;
+		REQUIRE(std::regex_search(listing, m, std::regex(R"(masquerade # handle (\d+))")));
+		const std::string handle = "rule handle " + m[1].str();
+		requireWithin([&] { return curlGet(kHealth + "/readyz?verbose").find(handle) != std::string::npos; },
+			      kCheckDeadline, agent.process(), "a cycle on the rewritten rule", metricsAndReadiness);
+	}
+	INFO(agent.log());
 	CHECK(countOf(agent.log(), "which undoes nonMasqueradeCIDRs 192.0.2.0/24") == 1);
+	CHECK(agent.log().find("NAT conflict resolved") == std::string::npos);
+	CHECK(gauge("certain") == found);
+}
+
+TEST_CASE("a masquerade or SNAT before the agent's own SNAT, to another address: a certain conflict")
+{
+	// The issue's first and second cases. The old design called both "no conflict" (a
+	// masquerade was skipped; an SNAT into the agent's outputAddress subnet did "what the
+	// agent would"); the kernel NATs a connection once, in the first chain that does, so
+	// the operator's outputAddress is undone.
+	Topology net;
+	SourceEchoServer server(net.external);
+	flushRuleset();
+	routeSnatTargets(net);
+	SECTION("kubelet's masquerade, outputAddress 198.18.100.7")
+	{
+		Rules rules({kubeletRule("iptables-nft", kClusterCidr)});
+		Agent agent = startAgent("nonMasqueradeCIDRs: [198.18.0.0/15]\noutputAddress: 198.18.100.7\n");
+		agent.expectNatConflicts();
+		requireNonZero(agent, "certain");
+		INFO(agent.log());
+		CHECK(agent.log().find("NAT conflict: table ip nat chain POSTROUTING (priority srcnat, before "
+				       "the agent) masquerades it: rule handle") != std::string::npos);
+		CHECK(agent.log().find(", before the agent SNATs to 198.18.100.7 IPv4 traffic") != std::string::npos);
+		requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kNodeV4);
+	}
+	SECTION("an SNAT into the outputAddress subnet, to an address this node did not pick")
+	{
+		Rules rules({"nft add table ip other",
+			     "nft 'add chain ip other post { type nat hook postrouting priority srcnat; }'",
+			     "nft add rule ip other post ip daddr != { 198.18.0.0/15, 169.254.0.0/16 } fib daddr type != local snat to 198.18.200.9"});
+		Agent agent = startAgent("nonMasqueradeCIDRs: [198.18.0.0/15]\noutputAddress: 198.18.200.0/24\n");
+		agent.expectNatConflicts();
+		requireNonZero(agent, "certain");
+		INFO(agent.log());
+		CHECK(agent.log().find("rewrites its source to 198.18.200.9: rule handle") != std::string::npos);
+		CHECK(agent.log().find(", before the agent SNATs to 198.18.200.1 IPv4 traffic") != std::string::npos);
+		requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, "198.18.200.9");
+	}
+	SECTION("the same SNAT to the address this node picked does what the agent would: no conflict")
+	{
+		Rules rules({"nft add table ip other",
+			     "nft 'add chain ip other post { type nat hook postrouting priority srcnat; }'",
+			     "nft add rule ip other post ip daddr != { 198.18.0.0/15, 169.254.0.0/16 } fib daddr type != local snat to 198.18.200.1"});
+		Agent agent = startAgent("nonMasqueradeCIDRs: [198.18.0.0/15]\noutputAddress: 198.18.200.0/24\n");
+		requireNothingReported(agent);
+		requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, "198.18.200.1");
+	}
+}
+
+TEST_CASE("NETMAP before the agent: the address it maps to, a certain conflict with a known source")
+{
+	// The issue's third case: an iptables target the old evaluator did not understand
+	// read as "nothing".
+	Topology net;
+	SourceEchoServer server(net.external);
+	flushRuleset();
+	routeSnatTargets(net);
+	Rules rules({netmapRule("198.51.100.0/24", "198.18.50.0/24")});
+	// With masqueradeSourceCIDRs the sampled packets have a source (the range's first
+	// address), which NETMAP maps.
+	Agent agent = startAgent(kConfig + "masqueradeSourceCIDRs: [198.51.100.0/24]\n");
+	agent.expectNatConflicts();
+	requireNonZero(agent, "certain");
+	INFO(agent.log());
+	CHECK(agent.log().find("rewrites its source to 198.18.50.0: rule handle") != std::string::npos);
+	requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, "198.18.50.2");
 }
 
 TEST_CASE("Docker's rule: not for a pod subnet outside its own; for one inside, may")
@@ -142,8 +259,7 @@ TEST_CASE("Docker's rule: not for a pod subnet outside its own; for one inside, 
 		Agent agent = startAgent(kConfig + "masqueradeSourceCIDRs: [198.51.100.0/24]\n");
 		agent.expectNatConflicts();
 		// The output interface of a sampled packet is not known: `! -o docker0` may.
-		requireWithin([&] { return !gauge("may").empty() && gauge("may") != "0"; }, 30s,
-			      agent.process(), "a may conflict", metricsAndReadiness);
+		requireNonZero(agent, "may");
 		INFO(agent.log());
 		CHECK(agent.log().find("may masquerade it") != std::string::npos);
 		CHECK(agent.log().find("from 198.51.100.0 to 192.0.2.0") != std::string::npos);
@@ -160,8 +276,7 @@ TEST_CASE("upstream's leftover chain: reported until it is removed, then resolve
 	Rules rules(leftover);
 	Agent agent = startAgent();
 	agent.expectNatConflicts();
-	requireWithin([&] { return !gauge("certain").empty() && gauge("certain") != "0"; }, 30s,
-		      agent.process(), "a certain conflict", metricsAndReadiness);
+	requireNonZero(agent, "certain");
 	CHECK(agent.log().find("in chain IP-MASQ-AGENT") != std::string::npos);
 	requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kNodeV4);
 
@@ -200,10 +315,44 @@ TEST_CASE("a match the evaluator does not know: reported as may")
 	Agent agent = startAgent();
 	agent.expectNatConflicts();
 	requireGauge(agent, "0", "0");
-	// Added while the agent runs: the monitor's notification starts a pass.
+	// Added while the agent runs: the monitor's notification makes a pass due.
 	Rules rules({statisticRule()});
-	requireWithin([&] { return !gauge("may").empty() && gauge("may") != "0"; }, 30s,
-		      agent.process(), "a may conflict", metricsAndReadiness);
+	requireNonZero(agent, "may");
 	CHECK(gauge("certain") == "0");
 	CHECK(agent.log().find("may masquerade it: rule handle") != std::string::npos);
+}
+
+TEST_CASE("other tables that cannot be read: counted, said in the log and /readyz?verbose, and "
+	  "the check resumes once they can")
+{
+	Topology net;
+	flushRuleset();
+	Agent agent = startAgent();
+	agent.expectNatConflicts();
+	requireGauge(agent, "0", "0");
+	// More tables than the reader lists (1,000): the read fails as a whole.
+	TempDir dir;
+	std::string many;
+	for (int i = 0; i < 1001; i++)
+		many += fmt::format("table ip filler{}\n", i);
+	dir.write("many.nft", many);
+	runOrFail("nft -f " + dir.file("many.nft"));
+	requireWithin([&] { return counter("ip_masq_agent_nat_check_failures_total") != "0"; }, kCheckDeadline,
+		      agent.process(), "a failed pass counted", metricsAndReadiness);
+	INFO(metricsAndReadiness() << "\nagent log:\n" << agent.log());
+	// No gauge while the check cannot look: never a zero that reads as "no conflict".
+	CHECK(gauge("certain").empty());
+	CHECK(agent.log().find("more than 1000 tables") != std::string::npos);
+	CHECK_THAT(curlGet(kHealth + "/readyz?verbose"),
+		   Catch::StartsWith("200 ok\nwarning: ") && Catch::Contains("more than 1000 tables"));
+
+	std::string fewer;
+	for (int i = 0; i < 1001; i++)
+		fewer += fmt::format("delete table ip filler{}\n", i);
+	dir.write("fewer.nft", fewer);
+	runOrFail("nft -f " + dir.file("fewer.nft"));
+	requireGauge(agent, "0", "0");
+	requireWithin([&] { return agent.log().find("other tables' NAT is readable again") != std::string::npos; },
+		      5s, agent.process(), "the recovery said");
+	CHECK(curlGet(kHealth + "/readyz?verbose") == "200 ok\n");
 }

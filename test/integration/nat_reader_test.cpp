@@ -2,15 +2,16 @@
 // Other tables' NAT, read back from the real kernel: the rules kubelet, Docker, upstream's
 // ip-masq-agent and kube-proxy write (with the real iptables-nft and nft), the reader's
 // model of them, the evaluator's verdicts, and the renderer's text against nft's listing.
+// Without an agent table the walk is other tables' alone: what the node does with a
+// packet the agent exempts.
 #include <catch2/catch.hpp>
 
-#include <map>
-#include <regex>
-#include <sstream>
-
 #include <linux/netfilter.h>
+#include <linux/rtnetlink.h>
 
 #include "agent_process.h"
+#include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/desired_state.h"
 #include "nat_components.h"
 #include "netns.h"
 
@@ -60,31 +61,11 @@ nat::Packet fromPod(const std::string &source, const std::string &destination)
 	return p;
 }
 
-// The agent exempts the destination: its own decision is "not masqueraded".
+// Other tables alone, as for a destination the agent exempts: its table is not in the
+// walk (placement is then relative to its default priority, srcnat + 10).
 nat::NatVerdict evaluateFor(const nat::NatRuleset &ruleset, const nat::Packet &packet)
 {
-	nat::AgentPlacement agent; // inet ip-masq-agent at srcnat + 10
-	agent.masquerades = false;
-	return nat::evaluate(ruleset, packet, Node::addresses(), agent);
-}
-
-// Each rule of `nft -a list table FAMILY NAME` by handle: the text before "# handle N".
-std::map<uint64_t, std::string> nftRules(const std::string &family, const std::string &name)
-{
-	const std::string listing = runOrFail("nft -a list table " + family + " " + name);
-	std::map<uint64_t, std::string> rules;
-	std::istringstream in(listing);
-	std::string line;
-	const std::regex handle(R"(^\s*(.*\S)\s+# handle (\d+)$)");
-	std::smatch m;
-	const auto startsWith = [](const std::string &s, const char *prefix) {
-		return s.rfind(prefix, 0) == 0;
-	};
-	while (std::getline(in, line))
-		if (std::regex_match(line, m, handle) && !startsWith(m[1], "chain ") &&
-		    !startsWith(m[1], "table ") && !startsWith(m[1], "set ") && !startsWith(m[1], "map "))
-			rules[std::stoull(m[2])] = m[1];
-	return rules;
+	return nat::evaluate(ruleset, nullptr, packet, Node::addresses());
 }
 
 const nat::Table &requireTable(const nat::NatRuleset &ruleset, nat::TableFamily family,
@@ -96,44 +77,13 @@ const nat::Table &requireTable(const nat::NatRuleset &ruleset, nat::TableFamily 
 	return *t;
 }
 
-// Every rule the reader read prints as nft lists it, but for the documented differences:
-// `nft` 1.0.6 translates some xtables matches (statistic) that we print as "xt match", and
-// prints nothing for an xtables comment, which we print.
-void requireNftText(const nat::NatRuleset &ruleset, nat::TableFamily family, const std::string &name)
+template<typename T>
+const T *findStatement(const nat::Rule &rule)
 {
-	const nat::Table &table = requireTable(ruleset, family, name);
-	const auto listed = nftRules(nat::tableFamilyName(family), name);
-	// One space between words: nft leaves two where an xtables comment was.
-	const auto spaced = [](const std::string &s) {
-		return std::regex_replace(std::regex_replace(s, std::regex("  +"), " "),
-					  std::regex("^ | $"), "");
-	};
-	size_t compared = 0;
-	for (const nat::Chain &chain : table.chains)
-		for (const nat::Rule &rule : chain.rules) {
-			const std::string ours = nat::ruleText(table, rule);
-			const auto it = listed.find(rule.handle);
-			INFO("rule handle " << rule.handle << ": ours \"" << ours << "\"");
-			REQUIRE(it != listed.end());
-			INFO("nft's \"" << it->second << "\"");
-			compared++;
-			if (ours.find("xt match statistic") != std::string::npos) {
-				CHECK(it->second.find("meta random") != std::string::npos);
-				continue;
-			}
-			bool xtComment = false;
-			for (const nat::Expression &e : rule.expressions)
-				if (const auto *m = std::get_if<nat::CompatMatch>(&e))
-					xtComment = xtComment || m->name == "comment";
-			if (xtComment) {
-				// nft 1.0.6 prints nothing for an xtables comment; we print it.
-				CHECK(spaced(std::regex_replace(ours, std::regex("comment \"[^\"]*\""), "")) ==
-				      spaced(it->second));
-				continue;
-			}
-			CHECK(ours == it->second);
-		}
-	CHECK(compared > 0);
+	for (const nat::Statement &s : rule.statements)
+		if (const auto *found = std::get_if<T>(&s))
+			return found;
+	return nullptr;
 }
 
 bool hasAction(const nat::NatVerdict &v, nat::NatAction action)
@@ -155,7 +105,7 @@ TEST_CASE("a clean node: nothing to read, nobody NATs")
 	CHECK(v.certain());
 	CHECK(v.decision().action == nat::NatAction::none);
 	// No legacy iptables nat table in a fresh namespace.
-	const auto legacy = netlink::legacyNatTables();
+	const auto legacy = nat::legacyNatTables();
 	REQUIRE(legacy);
 	CHECK_FALSE(legacy->ipv4);
 	CHECK_FALSE(legacy->ipv6);
@@ -172,16 +122,24 @@ TEST_CASE("kubelet's rule masquerades what the agent exempts (192.168.0.0/16)")
 	REQUIRE(post->base);
 	CHECK(post->base->priority == 100);
 	REQUIRE(post->rules.size() == 1);
-	// iptables-nft 1.8.9: payload + cmp for the prefix, xtables addrtype rev 1, counter,
-	// xtables MASQUERADE.
-	const auto &e = post->rules[0].expressions;
-	REQUIRE(e.size() == 5);
-	CHECK(std::holds_alternative<nat::PayloadLoad>(e[0]));
-	CHECK(std::holds_alternative<nat::Cmp>(e[1]));
-	REQUIRE(std::holds_alternative<nat::CompatMatch>(e[2]));
-	CHECK(std::get<nat::CompatMatch>(e[2]).name == "addrtype");
-	CHECK(std::get<nat::CompatMatch>(e[2]).revision == 1);
-	CHECK(std::holds_alternative<nat::CompatTarget>(e[4]));
+	// iptables-nft 1.8.9 writes payload + cmp for the prefix, xtables addrtype revision 1,
+	// a counter and xtables MASQUERADE; decoded once, the xtables parts are statements
+	// like the native ones, and nothing is left undecodable.
+	const nat::Rule &rule = post->rules[0];
+	const auto *cmp = findStatement<nat::Compare>(rule);
+	REQUIRE(cmp);
+	CHECK(cmp->op == nat::CmpOp::neq);
+	CHECK(cmp->data == nat::Bytes{10});
+	const auto *addrtype = findStatement<nat::AddressTypeMatch>(rule);
+	REQUIRE(addrtype);
+	CHECK(addrtype->destination == 1u << RTN_LOCAL);
+	CHECK(addrtype->invertDestination);
+	CHECK(addrtype->source == 0);
+	const auto *masquerade = findStatement<nat::NatStatement>(rule);
+	REQUIRE(masquerade);
+	CHECK(masquerade->kind == nat::NatKind::masquerade);
+	CHECK(findStatement<nat::CounterStatement>(rule));
+	CHECK_FALSE(findStatement<nat::Undecodable>(rule));
 
 	const nat::NatVerdict v = evaluateFor(ruleset, fromPod("198.51.100.2", "192.168.1.5"));
 	INFO(explainVerdict(ruleset, v));
@@ -200,7 +158,7 @@ TEST_CASE("kubelet's rule masquerades what the agent exempts (192.168.0.0/16)")
 	      nat::NatAction::none);
 	CHECK(evaluateFor(ruleset, fromPod("198.51.100.2", "203.0.113.1")).decision().action ==
 	      nat::NatAction::none);
-	requireNftText(ruleset, nat::TableFamily::ip, "nat");
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip, "nat"));
 }
 
 TEST_CASE("ip6tables' kubelet rule, for IPv6")
@@ -215,7 +173,7 @@ TEST_CASE("ip6tables' kubelet rule, for IPv6")
 	// The ip6 table does not touch IPv4.
 	CHECK(evaluateFor(ruleset, fromPod("198.51.100.2", "192.0.2.2")).decision().action ==
 	      nat::NatAction::none);
-	requireNftText(ruleset, nat::TableFamily::ip6, "nat");
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip6, "nat"));
 }
 
 TEST_CASE("Docker's rule: not for a pod outside its subnet, yes for one inside")
@@ -233,7 +191,7 @@ TEST_CASE("Docker's rule: not for a pod outside its subnet, yes for one inside")
 	CHECK(inside.decision().action == nat::NatAction::masquerade);
 	CHECK(decidingRuleText(ruleset, inside.decision()) ==
 	      "oifname != \"docker0\" ip saddr 172.17.0.0/16 counter packets 0 bytes 0 masquerade");
-	requireNftText(ruleset, nat::TableFamily::ip, "nat");
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip, "nat"));
 }
 
 TEST_CASE("upstream ip-masq-agent's leftover chain")
@@ -256,7 +214,7 @@ TEST_CASE("upstream ip-masq-agent's leftover chain")
 	CHECK(v.decision().action == nat::NatAction::masquerade);
 	CHECK(v.decision().rule->chain == "IP-MASQ-AGENT");
 	CHECK(v.decision().base->chain == "POSTROUTING");
-	requireNftText(ruleset, nat::TableFamily::ip, "nat");
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip, "nat"));
 }
 
 TEST_CASE("kube-proxy's marks, in its nftables table and in iptables: unmarked is not reported")
@@ -282,9 +240,9 @@ TEST_CASE("kube-proxy's marks, in its nftables table and in iptables: unmarked i
 	CHECK(marked.certain());
 	CHECK(marked.decision().action == nat::NatAction::masquerade);
 	CHECK(decidingRuleText(ruleset, marked.decision()).find("masquerade") != std::string::npos);
-	requireNftText(ruleset, nat::TableFamily::ip, "kube-proxy");
-	requireNftText(ruleset, nat::TableFamily::ip, "kube-proxy-mark");
-	requireNftText(ruleset, nat::TableFamily::ip, "nat");
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip, "kube-proxy"));
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip, "kube-proxy-mark"));
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip, "nat"));
 }
 
 TEST_CASE("kube-proxy's iptables mode: KUBE-POSTROUTING with its MARK target")
@@ -303,7 +261,7 @@ TEST_CASE("kube-proxy's iptables mode: KUBE-POSTROUTING with its MARK target")
 	CHECK(marked.certain());
 	CHECK(marked.decision().action == nat::NatAction::masquerade);
 	CHECK(marked.decision().rule->chain == "KUBE-POSTROUTING");
-	requireNftText(ruleset, nat::TableFamily::ip, "nat");
+	requireNftText(requireTable(ruleset, nat::TableFamily::ip, "nat"));
 }
 
 TEST_CASE("matches the evaluator does not know: may")
@@ -320,65 +278,119 @@ TEST_CASE("matches the evaluator does not know: may")
 		CHECK(hasAction(v, nat::NatAction::none));
 		REQUIRE(v.mayPoints.size() == 1);
 		CHECK(v.mayPoints[0].reason.find("is not understood") != std::string::npos);
-		requireNftText(ruleset, nat::TableFamily::ip, "nat");
+		requireNftText(requireTable(ruleset, nat::TableFamily::ip, "nat"));
 	}
 }
 
-TEST_CASE("the agent's own table alone: skipped, and read right when it is not")
+TEST_CASE("the agent's own table: read from the kernel like any other, and linearized from "
+	  "the desired ruleset into the same rules")
 {
 	Node node;
-	runOrFail(fmt::format("{} --dry-run --config /nonexistent/ip-masq-agent | nft -f -", AGENT_BINARY));
+	TempDir dir;
+	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8, 198.18.0.0/15]\noutputAddress: 198.18.100.7\n");
+	runOrFail(fmt::format("{} --dry-run --config {} | nft -f -", AGENT_BINARY, dir.file("config")));
 	const nat::NatRuleset ruleset = readNat();
-	requireTable(ruleset, nat::TableFamily::inet, "ip-masq-agent");
-	// Placed by its decision: with "not masqueraded", nobody NATs.
-	const nat::NatVerdict v = evaluateFor(ruleset, fromPod("198.51.100.2", "10.1.2.3"));
-	CHECK(v.certain());
-	CHECK(v.decision().action == nat::NatAction::none);
-	// Evaluated as anyone else's table, the agent's real rules give its own decisions:
-	// 10.0.0.0/8 is exempt by default, 192.0.2.2 is masqueraded.
-	nat::AgentPlacement elsewhere;
-	elsewhere.table = "not-the-agent";
-	const auto asOther = [&](const char *destination) {
-		return nat::evaluate(ruleset, fromPod("198.51.100.2", destination), Node::addresses(),
-				     elsewhere);
-	};
-	const nat::NatVerdict exempt = asOther("10.1.2.3");
+	const nat::Table &kernel = requireTable(ruleset, nat::TableFamily::inet, "ip-masq-agent");
+	requireNftText(kernel);
+	// Walked as anyone else's table (no agent table given), its rules give its decisions:
+	// 10.0.0.0/8 is exempt, 192.0.2.2 is SNATed to the outputAddress.
+	const nat::NatVerdict exempt = evaluateFor(ruleset, fromPod("198.51.100.2", "10.1.2.3"));
 	INFO(explainVerdict(ruleset, exempt));
 	CHECK(exempt.certain());
 	CHECK(exempt.decision().action == nat::NatAction::none);
-	const nat::NatVerdict masq = asOther("192.0.2.2");
-	INFO(explainVerdict(ruleset, masq));
-	CHECK(masq.certain());
-	CHECK(masq.decision().action == nat::NatAction::masquerade);
-	requireNftText(ruleset, nat::TableFamily::inet, "ip-masq-agent");
+	const nat::NatVerdict snat = evaluateFor(ruleset, fromPod("198.51.100.2", "192.0.2.2"));
+	INFO(explainVerdict(ruleset, snat));
+	CHECK(snat.certain());
+	CHECK(snat.decision().action == nat::NatAction::snat);
+	CHECK(snat.decision().decider == nat::Decider::rule);
+	CHECK(snat.decision().addresses == AddressRange{*parseAddress("198.18.100.7"), *parseAddress("198.18.100.7")});
 
-	// The daemon's check and --explain leave it unread: its sets may be large.
+	// The desired ruleset of the same config, encoded by the backend's encoder and decoded
+	// by the same decoder (what the daemon and --explain walk), is the kernel's table rule
+	// for rule, and walked as the agent's it decides the same.
+	const auto desired = desiredFromLocation(ConfigLocation::file(dir.file("config")), {}, {}, std::nullopt);
+	INFO((desired ? "" : desired.error().message));
+	REQUIRE(desired);
+	const auto agent = nat::agentTable(desired->ruleset);
+	INFO((agent ? "" : agent.error().message));
+	REQUIRE(agent);
+	REQUIRE(agent->chains.size() == kernel.chains.size());
+	for (size_t c = 0; c < kernel.chains.size(); c++) {
+		const nat::Chain &ours = agent->chains[c], &theirs = kernel.chains[c];
+		INFO("chain " << theirs.name);
+		CHECK(ours.name == theirs.name);
+		CHECK((ours.base ? ours.base->priority : -1) == (theirs.base ? theirs.base->priority : -1));
+		REQUIRE(ours.rules.size() == theirs.rules.size());
+		for (size_t r = 0; r < ours.rules.size(); r++)
+			CHECK(nat::ruleText(*agent, ours.rules[r]) == nat::ruleText(kernel, theirs.rules[r]));
+	}
+	const nat::NatRuleset none;
+	for (const char *destination : {"10.1.2.3", "192.0.2.2"}) {
+		const nat::NatVerdict asAgent = nat::evaluate(none, &*agent, fromPod("198.51.100.2", destination),
+							      Node::addresses());
+		const nat::NatVerdict asOther = evaluateFor(ruleset, fromPod("198.51.100.2", destination));
+		INFO(destination << "\n" << explainVerdict(none, asAgent, &*agent));
+		CHECK(asAgent.certain());
+		CHECK(asAgent.decision().action == asOther.decision().action);
+		CHECK(asAgent.decision().addresses == asOther.decision().addresses);
+		if (asAgent.decision().action != nat::NatAction::none)
+			CHECK(asAgent.decision().decider == nat::Decider::agent);
+	}
+
+	// The daemon's check and --explain leave the kernel's copy unread (its sets may be
+	// large): they walk the desired one.
 	runOrFail(kubeletRule());
-	auto socket = netlink::Socket::open();
-	REQUIRE(socket);
-	netlink::NatReadLimits skip;
+	nat::NatReadLimits skip;
 	skip.skipInetTable = "ip-masq-agent";
-	auto skipped = netlink::readNatRuleset(*socket, skip);
-	REQUIRE(skipped);
-	CHECK_FALSE(findTable(*skipped, nat::TableFamily::inet, "ip-masq-agent"));
-	CHECK(findTable(*skipped, nat::TableFamily::ip, "nat"));
+	const nat::NatRuleset skipped = readNat(skip);
+	CHECK_FALSE(findTable(skipped, nat::TableFamily::inet, "ip-masq-agent"));
+	CHECK(findTable(skipped, nat::TableFamily::ip, "nat"));
 }
 
-TEST_CASE("the reader's limits: a clear error, and sets beyond the element budget are may")
+TEST_CASE("the reader's limits: a table beyond them is unreadable (may), the others are read as "
+	  "usual; sets beyond the element budget are may")
 {
 	Node node;
+	// Upstream's chain (4 rules in table ip nat, read first), and a small table that runs
+	// before it.
 	runAll(upstreamAgentRules({"10.0.0.0/8", "172.16.0.0/12"}));
-	auto socket = netlink::Socket::open();
-	REQUIRE(socket);
-	netlink::NatReadLimits tight;
+	TempDir dir;
+	dir.write("small.nft", R"(table ip small {
+	chain post {
+		type nat hook postrouting priority srcnat - 10; policy accept;
+		ip daddr 203.0.113.0/24 masquerade
+	}
+}
+)");
+	runOrFail("nft -f " + dir.file("small.nft"));
+	nat::NatReadLimits tight;
 	tight.maxRules = 2;
-	const auto tooMany = netlink::readNatRuleset(*socket, tight);
-	REQUIRE_FALSE(tooMany);
-	CHECK(tooMany.error().errnum == E2BIG);
-	CHECK(tooMany.error().message.find("more than 2 rules") != std::string::npos);
+	const nat::NatRuleset limited = readNat(tight);
+	const nat::Table &nat = requireTable(limited, nat::TableFamily::ip, "nat");
+	CHECK_THAT(nat.unreadable, Catch::Contains("table ip nat could not be read: it holds more than "
+						   "2 rules to read (the check's limit)"));
+	// Kept with its base chain only, where it runs (srcnat), without rules or sets.
+	REQUIRE(nat.chains.size() == 1);
+	CHECK(nat.chains[0].name == "POSTROUTING");
+	CHECK(nat.chains[0].rules.empty());
+	CHECK(nat.sets.empty());
+	// What the unreadable table had counted is given back: the small one is read whole.
+	const nat::Table &small = requireTable(limited, nat::TableFamily::ip, "small");
+	CHECK(small.unreadable == "");
+	requireNftText(small);
+	const nat::NatVerdict first = evaluateFor(limited, fromPod("198.51.100.2", "203.0.113.2"));
+	INFO(explainVerdict(limited, first));
+	CHECK(first.certain());
+	CHECK(first.decision().action == nat::NatAction::masquerade);
+	CHECK(first.decision().base->table == "small");
+	// Past the small table, the unreadable one may do anything: never "nothing".
+	const nat::NatVerdict beyond = evaluateFor(limited, fromPod("198.51.100.2", "192.0.2.2"));
+	INFO(explainVerdict(limited, beyond));
+	CHECK_FALSE(beyond.certain());
+	CHECK(hasAction(beyond, nat::NatAction::undetermined));
+	CHECK_THAT(beyond.decision().reason, Catch::Contains("more than 2 rules"));
 
 	flushRuleset();
-	TempDir dir;
 	dir.write("sets.nft", R"(table ip s {
 	set exempt { type ipv4_addr; flags interval; elements = { 192.0.2.0/24, 198.18.0.0/15 } }
 	chain post {
@@ -395,11 +407,45 @@ TEST_CASE("the reader's limits: a clear error, and sets beyond the element budge
 	CHECK(exempt.decision().action == nat::NatAction::none);
 	CHECK(evaluateFor(whole, fromPod("198.51.100.2", "203.0.113.2")).decision().action ==
 	      nat::NatAction::masquerade);
-	netlink::NatReadLimits few;
+	nat::NatReadLimits few;
 	few.maxElements = 2;
-	const auto partial = netlink::readNatRuleset(*socket, few);
-	REQUIRE(partial);
-	const nat::NatVerdict may = evaluateFor(*partial, fromPod("198.51.100.2", "192.0.2.2"));
+	const nat::NatRuleset partial = readNat(few);
+	const nat::NatVerdict may = evaluateFor(partial, fromPod("198.51.100.2", "192.0.2.2"));
+	INFO(explainVerdict(partial, may));
 	CHECK_FALSE(may.certain());
-	requireNftText(whole, nat::TableFamily::ip, "s");
+	CHECK(may.mayPoints.size() == 1);
+	CHECK_THAT(may.mayPoints.front().reason, Catch::Contains("set exempt was not read whole"));
+	requireNftText(requireTable(whole, nat::TableFamily::ip, "s"));
+}
+
+TEST_CASE("rule-text parity: every kind of rule the NAT tests load, as nft lists it and as the "
+	  "reader reads it")
+{
+	Node node;
+	runAll({kubeletRule(), kubeletRule("ip6tables-nft", "fd00::/8"), dockerRule(), statisticRule(),
+		stringRule(), netmapRule("198.51.100.0/24", "198.18.50.0/24"), kubeProxyIptablesRule()});
+	runAll(upstreamAgentRules({"10.0.0.0/8", "172.16.0.0/12"}));
+	runAll(kubeProxyIptablesChain());
+	TempDir dir;
+	dir.write("rules.nft", kubeProxyTable() + kubeProxyMarkTable() + natMapsTable());
+	runOrFail("nft -f " + dir.file("rules.nft"));
+	runOrFail(fmt::format("{} --dry-run --enable-ipv6 --config /nonexistent/ip-masq-agent | nft -f -",
+			      AGENT_BINARY));
+	dir.write("egress", "nonMasqueradeCIDRs: [10.0.0.0/8]\noutputAddress: 198.18.100.7\n"
+			    "outputAddressIPv6: 2001:db8:9::1-2001:db8:9::3\n");
+	runOrFail(fmt::format("{} --dry-run --enable-ipv6 --table=egress --config {} | nft -f -",
+			      AGENT_BINARY, dir.file("egress")));
+	const nat::NatRuleset ruleset = readNat();
+	// ip nat, ip6 nat, kube-proxy, kube-proxy-mark, snatmaps, both, the agent's two.
+	CHECK(ruleset.tables.size() == 8);
+	const NftParity parity = requireNftText(ruleset);
+	std::string tally;
+	for (const auto &[which, count] : parity.documented)
+		tally += fmt::format("{}: {}\n", which, count);
+	INFO("rules compared: " << parity.rules << "\ndocumented differences:\n" << tally);
+	CHECK(parity.rules >= 40);
+	// Upstream's four comments and kube-proxy's two; the statistic match.
+	CHECK(parity.documented.size() == 2);
+	for (const auto &[which, count] : parity.documented)
+		CHECK(count == (which.find("comment") != std::string::npos ? 6u : 1u));
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The NAT evaluator against real traffic: other components' rules in the node (written
-// with the real iptables-nft and nft), no agent running (its decision given as "not
-// masqueraded"), and a connection from the pod to the external server for every verdict.
-// A certain "masquerade" must show the node's address at the server, a certain "no NAT"
-// the pod's; a "may" must show one of the outcomes it lists.
+// with the real iptables-nft and nft), no agent table (other tables alone: what the node
+// does with what the agent exempts), and a connection from the pod to the external
+// server for every verdict. A certain "masquerade" must show the node's address at the
+// server, a certain "no NAT" the pod's, a certain SNAT an address of its range; a "may"
+// must show one of the outcomes it lists.
 #include <catch2/catch.hpp>
 
 #include <sys/socket.h>
@@ -48,42 +49,48 @@ nat::Packet podPacket(const std::string &destination, std::optional<uint32_t> ma
 	return p;
 }
 
-// Evaluates, connects, and checks that the server saw what the verdict says. Returns the
-// verdict for further checks.
+// Whether the server saw what `o` does: the pod's address for no NAT, the node's for a
+// masquerade, an address of the range for an SNAT.
+bool shows(const Observation &seen, const nat::Outcome &o, bool v4)
+{
+	switch (o.action) {
+	case nat::NatAction::none:
+		return seen.address == (v4 ? kPodV4 : kPodV6);
+	case nat::NatAction::masquerade:
+		return seen.address == (v4 ? kNodeV4 : kNodeV6);
+	case nat::NatAction::snat: {
+		const auto address = parseAddress(seen.address);
+		return o.addresses && address && o.addresses->first <= *address && *address <= o.addresses->last;
+	}
+	case nat::NatAction::dnat:
+	case nat::NatAction::redirect:
+	case nat::NatAction::dropped:
+	case nat::NatAction::undetermined:
+		break;
+	}
+	return false;
+}
+
+// Evaluates (other tables alone: the agent's table is not there), connects, and checks
+// that the server saw what the verdict says; every rule read prints as nft lists it.
+// Returns the verdict for further checks.
 nat::NatVerdict checkAgainstTraffic(const Topology &net, const std::string &destination,
 				    std::optional<uint32_t> mark = 0)
 {
 	const nat::NatRuleset ruleset = readNat();
-	nat::AgentPlacement agent; // the agent exempts the destination
-	const nat::NatVerdict v = nat::evaluate(ruleset, podPacket(destination, mark), nodeAddresses(), agent);
+	requireNftText(ruleset);
+	const nat::NatVerdict v = nat::evaluate(ruleset, nullptr, podPacket(destination, mark), nodeAddresses());
 	const bool v4 = destination.find(':') == std::string::npos;
 	const Observation seen = connectFromPod(net, v4 ? AF_INET : AF_INET6, destination, kServerPort);
-	const std::string pod = v4 ? kPodV4 : kPodV6;
-	const std::string node = v4 ? kNodeV4 : kNodeV6;
 	INFO("to " << destination << ": " << seen << "\n" << explainVerdict(ruleset, v)
 		   << runOrFail("nft list ruleset"));
 	REQUIRE(seen.ok());
-	const auto shows = [&](nat::NatAction action) {
-		switch (action) {
-		case nat::NatAction::none:
-			return seen.address == pod;
-		case nat::NatAction::masquerade:
-			return seen.address == node;
-		case nat::NatAction::snat:
-		case nat::NatAction::dnat:
-		case nat::NatAction::redirect:
-		case nat::NatAction::dropped:
-		case nat::NatAction::undetermined:
-			break;
-		}
-		return false;
-	};
 	if (v.certain()) {
-		CHECK(shows(v.decision().action));
+		CHECK(shows(seen, v.decision(), v4));
 	} else {
 		bool any = false;
 		for (const nat::Outcome &o : v.outcomes)
-			any = any || shows(o.action);
+			any = any || shows(seen, o, v4);
 		CHECK(any);
 	}
 	return v;
@@ -168,6 +175,43 @@ TEST_CASE("every verdict against what the external server sees")
 		const auto marked = checkAgainstTraffic(net, kOtherServerV4, 0x4000);
 		CHECK(marked.certain());
 		CHECK(marked.decision().action == nat::NatAction::masquerade);
+	}
+	SECTION("computed addresses: NETMAP, snat prefix and maps keyed on the source, as the kernel maps them")
+	{
+		// The external host routes what the rules SNAT to back through the node.
+		net.external.runOrFail("ip route add 198.18.0.0/15 via 203.0.113.1");
+		TempDir dir;
+		dir.write("maps.nft", fmt::format(R"(table ip computed {{
+	chain post {{
+		type nat hook postrouting priority srcnat - 5; policy accept;
+		ip daddr {} snat ip prefix to ip saddr map {{ 198.51.100.0/24 : 198.18.52.0/24 }}
+		ip daddr {} snat to ip saddr map {{ 198.51.100.0/24 : 198.18.55.9 }}
+	}}
+}}
+)", kServerV4, kOtherServerV4));
+		{
+			Rules rules({"nft -f " + dir.file("maps.nft")});
+			const auto prefix = checkAgainstTraffic(net, kServerV4);
+			CHECK(prefix.certain());
+			CHECK(prefix.decision().action == nat::NatAction::snat);
+			// The pod's host bits in the map's prefix, not the prefix's network address.
+			CHECK(prefix.decision().addresses->toString() == "198.18.52.2");
+			const auto address = checkAgainstTraffic(net, kOtherServerV4);
+			CHECK(address.certain());
+			CHECK(address.decision().addresses->toString() == "198.18.55.9");
+		}
+		{
+			Rules rules({netmapRule("198.51.100.0/24", "198.18.50.0/24")});
+			const auto netmap = checkAgainstTraffic(net, kServerV4);
+			CHECK(netmap.certain());
+			CHECK(netmap.decision().addresses->toString() == "198.18.50.2");
+		}
+		Rules rules({"nft add table ip prefix", "nft 'add chain ip prefix post { type nat hook "
+			     "postrouting priority srcnat; }'",
+			     "nft add rule ip prefix post ip saddr 198.51.100.0/24 snat prefix to 198.18.51.0/24"});
+		const auto prefix = checkAgainstTraffic(net, kServerV4);
+		CHECK(prefix.certain());
+		CHECK(prefix.decision().addresses->toString() == "198.18.51.2");
 	}
 	SECTION("a match the evaluator does not know: may, and traffic shows one of its outcomes")
 	{

@@ -43,6 +43,7 @@ const std::set<std::string> kIdleCounters = {
 	"ip_masq_agent_drift_repairs_total",
 	"ip_masq_agent_config_errors_total",
 	"ip_masq_agent_sync_duration_seconds",
+	"ip_masq_agent_nat_check_failures_total",
 };
 
 // The agent in this process's namespace, serving /healthz and /metrics on 127.0.0.1.
@@ -55,13 +56,16 @@ public:
 		process_ = std::make_unique<AgentProcess>(std::vector<std::string>{
 			"--config=" + dir_.file("config"), "--enable-ipv6",
 			fmt::format("--health-addr=127.0.0.1:{}", kHealthPort)});
-		// Serving, and the first sync counted.
+		// Serving, the first sync counted, and the NAT conflict check's first cycle done
+		// (it runs on its own thread, after the first sync: its gauge appears then).
 		const auto ready = waitFor([] {
 			std::string text;
 			run(fmt::format("curl -s --max-time 1 http://127.0.0.1:{}/metrics", kHealthPort),
 			    &text);
-			return text.find("\nip_masq_agent_syncs_total 1\n") != std::string::npos;
-		}, 10s);
+			return text.find("\nip_masq_agent_syncs_total 1\n") != std::string::npos &&
+			       text.find("\nip_masq_agent_nat_conflicts{certainty=\"undetermined\"} ") !=
+				       std::string::npos;
+		}, 60s);
 		INFO("agent log:\n" << process_->log());
 		REQUIRE(ready);
 	}
@@ -345,6 +349,16 @@ TEST_CASE("a real Prometheus scrapes the agent: up, and the values /metrics show
 					"ip_masq_agent_conntrack_last_read_timestamp_seconds"})
 		CHECK(families.count(gauge + " gauge"));
 	CHECK(prometheus.value("ip_masq_agent_conntrack_read_failures_total") == "0");
+
+	// The NAT conflict check: each certainty of the gauge (none next to the agent's own
+	// table), and the passes that could not read other tables.
+	CHECK(families.count("ip_masq_agent_nat_conflicts gauge"));
+	CHECK(families.count("ip_masq_agent_nat_check_failures_total counter"));
+	for (const char *certainty : {"certain", "may", "undetermined"}) {
+		INFO(certainty);
+		CHECK(prometheus.value(fmt::format("ip_masq_agent_nat_conflicts{{certainty=\"{}\"}}", certainty)) == "0");
+	}
+	CHECK(prometheus.value("ip_masq_agent_nat_check_failures_total") == "0");
 	const auto ratio = prometheus.value(
 		"ip_masq_agent_conntrack_entries / ip_masq_agent_conntrack_entries_limit");
 	REQUIRE(ratio);

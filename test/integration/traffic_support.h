@@ -150,8 +150,13 @@ Observation connectFromPod(const Topology &net, int family,
 			   std::chrono::milliseconds timeout = std::chrono::seconds(2));
 
 
+// The NAT conflict gauge's value for `certainty` ("certain", "may", "undetermined") in a
+// /metrics text, or "" while it is not exported (no complete check yet, or a failed read).
+std::string natConflictGauge(const std::string &metrics, const std::string &certainty);
+
 // The agent as a daemon in the node namespace (this process's own), watching a config
-// file. Its table is deleted first, so the table's appearance marks its first apply.
+// file. Its table is deleted first, so the table's appearance marks its first apply. It
+// serves /metrics (on kAgentHealthAddr unless `flags` give a --health-addr).
 class Agent
 {
 public:
@@ -168,16 +173,26 @@ public:
 	std::string log() const { return process_->log(); }
 	pid_t pid() const { return process_->pid(); }
 	// The test puts rules that undo the agent's decisions next to it. Otherwise the
-	// destructor checks that the agent's NAT conflict check reported none: no false
-	// positives next to its own table, kube-proxy's, or a clean node.
+	// destructor waits for the agent's NAT conflict check to complete a cycle (it runs on
+	// its own thread, paced) and checks that it reported none, certain, may or
+	// undetermined: no false positives next to its own table, kube-proxy's, or a clean
+	// node.
 	void expectNatConflicts() { natConflictsExpected_ = true; }
 	const AgentProcess &process() const { return *process_; }
+	// "http://127.0.0.1:PORT", or "" when the test turned the endpoint off.
+	const std::string &healthUrl() const { return healthUrl_; }
 
 private:
+	void requireNoNatConflicts() const;
+
 	TempDir dir_;
 	std::unique_ptr<AgentProcess> process_;
+	std::string healthUrl_;
 	bool natConflictsExpected_ = false;
 };
+
+// Where an Agent serves /metrics when its test gives no --health-addr: a port no test uses.
+inline const std::string kAgentHealthAddr = "127.0.0.1:10289";
 
 // A connection from the pod to `address` must succeed and show `source` as its source
 // address; un-NATed (the pod's own address), it keeps its source port too.

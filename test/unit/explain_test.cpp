@@ -552,12 +552,14 @@ TEST_CASE("the node-wide clause: other tables' rules, legacy tables, no permissi
 	context.kernel.state = KernelView::State::noPermission;
 	context.otherTables.state = OtherTablesView::State::read;
 	context.otherTables.node = {{{addr("203.0.113.1"), 24}}, true};
+	// The agent's own rules, as --explain gets them: the desired ruleset linearized.
+	context.otherTables.agent = agentTableOf(config);
 	// kubelet's `! -d 198.18.0.0/16 -m addrtype ! --dst-type LOCAL -j MASQUERADE`.
 	context.otherTables.ruleset = {{table(nat::TableFamily::ip, "nat",
 		{baseChain("POSTROUTING", 100,
 			   {rule(7, {payload(nat::PayloadBase::network, 16, 2), cmp(nat::CmpOp::neq, {198, 18}),
 				     addrtypeV1(0, XT_ADDRTYPE_LOCAL, XT_ADDRTYPE_INVERT_DEST),
-				     target("MASQUERADE")})})})}};
+				     xtMasquerade()})})})}};
 
 	CHECK_THAT(line(config, context, "192.0.2.7"),
 		   Catch::EndsWith("; could not check the kernel: no CAP_NET_ADMIN; but table ip nat chain "
@@ -578,4 +580,48 @@ TEST_CASE("the node-wide clause: other tables' rules, legacy tables, no permissi
 				   "nat rules exist (ip_tables), which cannot be checked"));
 	context.otherTables.state = OtherTablesView::State::notRead;
 	CHECK_THAT(line(config, context, "192.0.2.7"), Catch::EndsWith("; could not check the kernel: no CAP_NET_ADMIN"));
+}
+
+TEST_CASE("the node-wide clause with outputAddress: what runs first wins, and what cannot be told is may")
+{
+	using namespace ipmasq::nat::build;
+	Config config = fileConfig({entry("198.18.0.0/15", 2), entry("192.0.2.0/24", 3)});
+	config.outputAddress = parseOutputAddress("203.0.113.7").value();
+	config.outputAddress->origin = Origin{0, 8};
+	ExplainContext context;
+	context.kernel.state = KernelView::State::noPermission;
+	context.otherTables.state = OtherTablesView::State::read;
+	context.otherTables.node = {{{addr("203.0.113.1"), 24}}, true};
+	context.otherTables.agent = agentTableOf(config);
+	const auto postrouting = [](std::vector<WireRule> rules) {
+		return nat::NatRuleset{{table(nat::TableFamily::ip, "nat", {baseChain("POSTROUTING", 100, std::move(rules))})}};
+	};
+	// Issue 24, point 1: kubelet's masquerade runs before the agent's SNAT; the external
+	// host sees the node's address, not 203.0.113.7. The old design said "no other
+	// table's NAT undoes that".
+	context.otherTables.ruleset = postrouting(
+		{rule(7, {payload(nat::PayloadBase::network, 16, 2), cmp(nat::CmpOp::neq, {198, 18}),
+			  addrtypeV1(0, XT_ADDRTYPE_LOCAL, XT_ADDRTYPE_INVERT_DEST), xtMasquerade()})});
+	CHECK(line(config, context, "203.0.113.9") ==
+	      "203.0.113.9: SNAT to 203.0.113.7 (outputAddress, /etc/config/ip-masq-agent:8): no entry covers "
+	      "it; could not check the kernel: no CAP_NET_ADMIN; but table ip nat chain POSTROUTING "
+	      "(priority srcnat, before the agent) masquerades it: rule handle 7 (`ip daddr != 198.18.0.0/16 "
+	      "fib daddr type != local masquerade`), before the agent SNATs to 203.0.113.7");
+	// An SNAT to exactly the agent's address does what the agent does.
+	context.otherTables.ruleset = postrouting({rule(5, {target("SNAT", 0, snatV4Info("203.0.113.7"))})});
+	CHECK_THAT(line(config, context, "203.0.113.9"), Catch::EndsWith("; no other table's NAT undoes that"));
+	// Issue 24, point 3: a target the decoder does not know is "may", never silence.
+	context.otherTables.ruleset = postrouting({rule(5, {target("CONNMARK", 1, nat::Bytes(16, 0))})});
+	CHECK_THAT(line(config, context, "203.0.113.9"),
+		   Catch::EndsWith("; other tables' NAT may undo that: table ip nat chain POSTROUTING (priority "
+				   "srcnat, before the agent) cannot be evaluated: iptables target CONNMARK "
+				   "(revision 1) is not understood (rule handle 5) (`xt target CONNMARK`)"));
+	// NETMAP into a prefix that holds the agent's address: the kernel's choice depends on
+	// the source, so "may".
+	context.otherTables.ruleset = postrouting(
+		{rule(5, {target("NETMAP", 0, compatRangeV4(NF_NAT_RANGE_MAP_IPS, "203.0.113.0", "203.0.113.255"))})});
+	CHECK_THAT(line(config, context, "203.0.113.9"),
+		   Catch::EndsWith("; but table ip nat chain POSTROUTING (priority srcnat, before the agent) may "
+				   "rewrite its source to 203.0.113.0/24: rule handle 5 (`xt target NETMAP`), "
+				   "before the agent SNATs to 203.0.113.7"));
 }

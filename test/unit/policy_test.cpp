@@ -28,7 +28,8 @@ Prefix prefixOf(Family family, AddressValue value, unsigned length)
 	return prefix;
 }
 
-bool covers(const Prefix &prefix, const Address &address)
+// Its own, apart from policy.h's covers(): the oracle shares no code with what it checks.
+bool oracleCovers(const Prefix &prefix, const Address &address)
 {
 	return address.family == prefix.network.family && prefix.first() <= address &&
 	       address <= prefix.last();
@@ -48,7 +49,7 @@ bool oracleMasqueraded(const Config &config, const Address &address)
 	int bestLength = -1;
 	bool masqueraded = true;
 	for (const auto &[prefix, masquerade] : entries) {
-		if (!covers(prefix, address))
+		if (!oracleCovers(prefix, address))
 			continue;
 		const int length = static_cast<int>(prefix.length);
 		if (length > bestLength || (length == bestLength && masquerade)) {

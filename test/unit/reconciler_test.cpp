@@ -157,7 +157,7 @@ struct Fixture {
 	{
 		return reconciler.setDesired(DesiredState{rulesetOf(configText, options),
 							  DesiredState::Cause::config,
-							  kDefaultResyncInterval, kPath, configText, {}, {}});
+							  kDefaultResyncInterval, kPath, configText, {}, {}, {}});
 	}
 	Status broken(const std::string &why) { return reconciler.setDesired(fail(why)); }
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
@@ -674,7 +674,7 @@ TEST_CASE("out of memory inside the backend: an ENOMEM failure, retried, never a
 			      [&f] { return f.now; });
 	REQUIRE(reconciler.setDesired(
 		DesiredState{rulesetOf(kGood), DesiredState::Cause::config, kDefaultResyncInterval,
-			     kPath, kGood, {}, {}}));
+			     kPath, kGood, {}, {}, {}}));
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
 	f.kernel.ourTableDeleted();
 	f.kernel.applyThrows = true;

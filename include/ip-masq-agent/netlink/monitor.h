@@ -17,6 +17,16 @@
 
 namespace ipmasq {
 
+// What one nf_tables notification is about: a commit's end (NEWGEN, which names no table),
+// an object of one table (its family and name), or it cannot say.
+struct NotificationSubject {
+	enum class Kind { generation, table, unknown };
+	Kind kind = Kind::unknown;
+	uint8_t family = 0; // NFPROTO_*
+	std::string table = {};
+};
+NotificationSubject subjectOf(const nlmsghdr *nlh);
+
 class NftablesMonitor
 {
 public:
@@ -55,8 +65,6 @@ private:
 	explicit NftablesMonitor(netlink::Socket socket);
 
 	netlink::Socket socket_;
-	bool concernsWatchedTable(const nlmsghdr *nlh) const;
-	bool concernsOtherIpTable(const nlmsghdr *nlh) const;
 
 	std::optional<uint32_t> ignoredPortId_;
 	std::optional<std::string> table_;

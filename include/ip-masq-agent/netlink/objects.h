@@ -87,6 +87,10 @@ struct EncodedTable {
 	std::vector<EncodedChain> chains;
 };
 
+// The comment an object carries in its user data (as nft writes it: a TLV of type
+// `commentType`, NFTNL_UDATA_*_COMMENT), or "" without one: the reverse of the encoding.
+std::string userdataComment(const void *data, uint32_t len, uint8_t commentType);
+
 // A table handle carrying only family inet and the name (DELTABLE, GETTABLE), or
 // also flags 0 as nft sends for "add table" (NEWTABLE that creates it if missing).
 TablePtr tableHandle(const std::string &name, bool withFlags);

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's NAT conflict check (other_tables/conflicts.h) on a thread of its own: it
+// reads other tables and evaluates the desired state's sampled packets in paced, bounded
+// passes, and reports to the log and the status. Nothing it reads or evaluates can delay
+// the loop, which restores the agent's table: however large or hostile another table is,
+// it costs this thread, at a low priority, and at most a tenth of one core.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/ruleset.h"
+
+namespace ipmasq {
+
+class ConflictCheck
+{
+public:
+	explicit ConflictCheck(AgentStatus &status);
+	~ConflictCheck(); // stops and joins the thread
+	ConflictCheck(const ConflictCheck &) = delete;
+	ConflictCheck &operator=(const ConflictCheck &) = delete;
+
+	// The desired state changed: the agent's ruleset and the packets to check. A new cycle
+	// starts with the next pass.
+	void setDesired(const Ruleset &ruleset, std::vector<SampledPacket> samples);
+	// Starts the thread (the loop calls it after its first sync: the agent's own table
+	// comes first). Without a thread nothing is checked: --once has none.
+	void start();
+	// Other tables changed, or the agent's was synced: a pass is due, as soon as the pace
+	// allows.
+	void nudge();
+
+	// At least this long between passes, and ten times as long as the last pass took (its
+	// thread's CPU time): a ruleset that makes a pass slow costs at most a tenth of a core.
+	static constexpr std::chrono::seconds kPeriod{3};
+	// Evaluation steps per pass (about 0.1 s of CPU at upstream's leftover chain of 10,000
+	// rules); a cycle over the whole sample may take several passes.
+	static constexpr size_t kStepsPerPass = 100000;
+
+private:
+	struct Input;
+	void run();
+	void pass(Input &input);
+	void report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings);
+	std::vector<std::string> legacyWarnings();
+
+	AgentStatus &status_;
+	std::mutex mutex_;
+	std::condition_variable wake_;
+	bool stop_ = false, due_ = false;
+	std::shared_ptr<Input> next_; // a new desired state for the thread, guarded by mutex_
+	std::thread thread_;
+
+	// The thread's own.
+	ConflictCycle cycle_;
+	std::vector<NatConflict> conflicts_; // the last complete cycle's
+	std::string lastError_;
+	bool legacySaid_[2] = {false, false}; // IPv4, IPv6
+};
+
+} // namespace ipmasq

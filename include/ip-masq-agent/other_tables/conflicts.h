@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: Apache-2.0
+// Other tables that undo the agent's decisions: what a conflict is (one definition, here),
+// which sampled packets have one, and what changed since the last check.
+//
+// A conflict is an outcome of the whole node, decided by a rule of another table (or by
+// something the evaluator cannot tell), after which the packet leaves with another source
+// than the agent's own rules alone would give it: the agent exempts it and another table
+// NATs it, or another table NATs it first to another address. It is certain when the
+// kernel does it for sure; anything the evaluator cannot decide (a match, a target, an
+// address, a bound) makes it "may", never "no conflict". A drop is not NAT.
+//
+// Pure: the daemon and --explain read the kernel (reader.h); everything they say about
+// conflicts is decided here.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/node_addresses.h"
+#include "ip-masq-agent/other_tables/evaluator.h"
+#include "ip-masq-agent/other_tables/model.h"
+
+namespace ipmasq {
+
+// One packet to check: the first of a connection from `source` (or from any source of the
+// family) to `destination`, leaving by `outputInterface` (nullopt: not known, so a rule
+// that matches on it "may").
+struct SampledPacket {
+	Address destination;
+	std::optional<Address> source = {};
+	std::optional<std::string> outputInterface = {};
+	// The config entry that decides it, in --explain's words: "nonMasqueradeCIDRs
+	// 198.18.0.0/15 (FILE:LINE)", "built-in default 10.0.0.0/8", "no entry covers it".
+	std::string entry = {};
+	bool operator==(const SampledPacket &) const = default;
+};
+
+struct NatConflict {
+	enum class Kind {
+		natsExempted, // NATs what the agent leaves alone
+		natsFirst, // NATs it before the agent's own NAT, to another source
+		undetermined, // the evaluator cannot tell what happens (a bound, an unknown target)
+	};
+	Kind kind = Kind::natsExempted;
+	Family family = Family::ipv4;
+	bool certain = true; // false: "may"
+	nat::Outcome outcome; // the deciding rule and its base chain
+	std::string ruleText; // as nft lists it ("" when there is no rule)
+	std::string agentAction; // what the agent's rules alone do: "masquerades", "SNATs to X"
+	SampledPacket example; // the first sampled packet it was found for
+
+	// The same conflict: what it does to which decision, by the rule's content and place
+	// (table, chain, text), never its handle, which changes when a rule is written again.
+	bool sameAs(const NatConflict &other) const;
+	// The rule and what it does: "table ip nat chain POSTROUTING (priority srcnat, before
+	// the agent) masquerades it: rule handle 7 (`ip daddr != ... masquerade`)".
+	std::string describeRule() const;
+	// For the log and /readyz?verbose: the rule, and the decision it undoes.
+	std::string describe() const;
+};
+
+// The conflicts one packet shows: `node` is the whole node's verdict, `agentAlone` the
+// verdict of the agent's table alone for the same packet.
+std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
+				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
+				     const nat::NatRuleset &ruleset, const nat::Table *agent);
+
+struct CheckLimits {
+	size_t maxConflicts = 64; // distinct conflicts kept
+	// Evaluation steps over the whole pass: a pathological ruleset ends the pass early.
+	size_t maxSteps = 2000000;
+	nat::Limits evaluation = {};
+};
+
+// One pass over samples.
+struct ConflictPass {
+	std::vector<NatConflict> conflicts; // each distinct conflict once, in sample order
+	size_t evaluated = 0; // samples evaluated
+	size_t steps = 0; // evaluation steps taken
+	bool complete = true; // false: a limit ended the pass before the last sample
+};
+
+ConflictPass findConflicts(const nat::NatRuleset &ruleset, const nat::Table *agent,
+			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
+			   const CheckLimits &limits = {});
+
+// The check spread over passes: each resumes at the first sample the last did not reach,
+// and once the last sample is done the cycle's conflicts are the result, diffed as a
+// whole (a conflict is never "resolved" for a sample that was not evaluated).
+class ConflictCycle
+{
+public:
+	void restart();
+	size_t next() const { return next_; }
+	std::optional<std::vector<NatConflict>> add(const ConflictPass &pass, size_t sampleCount,
+						    size_t maxConflicts = CheckLimits{}.maxConflicts);
+
+private:
+	size_t next_ = 0;
+	std::vector<NatConflict> conflicts_;
+};
+
+// The node's addresses as the evaluator needs them (fib and addrtype): a full dump of them
+// is complete.
+nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses);
+
+struct ConflictChanges {
+	std::vector<NatConflict> found;
+	std::vector<NatConflict> resolved;
+};
+ConflictChanges diffConflicts(const std::vector<NatConflict> &before, const std::vector<NatConflict> &after);
+
+} // namespace ipmasq

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// The NAT conflict check's thread: paced passes of reading other tables and evaluating the
+// sampled packets, with what they find logged once and reported to the status.
+#include "ip-masq-agent/conflict_check.h"
+
+#include <ctime>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/log.h"
+#include "ip-masq-agent/netlink/address_monitor.h"
+#include "ip-masq-agent/other_tables/reader.h"
+
+namespace ipmasq {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// This thread's CPU time: what pacing weighs (its wall time grows with the node's load).
+Clock::duration threadCpuTime()
+{
+	timespec now{};
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+	return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
+}
+
+} // namespace
+
+struct ConflictCheck::Input {
+	Ruleset ruleset; // until the thread made `agent` of it
+	std::optional<nat::Table> agent;
+	std::vector<SampledPacket> samples;
+};
+
+ConflictCheck::ConflictCheck(AgentStatus &status) : status_(status) {}
+
+ConflictCheck::~ConflictCheck()
+{
+	{
+		std::lock_guard lock(mutex_);
+		stop_ = true;
+	}
+	wake_.notify_all();
+	if (thread_.joinable())
+		thread_.join();
+}
+
+void ConflictCheck::setDesired(const Ruleset &ruleset, std::vector<SampledPacket> samples)
+{
+	auto input = std::make_shared<Input>(Input{ruleset, std::nullopt, std::move(samples)});
+	{
+		std::lock_guard lock(mutex_);
+		next_ = std::move(input);
+		due_ = true;
+	}
+	wake_.notify_all();
+}
+
+void ConflictCheck::start()
+{
+	if (!thread_.joinable())
+		thread_ = std::thread([this] { run(); });
+}
+
+void ConflictCheck::nudge()
+{
+	{
+		std::lock_guard lock(mutex_);
+		due_ = true;
+	}
+	wake_.notify_all();
+}
+
+void ConflictCheck::run()
+{
+	// Below the loop (nice 0) and the health endpoint (10): on a busy node the check waits.
+	(void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+	std::shared_ptr<Input> input;
+	Clock::time_point next{};
+	for (;;) {
+		{
+			std::unique_lock lock(mutex_);
+			while (!stop_ && !(due_ && Clock::now() >= next)) {
+				if (due_)
+					wake_.wait_until(lock, next);
+				else
+					wake_.wait(lock);
+			}
+			if (stop_)
+				return;
+			due_ = false;
+			if (next_) {
+				input = std::move(next_);
+				cycle_.restart();
+			}
+		}
+		if (!input)
+			continue;
+		const Clock::duration cpu = threadCpuTime();
+		try {
+			pass(*input);
+		} catch (const std::bad_alloc &) {
+			log::error("out of memory in the NAT conflict check; it tries again later");
+		}
+		(void)malloc_trim(0); // what a pass read is given back at once
+		next = Clock::now() + std::max<Clock::duration>(kPeriod, 10 * (threadCpuTime() - cpu));
+	}
+}
+
+void ConflictCheck::pass(Input &input)
+{
+	if (!input.agent) {
+		auto table = nat::agentTable(input.ruleset);
+		if (!table) {
+			log::warning("the NAT conflict check cannot read the agent's own rules: {}",
+				     table.error().message);
+			status_.natConflictCheckFailed(
+				{fmt::format("could not check other tables' NAT: the agent's own rules "
+					     "cannot be read: {}", table.error().message)});
+			return;
+		}
+		input.agent = std::move(*table);
+		input.ruleset = {};
+	}
+	std::vector<std::string> warnings = legacyWarnings();
+	nat::NatReadLimits limits;
+	limits.skipInetTable = input.agent->name;
+	auto ruleset = nat::readNatRuleset(limits);
+	if (!ruleset) {
+		if (ruleset.error().message != lastError_)
+			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
+				     "until it can be read", ruleset.error().message);
+		lastError_ = ruleset.error().message;
+		// Said where the operator looks, like a conflict: no gauge is not "no conflict".
+		warnings.insert(warnings.begin(),
+				fmt::format("could not check other tables' NAT: {}", ruleset.error().message));
+		status_.natConflictCheckFailed(std::move(warnings));
+		return;
+	}
+	if (!lastError_.empty())
+		log::info("other tables' NAT is readable again");
+	lastError_.clear();
+	auto addresses = readNodeAddresses();
+	const nat::NodeAddresses node = addresses ? evaluatorAddresses(*addresses) : nat::NodeAddresses{};
+	CheckLimits budget;
+	budget.maxSteps = kStepsPerPass;
+	const std::span<const SampledPacket> rest = std::span(input.samples).subspan(cycle_.next());
+	const ConflictPass pass = findConflicts(*ruleset, &*input.agent, rest, node, budget);
+	auto cycle = cycle_.add(pass, input.samples.size());
+	if (!cycle) {
+		log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} steps "
+			   "in this one)", cycle_.next(), input.samples.size(), pass.steps);
+		std::lock_guard lock(mutex_);
+		due_ = true;
+		return;
+	}
+	report(std::move(*cycle), std::move(warnings));
+}
+
+void ConflictCheck::report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings)
+{
+	const ConflictChanges changes = diffConflicts(conflicts_, conflicts);
+	for (const NatConflict &c : changes.found)
+		log::warning("NAT conflict: {}", c.describe());
+	for (const NatConflict &c : changes.resolved)
+		log::info("NAT conflict resolved: {}", c.describe());
+	AgentStatus::Snapshot::NatConflicts counts;
+	for (const NatConflict &c : conflicts) {
+		(c.kind == NatConflict::Kind::undetermined ? counts.undetermined
+		 : c.certain				   ? counts.certain
+							   : counts.may)++;
+		warnings.push_back("NAT conflict: " + c.describe());
+	}
+	conflicts_ = std::move(conflicts);
+	status_.natConflictsChecked(counts, std::move(warnings));
+}
+
+std::vector<std::string> ConflictCheck::legacyWarnings()
+{
+	std::vector<std::string> warnings;
+	auto legacy = nat::legacyNatTables();
+	if (!legacy) {
+		log::debug("{}; legacy iptables nat tables are not looked for", legacy.error().message);
+		return warnings;
+	}
+	const std::pair<bool, const char *> kinds[] = {{legacy->ipv4, "ip_tables_names"},
+						       {legacy->ipv6, "ip6_tables_names"}};
+	for (size_t i = 0; i < 2; i++) {
+		if (!kinds[i].first)
+			continue;
+		warnings.push_back(fmt::format(
+			"legacy iptables nat rules exist (/proc/net/{} lists nat): they are outside "
+			"nf_tables, so the conflict check cannot see whether they undo the agent's "
+			"decisions (iptables-legacy-save -t nat lists them)", kinds[i].second));
+		if (!std::exchange(legacySaid_[i], true))
+			log::warning("{}", warnings.back());
+	}
+	return warnings;
+}
+
+} // namespace ipmasq

@@ -1,0 +1,275 @@
+// SPDX-License-Identifier: Apache-2.0
+// Conflicts: the packet's fate with the whole node against its fate with the agent's rules
+// alone; the pass, the cycle of passes, and what changed.
+#include "ip-masq-agent/other_tables/conflicts.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/other_tables/rule_text.h"
+
+namespace ipmasq {
+
+namespace {
+
+using nat::Decider;
+using nat::NatAction;
+
+// Where the packet's source ends up, as far as the evaluator can tell.
+struct Fate {
+	enum class Kind { unchanged, nodeAddress, range, unknown, dropped };
+	Kind kind = Kind::unknown;
+	AddressRange range = {};
+};
+
+Fate fateOf(const nat::Outcome &o)
+{
+	switch (o.action) {
+	case NatAction::none: return {Fate::Kind::unchanged};
+	// Masquerade picks an address of the output interface: one of the node's.
+	case NatAction::masquerade: return {Fate::Kind::nodeAddress};
+	case NatAction::snat: return o.addresses ? Fate{Fate::Kind::range, *o.addresses} : Fate{};
+	case NatAction::dropped: return {Fate::Kind::dropped};
+	// dnat and redirect cannot run at postrouting (the kernel refuses them there).
+	case NatAction::dnat:
+	case NatAction::redirect:
+	case NatAction::undetermined:
+		break;
+	}
+	return {};
+}
+
+enum class Differs { no, yes, maybe };
+
+bool contains(const AddressRange &range, const Address &a)
+{
+	return a.family == range.first.family && range.first <= a && a <= range.last;
+}
+
+// Whether the node's fate leaves the packet with another source than the agent's fate.
+Differs differs(const Fate &node, const Fate &agent, const SampledPacket &packet,
+		const nat::NodeAddresses &addresses)
+{
+	using K = Fate::Kind;
+	if (node.kind == K::dropped || agent.kind == K::dropped)
+		return Differs::no; // a drop is not NAT: the packet never leaves
+	if (node.kind == K::unknown || agent.kind == K::unknown)
+		return Differs::maybe;
+	if (node.kind == agent.kind && node.kind != K::range)
+		return Differs::no;
+	const Fate &a = node.kind <= agent.kind ? node : agent, &b = node.kind <= agent.kind ? agent : node;
+	if (a.kind == K::unchanged) {
+		// Unchanged is the packet's own source: a node address (node-made traffic) or
+		// one in the range leaves the question open.
+		if (!packet.source)
+			return Differs::yes;
+		if (b.kind == K::nodeAddress)
+			return addresses.isLocal(*packet.source) ? Differs::maybe : Differs::yes;
+		if (!contains(b.range, *packet.source))
+			return Differs::yes;
+		return b.range.first == b.range.last ? Differs::no : Differs::maybe;
+	}
+	if (a.kind == K::nodeAddress) {
+		const bool nodeAddressIn = std::any_of(addresses.addresses.begin(), addresses.addresses.end(),
+						       [&b](const nat::LocalAddress &l) { return contains(b.range, l.address); });
+		return nodeAddressIn || !addresses.complete ? Differs::maybe : Differs::yes;
+	}
+	if (a.range == b.range)
+		return Differs::no;
+	const bool disjoint = a.range.last < b.range.first || b.range.last < a.range.first;
+	return disjoint ? Differs::yes : Differs::maybe;
+}
+
+// What the agent's rules alone do, in words: "masquerades", "SNATs to 203.0.113.7".
+std::string agentActionText(const nat::NatVerdict &alone)
+{
+	std::vector<std::string> actions;
+	for (const nat::Outcome &o : alone.outcomes) {
+		std::string text = o.action == NatAction::masquerade ? "masquerades"
+				   : o.action == NatAction::snat ? "SNATs to " + (o.addresses ? o.addresses->toString()
+											    : std::string("an address"))
+				   : o.action == NatAction::none ? "leaves it alone"
+								 : "may do anything with it";
+		if (std::find(actions.begin(), actions.end(), text) == actions.end())
+			actions.push_back(std::move(text));
+	}
+	return fmt::format("{}", fmt::join(actions, " or "));
+}
+
+std::string ruleTextOf(const nat::NatRuleset &ruleset, const nat::Table *agent, const nat::Outcome &o)
+{
+	if (!o.rule)
+		return {};
+	const nat::Table *table = nat::findTable(ruleset, agent, o.rule->family, o.rule->table);
+	const nat::Rule *rule = table ? nat::findRule(*table, *o.rule) : nullptr;
+	return rule ? nat::ruleText(*table, *rule) : std::string();
+}
+
+nat::Packet packetFor(const SampledPacket &sample)
+{
+	nat::Packet packet;
+	packet.destination = sample.destination;
+	packet.source = sample.source.value_or(Address{sample.destination.family, 0});
+	packet.sourceKnown = sample.source.has_value();
+	// The input interface and the protocol are not known: a match on them "may".
+	packet.outputInterface = sample.outputInterface;
+	packet.inputInterface = std::nullopt;
+	packet.l4proto = std::nullopt;
+	return packet;
+}
+
+} // namespace
+
+std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
+				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
+				     const nat::NatRuleset &ruleset, const nat::Table *agent)
+{
+	const bool agentExempts = std::all_of(agentAlone.outcomes.begin(), agentAlone.outcomes.end(),
+					      [](const nat::Outcome &o) { return o.action == NatAction::none; });
+	std::vector<NatConflict> out;
+	for (const nat::Outcome &o : node.outcomes) {
+		// The agent's own decisions, and a path no chain NATs (there the agent's rules ran
+		// and left it alone), are what the agent does.
+		const bool ownTable = o.base && agent && o.base->family == agent->family && o.base->table == agent->name;
+		if (o.decider == Decider::agent || o.decider == Decider::nobody || ownTable)
+			continue;
+		std::optional<Differs> verdict;
+		for (const nat::Outcome &a : agentAlone.outcomes) {
+			const Differs d = differs(fateOf(o), fateOf(a), packet, addresses);
+			verdict = !verdict || *verdict == d ? d : Differs::maybe;
+		}
+		if (!verdict || *verdict == Differs::no)
+			continue;
+		NatConflict c;
+		c.kind = o.action == NatAction::undetermined ? NatConflict::Kind::undetermined
+			 : agentExempts			     ? NatConflict::Kind::natsExempted
+							     : NatConflict::Kind::natsFirst;
+		c.family = packet.destination.family;
+		c.certain = *verdict == Differs::yes && node.certain() && agentAlone.certain();
+		c.outcome = o;
+		c.ruleText = ruleTextOf(ruleset, agent, o);
+		c.agentAction = agentActionText(agentAlone);
+		c.example = packet;
+		out.push_back(std::move(c));
+	}
+	return out;
+}
+
+bool NatConflict::sameAs(const NatConflict &other) const
+{
+	// Where the rule sits, without its handle or position.
+	const auto sits = [](const nat::Outcome &o) {
+		return o.rule ? std::make_tuple(o.rule->family, o.rule->table, o.rule->chain)
+			      : std::make_tuple(nat::TableFamily::inet, std::string(), std::string());
+	};
+	return kind == other.kind && family == other.family && certain == other.certain &&
+	       sits(outcome) == sits(other.outcome) && ruleText == other.ruleText &&
+	       outcome.base == other.outcome.base && outcome.action == other.outcome.action &&
+	       outcome.addresses == other.outcome.addresses && outcome.reason == other.outcome.reason &&
+	       example.entry == other.example.entry;
+}
+
+std::string NatConflict::describeRule() const
+{
+	const std::string rule = ruleText.empty() ? std::string() : fmt::format(" (`{}`)", ruleText);
+	return nat::describeOutcome(outcome, certain) + rule;
+}
+
+std::string NatConflict::describe() const
+{
+	const std::string traffic = fmt::format(
+		"{} traffic {} to {}", familyName(family),
+		example.source ? "from " + example.source->toString() : std::string("from any source"),
+		example.destination.toString());
+	switch (kind) {
+	case Kind::natsExempted:
+		return fmt::format("{}, which undoes {}: {} is not masqueraded by the agent", describeRule(),
+				   example.entry, traffic);
+	case Kind::natsFirst:
+		return fmt::format("{}, before the agent {} {} ({})", describeRule(), agentAction, traffic,
+				   example.entry);
+	case Kind::undetermined:
+		break;
+	}
+	return fmt::format("{}, so whether another table's NAT undoes the agent's decision for {} ({}) "
+			   "is not known", describeRule(), traffic, example.entry);
+}
+
+ConflictPass findConflicts(const nat::NatRuleset &ruleset, const nat::Table *agent,
+			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
+			   const CheckLimits &limits)
+{
+	static const nat::NatRuleset kNone;
+	ConflictPass pass;
+	for (const SampledPacket &sample : samples) {
+		if (pass.steps >= limits.maxSteps) {
+			pass.complete = false;
+			break;
+		}
+		const nat::Packet packet = packetFor(sample);
+		const nat::NatVerdict node = nat::evaluate(ruleset, agent, packet, addresses, limits.evaluation);
+		const nat::NatVerdict alone = nat::evaluate(kNone, agent, packet, addresses, limits.evaluation);
+		pass.evaluated++;
+		pass.steps += node.steps + alone.steps;
+		for (NatConflict &c : conflictsOf(sample, node, alone, addresses, ruleset, agent)) {
+			const auto same = [&c](const NatConflict &other) { return other.sameAs(c); };
+			if (std::any_of(pass.conflicts.begin(), pass.conflicts.end(), same))
+				continue;
+			if (pass.conflicts.size() >= limits.maxConflicts) {
+				pass.complete = false;
+				break;
+			}
+			pass.conflicts.push_back(std::move(c));
+		}
+	}
+	return pass;
+}
+
+void ConflictCycle::restart()
+{
+	next_ = 0;
+	conflicts_.clear();
+}
+
+std::optional<std::vector<NatConflict>> ConflictCycle::add(const ConflictPass &pass, size_t sampleCount,
+							   size_t maxConflicts)
+{
+	for (const NatConflict &conflict : pass.conflicts) {
+		const auto same = [&conflict](const NatConflict &c) { return c.sameAs(conflict); };
+		if (conflicts_.size() < maxConflicts && std::none_of(conflicts_.begin(), conflicts_.end(), same))
+			conflicts_.push_back(conflict);
+	}
+	next_ += pass.evaluated;
+	if (next_ < sampleCount)
+		return std::nullopt;
+	std::vector<NatConflict> done = std::move(conflicts_);
+	restart();
+	return done;
+}
+
+nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses)
+{
+	nat::NodeAddresses out;
+	out.complete = true;
+	for (const NodeAddress &a : addresses)
+		out.addresses.push_back({a.address, a.prefixLength});
+	return out;
+}
+
+ConflictChanges diffConflicts(const std::vector<NatConflict> &before, const std::vector<NatConflict> &after)
+{
+	const auto in = [](const std::vector<NatConflict> &list, const NatConflict &c) {
+		return std::any_of(list.begin(), list.end(), [&c](const NatConflict &other) { return other.sameAs(c); });
+	};
+	ConflictChanges changes;
+	for (const NatConflict &c : after)
+		if (!in(before, c))
+			changes.found.push_back(c);
+	for (const NatConflict &c : before)
+		if (!in(after, c))
+			changes.resolved.push_back(c);
+	return changes;
+}
+
+} // namespace ipmasq

@@ -1,0 +1,883 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reading the node's NAT: other tables with dump requests, one table at a time and each
+// consistently, within a memory budget; the agent's own table from the backend's encoding.
+#include "ip-masq-agent/other_tables/reader.h"
+
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sys/stat.h>
+
+#include <linux/netfilter.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nf_tables.h>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/netlink/monitor.h"
+#include "ip-masq-agent/netlink/objects.h"
+#include "ip-masq-agent/netlink/socket.h"
+#include "ip-masq-agent/other_tables/decoder.h"
+#include "ip-masq-agent/overloaded.h"
+
+namespace ipmasq::nat {
+
+namespace {
+
+constexpr uint16_t messageType(uint8_t message)
+{
+	return (NFNL_SUBSYS_NFTABLES << 8) | message;
+}
+
+std::optional<TableFamily> familyOf(uint32_t nfproto)
+{
+	switch (nfproto) {
+	case NFPROTO_IPV4: return TableFamily::ip;
+	case NFPROTO_IPV6: return TableFamily::ip6;
+	case NFPROTO_INET: return TableFamily::inet;
+	default: return std::nullopt;
+	}
+}
+
+uint16_t nfprotoOf(TableFamily family)
+{
+	return family == TableFamily::ip ? NFPROTO_IPV4 : family == TableFamily::ip6 ? NFPROTO_IPV6 : NFPROTO_INET;
+}
+
+std::string str(const char *s)
+{
+	return s ? s : "";
+}
+
+Status parsedOk(int ret, const char *what)
+{
+	if (ret < 0)
+		return fail(fmt::format("cannot parse the kernel's {} message", what), EPROTO);
+	return {};
+}
+
+// ---- Expressions as libnftnl parsed them ----
+
+uint32_t u32(const nftnl_expr *e, uint16_t attr)
+{
+	return nftnl_expr_is_set(e, attr) ? nftnl_expr_get_u32(e, attr) : 0;
+}
+
+std::optional<uint32_t> optU32(const nftnl_expr *e, uint16_t attr)
+{
+	return nftnl_expr_is_set(e, attr) ? std::optional(nftnl_expr_get_u32(e, attr)) : std::nullopt;
+}
+
+Bytes data(const nftnl_expr *e, uint16_t attr)
+{
+	uint32_t len = 0;
+	const auto *p = static_cast<const uint8_t *>(nftnl_expr_get(e, attr, &len));
+	return p ? Bytes(p, p + len) : Bytes();
+}
+
+Verdict verdictOf(int32_t code, const char *chain)
+{
+	switch (code) {
+	case NF_ACCEPT: return {VerdictCode::accept, {}};
+	case NF_DROP: return {VerdictCode::drop, {}};
+	case NF_STOLEN: return {VerdictCode::stolen, {}};
+	case NFT_CONTINUE: return {VerdictCode::continueRule, {}};
+	case NFT_BREAK: return {VerdictCode::breakRule, {}};
+	case NFT_JUMP: return {VerdictCode::jump, str(chain)};
+	case NFT_GOTO: return {VerdictCode::goTo, str(chain)};
+	case NFT_RETURN: return {VerdictCode::returnToCaller, {}};
+	default: return {VerdictCode::queue, {}}; // NF_QUEUE carries the queue number in its upper bits
+	}
+}
+
+Expression payload(const nftnl_expr *e)
+{
+	if (nftnl_expr_is_set(e, NFTNL_EXPR_PAYLOAD_SREG))
+		return Unknown{"payload set"}; // rewrites the packet
+	static constexpr PayloadBase kBases[] = {PayloadBase::link, PayloadBase::network,
+						 PayloadBase::transport, PayloadBase::inner};
+	const uint32_t base = u32(e, NFTNL_EXPR_PAYLOAD_BASE);
+	if (base >= std::size(kBases))
+		return Unknown{fmt::format("payload base {}", base)};
+	return PayloadLoad{kBases[base], u32(e, NFTNL_EXPR_PAYLOAD_OFFSET), u32(e, NFTNL_EXPR_PAYLOAD_LEN),
+			   u32(e, NFTNL_EXPR_PAYLOAD_DREG)};
+}
+
+Expression meta(const nftnl_expr *e)
+{
+	const uint32_t key = u32(e, NFTNL_EXPR_META_KEY);
+	if (nftnl_expr_is_set(e, NFTNL_EXPR_META_DREG))
+		return MetaLoad{key, u32(e, NFTNL_EXPR_META_DREG)};
+	return MetaSet{key, u32(e, NFTNL_EXPR_META_SREG)};
+}
+
+Expression ct(const nftnl_expr *e)
+{
+	const uint32_t key = u32(e, NFTNL_EXPR_CT_KEY);
+	if (!nftnl_expr_is_set(e, NFTNL_EXPR_CT_DREG))
+		return CtSet{key, u32(e, NFTNL_EXPR_CT_SREG)};
+	std::optional<uint8_t> dir;
+	if (nftnl_expr_is_set(e, NFTNL_EXPR_CT_DIR))
+		dir = nftnl_expr_get_u8(e, NFTNL_EXPR_CT_DIR);
+	return CtLoad{key, dir, u32(e, NFTNL_EXPR_CT_DREG)};
+}
+
+Expression bitwise(const nftnl_expr *e)
+{
+	const uint32_t op = u32(e, NFTNL_EXPR_BITWISE_OP);
+	Bitwise b{op == NFT_BITWISE_LSHIFT ? BitwiseOp::leftShift
+		  : op == NFT_BITWISE_RSHIFT ? BitwiseOp::rightShift : BitwiseOp::boolean,
+		  u32(e, NFTNL_EXPR_BITWISE_SREG), u32(e, NFTNL_EXPR_BITWISE_DREG),
+		  u32(e, NFTNL_EXPR_BITWISE_LEN), data(e, NFTNL_EXPR_BITWISE_MASK),
+		  data(e, NFTNL_EXPR_BITWISE_XOR), 0};
+	const Bytes shift = data(e, NFTNL_EXPR_BITWISE_DATA);
+	if (shift.size() >= 4)
+		std::memcpy(&b.shift, shift.data(), 4);
+	return b;
+}
+
+Expression cmp(const nftnl_expr *e)
+{
+	static constexpr CmpOp kOps[] = {CmpOp::eq, CmpOp::neq, CmpOp::lt, CmpOp::lte, CmpOp::gt, CmpOp::gte};
+	const uint32_t op = u32(e, NFTNL_EXPR_CMP_OP);
+	if (op >= std::size(kOps))
+		return Unknown{fmt::format("cmp op {}", op)};
+	return Cmp{u32(e, NFTNL_EXPR_CMP_SREG), kOps[op], data(e, NFTNL_EXPR_CMP_DATA)};
+}
+
+Expression immediate(const nftnl_expr *e)
+{
+	const uint32_t dreg = u32(e, NFTNL_EXPR_IMM_DREG);
+	if (dreg != NFT_REG_VERDICT)
+		return Immediate{dreg, data(e, NFTNL_EXPR_IMM_DATA)};
+	const auto code = static_cast<int32_t>(u32(e, NFTNL_EXPR_IMM_VERDICT));
+	return ImmediateVerdict{verdictOf(code, nftnl_expr_get_str(e, NFTNL_EXPR_IMM_CHAIN))};
+}
+
+Expression objref(const nftnl_expr *e)
+{
+	if (nftnl_expr_is_set(e, NFTNL_EXPR_OBJREF_SET_NAME))
+		return Unknown{"objref map"};
+	switch (u32(e, NFTNL_EXPR_OBJREF_IMM_TYPE)) {
+	case NFT_OBJECT_COUNTER:
+		return Passthrough{"counter name", str(nftnl_expr_get_str(e, NFTNL_EXPR_OBJREF_IMM_NAME))};
+	case NFT_OBJECT_QUOTA: return RateMatch{"quota"};
+	case NFT_OBJECT_LIMIT: return RateMatch{"limit"};
+	default: return Unknown{"objref"};
+	}
+}
+
+// Loads whose value only the running kernel knows: the register and its width.
+std::optional<Expression> opaqueLoad(const std::string &name, const nftnl_expr *e)
+{
+	static const std::map<std::string, std::pair<uint16_t, uint32_t>> kLoads = {
+		{"numgen", {NFTNL_EXPR_NG_DREG, 4}},	 {"hash", {NFTNL_EXPR_HASH_DREG, 4}},
+		{"rt", {NFTNL_EXPR_RT_DREG, 16}},	 {"socket", {NFTNL_EXPR_SOCKET_DREG, 4}},
+		{"osf", {NFTNL_EXPR_OSF_DREG, 16}},	 {"xfrm", {NFTNL_EXPR_XFRM_DREG, 16}},
+		{"tunnel", {NFTNL_EXPR_TUNNEL_DREG, 4}}, {"exthdr", {NFTNL_EXPR_EXTHDR_DREG, 0}},
+	};
+	const auto it = kLoads.find(name);
+	if (it == kLoads.end() || !nftnl_expr_is_set(e, it->second.first))
+		return std::nullopt; // not a load (exthdr and others can also write)
+	const uint32_t len = name == "exthdr" ? u32(e, NFTNL_EXPR_EXTHDR_LEN) : it->second.second;
+	return OpaqueLoad{name, nftnl_expr_get_u32(e, it->second.first), len};
+}
+
+// Anonymous sets of a batch are known by their id until the kernel names them.
+using SetNames = std::map<uint32_t, std::string>;
+
+Expression convert(const nftnl_expr *e, const SetNames &batchSets)
+{
+	const std::string name = str(nftnl_expr_get_str(e, NFTNL_EXPR_NAME));
+	if (name == "payload") return payload(e);
+	if (name == "meta") return meta(e);
+	if (name == "ct") return ct(e);
+	if (name == "fib")
+		return Fib{u32(e, NFTNL_EXPR_FIB_FLAGS), u32(e, NFTNL_EXPR_FIB_RESULT), u32(e, NFTNL_EXPR_FIB_DREG)};
+	if (name == "bitwise") return bitwise(e);
+	if (name == "byteorder")
+		return Byteorder{u32(e, NFTNL_EXPR_BYTEORDER_OP) == NFT_BYTEORDER_HTON,
+				 u32(e, NFTNL_EXPR_BYTEORDER_SREG), u32(e, NFTNL_EXPR_BYTEORDER_DREG),
+				 u32(e, NFTNL_EXPR_BYTEORDER_LEN), u32(e, NFTNL_EXPR_BYTEORDER_SIZE)};
+	if (name == "cmp") return cmp(e);
+	if (name == "range")
+		return Range{u32(e, NFTNL_EXPR_RANGE_SREG), u32(e, NFTNL_EXPR_RANGE_OP) == NFT_RANGE_NEQ,
+			     data(e, NFTNL_EXPR_RANGE_FROM_DATA), data(e, NFTNL_EXPR_RANGE_TO_DATA)};
+	if (name == "lookup") {
+		std::string set = str(nftnl_expr_get_str(e, NFTNL_EXPR_LOOKUP_SET));
+		if (const auto id = optU32(e, NFTNL_EXPR_LOOKUP_SET_ID); id && batchSets.count(*id))
+			set = batchSets.at(*id);
+		return Lookup{std::move(set), u32(e, NFTNL_EXPR_LOOKUP_SREG), optU32(e, NFTNL_EXPR_LOOKUP_DREG),
+			      (u32(e, NFTNL_EXPR_LOOKUP_FLAGS) & NFT_LOOKUP_F_INV) != 0};
+	}
+	if (name == "immediate") return immediate(e);
+	if (name == "masq")
+		return Masquerade{u32(e, NFTNL_EXPR_MASQ_FLAGS), optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MIN),
+				  optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MAX)};
+	if (name == "nat")
+		return Nat{u32(e, NFTNL_EXPR_NAT_TYPE) == NFT_NAT_DNAT ? NatType::dnat : NatType::snat,
+			   u32(e, NFTNL_EXPR_NAT_FAMILY), optU32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN),
+			   optU32(e, NFTNL_EXPR_NAT_REG_ADDR_MAX), optU32(e, NFTNL_EXPR_NAT_REG_PROTO_MIN),
+			   optU32(e, NFTNL_EXPR_NAT_REG_PROTO_MAX), u32(e, NFTNL_EXPR_NAT_FLAGS)};
+	if (name == "redir")
+		return Redirect{u32(e, NFTNL_EXPR_REDIR_FLAGS), optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN),
+				optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX)};
+	if (name == "counter")
+		return Counter{nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_PACKETS), nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_BYTES)};
+	if (name == "log") {
+		Log l;
+		if (nftnl_expr_is_set(e, NFTNL_EXPR_LOG_PREFIX))
+			l.prefix = str(nftnl_expr_get_str(e, NFTNL_EXPR_LOG_PREFIX));
+		if (nftnl_expr_is_set(e, NFTNL_EXPR_LOG_GROUP))
+			l.group = nftnl_expr_get_u16(e, NFTNL_EXPR_LOG_GROUP);
+		return l;
+	}
+	if (name == "notrack" || name == "last") return Passthrough{name};
+	if (name == "limit" || name == "quota" || name == "connlimit") return RateMatch{name};
+	if (name == "objref") return objref(e);
+	if (name == "match")
+		return CompatMatch{str(nftnl_expr_get_str(e, NFTNL_EXPR_MT_NAME)), u32(e, NFTNL_EXPR_MT_REV),
+				   data(e, NFTNL_EXPR_MT_INFO)};
+	if (name == "target")
+		return CompatTarget{str(nftnl_expr_get_str(e, NFTNL_EXPR_TG_NAME)), u32(e, NFTNL_EXPR_TG_REV),
+				    data(e, NFTNL_EXPR_TG_INFO)};
+	if (auto load = opaqueLoad(name, e))
+		return *load;
+	return Unknown{name};
+}
+
+std::vector<Expression> expressionsOf(const nftnl_rule *rule, const SetNames &batchSets)
+{
+	std::vector<Expression> out;
+	netlink::ExprIterPtr iter(nftnl_expr_iter_create(rule));
+	if (!iter)
+		throw std::bad_alloc();
+	while (const nftnl_expr *e = nftnl_expr_iter_next(iter.get())) {
+		if (out.size() > kMaxExpressionsPerRule)
+			break; // the decoder says the rule has too many
+		out.push_back(convert(e, batchSets));
+	}
+	return out;
+}
+
+// ---- Sets ----
+
+// A set's declaration; its elements come apart.
+Set declaredSet(const nftnl_set *s)
+{
+	const auto get = [s](uint16_t attr) { return nftnl_set_is_set(s, attr) ? nftnl_set_get_u32(s, attr) : 0; };
+	Set set;
+	set.name = str(nftnl_set_get_str(s, NFTNL_SET_NAME));
+	set.flags = get(NFTNL_SET_FLAGS);
+	set.keyType = get(NFTNL_SET_KEY_TYPE);
+	set.keyLen = get(NFTNL_SET_KEY_LEN);
+	set.dataType = get(NFTNL_SET_DATA_TYPE);
+	set.dataLen = get(NFTNL_SET_DATA_LEN);
+	return set;
+}
+
+Bytes elementBytes(nftnl_set_elem *elem, uint16_t attr)
+{
+	uint32_t len = 0;
+	const auto *p = static_cast<const uint8_t *>(nftnl_set_elem_get(elem, attr, &len));
+	return p && nftnl_set_elem_is_set(elem, attr) ? Bytes(p, p + len) : Bytes();
+}
+
+struct ElementSink {
+	Set *set;
+	size_t *budget;
+	bool failed = false;
+};
+
+// A C callback (nftnl_set_elem_foreach): nothing may be thrown through it.
+int collectElement(nftnl_set_elem *elem, void *arg)
+{
+	auto *sink = static_cast<ElementSink *>(arg);
+	try {
+		if (*sink->budget == 0) {
+			sink->set->markUnusable(fmt::format("set {} was not read whole (the check's limit of "
+							    "elements)", sink->set->name));
+			return 0;
+		}
+		--*sink->budget;
+		SetElement e;
+		e.key = elementBytes(elem, NFTNL_SET_ELEM_KEY);
+		e.keyEnd = elementBytes(elem, NFTNL_SET_ELEM_KEY_END);
+		const uint32_t flags = nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_FLAGS)
+					       ? nftnl_set_elem_get_u32(elem, NFTNL_SET_ELEM_FLAGS)
+					       : 0;
+		e.intervalEnd = flags & NFT_SET_ELEM_INTERVAL_END;
+		e.catchAll = flags & NFT_SET_ELEM_CATCHALL;
+		e.data = elementBytes(elem, NFTNL_SET_ELEM_DATA);
+		if (nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_VERDICT))
+			e.verdict = verdictOf(static_cast<int32_t>(nftnl_set_elem_get_u32(elem, NFTNL_SET_ELEM_VERDICT)),
+					      nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_CHAIN)
+						      ? nftnl_set_elem_get_str(elem, NFTNL_SET_ELEM_CHAIN)
+						      : nullptr);
+		sink->set->add(e);
+		return 0;
+	} catch (...) {
+		sink->failed = true;
+		return -1;
+	}
+}
+
+// The bytes a string or byte string keeps on the heap, with the allocator's own 16.
+size_t heapBytes(const std::string &s)
+{
+	return s.capacity() > 15 ? s.capacity() + 16 : 0; // the string's own room holds 15
+}
+size_t heapBytes(const Bytes &b)
+{
+	return b.capacity() ? b.capacity() + 16 : 0;
+}
+
+// What a decoded rule holds, for the memory budget: its arrays and what its values and
+// statements keep on the heap.
+size_t ruleBytes(const Rule &rule)
+{
+	size_t bytes = sizeof(Rule) + heapBytes(rule.comment) +
+		       4 * 16 + rule.values.capacity() * sizeof(Value) +
+		       rule.statements.capacity() * sizeof(Statement) +
+		       rule.slices.capacity() * sizeof(Slice) + rule.reads.capacity() * sizeof(rule.reads[0]);
+	const auto heap = Overloaded{
+		[](const Constant &c) { return heapBytes(c.bytes); },
+		[](const Opaque &o) { return heapBytes(o.name); },
+		[](const Masked &m) { return heapBytes(m.maskAndXor); },
+		[](const MapData &m) { return heapBytes(m.set); },
+		[](const Compare &c) { return heapBytes(c.data); },
+		[](const InRange &r) { return heapBytes(r.bounds); },
+		[](const InSet &in) { return heapBytes(in.set); },
+		[](const VerdictMap &v) { return heapBytes(v.set); },
+		[](const SetVerdict &v) { return heapBytes(v.verdict.chain); },
+		[](const Note &n) { return heapBytes(n.text); },
+		[](const RateLimited &r) { return heapBytes(r.name); },
+		[](const Undecodable &u) {
+			return sizeof(Undecodable::Words) + 32 + heapBytes(u.text()) + heapBytes(u.reason());
+		},
+		[](const auto &) { return size_t(0); },
+	};
+	for (const Value &v : rule.values)
+		bytes += std::visit(heap, v.source);
+	for (const Statement &st : rule.statements)
+		bytes += std::visit(heap, st);
+	return bytes;
+}
+
+bool isNatPostrouting(const Chain &chain)
+{
+	return chain.base && chain.base->type == "nat" && chain.base->hook == NF_INET_POST_ROUTING;
+}
+
+// ---- One read ----
+
+struct TableKey {
+	TableFamily family;
+	std::string name;
+	auto operator<=>(const TableKey &) const = default;
+};
+
+// Which tables other commits changed since it was opened: nf_tables notifications.
+class ChangeWatch
+{
+public:
+	static std::optional<ChangeWatch> open()
+	{
+		auto socket = netlink::Socket::open();
+		if (!socket || !socket->joinGroup(NFNLGRP_NFTABLES))
+			return std::nullopt;
+		(void)socket->reserveBuffers(0, 4u << 20); // best effort: an overrun means "all"
+		return ChangeWatch(std::move(*socket));
+	}
+	// Lost notifications, or ones that name no table: every table may have changed.
+	uint64_t blind()
+	{
+		drain();
+		return blind_;
+	}
+	// Whether `table` changed since forget(table) (or the start), or the watch went blind
+	// since `blindAt`.
+	bool changed(const TableKey &table, uint64_t blindAt)
+	{
+		drain();
+		return blind_ != blindAt || changed_.count(table);
+	}
+	void forget(const TableKey &table) { changed_.erase(table); }
+
+private:
+	explicit ChangeWatch(netlink::Socket socket) : socket_(std::move(socket)) {}
+	void drain()
+	{
+		auto drained = socket_.drainNotifications(
+			[this](const nlmsghdr *nlh) {
+				const NotificationSubject s = subjectOf(nlh);
+				const auto family = familyOf(s.family);
+				if (s.kind == NotificationSubject::Kind::unknown)
+					blind_++;
+				else if (s.kind == NotificationSubject::Kind::table && family)
+					changed_.insert({*family, s.table});
+			},
+			SIZE_MAX);
+		if (!drained || drained->overrun)
+			blind_++;
+	}
+
+	netlink::Socket socket_;
+	std::set<TableKey> changed_;
+	uint64_t blind_ = 0;
+};
+
+Result<uint32_t> generationOf(netlink::Socket &socket)
+{
+	std::optional<uint32_t> id;
+	Status s = socket.query(messageType(NFT_MSG_GETGEN), NFPROTO_UNSPEC, 0, nullptr,
+				[&id](const nlmsghdr *nlh) -> Status {
+					netlink::GenPtr gen = netlink::newGen();
+					if (nftnl_gen_nlmsg_parse(nlh, gen.get()) < 0)
+						return fail("cannot parse the generation", EPROTO);
+					id = nftnl_gen_get_u32(gen.get(), NFTNL_GEN_ID);
+					return {};
+				});
+	if (!s)
+		return fail(s.error());
+	if (!id)
+		return fail("the kernel sent no ruleset generation", EPROTO);
+	return *id;
+}
+
+bool raced(const Error &error)
+{
+	// A dump interrupted by a commit (EINTR), an object gone in between (ENOENT).
+	return error.errnum == EINTR || error.errnum == ENOENT;
+}
+
+class Reader
+{
+public:
+	explicit Reader(const NatReadLimits &limits) : limits_(limits) {}
+
+	Result<NatRuleset> read();
+
+private:
+	Status reopen();
+	Status dump(uint8_t message, uint16_t family, const netlink::RequestBuilder &build,
+		    const netlink::ReplyHandler &onReply);
+	Status listTables(std::set<TableKey> &out);
+	Status listChains(const std::set<TableKey> &tables, std::map<TableKey, std::vector<Chain>> &out);
+	Result<Table> readConsistently(const TableKey &key, std::vector<Chain> chains);
+	Status readTable(Table &table);
+	Status readSets(Table &table);
+	Status readRules(Table &table, Chain &chain, std::vector<std::string> &reached,
+			 std::set<std::string> &looked);
+	Status readElements(Table &table, Set &set);
+	// Over a limit: the table is kept as unreadable, its memory given back.
+	Status overBudget(const char *what, size_t limit) const;
+
+	const NatReadLimits &limits_;
+	std::optional<netlink::Socket> socket_;
+	std::optional<ChangeWatch> watch_;
+	// When the lists were read: the watch's blind count, or without a watch the ruleset
+	// generation.
+	uint64_t start_ = 0;
+	size_t rules_ = 0, elementBudget_ = 0, bytes_ = 0;
+};
+
+constexpr int kOverBudget = E2BIG;
+
+Status Reader::reopen()
+{
+	// A fresh socket ends a dump left half read: the kernel stops producing it.
+	auto socket = netlink::Socket::open();
+	if (!socket)
+		return fail(socket.error());
+	socket_.emplace(std::move(*socket));
+	return {};
+}
+
+Status Reader::dump(uint8_t message, uint16_t family, const netlink::RequestBuilder &build,
+		    const netlink::ReplyHandler &onReply)
+{
+	// A dump of one table's objects (a request that names the table) is not failed by
+	// other tables' commits when the notifications will tell whether its own changed; the
+	// lists of every table and chain are read again when interrupted.
+	socket_->tolerateInterruptedDumps(watch_ && build != nullptr);
+	Status s = socket_->query(messageType(message), family, NLM_F_DUMP, build, onReply);
+	if (!s && s.error().errnum == kOverBudget)
+		if (auto r = reopen(); !r)
+			return r;
+	return s;
+}
+
+Status Reader::overBudget(const char *what, size_t limit) const
+{
+	return fail(fmt::format("it holds more than {} {} to read (the check's limit)", limit, what), kOverBudget);
+}
+
+Status Reader::listTables(std::set<TableKey> &out)
+{
+	size_t seen = 0;
+	return dump(NFT_MSG_GETTABLE, NFPROTO_UNSPEC, nullptr, [&](const nlmsghdr *nlh) -> Status {
+		if (++seen > limits_.maxTables)
+			return fail(fmt::format("the ruleset has more than {} tables to read for the NAT "
+						"check (its limit)", limits_.maxTables), E2BIG);
+		netlink::TablePtr t = netlink::newTable();
+		if (auto p = parsedOk(nftnl_table_nlmsg_parse(nlh, t.get()), "table"); !p)
+			return p;
+		if (const auto family = familyOf(nftnl_table_get_u32(t.get(), NFTNL_TABLE_FAMILY)))
+			out.insert({*family, str(nftnl_table_get_str(t.get(), NFTNL_TABLE_NAME))});
+		return {};
+	});
+}
+
+Status Reader::listChains(const std::set<TableKey> &tables, std::map<TableKey, std::vector<Chain>> &out)
+{
+	size_t seen = 0;
+	return dump(NFT_MSG_GETCHAIN, NFPROTO_UNSPEC, nullptr, [&](const nlmsghdr *nlh) -> Status {
+		netlink::ChainPtr c = netlink::newChain();
+		if (auto p = parsedOk(nftnl_chain_nlmsg_parse(nlh, c.get()), "chain"); !p)
+			return p;
+		const auto family = familyOf(nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_FAMILY));
+		if (!family)
+			return {};
+		if (++seen > limits_.maxChains)
+			return fail(fmt::format("the ruleset has more than {} chains to read for the NAT "
+						"check (its limit)", limits_.maxChains), E2BIG);
+		const TableKey key{*family, str(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TABLE))};
+		if (!tables.count(key))
+			return {}; // a table created after the table dump: the next read sees it
+		Chain chain;
+		chain.name = str(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_NAME));
+		if (nftnl_chain_is_set(c.get(), NFTNL_CHAIN_HOOKNUM))
+			chain.base = BaseHook{str(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TYPE)),
+					      nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_HOOKNUM),
+					      nftnl_chain_get_s32(c.get(), NFTNL_CHAIN_PRIO),
+					      nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_POLICY) == NF_DROP
+						      ? VerdictCode::drop
+						      : VerdictCode::accept};
+		out[key].push_back(std::move(chain));
+		return {};
+	});
+}
+
+Status Reader::readSets(Table &table)
+{
+	netlink::SetPtr filter = netlink::newSet();
+	nftnl_set_set_str(filter.get(), NFTNL_SET_TABLE, table.name.c_str());
+	return dump(
+		NFT_MSG_GETSET, nfprotoOf(table.family),
+		[&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, filter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			netlink::SetPtr s = netlink::newSet();
+			if (auto p = parsedOk(nftnl_set_nlmsg_parse(nlh, s.get()), "set"); !p)
+				return p;
+			if (str(nftnl_set_get_str(s.get(), NFTNL_SET_TABLE)) != table.name)
+				return {};
+			if ((bytes_ += sizeof(Set)) > limits_.maxBytes)
+				return overBudget("bytes of sets and rules", limits_.maxBytes);
+			table.sets.push_back(declaredSet(s.get()));
+			return {};
+		});
+}
+
+Status Reader::readElements(Table &table, Set &set)
+{
+	netlink::SetPtr filter = netlink::newSet();
+	nftnl_set_set_str(filter.get(), NFTNL_SET_TABLE, table.name.c_str());
+	nftnl_set_set_str(filter.get(), NFTNL_SET_NAME, set.name.c_str());
+	ElementSink sink{&set, &elementBudget_};
+	Status s = dump(
+		NFT_MSG_GETSETELEM, nfprotoOf(table.family),
+		[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, filter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			if (!set.unusable().empty())
+				return {}; // the rest of the dump is read and dropped
+			netlink::SetPtr part = netlink::newSet();
+			if (auto p = parsedOk(nftnl_set_elems_nlmsg_parse(nlh, part.get()), "set element"); !p)
+				return p;
+			if (nftnl_set_elem_foreach(part.get(), collectElement, &sink) < 0 || sink.failed)
+				return fail("out of memory reading set elements", ENOMEM);
+			return {};
+		});
+	if (!s)
+		return s;
+	set.finish();
+	if ((bytes_ += set.bytes()) > limits_.maxBytes)
+		return overBudget("bytes of sets and rules", limits_.maxBytes);
+	return {};
+}
+
+Status Reader::readRules(Table &table, Chain &chain, std::vector<std::string> &reached,
+			 std::set<std::string> &looked)
+{
+	netlink::RulePtr filter = netlink::newRule();
+	nftnl_rule_set_str(filter.get(), NFTNL_RULE_TABLE, table.name.c_str());
+	nftnl_rule_set_str(filter.get(), NFTNL_RULE_CHAIN, chain.name.c_str());
+	std::vector<std::string> sets;
+	Status s = dump(
+		NFT_MSG_GETRULE, nfprotoOf(table.family),
+		[&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, filter.get()); },
+		[&](const nlmsghdr *nlh) -> Status {
+			netlink::RulePtr r = netlink::newRule();
+			if (auto p = parsedOk(nftnl_rule_nlmsg_parse(nlh, r.get()), "rule"); !p)
+				return p;
+			if (str(nftnl_rule_get_str(r.get(), NFTNL_RULE_TABLE)) != table.name ||
+			    str(nftnl_rule_get_str(r.get(), NFTNL_RULE_CHAIN)) != chain.name)
+				return {};
+			if (++rules_ > limits_.maxRules)
+				return overBudget("rules", limits_.maxRules);
+			Rule rule = decodeRule(table, nftnl_rule_get_u64(r.get(), NFTNL_RULE_HANDLE),
+					       expressionsOf(r.get(), {}), ruleComment(r.get()));
+			if ((bytes_ += ruleBytes(rule)) > limits_.maxBytes)
+				return overBudget("bytes of sets and rules", limits_.maxBytes);
+			for (const Statement &st : rule.statements)
+				std::visit(Overloaded{
+						   [&](const SetVerdict &v) {
+							   if (v.verdict.code == VerdictCode::jump ||
+							       v.verdict.code == VerdictCode::goTo)
+								   reached.push_back(v.verdict.chain);
+						   },
+						   [&](const VerdictMap &m) { sets.push_back(m.set); },
+						   [&](const InSet &in) { sets.push_back(in.set); },
+						   [&](const auto &) {},
+					   },
+					   st);
+			for (const Value &v : rule.values)
+				if (const auto *m = std::get_if<MapData>(&v.source))
+					sets.push_back(m->set);
+			chain.rules.push_back(std::move(rule));
+			return {};
+		});
+	if (!s)
+		return s;
+	// The elements of the sets it looks up, once each (not during the rules' dump: one
+	// dump at a time on a socket); a verdict map's chains are reached too.
+	for (const std::string &name : sets) {
+		auto set = std::find_if(table.sets.begin(), table.sets.end(),
+					[&name](const Set &candidate) { return candidate.name == name; });
+		if (set == table.sets.end() || !looked.insert(name).second)
+			continue;
+		if (auto el = readElements(table, *set); !el)
+			return el;
+		for (const Verdict &v : set->verdicts())
+			if (v.code == VerdictCode::jump || v.code == VerdictCode::goTo)
+				reached.push_back(v.chain);
+	}
+	return {};
+}
+// The rules of every chain the table's nat postrouting base chains reach, the sets they
+// look up with their elements; other chains and sets are dropped.
+Status Reader::readTable(Table &table)
+{
+	if (auto s = readSets(table); !s)
+		return s;
+	std::deque<std::string> queue;
+	std::set<std::string> queued, looked;
+	for (const Chain &c : table.chains)
+		if (isNatPostrouting(c) && queued.insert(c.name).second)
+			queue.push_back(c.name);
+	while (!queue.empty()) {
+		const std::string name = queue.front();
+		queue.pop_front();
+		Chain *chain = const_cast<Chain *>(table.findChain(name));
+		if (!chain)
+			continue; // the evaluator says "chain X was not read" if a rule jumps there
+		std::vector<std::string> reached;
+		if (auto s = readRules(table, *chain, reached, looked); !s)
+			return s;
+		for (std::string &next : reached)
+			if (queued.insert(next).second)
+				queue.push_back(std::move(next));
+	}
+	std::erase_if(table.chains, [&queued](const Chain &c) { return !queued.count(c.name); });
+	std::erase_if(table.sets, [&looked](const Set &s) { return !looked.count(s.name); });
+	return {};
+}
+
+// One table, read again while another commit changes it, at most `attempts` times; then,
+// or beyond a limit, kept as unreadable with the reason: its nat postrouting base chains
+// without their rules, so that the evaluator meets them where they run and says "may",
+// and nothing of what it read counts against the other tables' budget.
+Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> chains)
+{
+	std::vector<Chain> baseChains;
+	for (const Chain &chain : chains)
+		if (isNatPostrouting(chain))
+			baseChains.push_back({chain.name, chain.base, {}});
+	const auto unreadable = [&](std::string why) {
+		return Table{key.family, key.name, baseChains, {}, std::move(why)};
+	};
+	uint64_t since = start_; // when the table was listed
+	for (int attempt = 0; attempt < std::max(limits_.attempts, 1); attempt++) {
+		Table table{key.family, key.name, {}, {}};
+		const size_t rulesBefore = rules_, bytesBefore = bytes_, elementsBefore = elementBudget_;
+		Status s;
+		if (attempt == 0) {
+			table.chains = std::move(chains); // listed with every table's, since the start
+		} else {
+			if (watch_)
+				watch_->forget(key);
+			since = watch_ ? watch_->blind() : generationOf(*socket_).value_or(0);
+			std::map<TableKey, std::vector<Chain>> listed;
+			s = listChains({key}, listed);
+			table.chains = std::move(listed[key]);
+		}
+		if (s)
+			s = readTable(table);
+		if (!s && s.error().errnum != kOverBudget && !raced(s.error()))
+			return fail(s.error());
+		const bool overBudget = !s && s.error().errnum == kOverBudget;
+		const bool again = !overBudget && (!s || (watch_ ? watch_->changed(key, since)
+								 : generationOf(*socket_).value_or(since + 1) != since));
+		if (s && !again)
+			return table;
+		// What the table held is given back to the budget: it is dropped.
+		rules_ = rulesBefore;
+		bytes_ = bytesBefore;
+		elementBudget_ = elementsBefore;
+		if (overBudget)
+			return unreadable(s.error().message);
+	}
+	return unreadable(fmt::format("it kept changing while it was read ({} attempts)", limits_.attempts));
+}
+
+Result<NatRuleset> Reader::read()
+{
+	if (auto s = reopen(); !s)
+		return fail(s.error());
+	watch_ = ChangeWatch::open();
+	start_ = watch_ ? watch_->blind() : generationOf(*socket_).value_or(0);
+	elementBudget_ = limits_.maxElements;
+	std::set<TableKey> keys;
+	std::map<TableKey, std::vector<Chain>> chains;
+	Status s;
+	// The lists are short dumps; one that a commit interrupts is read again.
+	for (int attempt = 0; attempt < std::max(limits_.attempts, 1); attempt++) {
+		keys.clear();
+		chains.clear();
+		s = listTables(keys);
+		if (s)
+			s = listChains(keys, chains);
+		if (s || !raced(s.error()))
+			break;
+	}
+	if (!s)
+		return fail(s.error().withContext("listing the tables and chains: "));
+	NatRuleset ruleset;
+	for (auto &[key, list] : chains) {
+		if (std::none_of(list.begin(), list.end(), isNatPostrouting) ||
+		    (key.family == TableFamily::inet && key.name == limits_.skipInetTable))
+			continue;
+		auto table = readConsistently(key, std::move(list));
+		if (!table)
+			return fail(table.error().withContext(
+				fmt::format("reading table {} {}: ", tableFamilyName(key.family), key.name)));
+		if (!table->unreadable.empty())
+			table->unreadable = fmt::format("table {} {} could not be read: {}",
+							tableFamilyName(key.family), key.name, table->unreadable);
+		ruleset.tables.push_back(std::move(*table));
+	}
+	return ruleset;
+}
+
+Error withHint(Error error)
+{
+	if (error.errnum == EPERM)
+		error.message += " (reading other tables' NAT needs CAP_NET_ADMIN)";
+	return error;
+}
+
+} // namespace
+
+std::vector<Expression> expressionsOf(const nftnl_rule *rule)
+{
+	return expressionsOf(rule, {});
+}
+
+std::string ruleComment(const nftnl_rule *rule)
+{
+	uint32_t len = 0;
+	const void *data = nftnl_rule_get_data(rule, NFTNL_RULE_USERDATA, &len);
+	return netlink::userdataComment(data, len, NFTNL_UDATA_RULE_COMMENT);
+}
+
+Result<NatRuleset> readNatRuleset(const NatReadLimits &limits)
+{
+	auto ruleset = Reader(limits).read();
+	if (!ruleset)
+		return fail(withHint(ruleset.error()));
+	return ruleset;
+}
+
+Result<Table> agentTable(const Ruleset &ruleset)
+{
+	auto encoded = netlink::encodeRuleset(ruleset);
+	if (!encoded)
+		return fail(encoded.error());
+	Table table{TableFamily::inet, ruleset.table, {}, {}};
+	// Sets as the kernel holds them; anonymous ones get the names the kernel would give.
+	SetNames batchSets;
+	const auto addSet = [&](const netlink::EncodedSet &encoded) {
+		Set set = declaredSet(encoded.set.get());
+		if (set.flags & NFT_SET_ANONYMOUS) {
+			set.name = fmt::format("__set{}", batchSets.size());
+			batchSets[nftnl_set_get_u32(encoded.set.get(), NFTNL_SET_ID)] = set.name;
+		}
+		for (const netlink::ElementChunk &chunk : encoded.elements)
+			for (const netlink::ElementSpec &spec : chunk.elements)
+				set.add({Bytes(spec.key.begin(), spec.key.begin() + spec.keyLen), {}, spec.intervalEnd});
+		set.finish();
+		table.sets.push_back(std::move(set));
+	};
+	for (const netlink::EncodedSet &set : encoded->sets)
+		addSet(set);
+	for (const netlink::EncodedChain &encodedChain : encoded->chains)
+		for (const netlink::EncodedRule &rule : encodedChain.rules)
+			for (const netlink::EncodedSet &set : rule.anonymousSets)
+				addSet(set);
+	for (size_t c = 0; c < encoded->chains.size(); c++) {
+		const ipmasq::Chain &desired = ruleset.chains[c];
+		Chain chain;
+		chain.name = desired.name;
+		if (desired.hook)
+			chain.base = BaseHook{"nat", NF_INET_POST_ROUTING, desired.hook->priority, VerdictCode::accept};
+		uint64_t handle = 0;
+		for (const netlink::EncodedRule &rule : encoded->chains[c].rules)
+			chain.rules.push_back(decodeRule(table, ++handle, expressionsOf(rule.rule.get(), batchSets),
+							 ruleComment(rule.rule.get())));
+		table.chains.push_back(std::move(chain));
+	}
+	return table;
+}
+
+Result<LegacyNat> legacyNatTables(const std::string &procNet)
+{
+	const auto lists = [&procNet](const char *file) -> Result<bool> {
+		const std::string path = procNet + "/" + file;
+		struct stat st;
+		if (stat(path.c_str(), &st) != 0) {
+			if (errno == ENOENT)
+				return false; // the module is not loaded
+			return fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)), errno);
+		}
+		std::ifstream in(path);
+		if (!in)
+			return fail(fmt::format("cannot read {}", path), EIO);
+		std::string line;
+		for (int lines = 0; lines < 1000 && std::getline(in, line); lines++)
+			if (line == "nat")
+				return true;
+		return false;
+	};
+	auto v4 = lists("ip_tables_names");
+	if (!v4)
+		return fail(v4.error());
+	auto v6 = lists("ip6_tables_names");
+	if (!v6)
+		return fail(v6.error());
+	return LegacyNat{*v4, *v6};
+}
+
+} // namespace ipmasq::nat

@@ -80,7 +80,12 @@ ResponsivenessFigure addressNotification()
 	std::vector<double> samples;
 	constexpr size_t kChanges = 20;
 	if (FILE *ip = popen("ip -batch -", "w"); monitor && ip) {
-		for (int i = 0; i < 100 && (*monitor).drain().value_or(false); i++)
+		// Whether a drain read a change (or found some were lost).
+		const auto drained = [&monitor] {
+			const auto changes = monitor->drain();
+			return changes && (!changes->changes.empty() || changes->overrun);
+		};
+		for (int i = 0; i < 100 && drained(); i++)
 			; // what setting up the interface queued
 		for (size_t i = 0; i < kChanges; i++) {
 			const std::string command =
@@ -89,7 +94,7 @@ ResponsivenessFigure addressNotification()
 			std::fputs(command.c_str(), ip);
 			std::fflush(ip);
 			pollfd pfd{(*monitor).fd(), POLLIN, 0};
-			if (poll(&pfd, 1, 5000) != 1 || !(*monitor).drain().value_or(false))
+			if (poll(&pfd, 1, 5000) != 1 || !drained())
 				break;
 			samples.push_back(msSince(start));
 		}

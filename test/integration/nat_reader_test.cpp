@@ -308,7 +308,8 @@ TEST_CASE("the agent's own table: read from the kernel like any other, and linea
 	// The desired ruleset of the same config, encoded by the backend's encoder and decoded
 	// by the same decoder (what the daemon and --explain walk), is the kernel's table rule
 	// for rule, and walked as the agent's it decides the same.
-	const auto desired = desiredFromLocation(ConfigLocation::file(dir.file("config")), {}, {}, std::nullopt);
+	const auto desired = desiredFromLocation(ConfigLocation::file(dir.file("config")), {}, {},
+						 Result<std::vector<NodeAddress>>(std::vector<NodeAddress>{}));
 	INFO((desired ? "" : desired.error().message));
 	REQUIRE(desired);
 	const auto agent = nat::agentTable(desired->ruleset);

@@ -373,7 +373,7 @@ TEST_CASE("Prometheus loads the alert rules and evaluates them on the agent: all
 		"IPMasqAgentNotReady", "IPMasqAgentSyncFailing", "IPMasqAgentTableRepairsClimbing",
 		"IPMasqAgentConntrackInsertFailures", "IPMasqAgentConntrackTableNearlyFull",
 		"IPMasqAgentConntrackUnreadable", "IPMasqAgentOutputAddressMissing",
-		"IPMasqAgentNatConflict"};
+		"IPMasqAgentNatConflict", "IPMasqAgentNatCheckUnreadable"};
 	ServingAgent agent;
 	Prometheus prometheus;
 	std::string rules;

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <sys/resource.h>
@@ -129,26 +130,37 @@ OneShot runOnce(const std::vector<std::string> &args)
 	return shot;
 }
 
-// Neighbour work on the node for as long as it lives: `command` in a loop (bounded by
-// timeout(1) and by the destructor).
+// Neighbour work on the node for as long as it lives: `command` in a loop, bounded by
+// timeout(1) and ended by the destructor. The destructor signals timeout(1), which passes
+// the signal to its whole process group: a long pipeline (the busy writer's) ends with the
+// test case instead of running out its bound.
 class Neighbour
 {
 public:
 	Neighbour(const std::string &command, int seconds)
 		: thread_([command, seconds, this] {
-			  run(fmt::format("timeout {} sh -c 'while [ ! -e {} ]; do {}; done' >/dev/null 2>&1",
-					  seconds, stopFile_.file("stop"), command));
+			  run(fmt::format("timeout {} sh -c 'while [ ! -e {} ]; do {}; done' >/dev/null 2>&1 & "
+					  "echo $! > {}; wait",
+					  seconds, control_.file("stop"), command, control_.file("pid")));
 		  })
 	{
 	}
 	~Neighbour()
 	{
-		stopFile_.write("stop", "");
+		control_.write("stop", "");
+		// The pid is written as soon as the shell starts timeout(1); bounded in case it never is.
+		const auto written = [this] {
+			std::error_code error;
+			return std::filesystem::file_size(control_.file("pid"), error) > 0 && !error;
+		};
+		for (int tries = 0; tries < 100 && !written(); tries++)
+			std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		run(fmt::format("kill -TERM $(cat {}) 2>/dev/null", control_.file("pid")));
 		thread_.join();
 	}
 
 private:
-	TempDir stopFile_;
+	TempDir control_;
 	std::thread thread_;
 };
 

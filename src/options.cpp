@@ -7,6 +7,7 @@
 #include "ip-masq-agent/ruleset_mapping.h"
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -183,77 +184,195 @@ Status explainFlags(const std::vector<std::string> &destinations,
 	return {};
 }
 
+// One flag, described once: its name, its default as --help shows it (none: absent unless
+// given), its help, how its texts become options (an error names the flag and the value),
+// and what the start-up line says of it (none: nothing).
+struct FlagRow {
+	enum class Kind {
+		value, // --name=TEXT
+		values, // repeatable
+		boolean, // --name alone is true; Go's bool spellings
+		optionalValue, // --name alone is "true"
+	};
+	const char *name;
+	std::optional<std::string> defaultText;
+	Kind kind;
+	const char *help;
+	std::function<Status(AgentOptions &, const std::vector<std::string> &)> apply;
+	std::function<std::optional<std::string>(const AgentOptions &)> effective;
+	// The whole "--name=value" when it is not that (--config says --config-dir=DIR too).
+	std::function<std::string(const AgentOptions &)> logged = nullptr;
+
+	// Boost's description of it: every value is taken as text.
+	po::value_semantic *semantic(std::vector<std::string> &into) const
+	{
+		auto *v = po::value<std::vector<std::string>>(&into);
+		if (defaultText)
+			v->default_value({*defaultText}, *defaultText);
+		if (kind == Kind::boolean || kind == Kind::optionalValue)
+			v->implicit_value({"true"}, "true");
+		if (kind != Kind::values)
+			v->notifier([name = name](const std::vector<std::string> &given) {
+				// Boost collects repeats into the vector; a flag given twice is an error.
+				if (given.size() > 1) {
+					po::multiple_occurrences twice;
+					twice.set_option_name(name);
+					twice.set_prefix(po::command_line_style::allow_long);
+					throw twice;
+				}
+			});
+		return v;
+	}
+};
+
 } // namespace
 
 Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 {
 	CommandLine cl;
 	AgentOptions &o = cl.options;
-	// Every value is taken as text and converted here, so that each error names the
+	// What the rows take in as text before the checks that span several flags.
+	struct Texts {
+		std::string configFile, configDir, version;
+		std::vector<std::string> explain, explainSources;
+	} texts;
+	using Values = std::vector<std::string>;
+	// Every value is taken as text and converted by its row, so that each error names the
 	// flag and the offending value in our words (see flagError).
-	std::string configFile = kDefaultConfigPath, configDir;
-	std::string toPorts, priority = formatChainPriority(kDefaultPriority);
-	std::string version, verbosity = "0", loggingFormat = "text";
-	std::map<std::string, std::string> bools;
-	std::vector<std::string> explainTexts, explainSourceTexts;
-	const auto boolValue = [&bools](const char *name, const char *defaultValue) {
-		return po::value(&bools[name])->default_value(defaultValue)->implicit_value("true");
+	const auto boolRow = [](const char *name, bool defaultValue, const char *help, auto field) {
+		return FlagRow{name, boolText(defaultValue), FlagRow::Kind::boolean, help,
+			       [name, field](AgentOptions &o, const Values &v) -> Status {
+				       auto value = boolFlag(name, v.back());
+				       if (!value)
+					       return fail(value.error());
+				       field(o) = *value;
+				       return {};
+			       },
+			       [field](const AgentOptions &o) {
+				       return std::optional(boolText(field(const_cast<AgentOptions &>(o))));
+			       }};
 	};
+	// clang-format off
+	const std::vector<FlagRow> rows = {
+		{"config", kDefaultConfigPath, FlagRow::Kind::value,
+		 "Config file (YAML or JSON). Absent means all defaults.",
+		 [&texts](AgentOptions &, const Values &v) { texts.configFile = v.back(); return Status{}; },
+		 [](const AgentOptions &) { return std::optional(std::string()); },
+		 [](const AgentOptions &o) { return o.config.flag(); }}, // or --config-dir=DIR
+		{"config-dir", std::nullopt, FlagRow::Kind::value,
+		 "Instead of --config: merge every file in this directory whose name starts with "
+		 "\"ip-masq\" (e.g. a projected volume of several ConfigMaps). Missing or empty means "
+		 "all defaults.",
+		 [&texts](AgentOptions &, const Values &v) { texts.configDir = v.back(); return Status{}; },
+		 nullptr},
+		{"masq-chain", kDefaultMasqChain, FlagRow::Kind::value,
+		 "Name of the chain holding the masquerade rules.",
+		 [](AgentOptions &o, const Values &v) { o.ruleset.masqChain = v.back(); return Status{}; },
+		 [](const AgentOptions &o) { return std::optional(o.ruleset.masqChain); }},
+		boolRow("nomasq-all-reserved-ranges", false,
+			"Also keep all reserved IPv4 ranges (RFC 6598, 5737, 2544, 7526, 6890, class E) "
+			"un-NATed when the config gives no nonMasqueradeCIDRs.",
+			[](AgentOptions &o) -> bool & { return o.configFlags.nomasqAllReservedRanges; }),
+		boolRow("enable-ipv6", false, "Also masquerade IPv6, with fe80::/10 and IPv6 "
+			"nonMasqueradeCIDRs un-NATed.",
+			[](AgentOptions &o) -> bool & { return o.configFlags.enableIpv6; }),
+		boolRow("random-fully", true, "Masquerade with fully randomized source ports.",
+			[](AgentOptions &o) -> bool & { return o.ruleset.randomFully; }),
+		boolRow("connection-counters", true, "Count new connections per decision in named "
+			"counters of the table (ip_masq_agent_connections_total); false leaves them out.",
+			[](AgentOptions &o) -> bool & { return o.ruleset.connectionCounters; }),
+		{"to-ports", "", FlagRow::Kind::value,
+		 "Masquerade tcp, udp and sctp to these source ports only, e.g. \"1024-29999,32768-65535\".",
+		 [](AgentOptions &o, const Values &v) -> Status {
+			 auto ports = parsePortRanges(v.back());
+			 if (!ports)
+				 return fail(ports.error());
+			 o.ruleset.toPorts = std::move(*ports);
+			 return {};
+		 },
+		 [](const AgentOptions &o) {
+			 std::vector<std::string> ranges;
+			 for (const PortRange &range : o.ruleset.toPorts)
+				 ranges.push_back(range.toString());
+			 return std::optional(fmt::format("{}", fmt::join(ranges, ",")));
+		 }},
+		{"table", kDefaultTableName, FlagRow::Kind::value,
+		 "Name of the agent's own nftables table (family inet).",
+		 [](AgentOptions &o, const Values &v) { o.ruleset.table = v.back(); return Status{}; },
+		 [](const AgentOptions &o) { return std::optional(o.ruleset.table); }},
+		{"priority", formatChainPriority(kDefaultPriority), FlagRow::Kind::value,
+		 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").",
+		 [](AgentOptions &o, const Values &v) -> Status {
+			 auto priority = parseChainPriority(v.back());
+			 if (!priority)
+				 return fail(priority.error());
+			 o.ruleset.priority = *priority;
+			 return {};
+		 },
+		 [](const AgentOptions &o) { return std::optional(formatChainPriority(o.ruleset.priority)); }},
+		boolRow("dry-run", false, "Print the ruleset as nft -f input and exit; needs no privileges.",
+			[](AgentOptions &o) -> bool & { return o.dryRun; }),
+		boolRow("once", false, "Apply the ruleset once and exit; the exit status says whether it worked.",
+			[](AgentOptions &o) -> bool & { return o.once; }),
+		boolRow("cleanup", false, "Delete the agent's table, and nothing else, and exit.",
+			[](AgentOptions &o) -> bool & { return o.cleanup; }),
+		{"explain", std::nullopt, FlagRow::Kind::values,
+		 "Say why this destination address is (not) masqueraded and exit; repeatable. "
+		 "Needs no privileges; with CAP_NET_ADMIN also checks the kernel's table.",
+		 [&texts](AgentOptions &, const Values &v) { texts.explain = v; return Status{}; }, nullptr},
+		{"explain-source", std::nullopt, FlagRow::Kind::values,
+		 "A source address for --explain, checked against masqueradeSourceCIDRs; repeatable.",
+		 [&texts](AgentOptions &, const Values &v) { texts.explainSources = v; return Status{}; }, nullptr},
+		{"explain-interface", std::nullopt, FlagRow::Kind::value,
+		 "The output interface for --explain, checked against outputInterface and "
+		 "nonMasqueradeInterfaces.",
+		 [](AgentOptions &o, const Values &v) { o.explainInterface = v.back(); return Status{}; }, nullptr},
+		{"health-addr", kDefaultHealthAddr, FlagRow::Kind::value,
+		 "Serve /livez, /readyz, /healthz and /metrics on this host:port (\":port\" = every "
+		 "address); empty turns it off.",
+		 [](AgentOptions &o, const Values &v) -> Status {
+			 o.healthAddr = v.back();
+			 if (o.healthAddr.empty())
+				 return {};
+			 auto address = parseListenAddress(o.healthAddr);
+			 return address ? Status{} : fail(address.error());
+		 },
+		 [](const AgentOptions &o) { return std::optional(o.healthAddr); }},
+		{"v", "0", FlagRow::Kind::value,
+		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).",
+		 [](AgentOptions &o, const Values &v) -> Status {
+			 auto level = verbosityFlag(v.back());
+			 if (!level)
+				 return fail(level.error());
+			 o.verbosity = *level;
+			 return {};
+		 },
+		 [](const AgentOptions &o) { return std::optional(std::to_string(o.verbosity)); }},
+		{"logging-format", "text", FlagRow::Kind::value,
+		 "Log format: \"text\" (one line per message) or \"json\" (one JSON object per line).",
+		 [](AgentOptions &o, const Values &v) -> Status {
+			 auto format = loggingFormatFlag(v.back());
+			 if (!format)
+				 return fail(format.error());
+			 o.loggingFormat = *format;
+			 return {};
+		 },
+		 [](const AgentOptions &o) {
+			 return std::optional<std::string>(o.loggingFormat == log::Format::json ? "json" : "text");
+		 }},
+		{"version", std::nullopt, FlagRow::Kind::optionalValue,
+		 "Print the version and exit (upstream's --version=raw works too).",
+		 [&texts](AgentOptions &, const Values &v) { texts.version = v.back(); return Status{}; }, nullptr},
+	};
+	// clang-format on
 
 	po::options_description desc("Usage: ip-masq-agent [flags]\n\n"
 				     "Keeps pod traffic to non-masquerade destinations un-NATed and "
 				     "masquerades the rest,\nusing its own nftables table.\n\nFlags");
-	// clang-format off
-	desc.add_options()
-		("config", po::value(&configFile)->default_value(configFile),
-		 "Config file (YAML or JSON). Absent means all defaults.")
-		("config-dir", po::value(&configDir),
-		 "Instead of --config: merge every file in this directory whose name starts with "
-		 "\"ip-masq\" (e.g. a projected volume of several ConfigMaps). Missing or empty means "
-		 "all defaults.")
-		("masq-chain", po::value(&o.ruleset.masqChain)->default_value(o.ruleset.masqChain),
-		 "Name of the chain holding the masquerade rules.")
-		("nomasq-all-reserved-ranges", boolValue("nomasq-all-reserved-ranges", "false"),
-		 "Also keep all reserved IPv4 ranges (RFC 6598, 5737, 2544, 7526, 6890, class E) un-NATed "
-		 "when the config gives no nonMasqueradeCIDRs.")
-		("enable-ipv6", boolValue("enable-ipv6", "false"),
-		 "Also masquerade IPv6, with fe80::/10 and IPv6 nonMasqueradeCIDRs un-NATed.")
-		("random-fully", boolValue("random-fully", "true"),
-		 "Masquerade with fully randomized source ports.")
-		("connection-counters", boolValue("connection-counters", "true"),
-		 "Count new connections per decision in named counters of the table "
-		 "(ip_masq_agent_connections_total); false leaves them out.")
-		("to-ports", po::value(&toPorts)->default_value(""),
-		 "Masquerade tcp, udp and sctp to these source ports only, e.g. \"1024-29999,32768-65535\".")
-		("table", po::value(&o.ruleset.table)->default_value(o.ruleset.table),
-		 "Name of the agent's own nftables table (family inet).")
-		("priority", po::value(&priority)->default_value(priority),
-		 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").")
-		("dry-run", boolValue("dry-run", "false"),
-		 "Print the ruleset as nft -f input and exit; needs no privileges.")
-		("once", boolValue("once", "false"),
-		 "Apply the ruleset once and exit; the exit status says whether it worked.")
-		("cleanup", boolValue("cleanup", "false"),
-		 "Delete the agent's table, and nothing else, and exit.")
-		("explain", po::value(&explainTexts),
-		 "Say why this destination address is (not) masqueraded and exit; repeatable. "
-		 "Needs no privileges; with CAP_NET_ADMIN also checks the kernel's table.")
-		("explain-source", po::value(&explainSourceTexts),
-		 "A source address for --explain, checked against masqueradeSourceCIDRs; repeatable.")
-		("explain-interface", po::value(&o.explainInterface),
-		 "The output interface for --explain, checked against outputInterface and "
-		 "nonMasqueradeInterfaces.")
-		("health-addr", po::value(&o.healthAddr)->default_value(kDefaultHealthAddr),
-		 "Serve /livez, /readyz, /healthz and /metrics on this host:port (\":port\" = every address); "
-		 "empty turns it off.")
-		("v", po::value(&verbosity)->default_value("0"),
-		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).")
-		("logging-format", po::value(&loggingFormat)->default_value(loggingFormat),
-		 "Log format: \"text\" (one line per message) or \"json\" (one JSON object per line).")
-		("version", po::value(&version)->implicit_value("true"),
-		 "Print the version and exit (upstream's --version=raw works too).")
-		("help,h", "Print this help and exit.");
-	// clang-format on
+	std::map<std::string, Values> given;
+	for (const FlagRow &row : rows)
+		desc.add_options()(row.name, row.semantic(given[row.name]), row.help);
+	desc.add_options()("help,h", "Print this help and exit.");
 
 	// Upstream registers klog's flags, and manifests written for it carry some of them.
 	// They are accepted and ignored (logs always go to stderr), with a warning.
@@ -317,82 +436,42 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		cl.action = CommandLine::Action::help;
 		return cl;
 	}
-	if (vm.count("version") && version != "false") {
+	for (const FlagRow &row : rows) {
+		const Values &values = given[row.name];
+		if (values.empty())
+			continue; // not given, and no default
+		if (auto status = row.apply(o, values); !status)
+			return fail(status.error());
+	}
+	if (vm.count("version") && texts.version != "false") {
 		cl.action = CommandLine::Action::version;
 		return cl;
-	}
-
-	for (const auto &[flag, target] :
-	     {std::pair<const char *, bool *>{"nomasq-all-reserved-ranges",
-					       &o.configFlags.nomasqAllReservedRanges},
-	      {"enable-ipv6", &o.configFlags.enableIpv6},
-	      {"random-fully", &o.ruleset.randomFully},
-	      {"connection-counters", &o.ruleset.connectionCounters},
-	      {"dry-run", &o.dryRun},
-	      {"once", &o.once},
-	      {"cleanup", &o.cleanup}}) {
-		auto value = boolFlag(flag, bools[flag]);
-		if (!value)
-			return fail(value.error());
-		*target = *value;
 	}
 	for (const auto &[flag, text] : klogBools)
 		if (vm.count(flag))
 			if (auto value = boolFlag(flag, text); !value)
 				return fail(value.error());
-	auto location = configLocation(vm, configFile, configDir);
+	auto location = configLocation(vm, texts.configFile, texts.configDir);
 	if (!location)
 		return fail(location.error());
 	o.config = std::move(*location);
-	auto level = verbosityFlag(verbosity);
-	if (!level)
-		return fail(level.error());
-	o.verbosity = *level;
-	auto format = loggingFormatFlag(loggingFormat);
-	if (!format)
-		return fail(format.error());
-	o.loggingFormat = *format;
-
-	auto ports = parsePortRanges(toPorts);
-	if (!ports)
-		return fail(ports.error());
-	o.ruleset.toPorts = std::move(*ports);
-	auto prio = parseChainPriority(priority);
-	if (!prio)
-		return fail(prio.error());
-	o.ruleset.priority = *prio;
 	o.ruleset.enableIpv6 = o.configFlags.enableIpv6;
 	if (auto status = validateRulesetOptions(o.ruleset); !status)
 		return fail(status.error());
-	if (int(o.dryRun) + int(o.once) + int(o.cleanup) + int(!explainTexts.empty()) > 1)
+	if (int(o.dryRun) + int(o.once) + int(o.cleanup) + int(!texts.explain.empty()) > 1)
 		return fail("--dry-run, --once, --cleanup and --explain exclude each other: pick one");
-	if (auto status = explainFlags(explainTexts, explainSourceTexts, o); !status)
+	if (auto status = explainFlags(texts.explain, texts.explainSources, o); !status)
 		return fail(status.error());
-	if (!o.healthAddr.empty())
-		if (auto address = parseListenAddress(o.healthAddr); !address)
-			return fail(address.error());
 	if (!klogGiven.empty())
 		cl.warnings.push_back(fmt::format("ignoring upstream's klog flags --{}: logs always go "
 						  "to stderr", fmt::join(klogGiven, ", --")));
 
 	// Values from outside are escaped: these go into the start-up log line.
-	cl.effectiveFlags = {
-		o.config.flag(),
-		fmt::format("--masq-chain={}", o.ruleset.masqChain),
-		fmt::format("--nomasq-all-reserved-ranges={}", boolText(o.configFlags.nomasqAllReservedRanges)),
-		fmt::format("--enable-ipv6={}", boolText(o.configFlags.enableIpv6)),
-		fmt::format("--random-fully={}", boolText(o.ruleset.randomFully)),
-		fmt::format("--connection-counters={}", boolText(o.ruleset.connectionCounters)),
-		fmt::format("--to-ports={}", escaped(toPorts)),
-		fmt::format("--table={}", o.ruleset.table),
-		fmt::format("--priority={}", formatChainPriority(o.ruleset.priority)),
-		fmt::format("--dry-run={}", boolText(o.dryRun)),
-		fmt::format("--once={}", boolText(o.once)),
-		fmt::format("--cleanup={}", boolText(o.cleanup)),
-		fmt::format("--health-addr={}", escaped(o.healthAddr)),
-		fmt::format("--v={}", o.verbosity),
-		fmt::format("--logging-format={}", loggingFormat),
-	};
+	for (const FlagRow &row : rows)
+		if (row.effective)
+			if (auto value = row.effective(o))
+				cl.effectiveFlags.push_back(row.logged ? row.logged(o)
+								       : fmt::format("--{}={}", row.name, escaped(*value)));
 	return cl;
 }
 

@@ -91,7 +91,7 @@ Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *mon
 	  source_(ConfigSource::open(options_.config)),
 	  reconciler_(backend, reconcilerSettings(options_), status_),
 	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd)),
-	  backend_(backend), conflictCheck_(status_), addressMonitor_(std::move(addressMonitor))
+	  backend_(backend), conflictCheck_(status_), snatUsageCheck_(status_), addressMonitor_(std::move(addressMonitor))
 {
 }
 
@@ -156,6 +156,7 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 						 nodeAddresses_);
 	configuredResync_ = desired.resyncInterval;
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
+	snatUsageCheck_.setDesired(desired.ruleset);
 	subnetAddresses_ = chooseSubnetAddresses(*loaded, nodeAddresses_);
 	if (dependsOnNodeAddresses(*loaded))
 		addressDependentConfig_ = std::move(*loaded);
@@ -198,6 +199,7 @@ bool Daemon::takeNodeAddresses()
 						 options_.ruleset, nodeAddresses_);
 	desired.cause = DesiredState::Cause::nodeAddresses;
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
+	snatUsageCheck_.setDesired(desired.ruleset);
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
@@ -375,6 +377,7 @@ int Daemon::run()
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
 	conflictCheck_.start();
+	snatUsageCheck_.start();
 	readConnectionCounters();
 	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;

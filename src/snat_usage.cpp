@@ -401,7 +401,10 @@ std::string snatUsageTable(const SnatUsage &usage)
 			   "address); highest usage {}; {} at or above {:.0f}%, {} exhausted.\n",
 			   usage.connections, usage.destinations, percent(usage.maxRatio),
 			   usage.aboveWarning, SnatUsage::kWarningRatio * 100, usage.exhausted);
-	out += fmt::format("Read {} conntrack entries ({}).\n", usage.entriesRead,
+	if (usage.entriesRead == 0)
+		out += "Read no conntrack entry.\n";
+	else
+		out += fmt::format("Read {} conntrack entries ({}).\n", usage.entriesRead,
 			   usage.kernelFiltered ? "the kernel sent the source-NATed ones only"
 						: "every entry: this kernel does not filter a dump by status, "
 						  "so they were filtered here");

@@ -13,11 +13,15 @@ namespace ipmasq {
 
 namespace {
 
+// Network order, as Address::bytes() but without its allocation: this runs for every
+// entry of a dump.
 std::array<uint8_t, 16> packed(const Address &address)
 {
 	std::array<uint8_t, 16> out{};
-	const std::vector<uint8_t> bytes = address.bytes();
-	std::memcpy(out.data(), bytes.data(), std::min(bytes.size(), out.size()));
+	const size_t n = address.family == Family::ipv4 ? 4 : 16;
+	AddressValue value = address.value;
+	for (size_t i = n; i-- > 0; value >>= 8)
+		out[i] = static_cast<uint8_t>(value);
 	return out;
 }
 

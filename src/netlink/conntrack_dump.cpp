@@ -164,6 +164,11 @@ Result<std::optional<ConntrackEntry>> parseConntrackEntry(const nlmsghdr *nlh)
 {
 	if (nlh->nlmsg_len < MNL_NLMSG_HDRLEN + MNL_ALIGN(sizeof(nfgenmsg)))
 		return fail(malformed("no room for its header"));
+	// libmnl walks attributes up to the length rounded up to 4 bytes, which the kernel's
+	// messages always are: any other length would be read past (found by the fuzzer).
+	if (nlh->nlmsg_len != MNL_ALIGN(nlh->nlmsg_len))
+		return fail(malformed(fmt::format("a length of {} bytes, not a multiple of 4",
+						  nlh->nlmsg_len)));
 	if (nlh->nlmsg_type != kEntryType)
 		return fail(Error(fmt::format("ctnetlink answered with message type {:#x}, not {:#x}",
 					      nlh->nlmsg_type, kEntryType), EPROTO));

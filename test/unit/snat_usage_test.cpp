@@ -5,6 +5,14 @@
 
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include <cstring>
+#include <sys/socket.h>
+
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_conntrack.h>
+#include <linux/netlink.h>
+
+#include "ip-masq-agent/netlink/conntrack_dump.h"
 #include "ip-masq-agent/snat_usage.h"
 
 using namespace ipmasq;
@@ -276,4 +284,20 @@ TEST_CASE("exhausted: a ratio of 1 counts as exhausted and above the warning")
 	CHECK(usage.exhausted == 1);
 	CHECK(usage.aboveWarning == 1);
 	CHECK_THAT(snatUsageTable(usage), Catch::Contains("1 exhausted"));
+}
+
+TEST_CASE("the entry parser refuses a message whose length is not a multiple of 4")
+{
+	// The fuzzer's crash-unaligned-length: libmnl reads attributes up to the length
+	// rounded up, past the message.
+	std::vector<uint8_t> bytes(NLMSG_HDRLEN + 4 + 7, 0);
+	auto *nlh = reinterpret_cast<nlmsghdr *>(bytes.data());
+	nlh->nlmsg_len = static_cast<uint32_t>(bytes.size());
+	nlh->nlmsg_type = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW;
+	bytes[NLMSG_HDRLEN] = AF_INET;
+	const uint16_t attr[2] = {7, CTA_STATUS}; // a 3-byte status: the message ends there
+	std::memcpy(bytes.data() + NLMSG_HDRLEN + 4, attr, sizeof(attr));
+	auto parsed = netlink::parseConntrackEntry(nlh);
+	REQUIRE_FALSE(parsed);
+	CHECK_THAT(parsed.error().message, Catch::Contains("not a multiple of 4"));
 }

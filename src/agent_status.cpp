@@ -2,6 +2,8 @@
 // Liveness, readiness, counters, and their Prometheus text exposition.
 #include "ip-masq-agent/agent_status.h"
 
+#include <functional>
+
 #include <fmt/format.h>
 
 #include "ip_masq_agent_version.h"
@@ -84,6 +86,98 @@ std::string conntrackText(const AgentStatus::Snapshot &s)
 	appendMetric(out, "ip_masq_agent_conntrack_read_failures_total", "counter",
 		     "Reads of the conntrack statistics (over ctnetlink) that failed.",
 		     s.conntrackReadFailures);
+	return out;
+}
+
+// A label value: the text between the quotes, escaped as the exposition format wants.
+std::string labelValue(std::string_view text)
+{
+	std::string out;
+	for (const char c : text) {
+		if (c == '\\' || c == '"')
+			out += '\\';
+		if (c == '\n') {
+			out += "\\n";
+			continue;
+		}
+		out += c;
+	}
+	return out;
+}
+
+// The SNAT usage: node-wide gauges, and kTopDestinations destinations by rank. The
+// number of series never depends on the number of destinations.
+std::string snatUsageMetrics(const AgentStatus::Snapshot &s)
+{
+	std::string out;
+	if (const auto &u = s.snatUsage) {
+		appendMetric(out, "ip_masq_agent_snat_usage_max_ratio", "gauge",
+			     "The highest share of source ports in use toward one destination (address, "
+			     "port, protocol) from one translated address, over the connections the "
+			     "agent's rules source-NATed; 1 is exhausted.",
+			     u->maxRatio);
+		appendMetric(out, "ip_masq_agent_snat_destinations", "gauge",
+			     "Destinations (address, port, protocol, translated address) that the "
+			     "agent's source-NATed connections go to.",
+			     u->destinations);
+		out += fmt::format(
+			"# HELP ip_masq_agent_snat_destinations_over_threshold Destinations whose share "
+			"of source ports in use is at least the threshold.\n"
+			"# TYPE ip_masq_agent_snat_destinations_over_threshold gauge\n"
+			"ip_masq_agent_snat_destinations_over_threshold{{threshold=\"{}\"}} {}\n"
+			"ip_masq_agent_snat_destinations_over_threshold{{threshold=\"1\"}} {}\n",
+			SnatUsage::kWarningRatio, u->aboveWarning, u->exhausted);
+		appendMetric(out, "ip_masq_agent_snat_connections", "gauge",
+			     "Connections in conntrack that the agent's rules source-NATed.",
+			     u->connections);
+		appendMetric(out, "ip_masq_agent_snat_unattributed_connections", "gauge",
+			     "Of those, connections toward destinations beyond the read's bound "
+			     "(65,536 destinations): counted, not in the per-destination figures.",
+			     u->leftOut);
+		appendMetric(out, "ip_masq_agent_snat_other_connections", "gauge",
+			     "Source-NATed connections that the agent's rules did not make (another "
+			     "address, or ports outside its ranges): never counted above.",
+			     u->otherConnections);
+		const struct {
+			const char *name, *help;
+			std::function<std::string(const SnatDestination &)> value;
+		} tops[] = {
+			{"ip_masq_agent_snat_top_usage_ratio",
+			 "Share of source ports in use toward one of the busiest destinations, by rank "
+			 "(1 is the highest ratio).",
+			 [](const SnatDestination &d) { return fmt::format("{}", d.ratio()); }},
+			{"ip_masq_agent_snat_top_connections",
+			 "Connections toward one of the busiest destinations, by rank.",
+			 [](const SnatDestination &d) { return std::to_string(d.connections); }},
+			{"ip_masq_agent_snat_top_available_ports",
+			 "Source ports the agent's rules can give toward one of the busiest "
+			 "destinations from its translated address, by rank.",
+			 [](const SnatDestination &d) { return std::to_string(d.available()); }},
+		};
+		for (const auto &top : tops) {
+			if (u->top.empty())
+				break;
+			out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", top.name, top.help, top.name);
+			for (size_t i = 0; i < u->top.size(); i++) {
+				const SnatDestination &d = u->top[i];
+				out += fmt::format("{}{{rank=\"{}\",family=\"{}\",protocol=\"{}\","
+						   "destination=\"{}\",source=\"{}\",ports=\"{}\"}} {}\n",
+						   top.name, i + 1, familyLabel(d.family),
+						   labelValue(protocolName(d.protocol)),
+						   labelValue(d.destinationText()),
+						   labelValue(d.translated.toString()),
+						   labelValue(d.pool.toString()), top.value(d));
+			}
+		}
+	}
+	if (s.snatReadUnixSeconds > 0)
+		appendMetric(out, "ip_masq_agent_snat_last_read_timestamp_seconds", "gauge",
+			     "Unix time of the last successful read of conntrack's entries for the SNAT "
+			     "usage.",
+			     fmt::format("{:.3f}", s.snatReadUnixSeconds));
+	appendMetric(out, "ip_masq_agent_snat_read_failures_total", "counter",
+		     "Reads of conntrack's entries (over ctnetlink) for the SNAT usage that failed.",
+		     s.snatReadFailures);
 	return out;
 }
 
@@ -204,6 +298,30 @@ void AgentStatus::natConflictCheckFailed(std::vector<std::string> warnings)
 	state_.natConflicts.reset();
 	state_.natCheckFailures++;
 	state_.warnings = std::move(warnings);
+}
+
+void AgentStatus::snatUsageRead(SnatUsage usage)
+{
+	const double now = unixNow();
+	std::lock_guard lock(mutex_);
+	state_.snatUsage = std::move(usage);
+	state_.snatReadUnixSeconds = now;
+}
+
+void AgentStatus::snatUsageReadFailed()
+{
+	std::lock_guard lock(mutex_);
+	state_.snatUsage.reset();
+	state_.snatReadFailures++;
+}
+
+std::string AgentStatus::Snapshot::snatUsageText() const
+{
+	if (snatUsage)
+		return snatUsageTable(*snatUsage);
+	if (snatReadFailures > 0)
+		return "conntrack's entries could not be read at the last attempt (the log says why)\n";
+	return "conntrack's entries have not been read yet\n";
 }
 
 AgentStatus::Snapshot AgentStatus::snapshot() const
@@ -359,6 +477,7 @@ std::string AgentStatus::Snapshot::prometheusText() const
 	       "Passes of the NAT conflict check that could not read other tables.", natCheckFailures);
 	metric("ip_masq_agent_nat_check_cycles_total", "counter",
 	       "Cycles of the NAT conflict check completed over the whole sample.", natCheckCycles);
+	out += snatUsageMetrics(*this);
 	return out;
 }
 

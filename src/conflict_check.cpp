@@ -3,11 +3,6 @@
 // sampled packets, with what they find logged once and reported to the status.
 #include "ip-masq-agent/conflict_check.h"
 
-#include <ctime>
-#include <malloc.h>
-#include <sys/resource.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include "ip-masq-agent/log.h"
@@ -16,102 +11,35 @@
 
 namespace ipmasq {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// This thread's CPU time: what pacing weighs (its wall time grows with the node's load).
-Clock::duration threadCpuTime()
-{
-	timespec now{};
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
-	return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
-}
-
-} // namespace
-
 struct ConflictCheck::Input {
 	Ruleset ruleset; // until the thread made `agent` of it
 	std::optional<nat::Table> agent;
 	std::vector<SampledPacket> samples;
 };
 
-ConflictCheck::ConflictCheck(AgentStatus &status) : status_(status) {}
-
-ConflictCheck::~ConflictCheck()
+ConflictCheck::ConflictCheck(AgentStatus &status)
+	: status_(status),
+	  thread_("the NAT conflict check", {kPeriod, 10}, [this] { return pass(); })
 {
-	{
-		std::lock_guard lock(mutex_);
-		stop_ = true;
-	}
-	wake_.notify_all();
-	if (thread_.joinable())
-		thread_.join();
 }
 
 void ConflictCheck::setDesired(const Ruleset &ruleset, std::vector<SampledPacket> samples)
 {
 	auto input = std::make_shared<Input>(Input{ruleset, std::nullopt, std::move(samples)});
-	{
-		std::lock_guard lock(mutex_);
-		next_ = std::move(input);
-		due_ = true;
-	}
-	wake_.notify_all();
+	thread_.locked([&] { next_ = std::move(input); });
+	thread_.nudge();
 }
 
-void ConflictCheck::start()
+bool ConflictCheck::pass()
 {
-	if (!thread_.joinable())
-		thread_ = std::thread([this] { run(); });
-}
-
-void ConflictCheck::nudge()
-{
-	{
-		std::lock_guard lock(mutex_);
-		due_ = true;
+	if (auto next = thread_.locked([this] { return std::move(next_); })) {
+		input_ = std::move(next);
+		cycle_.restart();
 	}
-	wake_.notify_all();
+	return input_ && pass(*input_);
 }
 
-void ConflictCheck::run()
-{
-	// Below the loop (nice 0) and the health endpoint (10): on a busy node the check waits.
-	(void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
-	std::shared_ptr<Input> input;
-	Clock::time_point next{};
-	for (;;) {
-		{
-			std::unique_lock lock(mutex_);
-			while (!stop_ && !(due_ && Clock::now() >= next)) {
-				if (due_)
-					wake_.wait_until(lock, next);
-				else
-					wake_.wait(lock);
-			}
-			if (stop_)
-				return;
-			due_ = false;
-			if (next_) {
-				input = std::move(next_);
-				cycle_.restart();
-			}
-		}
-		if (!input)
-			continue;
-		const Clock::duration cpu = threadCpuTime();
-		try {
-			pass(*input);
-		} catch (const std::bad_alloc &) {
-			log::error("out of memory in the NAT conflict check; it tries again later");
-		}
-		(void)malloc_trim(0); // what a pass read is given back at once
-		next = Clock::now() + std::max<Clock::duration>(kPeriod, 10 * (threadCpuTime() - cpu));
-	}
-}
-
-void ConflictCheck::pass(Input &input)
+bool ConflictCheck::pass(Input &input)
 {
 	if (!input.agent) {
 		auto table = nat::agentTable(input.ruleset);
@@ -121,7 +49,7 @@ void ConflictCheck::pass(Input &input)
 			status_.natConflictCheckFailed(
 				{fmt::format("could not check other tables' NAT: the agent's own rules "
 					     "cannot be read: {}", table.error().message)});
-			return;
+			return false;
 		}
 		input.agent = std::move(*table);
 		input.ruleset = {};
@@ -139,7 +67,7 @@ void ConflictCheck::pass(Input &input)
 		warnings.insert(warnings.begin(),
 				fmt::format("could not check other tables' NAT: {}", ruleset.error().message));
 		status_.natConflictCheckFailed(std::move(warnings));
-		return;
+		return false;
 	}
 	if (!lastError_.empty())
 		log::info("other tables' NAT is readable again");
@@ -154,11 +82,10 @@ void ConflictCheck::pass(Input &input)
 	if (!cycle) {
 		log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} steps "
 			   "in this one)", cycle_.next(), input.samples.size(), pass.steps);
-		std::lock_guard lock(mutex_);
-		due_ = true;
-		return;
+		return true;
 	}
 	report(std::move(*cycle), std::move(warnings));
+	return false;
 }
 
 void ConflictCheck::report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings)

@@ -91,7 +91,7 @@ Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *mon
 	  source_(ConfigSource::open(options_.config)),
 	  reconciler_(backend, reconcilerSettings(options_), status_),
 	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd)),
-	  backend_(backend), conflictCheck_(status_), addressMonitor_(std::move(addressMonitor))
+	  backend_(backend), conflictCheck_(status_), snatUsageCheck_(status_), addressMonitor_(std::move(addressMonitor))
 {
 }
 
@@ -172,6 +172,7 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 	if (addressesAwaited_)
 		return false;
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
+	snatUsageCheck_.setDesired(desired.ruleset);
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
@@ -297,6 +298,7 @@ bool Daemon::takeNodeAddresses()
 		desired.cause = DesiredState::Cause::nodeAddresses;
 	reportAddresses();
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
+	snatUsageCheck_.setDesired(desired.ruleset);
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
 	return true;
 }
@@ -476,6 +478,7 @@ int Daemon::run()
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
 	conflictCheck_.start();
+	snatUsageCheck_.start();
 	readConnectionCounters();
 	resyncEvery_ = configuredResync_;
 	nextResync_ = Clock::now() + resyncEvery_;

@@ -200,13 +200,17 @@ private:
 		} else if (path == "/readyz" || path == "/healthz") {
 			// /healthz is /readyz under its old name, for existing scripts.
 			answerReadiness(target.substr(path.size()));
+		} else if (path == "/snat-usage") {
+			// The same table as --snat-usage, from the last read (never a read of its own).
+			response_.result(http::status::ok);
+			response_.body() = status_.snapshot().snatUsageText();
 		} else if (path == "/metrics") {
 			response_.result(http::status::ok);
 			response_.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
 			response_.body() = status_.prometheusText();
 		} else {
 			response_.result(http::status::not_found);
-			response_.body() = "not found: try /livez, /readyz, /healthz or /metrics\n";
+			response_.body() = "not found: try /livez, /readyz, /healthz, /metrics or /snat-usage\n";
 		}
 		response_.prepare_payload();
 		if (head)

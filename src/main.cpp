@@ -18,12 +18,14 @@
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/conntrack_dump.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/process_guard.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/snat_usage.h"
 #include "ip_masq_agent_version.h"
 
 using namespace ipmasq;
@@ -81,6 +83,65 @@ int dryRun(const AgentOptions &options)
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+// What masquerade translates to: the node's addresses, or nullopt (any address counts).
+std::optional<std::vector<Address>> masqueradeAddresses(const NodeAddresses &node)
+{
+	if (!node)
+		return std::nullopt;
+	std::vector<Address> addresses;
+	for (const NodeAddress &a : *node)
+		addresses.push_back(a.address);
+	return addresses;
+}
+
+// --snat-usage: the agent's ranges from the config and flags (as the daemon would make
+// them here), one conntrack dump, the table.
+int snatUsage(const AgentOptions &options)
+{
+	const Result<std::vector<NodeAddress>> read = readNodeAddresses();
+	const auto state = desiredFromLocation(options.config, options.configFlags, options.ruleset, read);
+	if (!state) {
+		log::error("{}", state.error().message);
+		return EXIT_FAILURE;
+	}
+	logWarnings(state->warnings);
+	const NodeAddresses node = read ? NodeAddresses(*read) : std::nullopt;
+	SnatUsageCounter counter(snatPlanOf(state->ruleset), masqueradeAddresses(node));
+	auto dump = netlink::countSourceNatEntries(counter);
+	if (!dump) {
+		log::error("{}", dump.error().message);
+		return EXIT_FAILURE;
+	}
+	const std::string table = snatUsageTable(counter.finish());
+	std::fwrite(table.data(), 1, table.size(), stdout);
+	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+// For --explain: a clause on the agent's SNAT usage toward each address, when conntrack
+// can be read and the agent's rules translate connections toward it; "" otherwise (a
+// read that needs CAP_NET_ADMIN is no part of why an address is or is not masqueraded).
+std::vector<std::string> snatUsageClauses(const Ruleset &ruleset, const NodeAddresses &node,
+					  const std::vector<Address> &destinations)
+{
+	std::vector<SnatUsageCounter> counters;
+	for (const Address &destination : destinations) {
+		counters.emplace_back(snatPlanOf(ruleset), masqueradeAddresses(node));
+		counters.back().onlyToward(destination);
+	}
+	auto dump = netlink::dumpSourceNatEntries([&counters](const ConntrackEntry &entry) {
+		for (SnatUsageCounter &counter : counters)
+			counter.add(entry);
+	});
+	std::vector<std::string> clauses(destinations.size());
+	if (!dump) {
+		log::debug("{}; --explain leaves out the SNAT usage", dump.error().message);
+		return clauses;
+	}
+	for (size_t i = 0; i < destinations.size(); i++)
+		clauses[i] = snatUsageClause(counters[i].finish());
+	return clauses;
+}
+
 // --explain: one line per address on stdout. Like --dry-run it needs no privileges; the
 // comparison with the kernel is skipped, in one clause, when it cannot be made.
 int explain(const AgentOptions &options)
@@ -105,10 +166,12 @@ int explain(const AgentOptions &options)
 		log::warning("{}; local addresses are not recognized as such", local.error().message);
 	context.kernel = readKernelView(options.ruleset.table);
 	// The agent's own rules as the daemon would make them here, walked with the others'.
-	context.otherTables =
-		readOtherTablesView(desiredFromConfig(*loaded, options.config, options.ruleset, node).ruleset);
-	for (const std::string &line : explainDestinations(loaded->config, context, options.explain))
-		std::fprintf(stdout, "%s\n", line.c_str());
+	const Ruleset desired = desiredFromConfig(*loaded, options.config, options.ruleset, node).ruleset;
+	context.otherTables = readOtherTablesView(desired);
+	const std::vector<std::string> lines = explainDestinations(loaded->config, context, options.explain);
+	const std::vector<std::string> usage = snatUsageClauses(desired, node, options.explain);
+	for (size_t i = 0; i < lines.size(); i++)
+		std::fprintf(stdout, "%s%s\n", lines[i].c_str(), i < usage.size() ? usage[i].c_str() : "");
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
@@ -259,6 +322,8 @@ int main(int argc, char **argv)
 		return dryRun(cl->options);
 	if (!cl->options.explain.empty())
 		return explain(cl->options);
+	if (cl->options.snatUsage)
+		return snatUsage(cl->options);
 
 	const std::string flags = fmt::format("{}", fmt::join(cl->effectiveFlags, " "));
 	log::info({{"version", IP_MASQ_AGENT_VERSION}, {"flags", flags}},

@@ -316,6 +316,10 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 			[](AgentOptions &o) -> bool & { return o.once; }),
 		boolRow("cleanup", false, "Delete the agent's table, and nothing else, and exit.",
 			[](AgentOptions &o) -> bool & { return o.cleanup; }),
+		boolRow("snat-usage", false, "Print how many source ports are in use toward the "
+			"busiest destinations, of those the agent's rules (by this config and these "
+			"flags) can give, and exit. Reads conntrack: needs CAP_NET_ADMIN.",
+			[](AgentOptions &o) -> bool & { return o.snatUsage; }),
 		{"explain", std::nullopt, FlagRow::Kind::values,
 		 "Say why this destination address is (not) masqueraded and exit; repeatable. "
 		 "Needs no privileges; with CAP_NET_ADMIN also checks the kernel's table.",
@@ -458,8 +462,10 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	o.ruleset.enableIpv6 = o.configFlags.enableIpv6;
 	if (auto status = validateRulesetOptions(o.ruleset); !status)
 		return fail(status.error());
-	if (int(o.dryRun) + int(o.once) + int(o.cleanup) + int(!texts.explain.empty()) > 1)
-		return fail("--dry-run, --once, --cleanup and --explain exclude each other: pick one");
+	if (int(o.dryRun) + int(o.once) + int(o.cleanup) + int(!texts.explain.empty()) +
+		    int(o.snatUsage) > 1)
+		return fail("--dry-run, --once, --cleanup, --explain and --snat-usage exclude each "
+			    "other: pick one");
 	if (auto status = explainFlags(texts.explain, texts.explainSources, o); !status)
 		return fail(status.error());
 	if (!klogGiven.empty())

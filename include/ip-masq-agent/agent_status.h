@@ -14,6 +14,7 @@
 #include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/snat_usage.h"
 
 namespace ipmasq {
 
@@ -99,6 +100,13 @@ public:
 		std::optional<NatConflicts> natConflicts;
 		uint64_t natCheckFailures = 0; // passes that could not read other tables
 		uint64_t natCheckCycles = 0; // cycles of the check completed over the whole sample
+		// The SNAT usage read's last result (snat_usage.h): the top destinations and the
+		// counts, bounded whatever conntrack holds; nullopt before the first read and
+		// after a failed one. Never part of readiness.
+		std::optional<SnatUsage> snatUsage;
+		double snatReadUnixSeconds = 0; // the last successful read; 0: none yet
+		uint64_t snatReadFailures = 0;
+
 		// Findings for /readyz?verbose that do not make the agent unready: each
 		// conflict, legacy iptables nat tables that cannot be checked.
 		std::vector<std::string> warnings;
@@ -110,6 +118,8 @@ public:
 		std::string prometheusText() const;
 		// One line for systemd's STATUS=.
 		std::string summary() const;
+		// The SNAT usage table (/snat-usage), or why there is none.
+		std::string snatUsageText() const;
 	};
 
 	// `startedAt` is when the process started, for liveness before the loop's first turn.
@@ -134,6 +144,10 @@ public:
 	// or a pass that could not read the kernel (the gauge goes until one can).
 	void natConflictsChecked(Snapshot::NatConflicts counts, std::vector<std::string> warnings);
 	void natConflictCheckFailed(std::vector<std::string> warnings);
+	// A read of the SNAT usage (on its own thread), or a read that failed (the metrics
+	// go until one succeeds; the failure is counted).
+	void snatUsageRead(SnatUsage usage);
+	void snatUsageReadFailed();
 
 	// The loop's heartbeat, for liveness (/livez): the loop calls loopTurned() on every
 	// turn and wakes at least every kHeartbeatPeriod to do so, so a heartbeat older than

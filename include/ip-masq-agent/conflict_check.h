@@ -7,14 +7,12 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/paced_thread.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -23,7 +21,7 @@ class ConflictCheck
 {
 public:
 	explicit ConflictCheck(AgentStatus &status);
-	~ConflictCheck(); // stops and joins the thread
+	~ConflictCheck() = default; // stops and joins the thread
 	ConflictCheck(const ConflictCheck &) = delete;
 	ConflictCheck &operator=(const ConflictCheck &) = delete;
 
@@ -32,10 +30,10 @@ public:
 	void setDesired(const Ruleset &ruleset, std::vector<SampledPacket> samples);
 	// Starts the thread (the loop calls it after its first sync: the agent's own table
 	// comes first). Without a thread nothing is checked: --once has none.
-	void start();
+	void start() { thread_.start(); }
 	// Other tables changed, or the agent's was synced: a pass is due, as soon as the pace
 	// allows.
-	void nudge();
+	void nudge() { thread_.nudge(); }
 
 	// At least this long between passes, and ten times as long as the last pass took (its
 	// thread's CPU time): a ruleset that makes a pass slow costs at most a tenth of a core.
@@ -46,23 +44,23 @@ public:
 
 private:
 	struct Input;
-	void run();
-	void pass(Input &input);
+	// One pass (PacedThread::Pass): true when the cycle goes on in the next pass.
+	bool pass();
+	bool pass(Input &input);
 	void report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings);
 	std::vector<std::string> legacyWarnings();
 
 	AgentStatus &status_;
-	std::mutex mutex_;
-	std::condition_variable wake_;
-	bool stop_ = false, due_ = false;
-	std::shared_ptr<Input> next_; // a new desired state for the thread, guarded by mutex_
-	std::thread thread_;
+	std::shared_ptr<Input> next_; // a new desired state for the thread, under thread_.locked()
 
 	// The thread's own.
+	std::shared_ptr<Input> input_;
 	ConflictCycle cycle_;
 	std::vector<NatConflict> conflicts_; // the last complete cycle's
 	std::string lastError_;
 	bool legacySaid_[2] = {false, false}; // IPv4, IPv6
+
+	PacedThread thread_; // last: it is stopped before the members its passes use go
 };
 
 } // namespace ipmasq

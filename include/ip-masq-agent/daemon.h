@@ -15,6 +15,7 @@
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/conflict_check.h"
+#include "ip-masq-agent/snat_usage_check.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/node_address_view.h"
 #include "ip-masq-agent/options.h"
@@ -139,6 +140,9 @@ private:
 
 	// What other tables undo, checked on a thread of its own against the last desired state.
 	ConflictCheck conflictCheck_;
+	// How close each destination is to running out of SNAT ports, read on a thread of its
+	// own with the last desired state's ranges.
+	SnatUsageCheck snatUsageCheck_;
 
 	// This node's addresses (for outputAddress subnets): their change notifications (none:
 	// read at each resync only) and the view they keep current. The last good config is

@@ -21,6 +21,7 @@ struct AgentOptions {
 	bool dryRun = false;
 	bool once = false;    // apply once and exit; the exit status says whether it worked
 	bool cleanup = false; // delete the agent's table (and nothing else) and exit
+	bool snatUsage = false; // print the SNAT usage toward the busiest destinations, exit
 	int verbosity = 0;
 	log::Format loggingFormat = log::Format::text; // --logging-format=text|json
 	std::string healthAddr; // "" turns the HTTP endpoint off

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Benchmark section 10: following the node's addresses under churn.
+// Benchmark section 11: following the node's addresses under churn.
 #include "address_following.h"
 
 #include <algorithm>

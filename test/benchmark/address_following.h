@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Benchmark section 10: what following the node's addresses costs per burst of changes,
+// Benchmark section 11: what following the node's addresses costs per burst of changes,
 // beside 5,000 other addresses, against reading them all again as the agent used to.
 #pragma once
 

@@ -430,3 +430,58 @@ TEST_CASE("this node's addresses: stale keeps the agent ready and says so; waiti
 	CHECK(sample(status.prometheusText(), "ip_masq_agent_node_addresses_stale") ==
 	      "<missing ip_masq_agent_node_addresses_stale>");
 }
+
+TEST_CASE("/metrics: SNAT usage with a fixed number of series, whatever the destinations")
+{
+	AgentStatus status;
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_snat_read_failures_total") == "0");
+	CHECK(status.prometheusText().find("ip_masq_agent_snat_usage_max_ratio") == std::string::npos);
+
+	SnatPlan plan;
+	plan.ipv4 = SnatFamilyPlan{std::nullopt, {{40000, 40099}}};
+	const Address node = parseAddress("203.0.113.1").value();
+	const auto count = [&](size_t destinations) {
+		SnatUsageCounter counter(plan, std::vector<Address>{node});
+		for (size_t d = 0; d < destinations; d++)
+			for (size_t i = 0; i <= d % 100; i++) {
+				ConntrackEntry e;
+				e.protocol = kProtoTcp;
+				e.sourceNat = true;
+				e.originalSource = parseAddress("198.51.100.2").value();
+				e.originalSourcePort = static_cast<uint16_t>(50000 + i);
+				e.destination = Address{Family::ipv4, AddressValue(0xc6120000 + d)}; // 198.18/15
+				e.destinationPort = 443;
+				e.translatedSource = node;
+				e.translatedPort = static_cast<uint16_t>(40000 + i);
+				counter.add(e);
+			}
+		return counter.finish();
+	};
+	for (const size_t destinations : {size_t(3), size_t(1000)}) {
+		status.snatUsageRead(count(destinations));
+		const std::string text = status.prometheusText();
+		const size_t rows = std::min(destinations, kTopDestinations);
+		for (const char *name : {"ip_masq_agent_snat_top_usage_ratio{",
+					 "ip_masq_agent_snat_top_connections{",
+					 "ip_masq_agent_snat_top_available_ports{"}) {
+			size_t n = 0;
+			for (size_t at = text.find(name); at != std::string::npos; at = text.find(name, at + 1))
+				n++;
+			CHECK(n == rows);
+		}
+		CHECK(sample(text, "ip_masq_agent_snat_destinations") == std::to_string(destinations));
+	}
+	const std::string text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_snat_usage_max_ratio") == "1");
+	CHECK(sample(text, "ip_masq_agent_snat_destinations_over_threshold{threshold=\"1\"}") == "10");
+	CHECK(sample(text, "ip_masq_agent_snat_destinations_over_threshold{threshold=\"0.8\"}") == "210");
+	CHECK(sample(text, "ip_masq_agent_snat_top_available_ports{rank=\"1\",family=\"ipv4\","
+			   "protocol=\"tcp\",destination=\"198.18.0.99:443\",source=\"203.0.113.1\","
+			   "ports=\"40000-40099\"}") == "100");
+
+	// A failed read is metered, and the figures go (a stale reading would pass for now).
+	status.snatUsageReadFailed();
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_snat_read_failures_total") == "1");
+	CHECK(status.prometheusText().find("ip_masq_agent_snat_usage_max_ratio") == std::string::npos);
+	CHECK_THAT(status.snapshot().snatUsageText(), Catch::Contains("could not be read"));
+}

@@ -282,5 +282,17 @@ TEST_CASE("--explain and --explain-source: repeatable addresses, a bad one names
 		"--explain-source: address \"x\\n\" could not be parsed"));
 	CHECK(parseError({"--explain-source=10.0.0.1"}).starts_with("--explain-source needs --explain"));
 	CHECK(parseError({"--explain=10.0.0.1", "--dry-run"}) ==
-	      "--dry-run, --once, --cleanup and --explain exclude each other: pick one");
+	      "--dry-run, --once, --cleanup, --explain and --snat-usage exclude each other: pick one");
+}
+
+TEST_CASE("--snat-usage is an action of its own, with the config's flags")
+{
+	CHECK_FALSE(parseOk({}).snatUsage);
+	const AgentOptions o = parseOk({"--snat-usage", "--to-ports=40000-40099", "--enable-ipv6"});
+	CHECK(o.snatUsage);
+	REQUIRE(o.ruleset.toPorts.size() == 1);
+	CHECK(o.ruleset.toPorts[0] == PortRange{40000, 40099});
+	CHECK(parseError({"--snat-usage", "--once"}) ==
+	      "--dry-run, --once, --cleanup, --explain and --snat-usage exclude each other: pick one");
+	CHECK(parseError({"--snat-usage=maybe"}).starts_with("--snat-usage \"maybe\": not a boolean"));
 }

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: Apache-2.0
+// The paced background thread: wait until a pass is due and the pace allows it, run it at
+// nice 19, measure its CPU time, give its memory back.
+#include "ip-masq-agent/paced_thread.h"
+
+#include <ctime>
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "ip-masq-agent/log.h"
+
+namespace ipmasq {
+
+PacedThread::Clock::duration threadCpuTime()
+{
+	timespec now{};
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+	return std::chrono::seconds(now.tv_sec) + std::chrono::nanoseconds(now.tv_nsec);
+}
+
+PacedThread::PacedThread(std::string what, Pace pace, Pass pass)
+	: what_(std::move(what)), pace_(pace), pass_(std::move(pass))
+{
+}
+
+PacedThread::~PacedThread()
+{
+	{
+		std::lock_guard lock(mutex_);
+		stop_ = true;
+	}
+	wake_.notify_all();
+	if (thread_.joinable())
+		thread_.join();
+}
+
+void PacedThread::start()
+{
+	if (!thread_.joinable())
+		thread_ = std::thread([this] { run(); });
+}
+
+void PacedThread::nudge()
+{
+	{
+		std::lock_guard lock(mutex_);
+		due_ = true;
+	}
+	wake_.notify_all();
+}
+
+PacedThread::Clock::duration PacedThread::pause(Pace pace, Clock::duration passCpu)
+{
+	return std::max<Clock::duration>(pace.period, pace.cpuMultiple * passCpu);
+}
+
+void PacedThread::run()
+{
+	// Below the loop (nice 0) and the health endpoint (10): on a busy node this waits.
+	(void)setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+	Clock::time_point next{};
+	for (;;) {
+		{
+			std::unique_lock lock(mutex_);
+			while (!stop_ && !(due_ && Clock::now() >= next)) {
+				if (due_)
+					wake_.wait_until(lock, next);
+				else
+					wake_.wait(lock);
+			}
+			if (stop_)
+				return;
+			due_ = false;
+		}
+		const Clock::duration cpu = threadCpuTime();
+		bool again = false;
+		try {
+			again = pass_();
+		} catch (const std::bad_alloc &) {
+			log::error("out of memory in {}; it tries again later", what_);
+			again = true;
+		}
+		(void)malloc_trim(0); // what a pass read is given back at once
+		next = Clock::now() + pause(pace_, threadCpuTime() - cpu);
+		if (again) {
+			std::lock_guard lock(mutex_);
+			due_ = true;
+		}
+	}
+}
+
+} // namespace ipmasq

@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: Apache-2.0
+// Benchmark section 12 (docs/performance.md): what one SNAT usage read costs at 200,000
+// conntrack entries, and the share of one core the daemon's pace gives it. Entries are
+// inserted with `conntrack -R` (ctnetlink's create, as `conntrack -I`) in a private
+// network namespace; nf_conntrack_max is global and never changed: the benchmark reads
+// it and scales the count down when it is lower.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <sys/resource.h>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/netlink/conntrack_dump.h"
+#include "ip-masq-agent/paced_thread.h"
+#include "ip-masq-agent/snat_usage.h"
+#include "ip-masq-agent/snat_usage_check.h"
+#include "netns.h"
+
+using namespace ipmasq;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kWanted = 200000;
+constexpr double kTargetShare = 0.02; // of one core
+
+[[noreturn]] void die(const std::string &why)
+{
+	std::fprintf(stderr, "bench-snat-usage: %s\n", why.c_str());
+	std::exit(1);
+}
+
+uint64_t readNumber(const char *path)
+{
+	std::ifstream in(path);
+	uint64_t value = 0;
+	if (!(in >> value))
+		die(fmt::format("cannot read {}", path));
+	return value;
+}
+
+long maxRssKiB()
+{
+	rusage usage{};
+	getrusage(RUSAGE_SELF, &usage);
+	return usage.ru_maxrss;
+}
+
+// N entries: client 198.18.x.y port p toward `destinations` destinations (500 addresses of
+// 192.0.2.0/24 and 198.51.100.0/24, port 443 and up), each connection source-NATed (or
+// not) to 203.0.113.1 with a port of its own toward its destination.
+void insertEntries(size_t n, size_t destinations, bool nat)
+{
+	const std::string path = "/tmp/ipmasq-bench-snat-entries";
+	{
+		std::ofstream out(path);
+		for (size_t i = 0; i < n; i++) {
+			// 500 addresses, then another port for each 500 destinations.
+			const size_t d = i % destinations;
+			const std::string destination =
+				fmt::format("{}.{}", d % 2 ? "198.51.100" : "192.0.2", 1 + (d % 500) / 2);
+			const unsigned port = 443 + d / 500;
+			const std::string client = fmt::format("198.18.{}.{}", (i / 250) % 250, 1 + i % 250);
+			const unsigned clientPort = 1024 + (i / 62500) * 16000 + (i % 16000);
+			// The reply tuple un-NATed: --src-nat makes the kernel translate it
+			// (nf_nat_setup_info, as for a packet), which sets IPS_SRC_NAT.
+			out << fmt::format("-I -s {} -d {} -p tcp --sport {} --dport {} --state ESTABLISHED "
+					   "-t 3600 -r {} -q {} --reply-port-src {} --reply-port-dst {}{}\n",
+					   client, destination, clientPort, port, destination, client, port,
+					   clientPort, nat ? " --src-nat 203.0.113.1" : "");
+		}
+	}
+	const auto started = Clock::now();
+	if (ipmasq::test::run("conntrack -F 2>/dev/null; conntrack -R " + path + " >/dev/null 2>&1") != 0)
+		die("conntrack -R failed (apt-get install conntrack)");
+	std::remove(path.c_str());
+	fmt::print("  inserted {} entries ({}) in {:.1f} s with conntrack -R; the table holds {}\n", n,
+		   nat ? "source-NATed" : "not NATed",
+		   std::chrono::duration<double>(Clock::now() - started).count(),
+		   readNumber("/proc/sys/net/netfilter/nf_conntrack_count"));
+}
+
+double threadMs(bool system)
+{
+	rusage usage{};
+	getrusage(RUSAGE_THREAD, &usage);
+	const timeval &t = system ? usage.ru_stime : usage.ru_utime;
+	return t.tv_sec * 1e3 + t.tv_usec / 1e3;
+}
+
+struct Read {
+	double cpuMs = 0, wallMs = 0, userMs = 0, systemMs = 0;
+	SnatUsage usage;
+};
+
+// One read as the daemon's pass makes it: the dump into a counter, then finish().
+Read readOnce()
+{
+	SnatPlan plan;
+	plan.ipv4 = SnatFamilyPlan{};
+	const auto cpu = threadCpuTime();
+	const auto wall = Clock::now();
+	const double user = threadMs(false), system = threadMs(true);
+	SnatUsageCounter counter(plan, std::vector<Address>{parseAddress("203.0.113.1").value()});
+	auto dump = netlink::countSourceNatEntries(counter);
+	if (!dump)
+		die(dump.error().message);
+	Read read;
+	read.usage = counter.finish();
+	read.cpuMs = std::chrono::duration<double, std::milli>(threadCpuTime() - cpu).count();
+	read.wallMs = std::chrono::duration<double, std::milli>(Clock::now() - wall).count();
+	read.userMs = threadMs(false) - user;
+	read.systemMs = threadMs(true) - system;
+	return read;
+}
+
+void measure(const char *what, size_t runs)
+{
+	std::vector<Read> reads;
+	const long rssBefore = maxRssKiB();
+	for (size_t i = 0; i < runs; i++)
+		reads.push_back(readOnce());
+	std::sort(reads.begin(), reads.end(), [](const Read &a, const Read &b) { return a.cpuMs < b.cpuMs; });
+	const Read &median = reads[reads.size() / 2];
+	const auto pause = PacedThread::pause(SnatUsageCheck::kPace,
+					      std::chrono::duration_cast<Clock::duration>(
+						      std::chrono::duration<double, std::milli>(median.cpuMs)));
+	const double share = median.cpuMs / std::chrono::duration<double, std::milli>(pause).count();
+	fmt::print("  {}: {} entries read ({}), {} destinations kept, {} connections not attributed\n"
+		   "    CPU per read {:.1f} ms (median of {}; min {:.1f}, max {:.1f}; user {:.0f}, "
+		   "system {:.0f}: the kernel's dump), wall {:.1f} ms\n"
+		   "    pace: a read every {:.1f} s -> {:.2f}% of one core (target at most {:.0f}%): {}\n"
+		   "    peak RSS grew by {} KiB over the reads\n",
+		   what, median.usage.entriesRead,
+		   median.usage.kernelFiltered ? "the kernel filtered" : "filtered here",
+		   median.usage.destinations, median.usage.leftOut, median.cpuMs, runs,
+		   reads.front().cpuMs, reads.back().cpuMs, median.userMs, median.systemMs, median.wallMs,
+		   std::chrono::duration<double>(pause).count(), share * 100, kTargetShare * 100,
+		   share <= kTargetShare + 1e-9 ? "met" : "MISSED", maxRssKiB() - rssBefore);
+}
+
+} // namespace
+
+int main()
+{
+	if (const std::string why = ipmasq::test::enterPrivateNetns(); !why.empty()) {
+		std::fprintf(stderr, "SKIP: %s\n", why.c_str());
+		return 77;
+	}
+	if (ipmasq::test::run("command -v conntrack >/dev/null") != 0) {
+		std::fprintf(stderr, "SKIP: conntrack not found (apt-get install conntrack)\n");
+		return 77;
+	}
+	// nf_conntrack_max is global (read-only here, and never written): a namespace's
+	// entries count against it. Stay at 90% of it.
+	const uint64_t limit = readNumber("/proc/sys/net/netfilter/nf_conntrack_max");
+	const size_t n = limit == 0 ? kWanted : std::min<size_t>(kWanted, limit * 9 / 10);
+	fmt::print("SNAT usage read (section 12): nf_conntrack_max {}, {} entries{}\n", limit, n,
+		   n < kWanted ? " (scaled down to 90% of the limit)" : "");
+	// ctnetlink's NAT setup needs nf_nat: a nat chain in this namespace loads it.
+	if (ipmasq::test::run("nft add table ip bench && nft add chain ip bench post "
+			      "'{ type nat hook postrouting priority 100; }'") != 0)
+		die("nft failed (nft is needed to load nf_nat)");
+
+	insertEntries(n, 2000, true);
+	measure("all source-NATed, 2,000 destinations", 7);
+	insertEntries(n, n, true);
+	measure("all source-NATed, each its own destination (past the 65,536 bound)", 5);
+	insertEntries(n, 2000, false);
+	measure("none NATed (the kernel's filter leaves them out)", 7);
+	(void)ipmasq::test::run("conntrack -F 2>/dev/null; nft delete table ip bench");
+	return 0;
+}

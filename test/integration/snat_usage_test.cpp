@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: Apache-2.0
+// SNAT usage against real traffic (traffic_support.h: a pod, the node and an external host
+// in namespaces of their own): connections held open toward one destination fill the
+// agent's --to-ports range, the daemon's /metrics and /snat-usage and --snat-usage say how
+// full, a range of three outputAddress addresses triples the destination's ports, and past
+// the last port the kernel refuses new connections (insert failures) while the agent
+// reports the destination exhausted. IPv4 and IPv6.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <regex>
+#include <sstream>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "ip-masq-agent/netlink/conntrack_stats.h"
+#include "ip-masq-agent/unique_fd.h"
+#include "netns.h"
+#include "traffic_support.h"
+
+using namespace std::chrono_literals;
+using namespace ipmasq;
+using namespace ipmasq::test;
+
+namespace {
+
+constexpr uint16_t kPort = 9443; // the external host's sinks
+const std::string kHealth = "http://127.0.0.1:10263";
+const std::string kToPorts = "--to-ports=40000-40099";
+// A second destination on the external host, for IPv6 ("others stay low").
+const std::string kOtherServerV6 = "2001:db8:2::3";
+
+const std::string &server(int family)
+{
+	return family == AF_INET ? kServerV4 : kServerV6;
+}
+
+const std::string &otherServer(int family)
+{
+	return family == AF_INET ? kOtherServerV4 : kOtherServerV6;
+}
+
+// "203.0.113.2:9443" / "[2001:db8:2::2]:9443", as the metrics' destination label says it.
+std::string endpoint(int family, const std::string &address, uint16_t port = kPort)
+{
+	return family == AF_INET ? fmt::format("{}:{}", address, port)
+				 : fmt::format("[{}]:{}", address, port);
+}
+
+sockaddr_storage socketAddress(int family, const std::string &address, uint16_t port)
+{
+	sockaddr_storage storage{};
+	if (family == AF_INET) {
+		auto *in = reinterpret_cast<sockaddr_in *>(&storage);
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+		REQUIRE(inet_pton(AF_INET, address.c_str(), &in->sin_addr) == 1);
+	} else {
+		auto *in6 = reinterpret_cast<sockaddr_in6 *>(&storage);
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		REQUIRE(inet_pton(AF_INET6, address.c_str(), &in6->sin6_addr) == 1);
+	}
+	return storage;
+}
+
+socklen_t lengthOf(int family)
+{
+	return family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+}
+
+// The external host keeps what comes: a TCP listener that never accepts (the kernel
+// completes each handshake into its backlog, so the connections stay established) and a
+// UDP socket that never reads (no port unreachable ends a flow), on every address.
+struct Sinks {
+	UniqueFd tcp, udp;
+};
+
+Sinks sinksOn(const Netns &external, int family)
+{
+	const auto open = [&](int type) {
+		return inNetns(external.fd(), [&] {
+			int fd = socket(family, type | SOCK_CLOEXEC, 0);
+			const int on = 1;
+			if (family == AF_INET6)
+				(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+			const sockaddr_storage any = socketAddress(family, family == AF_INET ? "0.0.0.0" : "::",
+								   kPort);
+			if (bind(fd, reinterpret_cast<const sockaddr *>(&any), lengthOf(family)) != 0 ||
+			    (type == SOCK_STREAM && listen(fd, 1024) != 0)) {
+				close(fd);
+				fd = -1;
+			}
+			return fd;
+		});
+	};
+	Sinks sinks{UniqueFd(open(SOCK_STREAM)), UniqueFd(open(SOCK_DGRAM))};
+	REQUIRE(sinks.tcp.isValid());
+	REQUIRE(sinks.udp.isValid());
+	return sinks;
+}
+
+// A TCP connection from the pod (from `source` when given), established within `timeout`,
+// or an invalid descriptor: the kernel dropped its SYN (and every retransmission).
+UniqueFd tcpFromPod(const Topology &net, int family, const std::string &address,
+		    std::chrono::milliseconds timeout, const std::string &source = {})
+{
+	return UniqueFd(inNetns(net.pod.fd(), [&] {
+		int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (!source.empty()) {
+			const sockaddr_storage from = socketAddress(family, source, 0);
+			(void)bind(fd, reinterpret_cast<const sockaddr *>(&from), lengthOf(family));
+		}
+		const sockaddr_storage to = socketAddress(family, address, kPort);
+		(void)connect(fd, reinterpret_cast<const sockaddr *>(&to), lengthOf(family));
+		pollfd p{fd, POLLOUT, 0};
+		int error = -1;
+		socklen_t length = sizeof(error);
+		if (poll(&p, 1, static_cast<int>(timeout.count())) != 1 ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+			close(fd);
+			return -1;
+		}
+		return fd;
+	}));
+}
+
+// A UDP flow from the pod: one datagram; conntrack keeps it (unreplied) for the node's
+// nf_conntrack_udp_timeout, which the tests raise in their own namespace.
+UniqueFd udpFromPod(const Topology &net, int family, const std::string &address)
+{
+	UniqueFd fd(inNetns(net.pod.fd(), [&] {
+		int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		const sockaddr_storage to = socketAddress(family, address, kPort);
+		if (connect(fd, reinterpret_cast<const sockaddr *>(&to), lengthOf(family)) != 0 ||
+		    send(fd, "x", 1, 0) != 1) {
+			close(fd);
+			return -1;
+		}
+		return fd;
+	}));
+	REQUIRE(fd.isValid());
+	return fd;
+}
+
+std::vector<UniqueFd> tcpConnections(const Topology &net, int family, const std::string &address,
+				     size_t count, const std::vector<std::string> &sources = {})
+{
+	std::vector<UniqueFd> fds;
+	for (size_t i = 0; i < count; i++) {
+		fds.push_back(tcpFromPod(net, family, address, 5s,
+					 sources.empty() ? std::string() : sources[i % sources.size()]));
+		INFO("connection " << i + 1 << " of " << count << " to " << address);
+		REQUIRE(fds.back().isValid());
+	}
+	return fds;
+}
+
+// The value of the first sample of `metric` whose labels contain every one of `labels`.
+std::optional<std::string> sampleWith(const std::string &text, const std::string &metric,
+				      const std::vector<std::string> &labels)
+{
+	std::istringstream in(text);
+	std::string line;
+	while (std::getline(in, line)) {
+		if (!line.starts_with(metric + "{"))
+			continue;
+		const size_t close = line.find("} ");
+		if (close == std::string::npos)
+			continue;
+		const std::string labelText = line.substr(0, close);
+		if (std::all_of(labels.begin(), labels.end(), [&](const std::string &label) {
+			    return labelText.find(label) != std::string::npos;
+		    }))
+			return line.substr(close + 2);
+	}
+	return std::nullopt;
+}
+
+std::string familyLabel(int family)
+{
+	return family == AF_INET ? "family=\"ipv4\"" : "family=\"ipv6\"";
+}
+
+// The top ratio the daemon reports toward `address` over `protocol`.
+std::optional<std::string> reportedRatio(const std::string &metrics, int family,
+					 const std::string &address, const char *protocol)
+{
+	return sampleWith(metrics, "ip_masq_agent_snat_top_usage_ratio",
+			  {familyLabel(family), fmt::format("protocol=\"{}\"", protocol),
+			   fmt::format("destination=\"{}\"", endpoint(family, address))});
+}
+
+// --snat-usage with `args` (the config and flags of the agent), its standard output.
+std::string snatUsageCommand(const std::string &args)
+{
+	std::string out;
+	const int status = run(std::string(AGENT_BINARY) + " --snat-usage " + args + " 2>&1", &out);
+	INFO(out);
+	CHECK(status == 0);
+	return out;
+}
+
+uint64_t insertFailures()
+{
+	auto stats = netlink::readConntrackStats();
+	REQUIRE(stats);
+	REQUIRE(stats->insertFailed);
+	return *stats->insertFailed;
+}
+
+void prepareNode(const Topology &net)
+{
+	// Unreplied UDP flows live 30 s by default; this namespace's own setting.
+	writeSysctl("net/netfilter/nf_conntrack_udp_timeout", "600");
+	net.external.runOrFail(fmt::format("ip addr add {}/64 dev eth0 nodad", kOtherServerV6));
+}
+
+} // namespace
+
+TEST_CASE("90 connections over 100 ports: the metric says 0.9 toward that destination, others stay low")
+{
+	if (run("command -v curl >/dev/null") != 0)
+		FAIL("curl is needed for this test (apt-get install curl)");
+	Topology net;
+	prepareNode(net);
+	TempDir dir;
+	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+	Agent agent("nonMasqueradeCIDRs: [10.0.0.0/8]\n",
+		    {kToPorts, "--enable-ipv6", "--health-addr=127.0.0.1:10263"});
+	for (const int family : {AF_INET, AF_INET6}) {
+		INFO((family == AF_INET ? "IPv4" : "IPv6"));
+		const Sinks sinks = sinksOn(net.external, family);
+		std::vector<UniqueFd> held = tcpConnections(net, family, server(family), 90);
+		for (int i = 0; i < 90; i++)
+			held.push_back(udpFromPod(net, family, server(family)));
+		for (UniqueFd &fd : tcpConnections(net, family, otherServer(family), 3))
+			held.push_back(std::move(fd));
+
+		// The daemon reads every 10 s: a minute is for a hung read only.
+		std::string metrics;
+		requireWithin(
+			[&] {
+				metrics = curlGet(kHealth + "/metrics");
+				return reportedRatio(metrics, family, server(family), "tcp") == "0.9" &&
+				       reportedRatio(metrics, family, server(family), "udp") == "0.9" &&
+				       reportedRatio(metrics, family, otherServer(family), "tcp");
+			},
+			60s, agent.process(), "the daemon reports 0.9 toward the server",
+			[&] { return metrics; });
+		CHECK(reportedRatio(metrics, family, otherServer(family), "tcp") == "0.03");
+		CHECK(sampleWith(metrics, "ip_masq_agent_snat_top_available_ports",
+				 {familyLabel(family), "protocol=\"tcp\"", "ports=\"40000-40099\"",
+				  fmt::format("destination=\"{}\"", endpoint(family, server(family)))}) == "100");
+		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_usage_max_ratio 0.9\n"));
+		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_other_connections 0\n"));
+
+		// By hand: the same, from the config and the flags, as a table.
+		const std::string table = snatUsageCommand("--config=" + dir.file("config") + " " +
+							   kToPorts + " --enable-ipv6");
+		const std::string node = family == AF_INET ? kNodeV4 : kNodeV6;
+		CHECK(std::regex_search(table, std::regex(fmt::format(
+			"  90\\.0% +90 +100  tcp +{} +{} +40000-40099\n",
+			std::regex_replace(endpoint(family, server(family)), std::regex(R"([.\[\]])"), R"(\$&)"),
+			std::regex_replace(node, std::regex(R"(\.)"), R"(\.)")))));
+		CHECK_THAT(curlGet(kHealth + "/snat-usage"), Catch::Contains("90.0%"));
+		// --explain adds the usage toward the address it explains.
+		std::string explained;
+		REQUIRE(run(std::string(AGENT_BINARY) + " --config=" + dir.file("config") + " " + kToPorts +
+				    " --enable-ipv6 --explain=" + server(family) + " 2>/dev/null",
+			    &explained) == 0);
+		CHECK_THAT(explained, Catch::Contains(fmt::format(
+			"; SNAT ports in use toward it now: tcp port {} from {}: 90 of 100 (90.0%)", kPort, node)));
+		// The next family starts from an empty conntrack table (this namespace's only).
+		held.clear();
+		runOrFail("conntrack -F 2>/dev/null");
+	}
+}
+
+TEST_CASE("outputAddress as a range of three addresses: three times the ports toward a destination")
+{
+	Topology net;
+	prepareNode(net);
+	net.external.runOrFail("ip route add 198.18.0.0/24 via 203.0.113.1 && "
+			       "ip -6 route add 2001:db8:99::/64 via 2001:db8:2::1");
+	// The kernel picks an address of the range by a hash of the client's and the
+	// destination's addresses: twenty clients spread over it.
+	std::vector<std::string> v4, v6;
+	for (int i = 10; i < 30; i++) {
+		v4.push_back(fmt::format("198.51.100.{}", i));
+		v6.push_back(fmt::format("2001:db8:1::{:x}", i));
+		net.pod.runOrFail(fmt::format("ip addr add {}/24 dev eth0 && ip addr add {}/64 dev eth0 nodad",
+					      v4.back(), v6.back()));
+	}
+	const std::string config = "outputAddress: 198.18.0.7-198.18.0.9\n"
+				   "outputAddressIPv6: \"2001:db8:99::7-2001:db8:99::9\"\n";
+	TempDir dir;
+	dir.write("config", config);
+	Agent agent(config, {kToPorts, "--enable-ipv6"});
+	for (const auto &[family, sources] : {std::pair{AF_INET, &v4}, std::pair{AF_INET6, &v6}}) {
+		INFO((family == AF_INET ? "IPv4" : "IPv6"));
+		const Sinks sinks = sinksOn(net.external, family);
+		const std::vector<UniqueFd> held = tcpConnections(net, family, server(family), 90, *sources);
+		const std::string table = snatUsageCommand("--config=" + dir.file("config") + " " +
+							   kToPorts + " --enable-ipv6");
+		// Each address has its own 100 ports; the destination has 300 over the three.
+		CHECK(std::regex_search(table, std::regex(fmt::format(
+			"tcp {} over the agent's 3 addresses: 90 connections from [123] of them, 300 "
+			"ports in all \\(30\\.0%\\)",
+			std::regex_replace(endpoint(family, server(family)), std::regex(R"([.\[\]])"), R"(\$&)")))));
+		size_t rows = 0;
+		for (const char *address : {"198.18.0.7 ", "198.18.0.8 ", "198.18.0.9 "})
+			rows += table.find(family == AF_INET ? address
+							     : std::regex_replace(address, std::regex("198\\.18\\.0\\."),
+										  "2001:db8:99::")) != std::string::npos;
+		INFO(table);
+		CHECK(rows >= 2); // twenty clients reach more than one address of three
+		CHECK(std::regex_search(table, std::regex(" 100  tcp ")));
+		runOrFail("conntrack -F 2>/dev/null");
+	}
+}
+
+TEST_CASE("past the last port the kernel refuses new connections, and the agent says exhausted")
+{
+	if (run("command -v curl >/dev/null") != 0)
+		FAIL("curl is needed for this test (apt-get install curl)");
+	Topology net;
+	prepareNode(net);
+	Agent agent("nonMasqueradeCIDRs: [10.0.0.0/8]\n",
+		    {kToPorts, "--enable-ipv6", "--health-addr=127.0.0.1:10263"});
+	for (const int family : {AF_INET, AF_INET6}) {
+		INFO((family == AF_INET ? "IPv4" : "IPv6"));
+		const Sinks sinks = sinksOn(net.external, family);
+		const std::vector<UniqueFd> held = tcpConnections(net, family, server(family), 100);
+		const uint64_t failedBefore = insertFailures();
+		// Five more: none gets through (each SYN, retransmissions included, is dropped
+		// when its entry cannot be inserted).
+		for (int i = 0; i < 5; i++)
+			CHECK_FALSE(tcpFromPod(net, family, server(family), 1500ms).isValid());
+		CHECK(insertFailures() >= failedBefore + 5);
+
+		std::string metrics;
+		requireWithin(
+			[&] {
+				metrics = curlGet(kHealth + "/metrics");
+				return reportedRatio(metrics, family, server(family), "tcp") == "1";
+			},
+			60s, agent.process(), "the daemon reports the destination exhausted",
+			[&] { return metrics; });
+		CHECK_THAT(metrics, Catch::Contains(
+			"ip_masq_agent_snat_destinations_over_threshold{threshold=\"1\"} 1\n"));
+		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_usage_max_ratio 1\n"));
+		CHECK_THAT(curlGet(kHealth + "/snat-usage"), Catch::Contains("1 exhausted"));
+		runOrFail("conntrack -F 2>/dev/null"); // the next family starts afresh
+	}
+}

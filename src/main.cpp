@@ -250,6 +250,11 @@ int runAgent(AgentOptions options)
 	if (options.once)
 		return applyOnce(options, **backend);
 
+	// Before the first thread: a failure costs address space, never the daemon.
+	if (auto reserved = process::reserveLessPerThread(); !reserved)
+		log::warning("{}; each thread reserves the default stack and arena",
+			     reserved.error().message);
+
 	// Without notifications the agent still heals, at the next resync.
 	std::optional<NftablesMonitor> monitor;
 	if (auto opened = NftablesMonitor::open()) {

@@ -11,6 +11,8 @@
 #include <dirent.h>
 #include <exception>
 #include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -223,6 +225,25 @@ Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted)
 				"limit)",
 				room.limit, room.open, room.free(), needed, room.open + needed),
 		    EMFILE);
+}
+
+Status reserveLessPerThread()
+{
+	constexpr size_t kThreadStack = 1 << 20;
+	constexpr int kArenas = 2;
+	pthread_attr_t attr;
+	if (const int error = pthread_attr_init(&attr); error != 0)
+		return fail(fmt::format("pthread_attr_init: {}", std::strerror(error)), error);
+	int error = pthread_attr_setstacksize(&attr, kThreadStack);
+	if (error == 0)
+		error = pthread_setattr_default_np(&attr);
+	(void)pthread_attr_destroy(&attr);
+	if (error != 0)
+		return fail(fmt::format("pthread_setattr_default_np (a stack of {} bytes): {}",
+					kThreadStack, std::strerror(error)), error);
+	if (mallopt(M_ARENA_MAX, kArenas) != 1)
+		return fail(fmt::format("mallopt(M_ARENA_MAX, {}) refused", kArenas));
+	return {};
 }
 
 } // namespace ipmasq::process

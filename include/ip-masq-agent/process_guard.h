@@ -23,6 +23,14 @@ void guardStandardDescriptors();
 // message before std::terminate aborts. Call after the log format is set.
 void installFatalHandlers();
 
+// Each thread the daemon starts (the health endpoint's, the paced checks') reserves less
+// address space: a 1 MiB stack instead of the 8 MiB of RLIMIT_STACK (their work is bounded
+// and never recurses on input; main()'s own stack, where YAML is parsed, keeps the limit),
+// and malloc keeps at most two arenas instead of one per thread (each reserves 64 MiB). A
+// node that caps the agent's address space (RLIMIT_AS) then leaves it room for its table.
+// Call before any thread starts. Fails, naming the call, only where glibc refuses.
+Status reserveLessPerThread();
+
 // How many descriptors the process may still open: the open-files limit (the soft
 // RLIMIT_NOFILE) less those open now below it.
 struct DescriptorRoom {

@@ -688,6 +688,9 @@ ExplainedLine readLine(const std::string &line, const std::string &destination)
 	if (!out.kernelAgrees)
 		return out;
 	std::string clause = rest.substr(at + agrees.size());
+	// The SNAT usage toward the destination, when conntrack has some, ends the line: what
+	// the node's connections use now, no claim about what a packet's source becomes.
+	clause = clause.substr(0, clause.find("; SNAT ports in use toward it now: "));
 	if (clause == "; no other table's NAT undoes that") {
 		out.claims.push_back({true, out.agentAlone, clause});
 		return out;

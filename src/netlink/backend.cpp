@@ -240,6 +240,25 @@ Status dumpTableObjects(Socket &socket, uint8_t message, const std::string &tabl
 		});
 }
 
+// GETTABLE of one inet table: the kernel's answer, parsed (ENOENT when there is none).
+Result<TablePtr> getTable(Socket &socket, const std::string &table)
+{
+	TablePtr request = tableHandle(table, false);
+	TablePtr reply;
+	const Status found = socket.query(
+		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
+		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
+		[&](const nlmsghdr *nlh) {
+			reply = newTable();
+			return parsed(nftnl_table_nlmsg_parse(nlh, reply.get()), "table");
+		});
+	if (!found)
+		return fail(found.error());
+	if (!reply)
+		return fail("the kernel sent no table", EPROTO);
+	return reply;
+}
+
 // dumpTableObjects for each kind the backend reads: chains, sets, objects (counters), rules.
 Status dumpChains(Socket &socket, const std::string &table, std::vector<ChainPtr> &out)
 {
@@ -434,21 +453,12 @@ Result<BatchAnswer> NetlinkBackend::transactQuietly(const Batch &batch)
 std::optional<Error> NetlinkBackend::refusedByOwner(const std::string &table)
 {
 	std::optional<uint32_t> flags, owner;
-	TablePtr request = tableHandle(table, false);
-	const Status s = socket_.query(
-		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
-		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			TablePtr reply = newTable();
-			if (auto p = parsed(nftnl_table_nlmsg_parse(nlh, reply.get()), "table"); !p)
-				return p;
-			if (nftnl_table_is_set(reply.get(), NFTNL_TABLE_FLAGS))
-				flags = nftnl_table_get_u32(reply.get(), NFTNL_TABLE_FLAGS);
-			if (nftnl_table_is_set(reply.get(), NFTNL_TABLE_OWNER))
-				owner = nftnl_table_get_u32(reply.get(), NFTNL_TABLE_OWNER);
-			return {};
-		});
-	lockedOut_ = s && flags && (*flags & NFT_TABLE_F_OWNER) && owner != portId();
+	const auto reply = getTable(socket_, table);
+	if (reply && nftnl_table_is_set(reply->get(), NFTNL_TABLE_FLAGS))
+		flags = nftnl_table_get_u32(reply->get(), NFTNL_TABLE_FLAGS);
+	if (reply && nftnl_table_is_set(reply->get(), NFTNL_TABLE_OWNER))
+		owner = nftnl_table_get_u32(reply->get(), NFTNL_TABLE_OWNER);
+	lockedOut_ = reply && flags && (*flags & NFT_TABLE_F_OWNER) && owner != portId();
 	if (!lockedOut_)
 		return std::nullopt;
 	return Error(fmt::format("table inet {} is held by another process with the flag \"owner\" "
@@ -595,22 +605,13 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 		return fmt::format("reading the {} of table inet {}: ", what, table);
 	};
 	TableSnapshot snapshot;
-
-	TablePtr request = tableHandle(table, false);
-	const Status found = socket_.query(
-		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
-		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
-		[&](const nlmsghdr *nlh) {
-			snapshot.table = newTable();
-			return parsed(nftnl_table_nlmsg_parse(nlh, snapshot.table.get()), "table");
-		});
+	auto found = getTable(socket_, table);
 	if (!found) {
 		if (found.error().errnum == ENOENT)
 			return false;
 		return fail(withPermissionHint(found.error().withContext(context("table"))));
 	}
-	if (!snapshot.table)
-		return fail(context("table") + "the kernel sent no table", EPROTO);
+	snapshot.table = std::move(*found);
 
 	if (auto s = dumpChains(socket_, table, snapshot.chains); !s)
 		return fail(s.error().withContext(context("chains")));
@@ -704,26 +705,18 @@ Result<std::optional<TableContents>> NetlinkBackend::readTableContents(const std
 	TableContents contents;
 	contents.generation = *gen;
 
-	TablePtr request = tableHandle(table, false);
-	const Status found = socket_.query(
-		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
-		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			TablePtr reply = newTable();
-			if (auto p = parsed(nftnl_table_nlmsg_parse(nlh, reply.get()), "table"); !p)
-				return p;
-			if (nftnl_table_is_set(reply.get(), NFTNL_TABLE_FLAGS))
-				contents.flags = nftnl_table_get_u32(reply.get(), NFTNL_TABLE_FLAGS);
-			uint32_t len = 0;
-			const void *data = nftnl_table_get_data(reply.get(), NFTNL_TABLE_USERDATA, &len);
-			contents.comment = userdataComment(data, len, NFTNL_UDATA_TABLE_COMMENT);
-			return {};
-		});
+	const auto found = getTable(socket_, table);
 	if (!found) {
 		if (found.error().errnum == ENOENT)
 			return std::optional<TableContents>();
 		return fail(withPermissionHint(found.error().withContext(context("table"))));
 	}
+	const nftnl_table *reply = found->get();
+	if (nftnl_table_is_set(reply, NFTNL_TABLE_FLAGS))
+		contents.flags = nftnl_table_get_u32(reply, NFTNL_TABLE_FLAGS);
+	uint32_t len = 0;
+	const void *data = nftnl_table_get_data(reply, NFTNL_TABLE_USERDATA, &len);
+	contents.comment = userdataComment(data, len, NFTNL_UDATA_TABLE_COMMENT);
 
 	std::vector<ChainPtr> chains;
 	if (auto s = dumpChains(socket_, table, chains); !s)
@@ -778,21 +771,16 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTable(const std::string &
 
 Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::string &table)
 {
-	TablePtr request = tableHandle(table, false);
-	Status s = socket_.query(
-		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
-		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
-		[](const nlmsghdr *) -> Status { return {}; });
-	if (!s) {
-		if (s.error().errnum == ENOENT)
+	if (auto found = getTable(socket_, table); !found) {
+		if (found.error().errnum == ENOENT)
 			return std::optional<KernelTable>();
-		return fail(s.error());
+		return fail(found.error());
 	}
 
 	// Every address set of the table, whatever its name: a set the agent adds needs no
 	// change here. Anonymous sets ({ tcp, udp, sctp }) belong to their rules.
 	std::vector<SetPtr> sets;
-	s = dumpSets(socket_, table, sets);
+	Status s = dumpSets(socket_, table, sets);
 	if (!s)
 		return fail(s.error());
 	struct Declared {

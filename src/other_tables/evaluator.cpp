@@ -376,6 +376,8 @@ private:
 	void applyVerdict(const std::vector<Entry> &order, State state, const Verdict &verdict,
 			  const RuleRef &rule, std::vector<State> &work);
 	void endOfBaseChain(const std::vector<Entry> &order, State state, std::vector<State> &work);
+	// Leaves the current chain: back to the rule after the jump, or the base chain's end.
+	void returnFromChain(const std::vector<Entry> &order, State state, std::vector<State> &work);
 	std::vector<RuleExit> evaluateRule(const Table &table, const Rule &rule, const State &state,
 					   const RuleRef &ref);
 	void evaluate(const Table &table, const Statement &statement, RuleRun &run, const RuleRef &ref);
@@ -567,17 +569,21 @@ void Walk::step(const std::vector<Entry> &order, State state, std::vector<State>
 	const Frame frame = state.stack.back();
 	const Chain &chain = t.chains[frame.chain];
 	if (frame.rule >= chain.rules.size()) {
-		// The end of a chain: an implicit return, or the base chain's policy.
-		state.stack.pop_back();
-		if (state.stack.empty())
-			endOfBaseChain(order, std::move(state), work);
-		else
-			work.push_back(std::move(state));
+		returnFromChain(order, std::move(state), work); // the end of a chain: an implicit return
 		return;
 	}
 	const RuleRef ref = ruleRef(frame);
 	for (const RuleExit &exit : evaluateRule(t, chain.rules[frame.rule], state, ref))
 		afterRule(order, state, exit, ref, work);
+}
+
+void Walk::returnFromChain(const std::vector<Entry> &order, State state, std::vector<State> &work)
+{
+	state.stack.pop_back();
+	if (state.stack.empty())
+		endOfBaseChain(order, std::move(state), work);
+	else
+		work.push_back(std::move(state));
 }
 
 void Walk::endOfBaseChain(const std::vector<Entry> &order, State state, std::vector<State> &work)
@@ -655,11 +661,7 @@ void Walk::applyVerdict(const std::vector<Entry> &order, State state, const Verd
 		work.push_back(std::move(state));
 		return;
 	case VerdictCode::returnToCaller:
-		state.stack.pop_back();
-		if (state.stack.empty())
-			endOfBaseChain(order, std::move(state), work);
-		else
-			work.push_back(std::move(state));
+		returnFromChain(order, std::move(state), work);
 		return;
 	case VerdictCode::jump:
 	case VerdictCode::goTo:

@@ -15,6 +15,7 @@
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/other_tables/reader.h"
 #include "ip-masq-agent/policy.h"
 
@@ -463,13 +464,24 @@ Result<std::vector<Prefix>> readLocalPrefixes()
 	return out;
 }
 
+namespace {
+
+// EPERM to a process without CAP_NET_ADMIN is --explain run without privileges, as it may
+// be. To one with it, something else refused (netlink/refusal.h): the problem says what.
+bool lacksNetAdmin(const Error &error)
+{
+	return error.errnum == EPERM && !netlink::currentPrivileges().netAdmin;
+}
+
+} // namespace
+
 KernelView readKernelView(const std::string &table)
 {
 	KernelView view;
 	const auto failed = [&view](const Error &error) {
-		view.state = error.errnum == EPERM ? KernelView::State::noPermission
-						   : KernelView::State::unreadable;
-		view.problem = error.message;
+		view.state = lacksNetAdmin(error) ? KernelView::State::noPermission
+						  : KernelView::State::unreadable;
+		view.problem = netlink::explainRefusal(error).message;
 		return view;
 	};
 	auto backend = NetlinkBackend::open();
@@ -500,9 +512,9 @@ OtherTablesView readOtherTablesView(const Ruleset &desired)
 	auto ruleset = nat::readNatRuleset(limits);
 	auto agent = ruleset ? nat::agentTable(desired) : Result<nat::Table>(fail(ruleset.error()));
 	if (!agent) {
-		view.state = agent.error().errnum == EPERM ? OtherTablesView::State::noPermission
-							   : OtherTablesView::State::unreadable;
-		view.problem = agent.error().message;
+		view.state = lacksNetAdmin(agent.error()) ? OtherTablesView::State::noPermission
+							  : OtherTablesView::State::unreadable;
+		view.problem = netlink::explainRefusal(agent.error()).message;
 		return view;
 	}
 	view.state = OtherTablesView::State::read;

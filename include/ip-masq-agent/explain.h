@@ -26,7 +26,7 @@ struct KernelView {
 	enum class State {
 		sets,         // the table exists: `sets` holds its address sets
 		tableAbsent,  // no such table
-		noPermission, // no CAP_NET_ADMIN (EPERM): could not look
+		noPermission, // EPERM, and the process lacks CAP_NET_ADMIN: could not look
 		unreadable,   // another error: `problem` says which
 	};
 	State state = State::unreadable;
@@ -40,7 +40,7 @@ struct OtherTablesView {
 	enum class State {
 		notRead,      // not asked for: no clause
 		read,         // `ruleset` holds every other table's nat postrouting chains
-		noPermission, // no CAP_NET_ADMIN (EPERM): could not look
+		noPermission, // EPERM, and the process lacks CAP_NET_ADMIN: could not look
 		unreadable,   // another error: `problem` says which
 	};
 	State state = State::notRead;

@@ -19,6 +19,7 @@
 
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
+#include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/other_tables/decoder.h"
 #include "ip-masq-agent/overloaded.h"
@@ -782,13 +783,6 @@ Result<NatRuleset> Reader::read()
 	return ruleset;
 }
 
-Error withHint(Error error)
-{
-	if (error.errnum == EPERM)
-		error.message += " (reading other tables' NAT needs CAP_NET_ADMIN)";
-	return error;
-}
-
 } // namespace
 
 std::vector<Expression> expressionsOf(const nftnl_rule *rule)
@@ -807,7 +801,7 @@ Result<NatRuleset> readNatRuleset(const NatReadLimits &limits)
 {
 	auto ruleset = Reader(limits).read();
 	if (!ruleset)
-		return fail(withHint(ruleset.error()));
+		return fail(netlink::explainRefusal(ruleset.error()));
 	return ruleset;
 }
 

@@ -148,6 +148,23 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 				      "kernel: no CAP_NET_ADMIN; could not check other tables' NAT: no CAP_NET_ADMIN");
 		CHECK_THAT(result.all, !Catch::Contains("error"));
 	}
+	SECTION("with CAP_NET_ADMIN in a user namespace of its own, it says what refused, not \"no CAP_NET_ADMIN\"")
+	{
+		// unshare -U -r: root and every capability, in a user namespace that does not own
+		// this network namespace; nfnetlink answers EPERM all the same.
+		if (run("unshare -U -r true 2>/dev/null") != 0) {
+			WARN("SKIP: unprivileged user namespaces are not available here");
+			return;
+		}
+		result = explain(config + " --explain=192.0.2.1", "unshare -U -r");
+		CHECK(result.status == 0);
+		CHECK_THAT(result.out, Catch::StartsWith("192.0.2.1: masqueraded: no entry covers it; could not "
+							 "check the kernel: ") &&
+					       Catch::Contains("the kernel answered EPERM: the agent has CAP_NET_ADMIN, "
+							       "but only in a user namespace of its own") &&
+					       Catch::Contains("; could not check other tables' NAT: ") &&
+					       !Catch::Contains("no CAP_NET_ADMIN"));
+	}
 	(void)run("nft delete table inet ip-masq-agent 2>/dev/null");
 }
 

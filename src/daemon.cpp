@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The daemon's loop: signals, config watch, nftables monitor and one timer, turned into
-// events for the ConfigSource and the Reconciler.
+// events for the DesiredStateSource and the Reconciler.
 #include "ip-masq-agent/daemon.h"
 
 #include <algorithm>
@@ -16,7 +16,9 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/desired_state_source.h"
 #include "ip-masq-agent/duration.h"
+#include "ip-masq-agent/overloaded.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/conntrack_stats.h"
 #include "ip-masq-agent/netlink/monitor.h"
@@ -77,19 +79,20 @@ timespec toTimespec(std::chrono::steady_clock::time_point at)
 			static_cast<long>(ns.count() % 1000000000)};
 }
 
-Reconciler::Settings reconcilerSettings(const AgentOptions &options)
+// The daemon's reconciler adopts a table found in the kernel that the source's options
+// would build, when the config is bad from the start.
+Reconciler::Settings reconcilerSettings(const DesiredStateSource &source)
 {
-	return Reconciler::Settings{options.ruleset, true, options.config.path};
+	return Reconciler::Settings{source.rulesetOptions(), true, source.path()};
 }
 
 } // namespace
 
-Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *monitor,
-	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd,
-	       std::optional<AddressMonitor> addressMonitor)
-	: options_(std::move(options)), monitor_(monitor),
-	  source_(ConfigSource::open(options_.config)),
-	  reconciler_(backend, reconcilerSettings(options_), status_),
+Daemon::Daemon(std::unique_ptr<DesiredStateSource> source, TableBackend &backend,
+	       NftablesMonitor *monitor, SystemdNotifier notifier, UniqueFd signalFd,
+	       UniqueFd timerFd, std::optional<AddressMonitor> addressMonitor)
+	: source_(std::move(source)), monitor_(monitor),
+	  reconciler_(backend, reconcilerSettings(*source_), status_),
 	  notifier_(std::move(notifier)), signalFd_(std::move(signalFd)), timerFd_(std::move(timerFd)),
 	  backend_(backend), conflictCheck_(status_), snatUsageCheck_(status_), addressMonitor_(std::move(addressMonitor))
 {
@@ -97,8 +100,9 @@ Daemon::Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *mon
 
 Daemon::~Daemon() = default;
 
-Result<std::unique_ptr<Daemon>> Daemon::create(AgentOptions options, TableBackend &backend,
-					       NftablesMonitor *monitor, SystemdNotifier notifier)
+Result<std::unique_ptr<Daemon>> Daemon::create(std::unique_ptr<DesiredStateSource> source,
+					       TableBackend &backend, NftablesMonitor *monitor,
+					       SystemdNotifier notifier)
 {
 	// Block the signals first, so that one arriving during start-up is handled by the
 	// loop (a clean exit) instead of killing the process half-way.
@@ -127,54 +131,72 @@ Result<std::unique_ptr<Daemon>> Daemon::create(AgentOptions options, TableBacken
 	else
 		log::warning("{}; an outputAddress subnet follows this node's addresses at each "
 			     "resync only", opened.error().message);
-	return std::unique_ptr<Daemon>(new Daemon(std::move(options), backend, monitor,
+	return std::unique_ptr<Daemon>(new Daemon(std::move(source), backend, monitor,
 						  std::move(notifier), std::move(signalFd),
 						  std::move(timerFd), std::move(addressMonitor)));
 }
 
-bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
+bool Daemon::takeConfig(Look why, Clock::time_point now)
 {
-	auto content = source_.look(why, now);
-	if (auto warning = source_.takeWatchWarning())
-		log::warning("{}", *warning);
-	if (content && !*content)
+	const ConfigLook configLook = [why] {
+		switch (why) {
+		case Look::ifDue:
+			return ConfigLook::ifDue;
+		case Look::resync:
+			return ConfigLook::resync;
+		case Look::reload:
+			break;
+		}
+		return ConfigLook::reload;
+	}();
+	auto found = source_->look(configLook, now, [this, now](bool needed) {
+		return addressesForConfig(now, needed);
+	});
+	if (!found)
 		return false; // nothing new
-	// desiredFromContent in its two steps: the daemon keeps a config whose desired state
-	// depends on the node's addresses, to make it again when they change.
-	auto loaded = content ? loadConfigContent(**content, options_.configFlags)
-			      : Result<LoadedConfig>(fail(content.error()));
-	if (!loaded) {
-		// Logged and reported by the reconciler, which keeps the last good ruleset
-		// (and, here, the last good config); the loop goes on.
-		(void)reconciler_.setDesired(fail(loaded.error()));
-		return true;
-	}
-	// The addresses as followed; read here when not known to be current (the first config,
-	// lost notifications, no monitor to follow them with).
-	const bool depends = dependsOnNodeAddresses(*loaded);
+	return std::visit(
+		Overloaded{
+			[this](DesiredStateSource::AwaitingNodeAddresses) {
+				// Whatever is in force stays until the first read (retried on
+				// the loop's timer).
+				noteConfigTaken();
+				return false;
+			},
+			[this](Result<DesiredState> &desired) {
+				if (!desired) {
+					// Logged and reported by the reconciler, which keeps the last
+					// good ruleset (and the source the last good config); the
+					// loop goes on.
+					(void)reconciler_.setDesired(fail(desired.error()));
+					return true;
+				}
+				noteConfigTaken();
+				handOver(std::move(*desired));
+				return true;
+			},
+		},
+		*found);
+}
+
+NodeAddresses Daemon::addressesForConfig(Clock::time_point now, bool needed)
+{
 	if (addressView_.state() != NodeAddressView::State::current || !addressMonitor_)
-		(void)readAddresses(now, depends);
-	const NodeAddresses node = addressView_.addresses();
-	DesiredState desired = desiredFromConfig(*loaded, options_.config, options_.ruleset, node);
-	configuredResync_ = desired.resyncInterval;
-	subnetAddresses_ = chooseSubnetAddresses(*loaded, node);
-	watchedSubnets_ = outputSubnets(*loaded);
-	if (depends) {
-		addressDependentConfig_ = std::move(*loaded);
-	} else {
-		addressDependentConfig_.reset();
+		(void)readAddresses(now, needed);
+	return addressView_.addresses();
+}
+
+void Daemon::noteConfigTaken()
+{
+	if (!source_->dependsOnNodeAddresses())
 		nextAddressRead_.reset(); // nothing needs them read again until a config does
-	}
-	// A failed read is never "no address": a config with a subnet waits for the first
-	// read (retried on the loop's timer), and whatever is in force stays meanwhile.
-	addressesAwaited_ = depends && !node;
 	reportAddresses();
-	if (addressesAwaited_)
-		return false;
+}
+
+void Daemon::handOver(DesiredState desired)
+{
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
 	snatUsageCheck_.setDesired(desired.ruleset);
 	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
-	return true;
 }
 
 bool Daemon::readAddresses(Clock::time_point now, bool required)
@@ -229,7 +251,7 @@ bool Daemon::followAddresses(Clock::time_point now)
 	}
 	bool watched = false;
 	for (const AddressChange &change : drained->changes)
-		watched = addressView_.apply(change, watchedSubnets_) || watched;
+		watched = addressView_.apply(change, source_->watchedSubnets()) || watched;
 	if (drained->overrun) {
 		// Some changes are missing: a fresh subscription (whose queue holds nothing
 		// older), then one read of them all. The old queue goes with the old socket.
@@ -253,7 +275,7 @@ bool Daemon::followAddresses(Clock::time_point now)
 void Daemon::scheduleAddressRead(Clock::time_point now)
 {
 	// Only a config with a subnet needs them read again; others read at their next load.
-	if (!addressDependentConfig_ || nextAddressRead_)
+	if (!source_->dependsOnNodeAddresses() || nextAddressRead_)
 		return;
 	// Coalesced and spaced: however often notifications are lost, one read of every
 	// address per kAddressReadSpacing at most.
@@ -264,10 +286,11 @@ void Daemon::scheduleAddressRead(Clock::time_point now)
 void Daemon::reportAddresses()
 {
 	AgentStatus::AddressFollowing following;
-	if (addressDependentConfig_ && addressView_.state() == NodeAddressView::State::unknown) {
+	const bool followed = source_->dependsOnNodeAddresses();
+	if (followed && addressView_.state() == NodeAddressView::State::unknown) {
 		following.state = AgentStatus::AddressFollowing::State::waiting;
 		following.reason = lastAddressError_.empty() ? "not read yet" : lastAddressError_;
-	} else if (addressDependentConfig_ && addressView_.state() == NodeAddressView::State::stale) {
+	} else if (followed && addressView_.state() == NodeAddressView::State::stale) {
 		following.state = AgentStatus::AddressFollowing::State::stale;
 		following.reason = lastAddressError_.empty()
 			? "change notifications were lost; reading them again"
@@ -278,28 +301,11 @@ void Daemon::reportAddresses()
 
 bool Daemon::takeNodeAddresses()
 {
-	// Only a config with a subnet cares.
-	if (!addressDependentConfig_)
+	auto desired = source_->nodeAddressesChanged(addressView_.addresses());
+	if (!desired)
 		return false;
-	const NodeAddresses node = addressView_.addresses();
-	if (!node)
-		return false; // still never read: the config keeps waiting
-	// A node's addresses change with every pod (their veths): remake the desired state,
-	// which may hold 100,000 ranges, only when a subnet gives another address, or for a
-	// config that waited for the first read.
-	const SubnetAddresses chosen = chooseSubnetAddresses(*addressDependentConfig_, node);
-	const bool awaited = std::exchange(addressesAwaited_, false);
-	if (chosen == subnetAddresses_ && !awaited)
-		return false;
-	subnetAddresses_ = chosen;
-	DesiredState desired = desiredFromConfig(*addressDependentConfig_, options_.config,
-						 options_.ruleset, node);
-	if (!awaited) // a config that waited is logged as the config it is
-		desired.cause = DesiredState::Cause::nodeAddresses;
 	reportAddresses();
-	conflictCheck_.setDesired(desired.ruleset, desired.samples);
-	snatUsageCheck_.setDesired(desired.ruleset);
-	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
+	handOver(std::move(*desired));
 	return true;
 }
 
@@ -320,7 +326,7 @@ std::optional<int> Daemon::readSignals(bool &reload)
 			continue;
 		}
 		log::info("{}: exiting; table inet {} stays in place", strsignal(sig),
-			  options_.ruleset.table);
+			  source_->rulesetOptions().table);
 		notifier_.notify("STOPPING=1");
 		return EXIT_SUCCESS;
 	}
@@ -351,7 +357,7 @@ Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 	wake = std::min({wake, nextConntrackRead_, nextCountersRead_});
 	if (nextAddressRead_)
 		wake = std::min(wake, *nextAddressRead_);
-	for (const auto &deadline : {source_.nextWake(), reconciler_.nextWake(), nextWatchdog_})
+	for (const auto &deadline : {source_->nextWake(), reconciler_.nextWake(), nextWatchdog_})
 		if (deadline)
 			wake = std::min(wake, *deadline);
 	return wake;
@@ -387,12 +393,12 @@ void Daemon::readConnectionCounters()
 {
 	// Without counters in the table (--connection-counters=false) there is nothing to
 	// read, ever: the timer never fires.
-	if (!options_.ruleset.connectionCounters) {
+	if (!source_->rulesetOptions().connectionCounters) {
 		nextCountersRead_ = Clock::time_point::max();
 		return;
 	}
 	nextCountersRead_ = Clock::now() + kCountersReadPeriod;
-	auto values = backend_.readCounters(options_.ruleset.table);
+	auto values = backend_.readCounters(source_->rulesetOptions().table);
 	if (values) {
 		lastCountersError_.clear();
 		// None: the table is missing for a moment (it heals); the last values stay.
@@ -445,12 +451,12 @@ int Daemon::runGuarded()
 				log::error("out of memory; table inet {} stays as it is in the kernel, "
 					   "and the agent reads its config and checks the table again "
 					   "in {} ms (is the memory limit too low for this config?)",
-					   options_.ruleset.table, pause.count());
+					   source_->rulesetOptions().table, pause.count());
 			} catch (const std::bad_alloc &) {
 			}
 		}
 		// Whatever was being taken in when memory ran out is read again.
-		source_.redeliver();
+		source_->redeliver();
 		if (auto exit = pauseForSignals(pause))
 			return *exit;
 		pause = std::min(2 * pause, kLongestPause);
@@ -471,7 +477,7 @@ int Daemon::run()
 {
 	status_.loopTurned();
 	Clock::time_point now = Clock::now();
-	takeConfig(ConfigLook::reload, now);
+	takeConfig(Look::reload, now);
 	// A failed sync is logged, counted and reported (/readyz) by the reconciler, and
 	// retried by the loop: nothing more to do with it here.
 	(void)reconciler_.reconcile(SyncTrigger::startup);
@@ -480,7 +486,7 @@ int Daemon::run()
 	conflictCheck_.start();
 	snatUsageCheck_.start();
 	readConnectionCounters();
-	resyncEvery_ = configuredResync_;
+	resyncEvery_ = source_->resyncInterval();
 	nextResync_ = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
 	if (const auto period = notifier_.watchdogPeriod()) {
@@ -492,7 +498,7 @@ int Daemon::run()
 	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kCount };
 	std::array<pollfd, kCount> fds{};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
-	fds[kConfig] = {source_.fd(), POLLIN, 0};
+	fds[kConfig] = {source_->fd(), POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
 	fds[kAddresses] = {addressMonitor_ ? addressMonitor_->fd() : -1, POLLIN, 0};
 	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
@@ -513,7 +519,7 @@ int Daemon::run()
 			if (auto exit = readSignals(reload))
 				return *exit;
 		if (fds[kConfig].revents & POLLIN)
-			source_.onWatchEvents(now);
+			source_->onWatchEvents(now);
 		bool tableChanged = false;
 		// POLLERR on a netlink socket is an overrun (ENOBUFS), which drain() reads
 		// and reports as a change; anything else it cannot read would make poll()
@@ -547,13 +553,13 @@ int Daemon::run()
 		// The addresses first: a config read in the same turn is then made with them. A
 		// resync reads them all once more (the safety net); a read due after lost
 		// notifications or a failure is retried on the timer.
-		if (addressDependentConfig_ &&
+		if (source_->dependsOnNodeAddresses() &&
 		    (resyncDue || reload || (nextAddressRead_ && now >= *nextAddressRead_)))
 			addressesChanged = readAddresses(now, true) || addressesChanged;
 		fds[kAddresses].fd = addressMonitor_ ? addressMonitor_->fd() : -1;
 		const bool subnetChanged = addressesChanged && takeNodeAddresses();
 		const bool configChanged = takeConfig(
-			reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
+			reload ? Look::reload : resyncDue ? Look::resync : Look::ifDue, now);
 		const auto retryAt = reconciler_.nextWake();
 
 		std::optional<SyncTrigger> trigger;
@@ -576,8 +582,8 @@ int Daemon::run()
 			conflictCheck_.nudge();
 		}
 
-		if (configuredResync_ != resyncEvery_) {
-			resyncEvery_ = configuredResync_;
+		if (source_->resyncInterval() != resyncEvery_) {
+			resyncEvery_ = source_->resyncInterval();
 			nextResync_ = Clock::now() + resyncEvery_;
 			log::debug("resync every {}", formatGoDuration(resyncEvery_));
 		}

@@ -12,6 +12,7 @@
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/desired_state_source.h"
 #include "ip-masq-agent/explain.h"
 #include "ip-masq-agent/guarded_backend.h"
 #include "ip-masq-agent/health_server.h"
@@ -269,8 +270,8 @@ int runAgent(AgentOptions options)
 	const std::string healthAddr = options.healthAddr;
 	// Out of memory, a sync fails and is retried; the process goes on.
 	GuardedBackend guarded(**backend);
-	auto daemon = Daemon::create(std::move(options), guarded, monitor ? &*monitor : nullptr,
-				     SystemdNotifier::fromEnvironment());
+	auto daemon = Daemon::create(DesiredStateSource::open(options), guarded,
+				     monitor ? &*monitor : nullptr, SystemdNotifier::fromEnvironment());
 	if (!daemon) {
 		log::error("{}", daemon.error().message);
 		return EXIT_FAILURE;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The daemon's loop: turns descriptors into events for the ConfigSource and the Reconciler.
+// The daemon's loop: turns descriptors into events for the DesiredStateSource and the
+// Reconciler. It sees desired states only, never config types.
 #pragma once
 
 #include <bitset>
@@ -11,14 +12,14 @@
 #include <sys/signalfd.h>
 
 #include "ip-masq-agent/agent_status.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_source.h"
+#include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/conflict_check.h"
 #include "ip-masq-agent/snat_usage_check.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/node_address_view.h"
-#include "ip-masq-agent/options.h"
+#include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/systemd_notify.h"
 #include "ip-masq-agent/table_backend.h"
@@ -26,25 +27,29 @@
 
 namespace ipmasq {
 
+class DesiredStateSource;
 class NftablesMonitor;
 
-// One thread, one poll() over five descriptors: the signalfd, the config source's
-// inotify, the nftables monitor, the node's address monitor and one timerfd for every
-// deadline (debounce, absent grace, paced restores, resync, heartbeat, systemd watchdog,
-// a due read of the node's addresses). All decisions belong to the ConfigSource (what the
-// config says), the Reconciler (what the kernel must hold) and the ConflictCheck (what
-// other tables undo, on a thread of its own); the loop only says what happened and when.
+// One thread, one poll() over five descriptors: the signalfd, the desired state source's
+// config watch (inotify), the nftables monitor, the node's address monitor and one timerfd
+// for every deadline (debounce, absent grace, paced restores, resync, heartbeat, systemd
+// watchdog, a due read of the node's addresses). All decisions belong to the
+// DesiredStateSource (what the config and the node's addresses make), the Reconciler (what
+// the kernel must hold) and the ConflictCheck (what other tables undo, on a thread of its
+// own); the loop only says what happened and when.
 class Daemon
 {
 public:
+	// `source` gives the desired states, and the options they are built with (the table's
+	// name, whether it holds connection counters), which the reconciler adopts by.
 	// `monitor` may be null (then drift is found at the next resync only).
 	// Blocks SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGIO and the signals it only logs (SIGUSR1,
 	// SIGALRM, real-time signals, ...): from here on run() reads them. Fails
 	// if the signalfd or timerfd cannot be made, with that call's errno.
 	// `notifier` tells systemd READY=1 after the first good sync, STATUS= on changes,
 	// and WATCHDOG=1 from the loop while it turns.
-	static Result<std::unique_ptr<Daemon>> create(AgentOptions options, TableBackend &backend,
-						      NftablesMonitor *monitor,
+	static Result<std::unique_ptr<Daemon>> create(std::unique_ptr<DesiredStateSource> source,
+						      TableBackend &backend, NftablesMonitor *monitor,
 						      SystemdNotifier notifier = {});
 	~Daemon();
 	Daemon(const Daemon &) = delete;
@@ -67,13 +72,26 @@ public:
 private:
 	using Clock = std::chrono::steady_clock;
 
-	Daemon(AgentOptions options, TableBackend &backend, NftablesMonitor *monitor,
-	       SystemdNotifier notifier, UniqueFd signalFd, UniqueFd timerFd,
-	       std::optional<AddressMonitor> addressMonitor);
+	Daemon(std::unique_ptr<DesiredStateSource> source, TableBackend &backend,
+	       NftablesMonitor *monitor, SystemdNotifier notifier, UniqueFd signalFd,
+	       UniqueFd timerFd, std::optional<AddressMonitor> addressMonitor);
 
+	// Why the loop looks at the config (the source's ConfigLook, which is a config type).
+	enum class Look {
+		ifDue,  // only if a change has settled or the absent grace time has run out
+		resync, // the safety net: also if the file looks different
+		reload, // SIGHUP or start-up: read it now
+	};
 	// Look at the config (and read it if `why` or the source says so), then hand what
 	// it yields to the reconciler. True if there was new content (or a read error).
-	bool takeConfig(ConfigLook why, Clock::time_point now);
+	bool takeConfig(Look why, Clock::time_point now);
+	// This node's addresses for a config just loaded, read first when they are not known
+	// to be current (the first config, lost notifications, no monitor to follow them).
+	NodeAddresses addressesForConfig(Clock::time_point now, bool needed);
+	// A good config was taken in: the address reads it needs, and how they are known.
+	void noteConfigTaken();
+	// A new desired state to the reconciler, and to the checks that compare with it.
+	void handOver(DesiredState desired);
 	// Handle the pending signals; an exit status when the daemon must stop.
 	std::optional<int> readSignals(bool &reload);
 	// A signal that would have ended the process by default, and does not here.
@@ -115,10 +133,9 @@ private:
 	static constexpr std::chrono::milliseconds kFirstAddressRetry{50};
 	static constexpr std::chrono::milliseconds kLongestAddressRetry{5000};
 
-	AgentOptions options_;
+	std::unique_ptr<DesiredStateSource> source_;
 	NftablesMonitor *monitor_;
 	AgentStatus status_;
-	ConfigSource source_;
 	Reconciler reconciler_;
 	SystemdNotifier notifier_;
 	UniqueFd signalFd_;
@@ -126,8 +143,6 @@ private:
 
 	Clock::time_point nextResync_;
 	Duration resyncEvery_{0};
-	// The last good config's resyncInterval (the default until one was read).
-	Duration configuredResync_ = kDefaultResyncInterval;
 	std::optional<Clock::time_point> nextWatchdog_;
 	bool readySent_ = false;
 	std::bitset<NSIG> ignoredSignalsSeen_;
@@ -145,20 +160,14 @@ private:
 	SnatUsageCheck snatUsageCheck_;
 
 	// This node's addresses (for outputAddress subnets): their change notifications (none:
-	// read at each resync only) and the view they keep current. The last good config is
-	// kept only while its desired state depends on them, with its subnets (the only
-	// addresses watched) and what they gave; `addressesAwaited_` while it waits for a
-	// first read.
+	// read at each resync only) and the view they keep current. Which of them matter, and
+	// whether any does, the source says.
 	std::optional<AddressMonitor> addressMonitor_;
 	NodeAddressView addressView_;
 	std::optional<Clock::time_point> nextAddressRead_;
 	Clock::time_point lastAddressRead_{};
 	std::chrono::milliseconds addressRetry_ = kFirstAddressRetry;
 	std::string lastAddressError_;
-	std::optional<LoadedConfig> addressDependentConfig_;
-	std::vector<Prefix> watchedSubnets_;
-	SubnetAddresses subnetAddresses_;
-	bool addressesAwaited_ = false;
 };
 
 } // namespace ipmasq

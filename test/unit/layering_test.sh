@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: Apache-2.0
-# The layers' boundaries, checked on what the compiler really includes: the reconciler and
-# the ruleset model know nothing of the config (docs/design.md, "The data flow").
+# The layers' boundaries, checked on what the compiler really includes: the reconciler, the
+# daemon's loop and the ruleset model know nothing of the config (docs/design.md, "The data
+# flow").
 # Usage: layering_test.sh CXX SOURCE_ROOT
 set -eu
 cxx=$1
@@ -31,5 +32,7 @@ check desired_state.h $config_headers
 check ruleset.h $config_headers policy.h
 # shellcheck disable=SC2086
 check table_backend.h $config_headers
-[ $status -ne 0 ] || echo "ok: reconciler.h, desired_state.h, ruleset.h and table_backend.h include no config header"
+# shellcheck disable=SC2086
+check daemon.h $config_headers
+[ $status -ne 0 ] || echo "ok: reconciler.h, desired_state.h, ruleset.h, table_backend.h and daemon.h include no config header"
 exit $status

@@ -8,8 +8,8 @@
 # Usage: test/fuzz/run-fuzzers.sh [SECONDS_PER_TARGET] [TARGET...]
 #   SECONDS_PER_TARGET  fuzzing time per target after the regression run (default 20;
 #                       0 = regression only)
-#   TARGET              config plain_yaml cidr duration port_ranges priority command_line
-#                       nat_evaluator (default all)
+#   TARGET              a directory name under test/fuzz/corpus: config, nat_evaluator,
+#                       conntrack_entry, ... (default: all of them)
 # Environment: FUZZ_BUILD_DIR (default build-fuzz), CXX (default clang++-14),
 #   FUZZ_ARTIFACTS (where crash inputs are kept; default a new directory under /tmp),
 #   FUZZ_JOBS (targets run at the same time; default 2, 1 on a single CPU).
@@ -19,8 +19,13 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(config plain_yaml cidr duration port_ranges priority command_line
-	nat_evaluator)
+# By default every target with a corpus (each has one: test/fuzz/meson.build lists them), so a
+# new target is run by CI once its corpus is checked in.
+if [ ${#targets[@]} -eq 0 ]; then
+	for corpus in test/fuzz/corpus/*/; do
+		targets+=("$(basename "$corpus")")
+	done
+fi
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 artifacts=${FUZZ_ARTIFACTS:-$(mktemp -d /tmp/ip-masq-agent-fuzz-artifacts.XXXXXX)}
 mkdir -p "$artifacts"

@@ -3,6 +3,7 @@
 // comparison with the kernel's sets.
 #include "ip-masq-agent/explain.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ifaddrs.h>
@@ -307,10 +308,8 @@ std::string describeKernel(const Config &config, const ExplainContext &context,
 
 bool isLocal(const ExplainContext &context, const Address &address)
 {
-	for (const Prefix &prefix : context.localPrefixes)
-		if (covers(prefix, address))
-			return true;
-	return false;
+	return std::any_of(context.localPrefixes.begin(), context.localPrefixes.end(),
+			   [&address](const Prefix &prefix) { return covers(prefix, address); });
 }
 
 // A line's verdict and reason, with the kernel check.
@@ -451,10 +450,7 @@ Result<std::vector<Prefix>> readLocalPrefixes()
 			}
 		} else if (ifa->ifa_addr->sa_family == AF_INET6) {
 			const auto *in6 = reinterpret_cast<const sockaddr_in6 *>(ifa->ifa_addr);
-			AddressValue value = 0;
-			for (const uint8_t byte : in6->sin6_addr.s6_addr)
-				value = (value << 8) | byte;
-			prefix.network = Address{Family::ipv6, value};
+			prefix.network = Address::fromBytes(Family::ipv6, in6->sin6_addr.s6_addr);
 			prefix.length = 128;
 		} else {
 			continue;
@@ -466,11 +462,16 @@ Result<std::vector<Prefix>> readLocalPrefixes()
 
 namespace {
 
-// EPERM to a process without CAP_NET_ADMIN is --explain run without privileges, as it may
-// be. To one with it, something else refused (netlink/refusal.h): the problem says what.
-bool lacksNetAdmin(const Error &error)
+// A view that could not be read. EPERM to a process without CAP_NET_ADMIN is --explain run
+// without privileges, as it may be. To one with it, something else refused
+// (netlink/refusal.h): the problem says what.
+template<typename View>
+View unreadable(View view, const Error &error)
 {
-	return error.errnum == EPERM && !netlink::currentPrivileges().netAdmin;
+	const bool lacksNetAdmin = error.errnum == EPERM && !netlink::currentPrivileges().netAdmin;
+	view.state = lacksNetAdmin ? View::State::noPermission : View::State::unreadable;
+	view.problem = netlink::explainRefusal(error).message;
+	return view;
 }
 
 } // namespace
@@ -478,18 +479,12 @@ bool lacksNetAdmin(const Error &error)
 KernelView readKernelView(const std::string &table)
 {
 	KernelView view;
-	const auto failed = [&view](const Error &error) {
-		view.state = lacksNetAdmin(error) ? KernelView::State::noPermission
-						  : KernelView::State::unreadable;
-		view.problem = netlink::explainRefusal(error).message;
-		return view;
-	};
 	auto backend = NetlinkBackend::open();
 	if (!backend)
-		return failed(backend.error());
+		return unreadable(std::move(view), backend.error());
 	auto read = (*backend)->readTable(table);
 	if (!read)
-		return failed(read.error());
+		return unreadable(std::move(view), read.error());
 	if (!*read) {
 		view.state = KernelView::State::tableAbsent;
 		return view;
@@ -511,12 +506,8 @@ OtherTablesView readOtherTablesView(const Ruleset &desired)
 	limits.skipInetTable = desired.table;
 	auto ruleset = nat::readNatRuleset(limits);
 	auto agent = ruleset ? nat::agentTable(desired) : Result<nat::Table>(fail(ruleset.error()));
-	if (!agent) {
-		view.state = lacksNetAdmin(agent.error()) ? OtherTablesView::State::noPermission
-							  : OtherTablesView::State::unreadable;
-		view.problem = netlink::explainRefusal(agent.error()).message;
-		return view;
-	}
+	if (!agent)
+		return unreadable(std::move(view), agent.error());
 	view.state = OtherTablesView::State::read;
 	view.ruleset = std::move(*ruleset);
 	view.agent = std::move(*agent);

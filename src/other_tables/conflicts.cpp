@@ -112,11 +112,15 @@ nat::Packet packetFor(const SampledPacket &sample)
 	packet.destination = sample.destination;
 	packet.source = sample.source.value_or(Address{sample.destination.family, 0});
 	packet.sourceKnown = sample.source.has_value();
-	// The input interface and the protocol are not known: a match on them "may".
+	// The input interface and the protocol stay unknown (nullopt): a match on them "may".
 	packet.outputInterface = sample.outputInterface;
-	packet.inputInterface = std::nullopt;
-	packet.l4proto = std::nullopt;
 	return packet;
+}
+
+// Whether `list` holds the same conflict as `conflict` (NatConflict::sameAs).
+bool holds(const std::vector<NatConflict> &list, const NatConflict &conflict)
+{
+	return std::any_of(list.begin(), list.end(), [&conflict](const NatConflict &c) { return c.sameAs(conflict); });
 }
 
 } // namespace
@@ -213,8 +217,7 @@ ConflictPass findConflicts(const nat::NatRuleset &ruleset, const nat::Table *age
 		pass.evaluated++;
 		pass.steps += node.steps + alone.steps;
 		for (NatConflict &c : conflictsOf(sample, node, alone, addresses, ruleset, agent)) {
-			const auto same = [&c](const NatConflict &other) { return other.sameAs(c); };
-			if (std::any_of(pass.conflicts.begin(), pass.conflicts.end(), same))
+			if (holds(pass.conflicts, c))
 				continue;
 			if (pass.conflicts.size() >= limits.maxConflicts) {
 				pass.complete = false;
@@ -235,11 +238,9 @@ void ConflictCycle::restart()
 std::optional<std::vector<NatConflict>> ConflictCycle::add(const ConflictPass &pass, size_t sampleCount,
 							   size_t maxConflicts)
 {
-	for (const NatConflict &conflict : pass.conflicts) {
-		const auto same = [&conflict](const NatConflict &c) { return c.sameAs(conflict); };
-		if (conflicts_.size() < maxConflicts && std::none_of(conflicts_.begin(), conflicts_.end(), same))
+	for (const NatConflict &conflict : pass.conflicts)
+		if (conflicts_.size() < maxConflicts && !holds(conflicts_, conflict))
 			conflicts_.push_back(conflict);
-	}
 	next_ += pass.evaluated;
 	if (next_ < sampleCount)
 		return std::nullopt;
@@ -259,15 +260,12 @@ nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses)
 
 ConflictChanges diffConflicts(const std::vector<NatConflict> &before, const std::vector<NatConflict> &after)
 {
-	const auto in = [](const std::vector<NatConflict> &list, const NatConflict &c) {
-		return std::any_of(list.begin(), list.end(), [&c](const NatConflict &other) { return other.sameAs(c); });
-	};
 	ConflictChanges changes;
 	for (const NatConflict &c : after)
-		if (!in(before, c))
+		if (!holds(before, c))
 			changes.found.push_back(c);
 	for (const NatConflict &c : before)
-		if (!in(after, c))
+		if (!holds(after, c))
 			changes.resolved.push_back(c);
 	return changes;
 }

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -182,14 +182,6 @@ uint8_t nfproto(const Packet &packet)
 	return packet.source.family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6;
 }
 
-Address addressOf(Family family, std::span<const uint8_t> bytes)
-{
-	AddressValue v = 0;
-	for (uint8_t b : bytes)
-		v = (v << 8) | b;
-	return Address{family, v};
-}
-
 // ---- Address types (fib daddr type, -m addrtype) ----
 
 bool inPrefix(const Address &address, const LocalAddress &local)
@@ -347,10 +339,7 @@ struct RuleRun {
 
 std::string hexBytes(const Bytes &bytes)
 {
-	std::string out;
-	for (uint8_t b : bytes)
-		out += fmt::format("{:02x}", b);
-	return out;
+	return fmt::format("{:02x}", fmt::join(bytes, ""));
 }
 
 class Walk
@@ -370,14 +359,12 @@ private:
 	{
 		return index < ruleset_.tables.size() ? ruleset_.tables[index] : *agent_;
 	}
-	void step(const std::vector<Entry> &order, State state, std::vector<State> &work);
-	void afterRule(const std::vector<Entry> &order, const State &state, const RuleExit &exit,
-		       const RuleRef &rule, std::vector<State> &work);
-	void applyVerdict(const std::vector<Entry> &order, State state, const Verdict &verdict,
-			  const RuleRef &rule, std::vector<State> &work);
-	void endOfBaseChain(const std::vector<Entry> &order, State state, std::vector<State> &work);
+	void step(State state);
+	void afterRule(const State &state, const RuleExit &exit, const RuleRef &rule);
+	void applyVerdict(State state, const Verdict &verdict, const RuleRef &rule);
+	void endOfBaseChain(State state);
 	// Leaves the current chain: back to the rule after the jump, or the base chain's end.
-	void returnFromChain(const std::vector<Entry> &order, State state, std::vector<State> &work);
+	void returnFromChain(State state);
 	std::vector<RuleExit> evaluateRule(const Table &table, const Rule &rule, const State &state,
 					   const RuleRef &ref);
 	void evaluate(const Table &table, const Statement &statement, RuleRun &run, const RuleRef &ref);
@@ -397,6 +384,8 @@ private:
 	RuleRef ruleRef(const Frame &frame) const;
 	Placement placementOf(int32_t priority) const;
 	Outcome at(const State &state, std::optional<RuleRef> rule) const;
+	// Reaches an undetermined outcome in the base chain `state` is in.
+	void giveUp(const State &state, std::optional<RuleRef> rule, std::string reason);
 
 	const NatRuleset &ruleset_;
 	const Table *agent_;
@@ -411,16 +400,12 @@ private:
 	std::set<std::string> mayKeys_;
 	std::set<size_t> reached_; // outcomes reached by the current order
 	std::vector<Entry> order_; // the order being walked
+	std::vector<State> work_; // the states of the order still to walk
 };
 
 bool familyApplies(TableFamily family, Family packet)
 {
 	return family == TableFamily::inet || (family == TableFamily::ip) == (packet == Family::ipv4);
-}
-
-bool isNatPostrouting(const Chain &chain)
-{
-	return chain.base && chain.base->type == "nat" && chain.base->hook == NF_INET_POST_ROUTING;
 }
 
 Walk::Walk(const NatRuleset &ruleset, const Table *agent, const Packet &packet,
@@ -490,6 +475,15 @@ Outcome Walk::at(const State &state, std::optional<RuleRef> rule) const
 	return o;
 }
 
+void Walk::giveUp(const State &state, std::optional<RuleRef> rule, std::string reason)
+{
+	Outcome o = at(state, std::move(rule));
+	o.action = NatAction::undetermined;
+	o.decider = Decider::evaluator;
+	o.reason = std::move(reason);
+	reach(std::move(o));
+}
+
 void Walk::reach(Outcome outcome)
 {
 	// Reasons quote names from the kernel, which may hold any byte: make them safe to log.
@@ -527,20 +521,20 @@ std::set<size_t> Walk::run(const std::vector<Entry> &order)
 	State start;
 	start.mark = packet_.mark;
 	start.ctMark = packet_.ctMark;
-	std::vector<State> work{std::move(start)};
-	while (!work.empty()) {
+	work_ = {std::move(start)};
+	while (!work_.empty()) {
 		if (steps_ >= limits_.maxSteps) {
 			reach(undeterminedOutcome(
 				fmt::format("the evaluation stopped after {} steps (its bound)", limits_.maxSteps)));
 			break;
 		}
-		State state = std::move(work.back());
-		work.pop_back();
+		State state = std::move(work_.back());
+		work_.pop_back();
 		// Two paths that meet in the same state share their future: walk it once.
 		if (!visited.insert(state))
 			continue;
 		steps_++;
-		step(order, std::move(state), work);
+		step(std::move(state));
 	}
 	// Only a path that loops (goto in a circle) ends without an outcome.
 	if (reached_.empty())
@@ -548,63 +542,56 @@ std::set<size_t> Walk::run(const std::vector<Entry> &order)
 	return reached_;
 }
 
-void Walk::step(const std::vector<Entry> &order, State state, std::vector<State> &work)
+void Walk::step(State state)
 {
-	if (state.entry >= order.size()) {
+	if (state.entry >= order_.size()) {
 		reach({}); // nobody NATed it
 		return;
 	}
-	const Entry &entry = order[state.entry];
+	const Entry &entry = order_[state.entry];
 	const Table &t = table(entry.table);
-	if (!t.unreadable.empty()) {
-		Outcome o = at(state, std::nullopt);
-		o.action = NatAction::undetermined;
-		o.decider = Decider::evaluator;
-		o.reason = t.unreadable;
-		reach(std::move(o));
-		return;
-	}
+	if (!t.unreadable.empty())
+		return giveUp(state, std::nullopt, t.unreadable);
 	if (state.stack.empty())
 		state.stack.push_back({entry.table, entry.chain, 0});
 	const Frame frame = state.stack.back();
 	const Chain &chain = t.chains[frame.chain];
 	if (frame.rule >= chain.rules.size()) {
-		returnFromChain(order, std::move(state), work); // the end of a chain: an implicit return
+		returnFromChain(std::move(state)); // the end of a chain: an implicit return
 		return;
 	}
 	const RuleRef ref = ruleRef(frame);
 	for (const RuleExit &exit : evaluateRule(t, chain.rules[frame.rule], state, ref))
-		afterRule(order, state, exit, ref, work);
+		afterRule(state, exit, ref);
 }
 
-void Walk::returnFromChain(const std::vector<Entry> &order, State state, std::vector<State> &work)
+void Walk::returnFromChain(State state)
 {
 	state.stack.pop_back();
 	if (state.stack.empty())
-		endOfBaseChain(order, std::move(state), work);
+		endOfBaseChain(std::move(state));
 	else
-		work.push_back(std::move(state));
+		work_.push_back(std::move(state));
 }
 
-void Walk::endOfBaseChain(const std::vector<Entry> &order, State state, std::vector<State> &work)
+void Walk::endOfBaseChain(State state)
 {
-	const Entry &entry = order[state.entry];
+	const Entry &entry = order_[state.entry];
 	const VerdictCode policy = table(entry.table).chains[entry.chain].base->policy;
 	if (policy == VerdictCode::accept) {
 		state.entry++;
-		work.push_back(std::move(state));
+		work_.push_back(std::move(state));
 		return;
 	}
-	Outcome o = at(state, std::nullopt);
-	o.action = policy == VerdictCode::drop ? NatAction::dropped : NatAction::undetermined;
-	o.decider = policy == VerdictCode::drop ? Decider::policy : Decider::evaluator;
 	if (policy != VerdictCode::drop)
-		o.reason = "the base chain's policy is neither accept nor drop";
+		return giveUp(state, std::nullopt, "the base chain's policy is neither accept nor drop");
+	Outcome o = at(state, std::nullopt);
+	o.action = NatAction::dropped;
+	o.decider = Decider::policy;
 	reach(std::move(o));
 }
 
-void Walk::afterRule(const std::vector<Entry> &order, const State &state, const RuleExit &exit,
-		     const RuleRef &rule, std::vector<State> &work)
+void Walk::afterRule(const State &state, const RuleExit &exit, const RuleRef &rule)
 {
 	State next = state;
 	next.mark = exit.mark;
@@ -613,10 +600,10 @@ void Walk::afterRule(const std::vector<Entry> &order, const State &state, const 
 	switch (exit.kind) {
 	case RuleExit::Kind::next:
 		next.stack.back().rule++;
-		work.push_back(std::move(next));
+		work_.push_back(std::move(next));
 		return;
 	case RuleExit::Kind::verdict:
-		applyVerdict(order, std::move(next), exit.verdict, rule, work);
+		applyVerdict(std::move(next), exit.verdict, rule);
 		return;
 	case RuleExit::Kind::nat:
 		o.action = exit.action;
@@ -624,44 +611,36 @@ void Walk::afterRule(const std::vector<Entry> &order, const State &state, const 
 		reach(std::move(o));
 		return;
 	case RuleExit::Kind::undetermined:
-		o.action = NatAction::undetermined;
-		o.decider = Decider::evaluator;
-		o.reason = exit.reason;
-		reach(std::move(o));
+		giveUp(state, rule, exit.reason);
 		return;
 	}
 }
 
-void Walk::applyVerdict(const std::vector<Entry> &order, State state, const Verdict &verdict,
-			const RuleRef &rule, std::vector<State> &work)
+void Walk::applyVerdict(State state, const Verdict &verdict, const RuleRef &rule)
 {
-	Outcome o = at(state, rule);
-	o.action = NatAction::undetermined;
-	o.decider = Decider::evaluator;
 	switch (verdict.code) {
 	case VerdictCode::accept:
 		// accept ends this base chain only: the next nat chain still runs.
 		state.entry++;
 		state.stack.clear();
-		work.push_back(std::move(state));
+		work_.push_back(std::move(state));
 		return;
-	case VerdictCode::drop:
-		o = at(state, rule);
+	case VerdictCode::drop: {
+		Outcome o = at(state, rule);
 		o.action = NatAction::dropped;
 		reach(std::move(o));
 		return;
+	}
 	case VerdictCode::queue:
 	case VerdictCode::stolen:
-		o.reason = "the packet is handed to user space (queue)";
-		reach(std::move(o));
-		return;
+		return giveUp(state, rule, "the packet is handed to user space (queue)");
 	case VerdictCode::continueRule:
 	case VerdictCode::breakRule:
 		state.stack.back().rule++;
-		work.push_back(std::move(state));
+		work_.push_back(std::move(state));
 		return;
 	case VerdictCode::returnToCaller:
-		returnFromChain(order, std::move(state), work);
+		returnFromChain(std::move(state));
 		return;
 	case VerdictCode::jump:
 	case VerdictCode::goTo:
@@ -670,25 +649,19 @@ void Walk::applyVerdict(const std::vector<Entry> &order, State state, const Verd
 	const Frame from = state.stack.back();
 	const auto &index = chainIndex_[from.table];
 	const auto target = index.find(verdict.chain);
-	if (target == index.end()) {
-		o.reason = fmt::format("chain {} was not read", verdict.chain);
-		reach(std::move(o));
-		return;
-	}
+	if (target == index.end())
+		return giveUp(state, rule, fmt::format("chain {} was not read", verdict.chain));
 	if (verdict.code == VerdictCode::jump) {
 		// Capped whatever the caller asks: every state carries its stack, so a deep one
 		// would make each step slow (the kernel's own limit is 16).
-		if (state.stack.size() > std::min<size_t>(limits_.maxJumpDepth, 64)) {
-			o.reason = fmt::format("jumps nest deeper than {}", limits_.maxJumpDepth);
-			reach(std::move(o));
-			return;
-		}
+		if (state.stack.size() > std::min<size_t>(limits_.maxJumpDepth, 64))
+			return giveUp(state, rule, fmt::format("jumps nest deeper than {}", limits_.maxJumpDepth));
 		state.stack.back().rule++;
 		state.stack.push_back({from.table, target->second, 0});
 	} else {
 		state.stack.back() = {from.table, target->second, 0};
 	}
-	work.push_back(std::move(state));
+	work_.push_back(std::move(state));
 }
 
 std::vector<RuleExit> Walk::evaluateRule(const Table &t, const Rule &rule, const State &state,
@@ -852,7 +825,7 @@ std::optional<AddressRange> natRange(const NatStatement &n, const RuleRun &run, 
 	const size_t len = family == Family::ipv4 ? 4 : 16;
 	if (lo.bytes.size() != len || hi.bytes.size() != len || !lo.allKnown() || !hi.allKnown())
 		return std::nullopt;
-	AddressRange range{addressOf(family, lo.bytes), addressOf(family, hi.bytes)};
+	AddressRange range{Address::fromBytes(family, lo.bytes.data()), Address::fromBytes(family, hi.bytes.data())};
 	if ((n.flags & NF_NAT_RANGE_NETMAP) && packet.sourceKnown && n.kind == NatKind::snat) {
 		// nf_nat's netmap: the prefix's network bits, the source's host bits.
 		const AddressValue netmask = ~(range.first.value ^ range.last.value);
@@ -1015,8 +988,7 @@ std::vector<std::vector<Entry>> orders(const std::vector<Entry> &sorted, size_t 
 		std::vector<std::vector<Entry>> grown;
 		for (const auto &base : out) {
 			std::vector<size_t> perm(end - start);
-			for (size_t i = 0; i < perm.size(); i++)
-				perm[i] = i;
+			std::iota(perm.begin(), perm.end(), 0);
 			do {
 				if (grown.size() >= max) {
 					complete = false;

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <ranges>
 
+#include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
 
 #include <fmt/format.h>
@@ -37,6 +39,11 @@ std::optional<Bytes> constantOf(const Rule &rule, ReadId read)
 		return std::nullopt;
 	const auto from = constant->bytes.begin() + slices[0].offset;
 	return Bytes(from, from + slices[0].len);
+}
+
+bool isNatPostrouting(const Chain &chain)
+{
+	return chain.base && chain.base->type == "nat" && chain.base->hook == NF_INET_POST_ROUTING;
 }
 
 const Chain *Table::findChain(const std::string &chainName) const
@@ -168,14 +175,10 @@ const Verdict *Set::catchAllVerdict() const
 std::optional<size_t> Set::find(std::span<const uint8_t> k) const
 {
 	// The first element whose key is greater than k.
-	size_t low = 0, high = size();
-	while (low < high) {
-		const size_t mid = low + (high - low) / 2;
-		if (compareKeys(k, key(mid)) < 0)
-			high = mid;
-		else
-			low = mid + 1;
-	}
+	const auto indices = std::views::iota(size_t(0), size());
+	const size_t low = static_cast<size_t>(
+		std::ranges::partition_point(indices, [&](size_t i) { return compareKeys(k, key(i)) >= 0; }) -
+		indices.begin());
 	if (low > 0) {
 		const size_t before = low - 1;
 		if ((flags & NFT_SET_INTERVAL) ? !intervalEnd(before) : compareKeys(key(before), k) == 0)

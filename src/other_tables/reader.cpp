@@ -315,9 +315,7 @@ int collectElement(nftnl_set_elem *elem, void *arg)
 		e.data = elementBytes(elem, NFTNL_SET_ELEM_DATA);
 		if (nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_VERDICT))
 			e.verdict = verdictOf(static_cast<int32_t>(nftnl_set_elem_get_u32(elem, NFTNL_SET_ELEM_VERDICT)),
-					      nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_CHAIN)
-						      ? nftnl_set_elem_get_str(elem, NFTNL_SET_ELEM_CHAIN)
-						      : nullptr);
+					      nftnl_set_elem_get_str(elem, NFTNL_SET_ELEM_CHAIN)); // null when unset
 		sink->set->add(e);
 		return 0;
 	} catch (...) {
@@ -366,11 +364,6 @@ size_t ruleBytes(const Rule &rule)
 	for (const Statement &st : rule.statements)
 		bytes += std::visit(heap, st);
 	return bytes;
-}
-
-bool isNatPostrouting(const Chain &chain)
-{
-	return chain.base && chain.base->type == "nat" && chain.base->hook == NF_INET_POST_ROUTING;
 }
 
 // ---- One read ----
@@ -656,9 +649,8 @@ Status Reader::readRules(Table &table, Chain &chain, std::vector<std::string> &r
 	// The elements of the sets it looks up, once each (not during the rules' dump: one
 	// dump at a time on a socket); a verdict map's chains are reached too.
 	for (const std::string &name : sets) {
-		auto set = std::find_if(table.sets.begin(), table.sets.end(),
-					[&name](const Set &candidate) { return candidate.name == name; });
-		if (set == table.sets.end() || !looked.insert(name).second)
+		Set *set = const_cast<Set *>(table.findSet(name));
+		if (!set || !looked.insert(name).second)
 			continue;
 		if (auto el = readElements(table, *set); !el)
 			return el;

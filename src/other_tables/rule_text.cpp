@@ -10,7 +10,6 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/xt_addrtype.h>
 #include <linux/rtnetlink.h>
-#include <net/if.h>
 
 #include <fmt/format.h>
 
@@ -30,7 +29,7 @@ enum class Kind { ipv4, ipv6, ifname, l4proto, nfproto, ethertype, mark, ctState
 struct Operand {
 	std::string text;
 	Kind kind = Kind::hex;
-	uint32_t len = 0;
+	uint32_t len = 0; // the value's
 	uint32_t fieldLen = 0; // > len: a prefix of the field (iptables-nft's "-d 10.0.0.0/8")
 	std::string binop = {}; // " & 0x00004000", for the listing's explicit "=="
 	Bytes mask = {}; // the bitwise mask applied, for prefixes
@@ -40,10 +39,7 @@ struct Operand {
 
 std::string hexOf(std::span<const uint8_t> bytes)
 {
-	std::string out = "0x";
-	for (uint8_t b : bytes)
-		out += fmt::format("{:02x}", b);
-	return out;
+	return fmt::format("0x{:02x}", fmt::join(bytes, ""));
 }
 
 uint32_t hostU32(std::span<const uint8_t> bytes)
@@ -220,13 +216,11 @@ Operand metaOperand(uint32_t key)
 		"ibrvproto", "time", "day", "hour", "sdif", "sdifname"};
 	Operand o;
 	o.text = key < std::size(kNames) ? fmt::format("meta {}", kNames[key]) : fmt::format("meta {}", key);
-	o.len = 4;
 	switch (key) {
 	case NFT_META_IIFNAME:
 	case NFT_META_OIFNAME:
 		o.text = kNames[key]; // nft drops "meta" for these
 		o.kind = Kind::ifname;
-		o.len = IFNAMSIZ;
 		break;
 	case NFT_META_IIF:
 	case NFT_META_OIF:
@@ -234,9 +228,9 @@ Operand metaOperand(uint32_t key)
 		o.kind = Kind::decimal;
 		break;
 	case NFT_META_MARK: o.kind = Kind::mark; break;
-	case NFT_META_L4PROTO: o.kind = Kind::l4proto; o.len = 1; break;
-	case NFT_META_NFPROTO: o.kind = Kind::nfproto; o.len = 1; break;
-	case NFT_META_PROTOCOL: o.kind = Kind::ethertype; o.len = 2; break;
+	case NFT_META_L4PROTO: o.kind = Kind::l4proto; break;
+	case NFT_META_NFPROTO: o.kind = Kind::nfproto; break;
+	case NFT_META_PROTOCOL: o.kind = Kind::ethertype; break;
 	default: break;
 	}
 	return o;
@@ -253,13 +247,12 @@ Operand ctOperand(uint32_t key, std::optional<uint8_t> direction)
 	const std::string dir = direction ? (*direction == 0 ? "original " : "reply ") : "";
 	o.text = key < std::size(kNames) ? fmt::format("ct {}{}", dir, kNames[key])
 					 : fmt::format("ct {}{}", dir, key);
-	o.len = 4;
 	switch (key) {
 	case NFT_CT_STATE: o.kind = Kind::ctState; break;
-	case NFT_CT_DIRECTION: o.kind = Kind::ctDirection; o.len = 1; break;
+	case NFT_CT_DIRECTION: o.kind = Kind::ctDirection; break;
 	case NFT_CT_MARK: o.kind = Kind::mark; break;
-	case NFT_CT_L3PROTOCOL: o.kind = Kind::nfproto; o.len = 1; break;
-	case NFT_CT_PROTOCOL: o.kind = Kind::l4proto; o.len = 1; break;
+	case NFT_CT_L3PROTOCOL: o.kind = Kind::nfproto; break;
+	case NFT_CT_PROTOCOL: o.kind = Kind::l4proto; break;
 	default: break;
 	}
 	return o;
@@ -273,10 +266,9 @@ Operand fibOperand(const FromFib &f)
 					 std::pair{NFTA_FIB_F_IIF, " . iif"}, std::pair{NFTA_FIB_F_OIF, " . oif"}})
 		if (f.flags & flag)
 			o.text += name;
-	o.len = 4;
 	switch (f.result) {
 	case NFT_FIB_RESULT_OIF: o.text += " oif"; o.kind = Kind::decimal; break;
-	case NFT_FIB_RESULT_OIFNAME: o.text += " oifname"; o.kind = Kind::ifname; o.len = IFNAMSIZ; break;
+	case NFT_FIB_RESULT_OIFNAME: o.text += " oifname"; o.kind = Kind::ifname; break;
 	case NFT_FIB_RESULT_ADDRTYPE: o.text += " type"; o.kind = Kind::fibType; break;
 	default: o.text += fmt::format(" result {}", f.result); break;
 	}
@@ -361,8 +353,9 @@ private:
 	// The same, or the first bytes of an interface name: nft and iptables compare a name
 	// with its NUL ("docker0") or without, as a prefix ("eth*"), never all 16 bytes.
 	const Operand *comparedOperandOf(ReadId read) const;
-	// A look-up's key: the values it concatenates ("ip saddr . tcp dport").
-	std::string keyText(ReadId key, std::vector<const Operand *> &parts) const;
+	// A look-up: its key, the values it concatenates ("ip saddr . tcp dport"), then
+	// `between` and the set; "[ WORD set ]" for a key the listing cannot name.
+	std::string lookupText(ReadId key, const std::string &set, const char *word, const char *between) const;
 	std::string setText(const std::string &name, const std::vector<const Operand *> &parts) const;
 	std::string elementsText(const Set &set, const std::vector<const Operand *> &parts) const;
 	std::string assigned(ReadId value) const;
@@ -386,7 +379,6 @@ void Renderer::define(ValueId id)
 {
 	const Value &value = rule_.values[id];
 	Operand o;
-	o.len = value.len;
 	std::visit(
 		Overloaded{
 			[&](const FromPayload &p) {
@@ -463,10 +455,7 @@ void Renderer::define(ValueId id)
 				o = source ? *source : Operand{"[ byteorder ]"};
 			},
 			[&](const MapData &m) {
-				std::vector<const Operand *> parts;
-				const std::string key = keyText(m.key, parts);
-				o.text = key.empty() ? "[ map " + escaped(m.set) + " ]"
-						     : fmt::format("{} map {}", key, setText(m.set, parts));
+				o.text = lookupText(m.key, m.set, "map", "map ");
 				const Set *set = table_.findSet(m.set);
 				o.mapOfPairs = set && mapsToRanges(*set);
 			},
@@ -497,18 +486,21 @@ const Operand *Renderer::comparedOperandOf(ReadId id) const
 	return o.kind == Kind::ifname && read[0].len <= o.len ? &o : nullptr;
 }
 
-std::string Renderer::keyText(ReadId key, std::vector<const Operand *> &parts) const
+std::string Renderer::lookupText(ReadId key, const std::string &set, const char *word,
+				 const char *between) const
 {
+	const std::string unnamed = fmt::format("[ {} {} ]", word, escaped(set));
+	std::vector<const Operand *> parts;
 	std::string out;
 	for (const Slice &s : rule_.read(key)) {
 		if (s.kind == Slice::Kind::zero)
 			continue; // the padding of a 4-byte register word
 		if (s.kind != Slice::Kind::value || s.offset != 0 || !operands_[s.value])
-			return {};
+			return unnamed;
 		parts.push_back(&*operands_[s.value]);
 		out += (out.empty() ? "" : " . ") + parts.back()->text;
 	}
-	return out;
+	return parts.empty() ? unnamed : fmt::format("{} {}{}", out, between, setText(set, parts));
 }
 
 std::string Renderer::setText(const std::string &name, const std::vector<const Operand *> &parts) const
@@ -709,18 +701,8 @@ void Renderer::statement(const Statement &s, const Statement *next)
 						      valueText(r.from(), lhs->kind), valueText(r.to(), lhs->kind))
 					: std::string("[ range ]"));
 			},
-			[&](const InSet &in) {
-				std::vector<const Operand *> parts;
-				const std::string key = keyText(in.key, parts);
-				add(key.empty() ? "[ lookup " + escaped(in.set) + " ]"
-						: fmt::format("{} {}{}", key, in.invert ? "!= " : "", setText(in.set, parts)));
-			},
-			[&](const VerdictMap &v) {
-				std::vector<const Operand *> parts;
-				const std::string key = keyText(v.key, parts);
-				add(key.empty() ? "[ vmap " + escaped(v.set) + " ]"
-						: fmt::format("{} vmap {}", key, setText(v.set, parts)));
-			},
+			[&](const InSet &in) { add(lookupText(in.key, in.set, "lookup", in.invert ? "!= " : "")); },
+			[&](const VerdictMap &v) { add(lookupText(v.key, v.set, "vmap", "vmap ")); },
 			[&](const SetVerdict &v) { add(verdictText(v.verdict)); },
 			[&](const SetMeta &m) { add(fmt::format("{} set {}", metaOperand(m.key).text, assigned(m.value))); },
 			[&](const SetCt &c) { add(fmt::format("{} set {}", ctOperand(c.key, {}).text, assigned(c.value))); },

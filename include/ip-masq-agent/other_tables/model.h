@@ -230,6 +230,9 @@ struct Chain {
 	std::vector<Rule> rules;
 };
 
+// A base chain of type nat at the postrouting hook: where the node's source NAT happens.
+bool isNatPostrouting(const Chain &chain);
+
 // An element as nf_tables dumps it. Interval sets hold boundaries: a start element opens a
 // range that the next end element (the first key past it) closes.
 struct SetElement {

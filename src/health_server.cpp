@@ -92,8 +92,9 @@ struct SessionTable {
 	size_t capacity = HealthServer::kMaxSessions;
 	std::optional<std::chrono::steady_clock::time_point> lastPressureLog;
 
-	// Closes the oldest session that has not delivered its request yet (a probe has, a
-	// flood has not), or failing that the oldest. False when there is none.
+	// Closes the oldest idle session: no request read, and no byte of one waiting in its
+	// socket (a probe has sent its request at once, an idle flood has not); failing that,
+	// the oldest whose request is not read, then the oldest. False when there is none.
 	bool evictOne();
 	// Logs "the health endpoint <why()>: ..." at most once per kPressureLogPeriod; `why`
 	// is only called then (a flood evicts thousands of sessions a second).
@@ -126,6 +127,13 @@ public:
 	}
 
 	bool requestRead() const { return requestRead_; }
+	// Idle: no request read, and none of one waiting in the socket. A probe whose request
+	// arrived but is not parsed yet (this thread was busy admitting a flood) is not idle.
+	bool idle()
+	{
+		beast::error_code ec;
+		return !requestRead_ && stream_.socket().available(ec) == 0 && !ec;
+	}
 
 	// Evicted: the descriptor is released now; the pending handlers end with
 	// operation_aborted and release the session.
@@ -238,9 +246,10 @@ bool SessionTable::evictOne()
 {
 	if (open.empty())
 		return false;
+	const auto idle = std::find_if(open.begin(), open.end(), [](Session *s) { return s->idle(); });
 	const auto waiting = std::find_if(open.begin(), open.end(),
 					  [](const Session *s) { return !s->requestRead(); });
-	(waiting != open.end() ? *waiting : open.front())->close();
+	(idle != open.end() ? *idle : waiting != open.end() ? *waiting : open.front())->close();
 	return true;
 }
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <ranges>
 
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
@@ -175,10 +174,16 @@ const Verdict *Set::catchAllVerdict() const
 std::optional<size_t> Set::find(std::span<const uint8_t> k) const
 {
 	// The first element whose key is greater than k.
-	const auto indices = std::views::iota(size_t(0), size());
-	const size_t low = static_cast<size_t>(
-		std::ranges::partition_point(indices, [&](size_t i) { return compareKeys(k, key(i)) >= 0; }) -
-		indices.begin());
+	// (A loop, not std::ranges::partition_point over an iota_view: clang 14, which builds
+	// the fuzz targets, cannot use libstdc++ 12's ranges.)
+	size_t low = 0, high = size();
+	while (low < high) {
+		const size_t mid = low + (high - low) / 2;
+		if (compareKeys(k, key(mid)) < 0)
+			high = mid;
+		else
+			low = mid + 1;
+	}
 	if (low > 0) {
 		const size_t before = low - 1;
 		if ((flags & NFT_SET_INTERVAL) ? !intervalEnd(before) : compareKeys(key(before), k) == 0)

@@ -39,7 +39,10 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 # Regenerate first if meson.build changed (a new target is unknown until then).
 ninja -C "$build" build.ninja >/dev/null
-meson compile -C "$build" "${targets[@]/#/fuzz_}" >/dev/null
+# Quiet when it builds; the compiler's output when it does not (CI shows nothing else).
+compile_log="$artifacts/compile.log"
+meson compile -C "$build" "${targets[@]/#/fuzz_}" >"$compile_log" 2>&1 ||
+	{ cat "$compile_log"; echo "the fuzz targets do not compile (clang, -Werror): above" >&2; exit 1; }
 
 work=$(mktemp -d /tmp/ip-masq-agent-fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -265,4 +265,29 @@ std::string curlGet(const std::string &url)
 	return out.substr(nl + 1) + " " + out.substr(0, nl);
 }
 
+std::string metricAt(const std::string &base, const std::string &series)
+{
+	const std::string text = curlGet(base + "/metrics");
+	const size_t at = text.find("\n" + series + " ");
+	if (at == std::string::npos)
+		return {};
+	const size_t from = at + series.size() + 2;
+	return text.substr(from, text.find('\n', from) - from);
+}
+
+Neighbour::Neighbour(const std::string &command, int seconds)
+	: pid_(spawnChild({"timeout", std::to_string(seconds), "sh", "-c", command}, ChildStreams{}))
+{
+	REQUIRE(pid_ > 0);
+}
+
+void Neighbour::stop()
+{
+	if (pid_ <= 0)
+		return;
+	kill(pid_, SIGTERM);
+	waitpid(pid_, nullptr, 0);
+	pid_ = -1;
+}
+
 } // namespace ipmasq::test

@@ -50,6 +50,22 @@ struct ChildStreams {
 pid_t spawnChild(const std::vector<std::string> &argv, const ChildStreams &streams,
 		 const std::vector<std::string> &env = {});
 
+// Another program on the node, as a test's neighbour: `command` (sh -c) in the background
+// until stop() or the destructor, at most `seconds` (timeout(1), which passes the stop on
+// to its whole process group, so a pipeline ends too).
+class Neighbour
+{
+public:
+	Neighbour(const std::string &command, int seconds);
+	~Neighbour() { stop(); }
+	Neighbour(const Neighbour &) = delete;
+	Neighbour &operator=(const Neighbour &) = delete;
+	void stop();
+
+private:
+	pid_t pid_;
+};
+
 // How the agent is started, beyond its arguments.
 struct AgentLaunch {
 	std::vector<std::string> env; // "NAME=value" entries added to its environment
@@ -134,5 +150,9 @@ double cpuSeconds(pid_t pid);
 
 // A real HTTP client (curl) against the agent: "<status> <body>".
 std::string curlGet(const std::string &url);
+
+// One series' value in the /metrics of the agent at `base` ("http://127.0.0.1:10263"),
+// e.g. metricAt(base, "ip_masq_agent_syncs_total"); "" when absent.
+std::string metricAt(const std::string &base, const std::string &series);
 
 } // namespace ipmasq::test

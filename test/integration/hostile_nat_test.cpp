@@ -10,7 +10,6 @@
 
 #include <fcntl.h>
 #include <malloc.h>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <sys/resource.h>
@@ -85,15 +84,9 @@ std::string upstreamChain(size_t count)
 	return out + "-A IP-MASQ-AGENT -j MASQUERADE\nCOMMIT\n";
 }
 
-// The value of a series in /metrics, or "" if absent.
 std::string metric(const std::string &series)
 {
-	const std::string text = curlGet(kHealth + "/metrics");
-	const size_t at = text.find("\n" + series + " ");
-	if (at == std::string::npos)
-		return {};
-	const size_t from = at + series.size() + 2;
-	return text.substr(from, text.find('\n', from) - from);
+	return metricAt(kHealth, series);
 }
 
 bool conflictGaugeAtLeast(const char *certainty, double value)
@@ -129,40 +122,6 @@ OneShot runOnce(const std::vector<std::string> &args)
 	shot.output = readFile(dir.file("out"));
 	return shot;
 }
-
-// Neighbour work on the node for as long as it lives: `command` in a loop, bounded by
-// timeout(1) and ended by the destructor. The destructor signals timeout(1), which passes
-// the signal to its whole process group: a long pipeline (the busy writer's) ends with the
-// test case instead of running out its bound.
-class Neighbour
-{
-public:
-	Neighbour(const std::string &command, int seconds)
-		: thread_([command, seconds, this] {
-			  run(fmt::format("timeout {} sh -c 'while [ ! -e {} ]; do {}; done' >/dev/null 2>&1 & "
-					  "echo $! > {}; wait",
-					  seconds, control_.file("stop"), command, control_.file("pid")));
-		  })
-	{
-	}
-	~Neighbour()
-	{
-		control_.write("stop", "");
-		// The pid is written as soon as the shell starts timeout(1); bounded in case it never is.
-		const auto written = [this] {
-			std::error_code error;
-			return std::filesystem::file_size(control_.file("pid"), error) > 0 && !error;
-		};
-		for (int tries = 0; tries < 100 && !written(); tries++)
-			std::this_thread::sleep_for(std::chrono::milliseconds(50));
-		run(fmt::format("kill -TERM $(cat {}) 2>/dev/null", control_.file("pid")));
-		thread_.join();
-	}
-
-private:
-	TempDir control_;
-	std::thread thread_;
-};
 
 } // namespace
 
@@ -308,7 +267,7 @@ TEST_CASE("a table rewritten with new handles every few milliseconds: each confl
 	const std::string gauge = metric("ip_masq_agent_nat_conflicts{certainty=\"certain\"}");
 	const size_t found = countOf(agent.log(), "warning: NAT conflict:");
 	{
-		Neighbour writer("nft -f " + dir.file("kubelet.nft") + "; sleep 0.005", 120);
+		Neighbour writer("while :; do nft -f " + dir.file("kubelet.nft") + "; sleep 0.005; done", 120);
 		// Every rewrite makes a pass due: wait for three more complete cycles.
 		const double cycles = std::stod(metric("ip_masq_agent_nat_check_cycles_total"));
 		requireWithin([&] { return std::stod(metric("ip_masq_agent_nat_check_cycles_total")) >= cycles + 3; },
@@ -333,7 +292,7 @@ TEST_CASE("thousands of commits a second next to a 30,000-rule table: the check 
 	// A writer that commits as fast as it can, to a table of its own: nft -i makes each
 	// line a transaction of its own, thousands a second, each adding or deleting a chain.
 	runOrFail("nft add table ip busy");
-	Neighbour busy("yes | head -n 1000000 | sed \"s/.*/add chain ip busy c\\ndelete chain ip busy c/\" | nft -i",
+	Neighbour busy("while :; do yes | head -n 1000000 | sed \"s/.*/add chain ip busy c\\ndelete chain ip busy c/\" | nft -i; done",
 		       300);
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
 	requireWithin([] { return conflictGaugeAtLeast("certain", 1); }, kHang, agent,

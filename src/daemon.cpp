@@ -136,20 +136,9 @@ Result<std::unique_ptr<Daemon>> Daemon::create(std::unique_ptr<DesiredStateSourc
 						  std::move(timerFd), std::move(addressMonitor)));
 }
 
-bool Daemon::takeConfig(Look why, Clock::time_point now)
+bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 {
-	const ConfigLook configLook = [why] {
-		switch (why) {
-		case Look::ifDue:
-			return ConfigLook::ifDue;
-		case Look::resync:
-			return ConfigLook::resync;
-		case Look::reload:
-			break;
-		}
-		return ConfigLook::reload;
-	}();
-	auto found = source_->look(configLook, now, [this, now](bool needed) {
+	auto found = source_->look(why, now, [this, now](bool needed) {
 		return addressesForConfig(now, needed);
 	});
 	if (!found)
@@ -477,7 +466,7 @@ int Daemon::run()
 {
 	status_.loopTurned();
 	Clock::time_point now = Clock::now();
-	takeConfig(Look::reload, now);
+	takeConfig(ConfigLook::reload, now);
 	// A failed sync is logged, counted and reported (/readyz) by the reconciler, and
 	// retried by the loop: nothing more to do with it here.
 	(void)reconciler_.reconcile(SyncTrigger::startup);
@@ -559,7 +548,7 @@ int Daemon::run()
 		fds[kAddresses].fd = addressMonitor_ ? addressMonitor_->fd() : -1;
 		const bool subnetChanged = addressesChanged && takeNodeAddresses();
 		const bool configChanged = takeConfig(
-			reload ? Look::reload : resyncDue ? Look::resync : Look::ifDue, now);
+			reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
 		const auto retryAt = reconciler_.nextWake();
 
 		std::optional<SyncTrigger> trigger;

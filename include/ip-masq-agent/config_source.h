@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "ip-masq-agent/config_look.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/siphash.h"
@@ -32,13 +33,6 @@ struct FileStamp {
 	// nullopt when it cannot be stat()ed for another reason.
 	static std::optional<FileStamp> of(const std::string &path);
 	bool operator==(const FileStamp &) const = default;
-};
-
-// Why the loop asks the source to look at the file.
-enum class ConfigLook {
-	ifDue,  // only if a change has settled or the absent grace time has run out
-	resync, // the safety net: also if stat() shows another file, size or timestamp
-	reload, // SIGHUP or start-up: read it now
 };
 
 // inotify on the config's directory, or with --config-dir on that directory (and, while

@@ -12,6 +12,7 @@
 #include <sys/signalfd.h>
 
 #include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/config_look.h"
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/error.h"
@@ -76,15 +77,9 @@ private:
 	       NftablesMonitor *monitor, SystemdNotifier notifier, UniqueFd signalFd,
 	       UniqueFd timerFd, std::optional<AddressMonitor> addressMonitor);
 
-	// Why the loop looks at the config (the source's ConfigLook, which is a config type).
-	enum class Look {
-		ifDue,  // only if a change has settled or the absent grace time has run out
-		resync, // the safety net: also if the file looks different
-		reload, // SIGHUP or start-up: read it now
-	};
 	// Look at the config (and read it if `why` or the source says so), then hand what
 	// it yields to the reconciler. True if there was new content (or a read error).
-	bool takeConfig(Look why, Clock::time_point now);
+	bool takeConfig(ConfigLook why, Clock::time_point now);
 	// This node's addresses for a config just loaded, read first when they are not known
 	// to be current (the first config, lost notifications, no monitor to follow them).
 	NodeAddresses addressesForConfig(Clock::time_point now, bool needed);

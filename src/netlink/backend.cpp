@@ -95,11 +95,6 @@ constexpr int kKeepingCountersAttempts = 3;
 // it answers "unsettled" (the caller then re-applies or looks again later).
 constexpr int kSnapshotAttempts = 3;
 
-constexpr uint16_t nftType(uint8_t message)
-{
-	return (NFNL_SUBSYS_NFTABLES << 8) | message;
-}
-
 // EPERM and EACCES say what refused: a missing capability, or something else (refusal.h).
 Error withPermissionHint(Error error)
 {
@@ -121,14 +116,6 @@ Error batchError(const Batch &batch, const BatchAnswer &answer)
 		log::debug("nf_tables also refused {}: {}", batch.describe(answer.failures[i].seq),
 			   std::strerror(answer.failures[i].error));
 	return withPermissionHint(Error(message, first.error));
-}
-
-// A parse callback's result: libnftnl's parsers return < 0 on malformed messages.
-Status parsed(int ret, const char *what)
-{
-	if (ret < 0)
-		return fail(fmt::format("cannot parse the kernel's {} message", what), EPROTO);
-	return {};
 }
 
 // The first differing line is usually all it takes to see what drifted.
@@ -227,7 +214,7 @@ Status dumpTableObjects(Socket &socket, uint8_t message, const std::string &tabl
 	Ptr filter = make();
 	setStr(filter.get(), tableAttr, table.c_str());
 	return socket.query(
-		nftType(message), NFPROTO_INET, NLM_F_DUMP,
+		message, NFPROTO_INET, NLM_F_DUMP,
 		[&](nlmsghdr *nlh) { build(nlh, filter.get()); },
 		[&](const nlmsghdr *nlh) -> Status {
 			Ptr object = make();
@@ -246,7 +233,7 @@ Result<TablePtr> getTable(Socket &socket, const std::string &table)
 	TablePtr request = tableHandle(table, false);
 	TablePtr reply;
 	const Status found = socket.query(
-		nftType(NFT_MSG_GETTABLE), NFPROTO_INET, 0,
+		NFT_MSG_GETTABLE, NFPROTO_INET, 0,
 		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
 		[&](const nlmsghdr *nlh) {
 			reply = newTable();
@@ -294,12 +281,6 @@ Status dumpFlowtables(Socket &socket, const std::string &table, std::vector<Flow
 				nftnl_flowtable_set_str, NFTNL_FLOWTABLE_TABLE,
 				nftnl_flowtable_nlmsg_build_payload, nftnl_flowtable_nlmsg_parse,
 				nftnl_flowtable_get_str, out);
-}
-
-// A name libnftnl read back, or "" (the kernel always sends one).
-std::string str(const char *value)
-{
-	return value ? value : "";
 }
 
 // "netlink port 1234, pid 567 \"nft\"", as far as this namespace lets us see.
@@ -516,21 +497,10 @@ Status NetlinkBackend::remove(const std::string &table)
 
 Result<uint32_t> NetlinkBackend::generation()
 {
-	std::optional<uint32_t> id;
-	const auto onReply = [&id](const nlmsghdr *nlh) -> Status {
-		GenPtr gen = newGen();
-		if (auto p = parsed(nftnl_gen_nlmsg_parse(nlh, gen.get()), "generation"); !p)
-			return p;
-		id = nftnl_gen_get_u32(gen.get(), NFTNL_GEN_ID);
-		return {};
-	};
-	Status s = socket_.query(nftType(NFT_MSG_GETGEN), NFPROTO_UNSPEC, 0, nullptr, onReply);
-	if (!s)
-		return fail(withPermissionHint(
-			s.error().withContext("reading the ruleset generation: ")));
-	if (!id)
-		return fail("reading the ruleset generation: the kernel sent none", EPROTO);
-	return *id;
+	auto generation = rulesetGeneration(socket_);
+	if (!generation)
+		return fail(withPermissionHint(generation.error()));
+	return generation;
 }
 
 Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
@@ -586,7 +556,7 @@ Status NetlinkBackend::dumpSetElements(const std::string &table, const std::stri
 	nftnl_set_set_str(filter.get(), NFTNL_SET_TABLE, table.c_str());
 	nftnl_set_set_str(filter.get(), NFTNL_SET_NAME, set.c_str());
 	return socket_.query(
-		nftType(NFT_MSG_GETSETELEM), NFPROTO_INET, NLM_F_DUMP,
+		NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP,
 		[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, filter.get()); },
 		[&](const nlmsghdr *nlh) -> Status {
 			// Each message's elements are handed on at once: the libnftnl objects
@@ -726,21 +696,21 @@ Result<std::optional<TableContents>> NetlinkBackend::readTableContents(const std
 			? nftnl_chain_get_u32(chain.get(), NFTNL_CHAIN_FLAGS)
 			: 0;
 		if (!(flags & NFT_CHAIN_BINDING)) // a rule's anonymous chain goes with the rule
-			contents.chains.push_back(str(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_NAME)));
+			contents.chains.push_back(stringOf(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_NAME)));
 	}
 	std::vector<SetPtr> sets;
 	if (auto s = dumpSets(socket_, table, sets); !s)
 		return fail(withPermissionHint(s.error().withContext(context("sets"))));
 	for (const SetPtr &set : sets)
 		if (!(nftnl_set_get_u32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS))
-			contents.sets.push_back(str(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
+			contents.sets.push_back(stringOf(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
 	std::vector<ObjPtr> objects;
 	if (auto s = dumpObjects(socket_, table, objects); !s)
 		return fail(withPermissionHint(s.error().withContext(context("objects"))));
 	for (const ObjPtr &object : objects) {
 		nftnl_obj *obj = object.get();
 		TableContents::Object read;
-		read.name = str(nftnl_obj_get_str(obj, NFTNL_OBJ_NAME));
+		read.name = stringOf(nftnl_obj_get_str(obj, NFTNL_OBJ_NAME));
 		read.type = nftnl_obj_get_u32(obj, NFTNL_OBJ_TYPE);
 		uint32_t len = 0;
 		const void *data = nftnl_obj_get_data(obj, NFTNL_OBJ_USERDATA, &len);
@@ -756,7 +726,7 @@ Result<std::optional<TableContents>> NetlinkBackend::readTableContents(const std
 		return fail(withPermissionHint(s.error().withContext(context("flowtables"))));
 	for (const FlowtablePtr &flowtable : flowtables)
 		contents.flowtables.push_back(
-			str(nftnl_flowtable_get_str(flowtable.get(), NFTNL_FLOWTABLE_NAME)));
+			stringOf(nftnl_flowtable_get_str(flowtable.get(), NFTNL_FLOWTABLE_NAME)));
 	return std::optional(std::move(contents));
 }
 

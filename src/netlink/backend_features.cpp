@@ -112,7 +112,7 @@ Result<bool> NetlinkBackend::tableExists(const std::string &table)
 {
 	TablePtr request = tableHandle(table, false);
 	Status s = socket_.query(
-		(NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETTABLE, NFPROTO_INET, 0,
+		NFT_MSG_GETTABLE, NFPROTO_INET, 0,
 		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
 		[](const nlmsghdr *) -> Status { return {}; });
 	if (s)

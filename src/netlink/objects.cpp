@@ -14,6 +14,7 @@
 
 #include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/netlink/expressions.h"
+#include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/nft_text.h"
 
 namespace ipmasq::netlink {
@@ -668,6 +669,35 @@ std::string userdataComment(const void *data, uint32_t len, uint8_t commentType)
 	// nft stores the comment with its NUL; keep to the bytes before it.
 	const auto *text = static_cast<const char *>(nftnl_udata_get(found.comment));
 	return std::string(text, strnlen(text, nftnl_udata_len(found.comment)));
+}
+
+std::string stringOf(const char *value)
+{
+	return value ? value : "";
+}
+
+Status parsed(int ret, const char *what)
+{
+	if (ret < 0)
+		return fail(fmt::format("cannot parse the kernel's {} message", what), EPROTO);
+	return {};
+}
+
+Result<uint32_t> rulesetGeneration(Socket &socket)
+{
+	std::optional<uint32_t> id;
+	Status s = socket.query(NFT_MSG_GETGEN, NFPROTO_UNSPEC, 0, nullptr, [&id](const nlmsghdr *nlh) -> Status {
+		GenPtr gen = newGen();
+		if (auto p = parsed(nftnl_gen_nlmsg_parse(nlh, gen.get()), "generation"); !p)
+			return p;
+		id = nftnl_gen_get_u32(gen.get(), NFTNL_GEN_ID);
+		return {};
+	});
+	if (!s)
+		return fail(s.error().withContext("reading the ruleset generation: "));
+	if (!id)
+		return fail("reading the ruleset generation: the kernel sent none", EPROTO);
+	return *id;
 }
 
 SetPtr ElementChunk::build() const

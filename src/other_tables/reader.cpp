@@ -28,10 +28,7 @@ namespace ipmasq::nat {
 
 namespace {
 
-constexpr uint16_t messageType(uint8_t message)
-{
-	return (NFNL_SUBSYS_NFTABLES << 8) | message;
-}
+using netlink::stringOf;
 
 std::optional<TableFamily> familyOf(uint32_t nfproto)
 {
@@ -46,18 +43,6 @@ std::optional<TableFamily> familyOf(uint32_t nfproto)
 uint16_t nfprotoOf(TableFamily family)
 {
 	return family == TableFamily::ip ? NFPROTO_IPV4 : family == TableFamily::ip6 ? NFPROTO_IPV6 : NFPROTO_INET;
-}
-
-std::string str(const char *s)
-{
-	return s ? s : "";
-}
-
-Status parsedOk(int ret, const char *what)
-{
-	if (ret < 0)
-		return fail(fmt::format("cannot parse the kernel's {} message", what), EPROTO);
-	return {};
 }
 
 // ---- Expressions as libnftnl parsed them ----
@@ -87,8 +72,8 @@ Verdict verdictOf(int32_t code, const char *chain)
 	case NF_STOLEN: return {VerdictCode::stolen, {}};
 	case NFT_CONTINUE: return {VerdictCode::continueRule, {}};
 	case NFT_BREAK: return {VerdictCode::breakRule, {}};
-	case NFT_JUMP: return {VerdictCode::jump, str(chain)};
-	case NFT_GOTO: return {VerdictCode::goTo, str(chain)};
+	case NFT_JUMP: return {VerdictCode::jump, stringOf(chain)};
+	case NFT_GOTO: return {VerdictCode::goTo, stringOf(chain)};
 	case NFT_RETURN: return {VerdictCode::returnToCaller, {}};
 	default: return {VerdictCode::queue, {}}; // NF_QUEUE carries the queue number in its upper bits
 	}
@@ -164,7 +149,7 @@ Expression objref(const nftnl_expr *e)
 		return Unknown{"objref map"};
 	switch (u32(e, NFTNL_EXPR_OBJREF_IMM_TYPE)) {
 	case NFT_OBJECT_COUNTER:
-		return Passthrough{"counter name", str(nftnl_expr_get_str(e, NFTNL_EXPR_OBJREF_IMM_NAME))};
+		return Passthrough{"counter name", stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_OBJREF_IMM_NAME))};
 	case NFT_OBJECT_QUOTA: return RateMatch{"quota"};
 	case NFT_OBJECT_LIMIT: return RateMatch{"limit"};
 	default: return Unknown{"objref"};
@@ -192,7 +177,7 @@ using SetNames = std::map<uint32_t, std::string>;
 
 Expression convert(const nftnl_expr *e, const SetNames &batchSets)
 {
-	const std::string name = str(nftnl_expr_get_str(e, NFTNL_EXPR_NAME));
+	const std::string name = stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_NAME));
 	if (name == "payload") return payload(e);
 	if (name == "meta") return meta(e);
 	if (name == "ct") return ct(e);
@@ -208,7 +193,7 @@ Expression convert(const nftnl_expr *e, const SetNames &batchSets)
 		return Range{u32(e, NFTNL_EXPR_RANGE_SREG), u32(e, NFTNL_EXPR_RANGE_OP) == NFT_RANGE_NEQ,
 			     data(e, NFTNL_EXPR_RANGE_FROM_DATA), data(e, NFTNL_EXPR_RANGE_TO_DATA)};
 	if (name == "lookup") {
-		std::string set = str(nftnl_expr_get_str(e, NFTNL_EXPR_LOOKUP_SET));
+		std::string set = stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_LOOKUP_SET));
 		if (const auto id = optU32(e, NFTNL_EXPR_LOOKUP_SET_ID); id && batchSets.count(*id))
 			set = batchSets.at(*id);
 		return Lookup{std::move(set), u32(e, NFTNL_EXPR_LOOKUP_SREG), optU32(e, NFTNL_EXPR_LOOKUP_DREG),
@@ -231,7 +216,7 @@ Expression convert(const nftnl_expr *e, const SetNames &batchSets)
 	if (name == "log") {
 		Log l;
 		if (nftnl_expr_is_set(e, NFTNL_EXPR_LOG_PREFIX))
-			l.prefix = str(nftnl_expr_get_str(e, NFTNL_EXPR_LOG_PREFIX));
+			l.prefix = stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_LOG_PREFIX));
 		if (nftnl_expr_is_set(e, NFTNL_EXPR_LOG_GROUP))
 			l.group = nftnl_expr_get_u16(e, NFTNL_EXPR_LOG_GROUP);
 		return l;
@@ -240,10 +225,10 @@ Expression convert(const nftnl_expr *e, const SetNames &batchSets)
 	if (name == "limit" || name == "quota" || name == "connlimit") return RateMatch{name};
 	if (name == "objref") return objref(e);
 	if (name == "match")
-		return CompatMatch{str(nftnl_expr_get_str(e, NFTNL_EXPR_MT_NAME)), u32(e, NFTNL_EXPR_MT_REV),
+		return CompatMatch{stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_MT_NAME)), u32(e, NFTNL_EXPR_MT_REV),
 				   data(e, NFTNL_EXPR_MT_INFO)};
 	if (name == "target")
-		return CompatTarget{str(nftnl_expr_get_str(e, NFTNL_EXPR_TG_NAME)), u32(e, NFTNL_EXPR_TG_REV),
+		return CompatTarget{stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_TG_NAME)), u32(e, NFTNL_EXPR_TG_REV),
 				    data(e, NFTNL_EXPR_TG_INFO)};
 	if (auto load = opaqueLoad(name, e))
 		return *load;
@@ -271,7 +256,7 @@ Set declaredSet(const nftnl_set *s)
 {
 	const auto get = [s](uint16_t attr) { return nftnl_set_is_set(s, attr) ? nftnl_set_get_u32(s, attr) : 0; };
 	Set set;
-	set.name = str(nftnl_set_get_str(s, NFTNL_SET_NAME));
+	set.name = stringOf(nftnl_set_get_str(s, NFTNL_SET_NAME));
 	set.flags = get(NFTNL_SET_FLAGS);
 	set.keyType = get(NFTNL_SET_KEY_TYPE);
 	set.keyLen = get(NFTNL_SET_KEY_LEN);
@@ -424,24 +409,6 @@ private:
 	uint64_t blind_ = 0;
 };
 
-Result<uint32_t> generationOf(netlink::Socket &socket)
-{
-	std::optional<uint32_t> id;
-	Status s = socket.query(messageType(NFT_MSG_GETGEN), NFPROTO_UNSPEC, 0, nullptr,
-				[&id](const nlmsghdr *nlh) -> Status {
-					netlink::GenPtr gen = netlink::newGen();
-					if (nftnl_gen_nlmsg_parse(nlh, gen.get()) < 0)
-						return fail("cannot parse the generation", EPROTO);
-					id = nftnl_gen_get_u32(gen.get(), NFTNL_GEN_ID);
-					return {};
-				});
-	if (!s)
-		return fail(s.error());
-	if (!id)
-		return fail("the kernel sent no ruleset generation", EPROTO);
-	return *id;
-}
-
 bool raced(const Error &error)
 {
 	// A dump interrupted by a commit (EINTR), an object gone in between (ENOENT).
@@ -498,7 +465,7 @@ Status Reader::dump(uint8_t message, uint16_t family, const netlink::RequestBuil
 	// other tables' commits when the notifications will tell whether its own changed; the
 	// lists of every table and chain are read again when interrupted.
 	socket_->tolerateInterruptedDumps(watch_ && build != nullptr);
-	Status s = socket_->query(messageType(message), family, NLM_F_DUMP, build, onReply);
+	Status s = socket_->query(message, family, NLM_F_DUMP, build, onReply);
 	if (!s && s.error().errnum == kOverBudget)
 		if (auto r = reopen(); !r)
 			return r;
@@ -518,10 +485,10 @@ Status Reader::listTables(std::set<TableKey> &out)
 			return fail(fmt::format("the ruleset has more than {} tables to read for the NAT "
 						"check (its limit)", limits_.maxTables), E2BIG);
 		netlink::TablePtr t = netlink::newTable();
-		if (auto p = parsedOk(nftnl_table_nlmsg_parse(nlh, t.get()), "table"); !p)
+		if (auto p = netlink::parsed(nftnl_table_nlmsg_parse(nlh, t.get()), "table"); !p)
 			return p;
 		if (const auto family = familyOf(nftnl_table_get_u32(t.get(), NFTNL_TABLE_FAMILY)))
-			out.insert({*family, str(nftnl_table_get_str(t.get(), NFTNL_TABLE_NAME))});
+			out.insert({*family, stringOf(nftnl_table_get_str(t.get(), NFTNL_TABLE_NAME))});
 		return {};
 	});
 }
@@ -531,7 +498,7 @@ Status Reader::listChains(const std::set<TableKey> &tables, std::map<TableKey, s
 	size_t seen = 0;
 	return dump(NFT_MSG_GETCHAIN, NFPROTO_UNSPEC, nullptr, [&](const nlmsghdr *nlh) -> Status {
 		netlink::ChainPtr c = netlink::newChain();
-		if (auto p = parsedOk(nftnl_chain_nlmsg_parse(nlh, c.get()), "chain"); !p)
+		if (auto p = netlink::parsed(nftnl_chain_nlmsg_parse(nlh, c.get()), "chain"); !p)
 			return p;
 		const auto family = familyOf(nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_FAMILY));
 		if (!family)
@@ -539,13 +506,13 @@ Status Reader::listChains(const std::set<TableKey> &tables, std::map<TableKey, s
 		if (++seen > limits_.maxChains)
 			return fail(fmt::format("the ruleset has more than {} chains to read for the NAT "
 						"check (its limit)", limits_.maxChains), E2BIG);
-		const TableKey key{*family, str(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TABLE))};
+		const TableKey key{*family, stringOf(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TABLE))};
 		if (!tables.count(key))
 			return {}; // a table created after the table dump: the next read sees it
 		Chain chain;
-		chain.name = str(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_NAME));
+		chain.name = stringOf(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_NAME));
 		if (nftnl_chain_is_set(c.get(), NFTNL_CHAIN_HOOKNUM))
-			chain.base = BaseHook{str(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TYPE)),
+			chain.base = BaseHook{stringOf(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TYPE)),
 					      nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_HOOKNUM),
 					      nftnl_chain_get_s32(c.get(), NFTNL_CHAIN_PRIO),
 					      nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_POLICY) == NF_DROP
@@ -565,9 +532,9 @@ Status Reader::readSets(Table &table)
 		[&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, filter.get()); },
 		[&](const nlmsghdr *nlh) -> Status {
 			netlink::SetPtr s = netlink::newSet();
-			if (auto p = parsedOk(nftnl_set_nlmsg_parse(nlh, s.get()), "set"); !p)
+			if (auto p = netlink::parsed(nftnl_set_nlmsg_parse(nlh, s.get()), "set"); !p)
 				return p;
-			if (str(nftnl_set_get_str(s.get(), NFTNL_SET_TABLE)) != table.name)
+			if (stringOf(nftnl_set_get_str(s.get(), NFTNL_SET_TABLE)) != table.name)
 				return {};
 			if ((bytes_ += sizeof(Set)) > limits_.maxBytes)
 				return overBudget("bytes of sets and rules", limits_.maxBytes);
@@ -589,7 +556,7 @@ Status Reader::readElements(Table &table, Set &set)
 			if (!set.unusable().empty())
 				return {}; // the rest of the dump is read and dropped
 			netlink::SetPtr part = netlink::newSet();
-			if (auto p = parsedOk(nftnl_set_elems_nlmsg_parse(nlh, part.get()), "set element"); !p)
+			if (auto p = netlink::parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()), "set element"); !p)
 				return p;
 			if (nftnl_set_elem_foreach(part.get(), collectElement, &sink) < 0 || sink.failed)
 				return fail("out of memory reading set elements", ENOMEM);
@@ -615,10 +582,10 @@ Status Reader::readRules(Table &table, Chain &chain, std::vector<std::string> &r
 		[&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, filter.get()); },
 		[&](const nlmsghdr *nlh) -> Status {
 			netlink::RulePtr r = netlink::newRule();
-			if (auto p = parsedOk(nftnl_rule_nlmsg_parse(nlh, r.get()), "rule"); !p)
+			if (auto p = netlink::parsed(nftnl_rule_nlmsg_parse(nlh, r.get()), "rule"); !p)
 				return p;
-			if (str(nftnl_rule_get_str(r.get(), NFTNL_RULE_TABLE)) != table.name ||
-			    str(nftnl_rule_get_str(r.get(), NFTNL_RULE_CHAIN)) != chain.name)
+			if (stringOf(nftnl_rule_get_str(r.get(), NFTNL_RULE_TABLE)) != table.name ||
+			    stringOf(nftnl_rule_get_str(r.get(), NFTNL_RULE_CHAIN)) != chain.name)
 				return {};
 			if (++rules_ > limits_.maxRules)
 				return overBudget("rules", limits_.maxRules);
@@ -712,7 +679,7 @@ Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> c
 		} else {
 			if (watch_)
 				watch_->forget(key);
-			since = watch_ ? watch_->blind() : generationOf(*socket_).value_or(0);
+			since = watch_ ? watch_->blind() : netlink::rulesetGeneration(*socket_).value_or(0);
 			std::map<TableKey, std::vector<Chain>> listed;
 			s = listChains({key}, listed);
 			table.chains = std::move(listed[key]);
@@ -723,7 +690,7 @@ Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> c
 			return fail(s.error());
 		const bool overBudget = !s && s.error().errnum == kOverBudget;
 		const bool again = !overBudget && (!s || (watch_ ? watch_->changed(key, since)
-								 : generationOf(*socket_).value_or(since + 1) != since));
+								 : netlink::rulesetGeneration(*socket_).value_or(since + 1) != since));
 		if (s && !again)
 			return table;
 		// What the table held is given back to the budget: it is dropped.
@@ -741,7 +708,7 @@ Result<NatRuleset> Reader::read()
 	if (auto s = reopen(); !s)
 		return fail(s.error());
 	watch_ = ChangeWatch::open();
-	start_ = watch_ ? watch_->blind() : generationOf(*socket_).value_or(0);
+	start_ = watch_ ? watch_->blind() : netlink::rulesetGeneration(*socket_).value_or(0);
 	elementBudget_ = limits_.maxElements;
 	std::set<TableKey> keys;
 	std::map<TableKey, std::vector<Chain>> chains;

@@ -19,6 +19,8 @@
 
 namespace ipmasq::netlink {
 
+class Socket; // socket.h, which includes this header through batch.h
+
 // nft's datatype ids of the address sets' keys, which it stores in the kernel (and reads
 // back to list them): ipv4_addr and ipv6_addr.
 inline constexpr uint32_t kTypeIpv4Address = 7;
@@ -90,6 +92,15 @@ struct EncodedTable {
 // The comment an object carries in its user data (as nft writes it: a TLV of type
 // `commentType`, NFTNL_UDATA_*_COMMENT), or "" without one: the reverse of the encoding.
 std::string userdataComment(const void *data, uint32_t len, uint8_t commentType);
+
+// A string libnftnl parsed from the kernel, or "" where it sent none.
+std::string stringOf(const char *value);
+
+// A reply handler's status for libnftnl's parsers, which return < 0 on a malformed message.
+Status parsed(int ret, const char *what);
+
+// The ruleset's generation, which every commit advances (NFT_MSG_GETGEN).
+Result<uint32_t> rulesetGeneration(Socket &socket);
 
 // A table handle carrying only family inet and the name (DELTABLE, GETTABLE), or
 // also flags 0 as nft sends for "add table" (NEWTABLE that creates it if missing).

@@ -41,61 +41,6 @@ std::optional<size_t> registerOffset(uint32_t reg, size_t len)
 	return offset;
 }
 
-// How many bytes a load writes, as the kernel's expressions do (unknown keys: all of a
-// 16-byte register, which leaves less known, never something wrong).
-uint32_t metaLength(uint32_t key)
-{
-	switch (key) {
-	case NFT_META_IIFNAME:
-	case NFT_META_OIFNAME:
-	case NFT_META_BRI_IIFNAME:
-	case NFT_META_BRI_OIFNAME:
-	case NFT_META_IIFKIND:
-	case NFT_META_OIFKIND:
-	case NFT_META_SDIFNAME:
-		return IFNAMSIZ;
-	case NFT_META_NFPROTO:
-	case NFT_META_L4PROTO:
-	case NFT_META_PKTTYPE:
-	case NFT_META_SECPATH:
-	case NFT_META_TIME_DAY:
-		return 1;
-	case NFT_META_PROTOCOL:
-	case NFT_META_BRI_IIFPVID:
-	case NFT_META_BRI_IIFVPROTO:
-		return 2;
-	case NFT_META_TIME_NS:
-		return 8;
-	case NFT_META_LEN: case NFT_META_PRIORITY: case NFT_META_MARK: case NFT_META_IIF:
-	case NFT_META_OIF: case NFT_META_IIFTYPE: case NFT_META_OIFTYPE: case NFT_META_SKUID:
-	case NFT_META_SKGID: case NFT_META_NFTRACE: case NFT_META_RTCLASSID:
-	case NFT_META_SECMARK: case NFT_META_CPU: case NFT_META_IIFGROUP:
-	case NFT_META_OIFGROUP: case NFT_META_CGROUP: case NFT_META_PRANDOM:
-	case NFT_META_TIME_HOUR: case NFT_META_SDIF:
-		return 4;
-	default:
-		return NFT_REG_SIZE;
-	}
-}
-
-uint32_t ctLength(uint32_t key)
-{
-	switch (key) {
-	case NFT_CT_DIRECTION:
-	case NFT_CT_L3PROTOCOL:
-	case NFT_CT_PROTOCOL:
-		return 1;
-	case NFT_CT_STATE:
-	case NFT_CT_STATUS:
-	case NFT_CT_MARK:
-	case NFT_CT_SECMARK:
-	case NFT_CT_EXPIRATION:
-		return 4;
-	default:
-		return NFT_REG_SIZE;
-	}
-}
-
 uint32_t fibLength(uint32_t result)
 {
 	return result == NFT_FIB_RESULT_OIFNAME ? IFNAMSIZ : 4;
@@ -375,8 +320,8 @@ bool Decoder::decode(const Expression &expression)
 	return std::visit(
 		Overloaded{
 			[&](const PayloadLoad &p) { return load(p.dreg, FromPayload{p.base, p.offset}, p.len); },
-			[&](const MetaLoad &m) { return load(m.dreg, FromMeta{m.key}, metaLength(m.key)); },
-			[&](const CtLoad &c) { return load(c.dreg, FromCt{c.key, c.direction}, ctLength(c.key)); },
+			[&](const MetaLoad &m) { return load(m.dreg, FromMeta{m.key}, metaKey(m.key).len); },
+			[&](const CtLoad &c) { return load(c.dreg, FromCt{c.key, c.direction}, ctKey(c.key).len); },
 			[&](const Fib &f) { return load(f.dreg, FromFib{f.flags, f.result}, fibLength(f.result)); },
 			[&](const Immediate &i) {
 				return load(i.dreg, Constant{i.data}, static_cast<uint32_t>(i.data.size()));
@@ -400,11 +345,11 @@ bool Decoder::decode(const Expression &expression)
 				return source && load(b.dreg, Swapped{*source, b.toNetwork, b.size}, b.len);
 			},
 			[&](const MetaSet &m) {
-				auto value = read(m.sreg, metaLength(m.key));
+				auto value = read(m.sreg, metaKey(m.key).len);
 				return value && emit(SetMeta{m.key, *value});
 			},
 			[&](const CtSet &c) {
-				auto value = read(c.sreg, ctLength(c.key));
+				auto value = read(c.sreg, ctKey(c.key).len);
 				return value && emit(SetCt{c.key, *value});
 			},
 			[&](const Cmp &c) {
@@ -458,6 +403,37 @@ bool Decoder::decode(const Expression &expression)
 }
 
 } // namespace
+
+// Widths as the kernel's loads write them; where the evaluator needs none, a whole register
+// (less known, never something wrong).
+LoadKey metaKey(uint32_t key)
+{
+	static constexpr LoadKey kKeys[] = { // by NFT_META_*
+		{"len", 4}, {"protocol", 2}, {"priority", 4}, {"mark", 4}, {"iif", 4}, {"oif", 4},
+		{"iifname", IFNAMSIZ}, {"oifname", IFNAMSIZ}, {"iiftype", 4}, {"oiftype", 4},
+		{"skuid", 4}, {"skgid", 4}, {"nftrace", 4}, {"rtclassid", 4}, {"secmark", 4},
+		{"nfproto", 1}, {"l4proto", 1}, {"ibrname", IFNAMSIZ}, {"obrname", IFNAMSIZ},
+		{"pkttype", 1}, {"cpu", 4}, {"iifgroup", 4}, {"oifgroup", 4}, {"cgroup", 4},
+		{"random", 4}, {"secpath", 1}, {"iifkind", IFNAMSIZ}, {"oifkind", IFNAMSIZ},
+		{"ibrpvid", 2}, {"ibrvproto", 2}, {"time", 8}, {"day", 1}, {"hour", 4}, {"sdif", 4},
+		{"sdifname", IFNAMSIZ}};
+	static_assert(std::size(kKeys) == NFT_META_SDIFNAME + 1);
+	return key < std::size(kKeys) ? kKeys[key] : LoadKey{nullptr, NFT_REG_SIZE};
+}
+
+LoadKey ctKey(uint32_t key)
+{
+	constexpr uint32_t kWhole = NFT_REG_SIZE;
+	static constexpr LoadKey kKeys[] = { // by NFT_CT_*
+		{"state", 4}, {"direction", 1}, {"status", 4}, {"mark", 4}, {"secmark", 4},
+		{"expiration", 4}, {"helper", kWhole}, {"l3proto", 1}, {"saddr", kWhole},
+		{"daddr", kWhole}, {"protocol", 1}, {"proto-src", kWhole}, {"proto-dst", kWhole},
+		{"label", kWhole}, {"packets", kWhole}, {"bytes", kWhole}, {"avgpkt", kWhole},
+		{"zone", kWhole}, {"event", kWhole}, {"ip saddr", kWhole}, {"ip daddr", kWhole},
+		{"ip6 saddr", kWhole}, {"ip6 daddr", kWhole}, {"id", kWhole}};
+	static_assert(std::size(kKeys) == NFT_CT_ID + 1);
+	return key < std::size(kKeys) ? kKeys[key] : LoadKey{nullptr, kWhole};
+}
 
 Rule decodeRule(const Table &table, uint64_t handle, std::span<const Expression> expressions,
 		std::string comment)

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/other_tables/decoder.h"
 #include "ip-masq-agent/overloaded.h"
 #include "ip-masq-agent/ruleset.h"
 
@@ -208,23 +209,18 @@ std::string verdictText(const Verdict &v)
 
 Operand metaOperand(uint32_t key)
 {
-	static constexpr const char *kNames[] = {
-		"len", "protocol", "priority", "mark", "iif", "oif", "iifname", "oifname",
-		"iiftype", "oiftype", "skuid", "skgid", "nftrace", "rtclassid", "secmark",
-		"nfproto", "l4proto", "ibrname", "obrname", "pkttype", "cpu", "iifgroup",
-		"oifgroup", "cgroup", "random", "secpath", "iifkind", "oifkind", "ibrpvid",
-		"ibrvproto", "time", "day", "hour", "sdif", "sdifname"};
 	Operand o;
-	o.text = key < std::size(kNames) ? fmt::format("meta {}", kNames[key]) : fmt::format("meta {}", key);
+	const char *name = metaKey(key).name;
+	o.text = name ? fmt::format("meta {}", name) : fmt::format("meta {}", key);
 	switch (key) {
 	case NFT_META_IIFNAME:
 	case NFT_META_OIFNAME:
-		o.text = kNames[key]; // nft drops "meta" for these
+		o.text = name; // nft drops "meta" for these
 		o.kind = Kind::ifname;
 		break;
 	case NFT_META_IIF:
 	case NFT_META_OIF:
-		o.text = kNames[key]; // nft resolves the index to a name; we print the index
+		o.text = name; // nft resolves the index to a name; we print the index
 		o.kind = Kind::decimal;
 		break;
 	case NFT_META_MARK: o.kind = Kind::mark; break;
@@ -238,15 +234,10 @@ Operand metaOperand(uint32_t key)
 
 Operand ctOperand(uint32_t key, std::optional<uint8_t> direction)
 {
-	static constexpr const char *kNames[] = {
-		"state", "direction", "status", "mark", "secmark", "expiration", "helper",
-		"l3proto", "saddr", "daddr", "protocol", "proto-src", "proto-dst", "label",
-		"packets", "bytes", "avgpkt", "zone", "event", "ip saddr", "ip daddr",
-		"ip6 saddr", "ip6 daddr", "id"};
 	Operand o;
 	const std::string dir = direction ? (*direction == 0 ? "original " : "reply ") : "";
-	o.text = key < std::size(kNames) ? fmt::format("ct {}{}", dir, kNames[key])
-					 : fmt::format("ct {}{}", dir, key);
+	const char *name = ctKey(key).name;
+	o.text = name ? fmt::format("ct {}{}", dir, name) : fmt::format("ct {}{}", dir, key);
 	switch (key) {
 	case NFT_CT_STATE: o.kind = Kind::ctState; break;
 	case NFT_CT_DIRECTION: o.kind = Kind::ctDirection; break;

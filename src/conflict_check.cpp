@@ -73,7 +73,7 @@ bool ConflictCheck::pass(Input &input)
 		log::info("other tables' NAT is readable again");
 	lastError_.clear();
 	auto addresses = readNodeAddresses();
-	const nat::NodeAddresses node = addresses ? evaluatorAddresses(*addresses) : nat::NodeAddresses{};
+	const nat::NodeAddresses node = addresses ? nat::NodeAddresses{std::move(*addresses), true} : nat::NodeAddresses{};
 	CheckLimits budget;
 	budget.maxSteps = kStepsPerPass;
 	const std::span<const SampledPacket> rest = std::span(input.samples).subspan(cycle_.next());

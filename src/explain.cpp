@@ -6,15 +6,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <memory>
-#include <netinet/in.h>
 
 #include <fmt/format.h>
 
 #include "ip-masq-agent/escape.h"
-#include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/other_tables/reader.h"
@@ -306,12 +301,6 @@ std::string describeKernel(const Config &config, const ExplainContext &context,
 			   fmt::join(differences, ", "));
 }
 
-bool isLocal(const ExplainContext &context, const Address &address)
-{
-	return std::any_of(context.localPrefixes.begin(), context.localPrefixes.end(),
-			   [&address](const Prefix &prefix) { return covers(prefix, address); });
-}
-
 // A line's verdict and reason, with the kernel check.
 std::string decideLine(const Config &config, const ExplainContext &context, const Address &destination)
 {
@@ -325,7 +314,7 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 	const std::string decided = describeDecision(config, context, decision, family);
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
-	if (isLocal(context, destination))
+	if (context.node.isLocal(destination))
 		return "not masqueraded: a local address of this host (fib daddr type local never "
 		       "enters the agent's chain); by the config alone: " + decided + kernel;
 	if (auto gate = interfaceGate(config, context))
@@ -375,7 +364,7 @@ std::string describeOtherTables(const Config &config, const ExplainContext &cont
 		break;
 	}
 	const SampledPacket packet = explainedPacket(config, context, destination);
-	const ConflictPass pass = findConflicts(view.ruleset, &view.agent, std::span(&packet, 1), view.node);
+	const ConflictPass pass = findConflicts(view.ruleset, &view.agent, std::span(&packet, 1), context.node);
 	if (pass.conflicts.empty())
 		return "; no other table's NAT undoes that" + legacyNote;
 	std::string text;
@@ -411,53 +400,6 @@ std::vector<std::string> explainDestinations(const Config &config, const Explain
 	for (const Address &destination : destinations)
 		lines.push_back(explainDestination(config, context, destination));
 	return lines;
-}
-
-namespace {
-
-struct IfaddrsDeleter {
-	void operator()(ifaddrs *list) const { freeifaddrs(list); }
-};
-
-unsigned maskLength(const sockaddr_in &mask)
-{
-	return static_cast<unsigned>(__builtin_popcount(ntohl(mask.sin_addr.s_addr)));
-}
-
-} // namespace
-
-Result<std::vector<Prefix>> readLocalPrefixes()
-{
-	ifaddrs *raw = nullptr;
-	if (getifaddrs(&raw) != 0)
-		return fail(fmt::format("cannot list this host's addresses: {}", std::strerror(errno)),
-			    errno);
-	const std::unique_ptr<ifaddrs, IfaddrsDeleter> list(raw);
-	std::vector<Prefix> out;
-	for (const ifaddrs *ifa = list.get(); ifa; ifa = ifa->ifa_next) {
-		if (!ifa->ifa_addr)
-			continue;
-		Prefix prefix;
-		if (ifa->ifa_addr->sa_family == AF_INET) {
-			const auto *in = reinterpret_cast<const sockaddr_in *>(ifa->ifa_addr);
-			prefix.network = Address{Family::ipv4, ntohl(in->sin_addr.s_addr)};
-			prefix.length = 32;
-			// The kernel routes a loopback interface's whole network as local
-			// (local 127.0.0.0/8 dev lo) once the interface is up.
-			if ((ifa->ifa_flags & IFF_LOOPBACK) && (ifa->ifa_flags & IFF_UP) && ifa->ifa_netmask) {
-				prefix.length = maskLength(*reinterpret_cast<const sockaddr_in *>(ifa->ifa_netmask));
-				prefix.network.value &= ~((AddressValue(1) << (32 - prefix.length)) - 1);
-			}
-		} else if (ifa->ifa_addr->sa_family == AF_INET6) {
-			const auto *in6 = reinterpret_cast<const sockaddr_in6 *>(ifa->ifa_addr);
-			prefix.network = Address::fromBytes(Family::ipv6, in6->sin6_addr.s6_addr);
-			prefix.length = 128;
-		} else {
-			continue;
-		}
-		out.push_back(std::move(prefix));
-	}
-	return out;
 }
 
 namespace {
@@ -511,8 +453,6 @@ OtherTablesView readOtherTablesView(const Ruleset &desired)
 	view.state = OtherTablesView::State::read;
 	view.ruleset = std::move(*ruleset);
 	view.agent = std::move(*agent);
-	if (auto addresses = readNodeAddresses())
-		view.node = evaluatorAddresses(*addresses);
 	return view;
 }
 

@@ -161,10 +161,8 @@ int explain(const AgentOptions &options)
 	context.outputInterface = options.explainInterface;
 	const NodeAddresses node = nodeAddresses();
 	context.subnet = chooseSubnetAddresses(*loaded, node);
-	if (auto local = readLocalPrefixes())
-		context.localPrefixes = std::move(*local);
-	else
-		log::warning("{}; local addresses are not recognized as such", local.error().message);
+	if (node)
+		context.node = {*node, true};
 	context.kernel = readKernelView(options.ruleset.table);
 	// The agent's own rules as the daemon would make them here, walked with the others'.
 	const Ruleset desired = desiredFromConfig(*loaded, options.config, options.ruleset, node).ruleset;

@@ -46,7 +46,6 @@ struct OtherTablesView {
 	State state = State::notRead;
 	nat::NatRuleset ruleset;
 	nat::Table agent; // the agent's own, from the desired ruleset, walked like the others
-	nat::NodeAddresses node; // for fib and addrtype
 	std::string problem;
 	// Legacy iptables nat tables (/proc/net/ip_tables_names, ip6_tables_names), which
 	// nothing here can read.
@@ -58,9 +57,9 @@ struct OtherTablesView {
 struct ExplainContext {
 	bool enableIpv6 = false;
 	std::string table = kDefaultTableName;
-	// This host's local addresses (fib daddr type local), as prefixes: an address of an
-	// interface is a /32 or /128; an IPv4 loopback network counts whole (127.0.0.0/8).
-	std::vector<Prefix> localPrefixes;
+	// This node's addresses, read once: what is local (fib daddr type local), and for the
+	// other tables' fib and addrtype matches.
+	nat::NodeAddresses node;
 	KernelView kernel;
 	// --explain-source: each applies to the destinations of its family.
 	std::vector<Address> sources;
@@ -78,15 +77,12 @@ struct ExplainContext {
 std::vector<std::string> explainDestinations(const Config &config, const ExplainContext &context,
 					     const std::vector<Address> &destinations);
 
-// This host's local addresses, from getifaddrs (see ExplainContext::localPrefixes).
-Result<std::vector<Prefix>> readLocalPrefixes();
-
 // The address sets of inet `table` through the netlink backend, or why they could not be read.
 KernelView readKernelView(const std::string &table);
 
 // Every other table's nat postrouting chains (other_tables/reader.h; the agent's table left
-// out and taken from `desired` instead), this node's addresses and legacy iptables nat
-// tables, or why they could not be read.
+// out and taken from `desired` instead) and legacy iptables nat tables, or why they could
+// not be read.
 OtherTablesView readOtherTablesView(const Ruleset &desired);
 
 } // namespace ipmasq

@@ -23,7 +23,7 @@ struct NodeAddress {
 	unsigned prefixLength = 0;
 	// "eth0"; empty for an address learned from a change notification, which names only
 	// the interface's index (nothing the agent decides depends on the name).
-	std::string interface;
+	std::string interface = {};
 	uint32_t ifindex = 0;
 
 	bool secondary = false; // IPv4: not the first address of its subnet on the interface

@@ -72,7 +72,7 @@ Differs differs(const Fate &node, const Fate &agent, const SampledPacket &packet
 	}
 	if (a.kind == K::nodeAddress) {
 		const bool nodeAddressIn = std::any_of(addresses.addresses.begin(), addresses.addresses.end(),
-						       [&b](const nat::LocalAddress &l) { return contains(b.range, l.address); });
+						       [&b](const NodeAddress &l) { return contains(b.range, l.address); });
 		return nodeAddressIn || !addresses.complete ? Differs::maybe : Differs::yes;
 	}
 	if (a.range == b.range)
@@ -247,15 +247,6 @@ std::optional<std::vector<NatConflict>> ConflictCycle::add(const ConflictPass &p
 	std::vector<NatConflict> done = std::move(conflicts_);
 	restart();
 	return done;
-}
-
-nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses)
-{
-	nat::NodeAddresses out;
-	out.complete = true;
-	for (const NodeAddress &a : addresses)
-		out.addresses.push_back({a.address, a.prefixLength});
-	return out;
 }
 
 ConflictChanges diffConflicts(const std::vector<NatConflict> &before, const std::vector<NatConflict> &after)

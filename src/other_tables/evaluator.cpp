@@ -184,7 +184,7 @@ uint8_t nfproto(const Packet &packet)
 
 // ---- Address types (fib daddr type, -m addrtype) ----
 
-bool inPrefix(const Address &address, const LocalAddress &local)
+bool inPrefix(const Address &address, const NodeAddress &local)
 {
 	if (address.family != local.address.family)
 		return false;
@@ -203,9 +203,9 @@ std::optional<uint32_t> addressType(const Address &address, const NodeAddresses 
 		return RTN_MULTICAST;
 	if (v4 && (a == 0xffffffff || (a >> 24) == 0))
 		return RTN_BROADCAST;
-	if ((v4 && (a >> 24) == 127) || (!v4 && a == 1) || node.isLocal(address))
+	if (node.isLocal(address))
 		return RTN_LOCAL;
-	for (const LocalAddress &local : node.addresses) {
+	for (const NodeAddress &local : node.addresses) {
 		const unsigned bits = familyBits(address.family);
 		if (!inPrefix(address, local) || local.prefixLength >= bits - 1)
 			continue;
@@ -1009,8 +1009,9 @@ std::vector<std::vector<Entry>> orders(const std::vector<Entry> &sorted, size_t 
 
 bool NodeAddresses::isLocal(const Address &address) const
 {
-	return std::any_of(addresses.begin(), addresses.end(),
-			   [&address](const LocalAddress &a) { return a.address == address; });
+	const bool loopback = address.family == Family::ipv4 ? (address.value >> 24) == 127 : address.value == 1;
+	return loopback || std::any_of(addresses.begin(), addresses.end(),
+				       [&address](const NodeAddress &a) { return a.address == address; });
 }
 
 bool NatVerdict::certain() const

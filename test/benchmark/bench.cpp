@@ -1011,7 +1011,7 @@ ConflictRow measureConflictPass(const std::string &label, const DesiredState &de
 	ConflictRow row;
 	row.label = label;
 	const auto addresses = require(readNodeAddresses(), "reading the node's addresses");
-	const nat::NodeAddresses node = evaluatorAddresses(addresses);
+	const nat::NodeAddresses node{addresses, true};
 	nat::NatReadLimits limits;
 	limits.skipInetTable = desired.ruleset.table;
 	CheckLimits budget;

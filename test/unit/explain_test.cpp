@@ -180,7 +180,7 @@ TEST_CASE("a local address is never masqueraded, whatever the config says")
 	const Config config = fileConfig({entry("10.0.0.0/8", 2)});
 	ExplainContext context;
 	context.kernel.state = KernelView::State::noPermission;
-	context.localPrefixes = {entry("127.0.0.0/8", 0), entry("198.51.100.7/32", 0)};
+	context.node = {{{address("198.51.100.7"), 24}}, true};
 	CHECK(line(config, context, "198.51.100.7") ==
 	      "198.51.100.7: not masqueraded: a local address of this host (fib daddr type local never "
 	      "enters the agent's chain); by the config alone: masqueraded: no entry covers it; "
@@ -551,7 +551,7 @@ TEST_CASE("the node-wide clause: other tables' rules, legacy tables, no permissi
 	ExplainContext context;
 	context.kernel.state = KernelView::State::noPermission;
 	context.otherTables.state = OtherTablesView::State::read;
-	context.otherTables.node = {{{addr("203.0.113.1"), 24}}, true};
+	context.node = {{{addr("203.0.113.1"), 24}}, true};
 	// The agent's own rules, as --explain gets them: the desired ruleset linearized.
 	context.otherTables.agent = agentTableOf(config);
 	// kubelet's `! -d 198.18.0.0/16 -m addrtype ! --dst-type LOCAL -j MASQUERADE`.
@@ -591,7 +591,7 @@ TEST_CASE("the node-wide clause with outputAddress: what runs first wins, and wh
 	ExplainContext context;
 	context.kernel.state = KernelView::State::noPermission;
 	context.otherTables.state = OtherTablesView::State::read;
-	context.otherTables.node = {{{addr("203.0.113.1"), 24}}, true};
+	context.node = {{{addr("203.0.113.1"), 24}}, true};
 	context.otherTables.agent = agentTableOf(config);
 	const auto postrouting = [](std::vector<WireRule> rules) {
 		return nat::NatRuleset{{table(nat::TableFamily::ip, "nat", {baseChain("POSTROUTING", 100, std::move(rules))})}};

@@ -104,10 +104,6 @@ private:
 	std::vector<NatConflict> conflicts_;
 };
 
-// The node's addresses as the evaluator needs them (fib and addrtype): a full dump of them
-// is complete.
-nat::NodeAddresses evaluatorAddresses(const std::vector<NodeAddress> &addresses);
-
 struct ConflictChanges {
 	std::vector<NatConflict> found;
 	std::vector<NatConflict> resolved;

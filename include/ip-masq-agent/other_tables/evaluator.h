@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/other_tables/model.h"
 
 namespace ipmasq::nat {
@@ -39,19 +40,15 @@ struct Packet {
 	std::optional<uint32_t> ctMark = 0; // the connection's mark
 };
 
-// One address of the node with its prefix length (as `ip address` lists it).
-struct LocalAddress {
-	Address address;
-	unsigned prefixLength = 0;
-};
-
 // The node's own addresses, for fib and addrtype. With `complete`, an address that is none
 // of them (nor multicast, nor a subnet's broadcast or network address) is unicast; without
 // it, only "local" is certain.
 struct NodeAddresses {
-	std::vector<LocalAddress> addresses;
+	std::vector<NodeAddress> addresses;
 	bool complete = false;
 
+	// Whether the kernel routes `address` here (fib type local): one of the node's
+	// addresses, or loopback (127.0.0.0/8, ::1).
 	bool isLocal(const Address &address) const;
 };
 

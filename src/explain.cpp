@@ -54,21 +54,15 @@ std::string describeDecision(const Config &config, const ExplainContext &context
 	return text;
 }
 
-std::vector<Prefix> ofFamily(const std::vector<Prefix> &prefixes, Family family)
-{
-	std::vector<Prefix> out;
-	for (const Prefix &prefix : prefixes)
-		if (prefix.network.family == family)
-			out.push_back(prefix);
-	return out;
-}
+Family familyOf(const Prefix &prefix) { return prefix.network.family; }
+Family familyOf(const Address &address) { return address.family; }
 
-std::vector<Address> ofFamily(const std::vector<Address> &addresses, Family family)
+template<typename T>
+std::vector<T> ofFamily(const std::vector<T> &items, Family family)
 {
-	std::vector<Address> out;
-	for (const Address &address : addresses)
-		if (address.family == family)
-			out.push_back(address);
+	std::vector<T> out;
+	std::copy_if(items.begin(), items.end(), std::back_inserter(out),
+		     [family](const T &item) { return familyOf(item) == family; });
 	return out;
 }
 
@@ -103,14 +97,6 @@ std::string describeSources(const Config &config, const ExplainContext &context,
 					    source.toString());
 	}
 	return text;
-}
-
-const AddressSet *findSet(const std::vector<AddressSet> &sets, std::string_view name)
-{
-	for (const AddressSet &set : sets)
-		if (set.name == name)
-			return &set;
-	return nullptr;
 }
 
 // Where the kernel's source set differs from the config, for the sources asked about.

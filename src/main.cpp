@@ -40,15 +40,15 @@ void logWarnings(const std::vector<std::string> &warnings)
 		log::warning("{}", warning);
 }
 
-// This node's addresses, for --explain's outputAddress subnet; nullopt, with a warning,
-// when they cannot be read.
+// This node's addresses, for --explain: what is local, the outputAddress subnet's address,
+// other tables' address-type matches; nullopt, with a warning, when they cannot be read.
 NodeAddresses nodeAddresses()
 {
 	auto read = readNodeAddresses();
 	if (read)
 		return std::move(*read);
-	log::warning("{}; an outputAddress subnet is explained without this node's address",
-		     read.error().message);
+	log::warning("{}; --explain goes on without this node's addresses (only loopback is "
+		     "local, and an outputAddress subnet gives no address)", read.error().message);
 	return std::nullopt;
 }
 

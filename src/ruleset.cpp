@@ -233,6 +233,11 @@ const AddressSet *Ruleset::findSet(Family family) const
 
 const AddressSet *Ruleset::findSet(std::string_view name) const
 {
+	return ipmasq::findSet(sets, name);
+}
+
+const AddressSet *findSet(const std::vector<AddressSet> &sets, std::string_view name)
+{
 	for (const AddressSet &set : sets)
 		if (set.name == name)
 			return &set;

@@ -295,4 +295,7 @@ struct Ruleset {
 	const AddressSet *findSet(std::string_view name) const;
 };
 
+// The set of this name in `sets` (a ruleset's, or what the kernel holds), if any.
+const AddressSet *findSet(const std::vector<AddressSet> &sets, std::string_view name);
+
 } // namespace ipmasq

@@ -349,8 +349,8 @@ public:
 	     const NodeAddresses &node, const Limits &limits, NatVerdict &out);
 
 	std::vector<Entry> entries() const;
-	// Walks one order of the entries; the outcomes it reached.
-	std::set<size_t> run(const std::vector<Entry> &order);
+	// Walks one order of the entries.
+	void run(const std::vector<Entry> &order);
 	bool exhausted() const { return steps_ >= limits_.maxSteps; }
 	size_t steps() const { return steps_; }
 
@@ -383,7 +383,8 @@ private:
 	void may(const RuleRef &rule, const std::string &reason);
 	RuleRef ruleRef(const Frame &frame) const;
 	Placement placementOf(int32_t priority) const;
-	Outcome at(const State &state, std::optional<RuleRef> rule) const;
+	Outcome at(const State &state, std::optional<RuleRef> rule, NatAction action,
+		   std::optional<AddressRange> addresses = std::nullopt) const;
 	// Reaches an undetermined outcome in the base chain `state` is in.
 	void giveUp(const State &state, std::optional<RuleRef> rule, std::string reason);
 
@@ -398,7 +399,7 @@ private:
 	size_t steps_ = 0;
 	std::vector<std::unordered_map<std::string, uint32_t>> chainIndex_;
 	std::set<std::string> mayKeys_;
-	std::set<size_t> reached_; // outcomes reached by the current order
+	bool reached_ = false; // the current order reached an outcome
 	std::vector<Entry> order_; // the order being walked
 	std::vector<State> work_; // the states of the order still to walk
 };
@@ -464,10 +465,13 @@ Placement Walk::placementOf(int32_t priority) const
 }
 
 // An outcome in the base chain `state` is in, decided by `rule`.
-Outcome Walk::at(const State &state, std::optional<RuleRef> rule) const
+Outcome Walk::at(const State &state, std::optional<RuleRef> rule, NatAction action,
+		 std::optional<AddressRange> addresses) const
 {
 	const Entry &entry = order_[state.entry];
 	Outcome o;
+	o.action = action;
+	o.addresses = std::move(addresses);
 	o.base = entry.ref;
 	o.placement = entry.agent ? Placement::tiedWithAgent : placementOf(entry.priority);
 	o.rule = std::move(rule);
@@ -477,8 +481,7 @@ Outcome Walk::at(const State &state, std::optional<RuleRef> rule) const
 
 void Walk::giveUp(const State &state, std::optional<RuleRef> rule, std::string reason)
 {
-	Outcome o = at(state, std::move(rule));
-	o.action = NatAction::undetermined;
+	Outcome o = at(state, std::move(rule), NatAction::undetermined);
 	o.decider = Decider::evaluator;
 	o.reason = std::move(reason);
 	reach(std::move(o));
@@ -488,10 +491,9 @@ void Walk::reach(Outcome outcome)
 {
 	// Reasons quote names from the kernel, which may hold any byte: make them safe to log.
 	outcome.reason = escaped(outcome.reason);
+	reached_ = true;
 	auto &outcomes = out_.outcomes;
-	const auto it = std::find(outcomes.begin(), outcomes.end(), outcome);
-	reached_.insert(static_cast<size_t>(it - outcomes.begin()));
-	if (it == outcomes.end())
+	if (std::find(outcomes.begin(), outcomes.end(), outcome) == outcomes.end())
 		outcomes.push_back(std::move(outcome));
 }
 
@@ -513,10 +515,10 @@ Outcome undeterminedOutcome(std::string reason)
 	return o;
 }
 
-std::set<size_t> Walk::run(const std::vector<Entry> &order)
+void Walk::run(const std::vector<Entry> &order)
 {
 	order_ = order;
-	reached_.clear();
+	reached_ = false;
 	SeenStates visited;
 	State start;
 	start.mark = packet_.mark;
@@ -537,9 +539,8 @@ std::set<size_t> Walk::run(const std::vector<Entry> &order)
 		step(std::move(state));
 	}
 	// Only a path that loops (goto in a circle) ends without an outcome.
-	if (reached_.empty())
+	if (!reached_)
 		reach(undeterminedOutcome("no path through the chains ends (a loop)"));
-	return reached_;
 }
 
 void Walk::step(State state)
@@ -585,8 +586,7 @@ void Walk::endOfBaseChain(State state)
 	}
 	if (policy != VerdictCode::drop)
 		return giveUp(state, std::nullopt, "the base chain's policy is neither accept nor drop");
-	Outcome o = at(state, std::nullopt);
-	o.action = NatAction::dropped;
+	Outcome o = at(state, std::nullopt, NatAction::dropped);
 	o.decider = Decider::policy;
 	reach(std::move(o));
 }
@@ -596,7 +596,6 @@ void Walk::afterRule(const State &state, const RuleExit &exit, const RuleRef &ru
 	State next = state;
 	next.mark = exit.mark;
 	next.ctMark = exit.ctMark;
-	Outcome o = at(state, rule);
 	switch (exit.kind) {
 	case RuleExit::Kind::next:
 		next.stack.back().rule++;
@@ -606,9 +605,7 @@ void Walk::afterRule(const State &state, const RuleExit &exit, const RuleRef &ru
 		applyVerdict(std::move(next), exit.verdict, rule);
 		return;
 	case RuleExit::Kind::nat:
-		o.action = exit.action;
-		o.addresses = exit.addresses;
-		reach(std::move(o));
+		reach(at(state, rule, exit.action, exit.addresses));
 		return;
 	case RuleExit::Kind::undetermined:
 		giveUp(state, rule, exit.reason);
@@ -625,12 +622,9 @@ void Walk::applyVerdict(State state, const Verdict &verdict, const RuleRef &rule
 		state.stack.clear();
 		work_.push_back(std::move(state));
 		return;
-	case VerdictCode::drop: {
-		Outcome o = at(state, rule);
-		o.action = NatAction::dropped;
-		reach(std::move(o));
+	case VerdictCode::drop:
+		reach(at(state, rule, NatAction::dropped));
 		return;
-	}
 	case VerdictCode::queue:
 	case VerdictCode::stolen:
 		return giveUp(state, rule, "the packet is handed to user space (queue)");
@@ -1041,23 +1035,11 @@ NatVerdict evaluate(const NatRuleset &ruleset, const Table *agent, const Packet 
 		return verdict;
 	}
 	Walk walk(ruleset, agent, packet, node, limits, verdict);
-	const std::vector<Entry> sorted = walk.entries();
-	for (size_t i = 0; i < sorted.size(); i++) {
-		const bool tiedBefore = i > 0 && sorted[i - 1].priority == sorted[i].priority;
-		const bool tiedAfter = i + 1 < sorted.size() && sorted[i + 1].priority == sorted[i].priority;
-		if (tiedBefore || tiedAfter)
-			verdict.tiedChains.push_back(sorted[i].ref);
-	}
 	bool complete = true;
-	std::optional<std::set<size_t>> first;
-	for (const auto &order : orders(sorted, std::max<size_t>(limits.maxOrders, 1), complete)) {
+	for (const auto &order : orders(walk.entries(), std::max<size_t>(limits.maxOrders, 1), complete)) {
 		if (walk.exhausted())
 			break;
-		const std::set<size_t> reached = walk.run(order);
-		if (!first)
-			first = reached;
-		else if (reached != *first)
-			verdict.orderMatters = true;
+		walk.run(order);
 	}
 	if (!complete)
 		verdict.outcomes.push_back(undeterminedOutcome(fmt::format(

@@ -116,9 +116,6 @@ struct NatVerdict {
 	// (deterministic for a given ruleset and packet).
 	std::vector<Outcome> outcomes;
 	std::vector<MayPoint> mayPoints;
-	// Base chains with equal priorities whose order changed the outcomes.
-	bool orderMatters = false;
-	std::vector<ChainRef> tiedChains; // every base chain that shares a priority
 	size_t steps = 0; // rules and chain ends walked
 
 	// All outcomes do the same thing (same action and addresses) and none is undetermined.

@@ -363,11 +363,13 @@ struct TableKey {
 class ChangeWatch
 {
 public:
-	static std::optional<ChangeWatch> open()
+	static Result<ChangeWatch> open()
 	{
 		auto socket = netlink::Socket::open();
-		if (!socket || !socket->joinGroup(NFNLGRP_NFTABLES))
-			return std::nullopt;
+		if (!socket)
+			return fail(socket.error());
+		if (auto joined = socket->joinGroup(NFNLGRP_NFTABLES); !joined)
+			return fail(joined.error().withContext("watching nf_tables' changes: "));
 		(void)socket->reserveBuffers(0, 4u << 20); // best effort: an overrun means "all"
 		return ChangeWatch(std::move(*socket));
 	}
@@ -440,9 +442,7 @@ private:
 	const NatReadLimits &limits_;
 	std::optional<netlink::Socket> socket_;
 	std::optional<ChangeWatch> watch_;
-	// When the lists were read: the watch's blind count, or without a watch the ruleset
-	// generation.
-	uint64_t start_ = 0;
+	uint64_t start_ = 0; // the watch's blind count when the lists were read
 	size_t rules_ = 0, elementBudget_ = 0, bytes_ = 0;
 };
 
@@ -464,7 +464,7 @@ Status Reader::dump(uint8_t message, uint16_t family, const netlink::RequestBuil
 	// A dump of one table's objects (a request that names the table) is not failed by
 	// other tables' commits when the notifications will tell whether its own changed; the
 	// lists of every table and chain are read again when interrupted.
-	socket_->tolerateInterruptedDumps(watch_ && build != nullptr);
+	socket_->tolerateInterruptedDumps(build != nullptr);
 	Status s = socket_->query(message, family, NLM_F_DUMP, build, onReply);
 	if (!s && s.error().errnum == kOverBudget)
 		if (auto r = reopen(); !r)
@@ -677,9 +677,8 @@ Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> c
 		if (attempt == 0) {
 			table.chains = std::move(chains); // listed with every table's, since the start
 		} else {
-			if (watch_)
-				watch_->forget(key);
-			since = watch_ ? watch_->blind() : netlink::rulesetGeneration(*socket_).value_or(0);
+			watch_->forget(key);
+			since = watch_->blind();
 			std::map<TableKey, std::vector<Chain>> listed;
 			s = listChains({key}, listed);
 			table.chains = std::move(listed[key]);
@@ -689,8 +688,7 @@ Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> c
 		if (!s && s.error().errnum != kOverBudget && !raced(s.error()))
 			return fail(s.error());
 		const bool overBudget = !s && s.error().errnum == kOverBudget;
-		const bool again = !overBudget && (!s || (watch_ ? watch_->changed(key, since)
-								 : netlink::rulesetGeneration(*socket_).value_or(since + 1) != since));
+		const bool again = !overBudget && (!s || watch_->changed(key, since));
 		if (s && !again)
 			return table;
 		// What the table held is given back to the budget: it is dropped.
@@ -707,8 +705,11 @@ Result<NatRuleset> Reader::read()
 {
 	if (auto s = reopen(); !s)
 		return fail(s.error());
-	watch_ = ChangeWatch::open();
-	start_ = watch_ ? watch_->blind() : netlink::rulesetGeneration(*socket_).value_or(0);
+	auto watch = ChangeWatch::open();
+	if (!watch)
+		return fail(watch.error());
+	watch_.emplace(std::move(*watch));
+	start_ = watch_->blind();
 	elementBudget_ = limits_.maxElements;
 	std::set<TableKey> keys;
 	std::map<TableKey, std::vector<Chain>> chains;

@@ -94,9 +94,7 @@ private:
 	// Registers out of range: nothing after it can be read.
 	bool broken(std::string text, std::string reason);
 	bool lookup(const Lookup &l);
-	bool nat(NatKind kind, std::optional<Family> family, uint32_t flags,
-		 std::optional<uint32_t> addrMin, std::optional<uint32_t> addrMax,
-		 std::optional<uint32_t> portMin, std::optional<uint32_t> portMax);
+	bool nat(const Nat &n);
 	bool compatMatch(const CompatMatch &m);
 	bool compatTarget(const CompatTarget &t);
 	bool xtNat(const CompatTarget &t, NatKind kind);
@@ -192,11 +190,12 @@ bool Decoder::lookup(const Lookup &l)
 	return emit(InSet{l.set, *key, l.invert});
 }
 
-bool Decoder::nat(NatKind kind, std::optional<Family> family, uint32_t flags,
-		  std::optional<uint32_t> addrMin, std::optional<uint32_t> addrMax,
-		  std::optional<uint32_t> portMin, std::optional<uint32_t> portMax)
+bool Decoder::nat(const Nat &n)
 {
-	NatStatement s{.kind = kind, .flags = flags, .family = family};
+	std::optional<Family> family;
+	if (n.family == NFPROTO_IPV4 || n.family == NFPROTO_IPV6)
+		family = n.family == NFPROTO_IPV4 ? Family::ipv4 : Family::ipv6;
+	NatStatement s{.kind = n.kind, .flags = n.flags, .family = family};
 	// The kernel takes a missing maximum as the minimum.
 	const auto pair = [&](std::optional<uint32_t> min, std::optional<uint32_t> max, size_t len,
 			      std::optional<ReadId> &lo, std::optional<ReadId> &hi) {
@@ -206,8 +205,8 @@ bool Decoder::nat(NatKind kind, std::optional<Family> family, uint32_t flags,
 		hi = max ? read(*max, len) : lo;
 		return lo && hi;
 	};
-	if (!pair(addrMin, addrMax, family == Family::ipv4 ? 4 : 16, s.addressMin, s.addressMax) ||
-	    !pair(portMin, portMax, 2, s.portMin, s.portMax))
+	if (!pair(n.addrMinReg, n.addrMaxReg, family == Family::ipv4 ? 4 : 16, s.addressMin, s.addressMax) ||
+	    !pair(n.protoMinReg, n.protoMaxReg, 2, s.portMin, s.portMax))
 		return false;
 	return emit(std::move(s));
 }
@@ -368,19 +367,7 @@ bool Decoder::decode(const Expression &expression)
 			[&](const ImmediateVerdict &v) {
 				return v.verdict.code == VerdictCode::continueRule || emit(SetVerdict{v.verdict});
 			},
-			[&](const Masquerade &m) {
-				return nat(NatKind::masquerade, {}, m.flags, {}, {}, m.protoMinReg, m.protoMaxReg);
-			},
-			[&](const Redirect &r) {
-				return nat(NatKind::redirect, {}, r.flags, {}, {}, r.protoMinReg, r.protoMaxReg);
-			},
-			[&](const Nat &n) {
-				std::optional<Family> family;
-				if (n.family == NFPROTO_IPV4 || n.family == NFPROTO_IPV6)
-					family = n.family == NFPROTO_IPV4 ? Family::ipv4 : Family::ipv6;
-				return nat(n.type == NatType::snat ? NatKind::snat : NatKind::dnat, family,
-					   n.flags, n.addrMinReg, n.addrMaxReg, n.protoMinReg, n.protoMaxReg);
-			},
+			[&](const Nat &n) { return nat(n); },
 			[&](const Counter &c) { return emit(CounterStatement{c.packets, c.bytes}); },
 			[&](const Log &l) {
 				return emit(Note{"log" + (l.prefix ? " prefix \"" + escaped(*l.prefix) + "\"" : std::string()) +

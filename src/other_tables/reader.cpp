@@ -201,16 +201,16 @@ Expression convert(const nftnl_expr *e, const SetNames &batchSets)
 	}
 	if (name == "immediate") return immediate(e);
 	if (name == "masq")
-		return Masquerade{u32(e, NFTNL_EXPR_MASQ_FLAGS), optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MIN),
-				  optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MAX)};
+		return Nat{NatKind::masquerade, 0, {}, {}, optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MIN),
+			   optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MAX), u32(e, NFTNL_EXPR_MASQ_FLAGS)};
 	if (name == "nat")
-		return Nat{u32(e, NFTNL_EXPR_NAT_TYPE) == NFT_NAT_DNAT ? NatType::dnat : NatType::snat,
+		return Nat{u32(e, NFTNL_EXPR_NAT_TYPE) == NFT_NAT_DNAT ? NatKind::dnat : NatKind::snat,
 			   u32(e, NFTNL_EXPR_NAT_FAMILY), optU32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN),
 			   optU32(e, NFTNL_EXPR_NAT_REG_ADDR_MAX), optU32(e, NFTNL_EXPR_NAT_REG_PROTO_MIN),
 			   optU32(e, NFTNL_EXPR_NAT_REG_PROTO_MAX), u32(e, NFTNL_EXPR_NAT_FLAGS)};
 	if (name == "redir")
-		return Redirect{u32(e, NFTNL_EXPR_REDIR_FLAGS), optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN),
-				optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX)};
+		return Nat{NatKind::redirect, 0, {}, {}, optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN),
+			   optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX), u32(e, NFTNL_EXPR_REDIR_FLAGS)};
 	if (name == "counter")
 		return Counter{nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_PACKETS), nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_BYTES)};
 	if (name == "log") {

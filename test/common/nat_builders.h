@@ -124,12 +124,18 @@ inline Expression vmapLookup(std::string set, uint32_t sreg = NFT_REG_1)
 	return Lookup{std::move(set), sreg, NFT_REG_VERDICT, false};
 }
 
+// nft's `masquerade`, with NF_NAT_RANGE_* flags.
+inline Expression masquerade(uint32_t flags = 0)
+{
+	return Nat{NatKind::masquerade, 0, {}, {}, {}, {}, flags};
+}
+
 // nft's `snat ip to ...`: the address (range) from registers, NF_NAT_RANGE_* flags.
 inline Expression snatFrom(uint32_t addrMin, std::optional<uint32_t> addrMax = std::nullopt, uint32_t flags = 0,
 			   uint32_t family = NFPROTO_IPV4)
 {
 	Nat n;
-	n.type = NatType::snat;
+	n.kind = NatKind::snat;
 	n.family = family;
 	n.addrMinReg = addrMin;
 	n.addrMaxReg = addrMax;

@@ -34,8 +34,8 @@ using namespace ipmasq::nat;
 
 namespace {
 
-// ruleset.h (the agent's own model) names some types as model.h does: Chain, Rule,
-// Masquerade are nat:: here.
+// ruleset.h (the agent's own model) names some types as model.h does: Chain and Rule
+// are nat:: here.
 
 // Reads the input as a stream of choices; past its end every choice is 0.
 class Input
@@ -133,10 +133,10 @@ Expression expression(Input &in, uint32_t chains, uint32_t sets)
 	case 10: return Lookup{"s" + std::to_string(in.below(sets + 1)), reg(in), optReg(in), in.flag()};
 	case 11: return Immediate{reg(in), in.bytes(in.below(20))};
 	case 12: return ImmediateVerdict{verdict(in, chains)};
-	case 13: return nat::Masquerade{in.u32(), optReg(in), optReg(in)};
+	case 13: return Nat{NatKind::masquerade, 0, {}, {}, optReg(in), optReg(in), in.u32()};
 	case 14: {
 		Nat n;
-		n.type = in.flag() ? NatType::snat : NatType::dnat;
+		n.kind = in.flag() ? NatKind::snat : NatKind::dnat;
 		n.family = in.below(12);
 		n.addrMinReg = optReg(in);
 		n.addrMaxReg = optReg(in);
@@ -145,7 +145,7 @@ Expression expression(Input &in, uint32_t chains, uint32_t sets)
 		n.flags = in.u32();
 		return n;
 	}
-	case 15: return Redirect{in.u32(), optReg(in), optReg(in)};
+	case 15: return Nat{NatKind::redirect, 0, {}, {}, optReg(in), optReg(in), in.u32()};
 	case 16: return Counter{in.u32(), in.u32()};
 	case 17: return Log{in.flag() ? std::optional<std::string>(in.text(8)) : std::nullopt, {}};
 	case 18: return Passthrough{in.text(6)};
@@ -360,7 +360,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		agent = Table{TableFamily::inet, "ip-masq-agent", {}, {}};
 		nat::Chain chain{"postrouting", BaseHook{"nat", NF_INET_POST_ROUTING, agentPriority, VerdictCode::accept}, {}};
 		if (agentMasquerades)
-			chain.rules.push_back(decodeRule(*agent, 1, std::vector<Expression>{nat::Masquerade{}}));
+			chain.rules.push_back(decodeRule(*agent, 1, std::vector<Expression>{Nat{NatKind::masquerade}}));
 		agent->chains.push_back(std::move(chain));
 		break;
 	}

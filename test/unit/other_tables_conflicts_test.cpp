@@ -226,7 +226,7 @@ TEST_CASE("kube-proxy's mark rule: no conflict for unmarked traffic")
 {
 	const nat::NatRuleset ruleset = ipNat(
 		{rule(4, {meta(NFT_META_MARK), bitwiseAnd(hostU32(0x4000)), cmp(nat::CmpOp::eq, hostU32(0x4000)),
-			  nat::Masquerade{}})});
+			  masquerade()})});
 	CHECK(conflicts(ruleset, twoRanges()).empty());
 }
 
@@ -249,7 +249,7 @@ TEST_CASE("an SNAT before the agent undoes its masquerade; a masquerade does not
 	REQUIRE_FALSE(first.empty());
 	CHECK(first[0].certain); // 203.0.113.9 is not the node's: masquerade never gives it
 	CHECK(first[0].agentAction == "masquerades");
-	const auto masq = conflicts(ipNat({rule(6, {nat::Masquerade{}})}), twoRanges());
+	const auto masq = conflicts(ipNat({rule(6, {masquerade()})}), twoRanges());
 	INFO(describeAll(masq));
 	CHECK_FALSE(masq.empty());
 	CHECK(ofKind(masq, NatConflict::Kind::natsFirst).empty());
@@ -384,7 +384,7 @@ TEST_CASE("an undetermined outcome in the agent's own table is not a conflict")
 	// know), walked alone and with the node: its outcomes are its own.
 	const nat::Table agent = table(nat::TableFamily::inet, "ip-masq-agent",
 				       {baseChain("postrouting", 110, {rule(1, {nat::Unknown{"tproxy"}}),
-								       rule(2, {nat::Masquerade{}})})});
+								       rule(2, {masquerade()})})});
 	const std::vector<SampledPacket> samples = samplePackets(twoRanges(), false);
 	const ConflictPass pass = findConflicts({}, &agent, samples, node());
 	INFO(describeAll(pass.conflicts));

@@ -97,7 +97,7 @@ TEST_CASE("registers: what a statement reads is slices of the values loaded befo
 		Table t = kIp;
 		t.sets.push_back(exactSet("__set0", (kIpv4Type << 6) | kIpv4Type, 8,
 					  {concat(bytesOf("198.18.0.1"), bytesOf("192.0.2.1"))}, kAnonymous));
-		const Rule r = decoded(t, {ipSaddr(NFT_REG_1), ipDaddr(NFT_REG32_01), lookup("__set0"), Masquerade{}});
+		const Rule r = decoded(t, {ipSaddr(NFT_REG_1), ipDaddr(NFT_REG32_01), lookup("__set0"), masquerade()});
 		REQUIRE(r.values.size() == 2);
 		CHECK(std::get<FromPayload>(r.values[0].source).offset == 12);
 		CHECK(std::get<FromPayload>(r.values[1].source).offset == 16);
@@ -165,7 +165,7 @@ TEST_CASE("registers out of range stop decoding, with the rest undecodable")
 	     {Expression{Cmp{99, CmpOp::eq, {1}}}, Expression{Cmp{NFT_REG_VERDICT, CmpOp::eq, {1}}},
 	      Expression{Cmp{NFT_REG32_15, CmpOp::eq, Bytes(8, 0)}},
 	      Expression{PayloadLoad{PayloadBase::network, 0, 20, NFT_REG32_15}}}) {
-		const Rule r = decoded(kIp, {bad, Counter{}, Masquerade{}});
+		const Rule r = decoded(kIp, {bad, Counter{}, masquerade()});
 		INFO("statements " << r.statements.size());
 		const Undecodable &u = lastUndecodable(r);
 		CHECK(u.mayDecide);
@@ -181,7 +181,7 @@ TEST_CASE("more than kMaxExpressionsPerRule expressions: the rest is one undecod
 	const Rule exact = decoded(kIp, counters);
 	CHECK(all<CounterStatement>(exact).size() == kMaxExpressionsPerRule);
 	CHECK(all<Undecodable>(exact).empty());
-	counters.push_back(Masquerade{});
+	counters.push_back(masquerade());
 	const Rule over = decoded(kIp, counters);
 	CHECK(all<CounterStatement>(over).size() == kMaxExpressionsPerRule);
 	CHECK(all<NatStatement>(over).empty());
@@ -216,7 +216,7 @@ TEST_CASE("xtables: addrtype revisions 0 and 1, with their invert flags")
 
 	// A struct too short for its revision, or a revision it does not know: a match that may.
 	for (const Expression &odd : {compat("addrtype", 0, Bytes(8, 0)), compat("addrtype", 2, Bytes(16, 0))}) {
-		const Rule r = decoded(kIp, {odd, Masquerade{}});
+		const Rule r = decoded(kIp, {odd, masquerade()});
 		REQUIRE_FALSE(all<Undecodable>(r).empty());
 		CHECK_FALSE(all<Undecodable>(r)[0].mayDecide);
 		CHECK(all<AddressTypeMatch>(r).empty());

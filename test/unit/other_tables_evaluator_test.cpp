@@ -89,7 +89,7 @@ Table agentAt(int32_t priority, bool masquerades)
 {
 	std::vector<WireRule> rules;
 	if (masquerades)
-		rules.push_back(rule(1, {Masquerade{}}));
+		rules.push_back(rule(1, {masquerade()}));
 	return table(TableFamily::inet, "ip-masq-agent", {baseChain("postrouting", priority, std::move(rules))});
 }
 
@@ -137,7 +137,7 @@ TEST_CASE("the agent's own table is walked like any other; a table of its name e
 	CHECK(describeOutcome(masq.decision()) == "the agent masquerades it");
 	// The same name in the ip family is someone else's: evaluated as a rule of another table.
 	const NatRuleset other{{table(TableFamily::ip, "ip-masq-agent",
-				      {baseChain("postrouting", 110, {rule(1, {Masquerade{}})})})}};
+				      {baseChain("postrouting", 110, {rule(1, {masquerade()})})})}};
 	const NatVerdict v = eval(other, packetV4("198.51.100.2", "192.0.2.2"), &exempting);
 	CHECK(v.decision().action == NatAction::masquerade);
 	CHECK(v.decision().decider == Decider::rule);
@@ -313,7 +313,7 @@ TEST_CASE("any source: a match on the source address may, one on the destination
 	CHECK_FALSE(bySourceType.certain());
 	const NatVerdict byFib = eval(
 		iptablesNat({rule(5, {Fib{NFTA_FIB_F_SADDR, NFT_FIB_RESULT_ADDRTYPE, NFT_REG_1},
-				      cmp(CmpOp::eq, hostU32(RTN_LOCAL)), Masquerade{}})}), any);
+				      cmp(CmpOp::eq, hostU32(RTN_LOCAL)), masquerade()})}), any);
 	CHECK_FALSE(byFib.certain());
 }
 
@@ -354,7 +354,7 @@ TEST_CASE("kube-proxy's marks: its own table and iptables' rule")
 			rule(12, {meta(NFT_META_MARK), Bitwise{BitwiseOp::boolean, NFT_REG_1, NFT_REG_1, 4,
 							       hostU32(0xffffffff), hostU32(0x4000), 0},
 				  MetaSet{NFT_META_MARK, NFT_REG_1}}),
-			rule(13, {Masquerade{NF_NAT_RANGE_PROTO_RANDOM_FULLY, {}, {}}})})});
+			rule(13, {masquerade(NF_NAT_RANGE_PROTO_RANDOM_FULLY)})})});
 	// iptables' `-m mark --mark 0x4000/0x4000 -j MASQUERADE`, natively encoded.
 	const Table iptables = table(
 		TableFamily::ip, "nat",
@@ -397,7 +397,7 @@ TEST_CASE("kube-proxy's iptables mode: MARK --xor-mark clears the mark, LOG goes
 				   rule(3, {markTarget(0x4000, 0)})})}),
 		 table(TableFamily::ip, "later",
 		       {baseChain("post", 105,
-				  {rule(4, {meta(NFT_META_MARK), cmp(CmpOp::eq, hostU32(0)), Masquerade{}})})})}};
+				  {rule(4, {meta(NFT_META_MARK), cmp(CmpOp::eq, hostU32(0)), masquerade()})})})}};
 	Packet marked = packetV4("198.51.100.2", "192.0.2.2");
 	marked.mark = 0x4000;
 	const NatVerdict v = eval(ruleset, marked);
@@ -438,7 +438,7 @@ TEST_CASE("a match the evaluator does not know makes the result may")
 
 TEST_CASE("an unknown expression or target may also decide anything")
 {
-	const NatRuleset expr = iptablesNat({rule(1, {Unknown{"tproxy"}, Masquerade{}})});
+	const NatRuleset expr = iptablesNat({rule(1, {Unknown{"tproxy"}, masquerade()})});
 	const NatVerdict v = eval(expr, packetV4("198.51.100.2", "192.0.2.2"));
 	CHECK(hasAction(v, NatAction::undetermined));
 	CHECK(hasAction(v, NatAction::masquerade));
@@ -456,7 +456,7 @@ TEST_CASE("an unknown expression or target may also decide anything")
 TEST_CASE("expressions: payload, meta, ct, fib, bitwise, byteorder, cmp, range")
 {
 	const auto decide = [](std::vector<Expression> match, Packet p = packetV4("198.51.100.2", "192.0.2.2")) {
-		match.push_back(Masquerade{});
+		match.push_back(masquerade());
 		return eval(iptablesNat({rule(1, std::move(match))}), p);
 	};
 	const auto masq = [&](std::vector<Expression> match, Packet p = packetV4("198.51.100.2", "192.0.2.2")) {
@@ -526,7 +526,7 @@ TEST_CASE("marks set by one rule are seen by the next, in this chain and later o
 		       {baseChain("post", 60,
 				  {rule(3, {meta(NFT_META_MARK), cmp(CmpOp::eq, hostU32(0x10)),
 					    CtLoad{NFT_CT_MARK, {}, NFT_REG_2}, Cmp{NFT_REG_2, CmpOp::eq, hostU32(0x20)},
-					    Masquerade{}})})})}};
+					    masquerade()})})})}};
 	const NatVerdict v = eval(ruleset, packetV4("198.51.100.2", "192.0.2.2"));
 	CHECK(v.certain());
 	CHECK(v.decision().action == NatAction::masquerade);
@@ -544,7 +544,7 @@ TEST_CASE("sets, maps and verdict maps")
 		return rule(1, std::move(e));
 	};
 	const auto withSets = [&](WireRule r, std::vector<Set> sets, std::vector<WireChain> more = {}) {
-		std::vector<WireChain> chains{baseChain("post", 100, {std::move(r), rule(2, {Masquerade{}})})};
+		std::vector<WireChain> chains{baseChain("post", 100, {std::move(r), rule(2, {masquerade()})})};
 		for (WireChain &c : more)
 			chains.push_back(std::move(c));
 		return NatRuleset{{table(TableFamily::ip, "t", std::move(chains), std::move(sets))}};
@@ -591,7 +591,7 @@ TEST_CASE("sets, maps and verdict maps")
 		const NatRuleset r{{table(TableFamily::ip, "t",
 					  {baseChain("post", 100,
 						     {rule(1, {ipSaddr(), ipDaddr(NFT_REG32_01), lookup("__set0"),
-							       Masquerade{}})})},
+							       masquerade()})})},
 					  {pairs})}};
 		CHECK(eval(r, packetV4("198.18.0.1", "192.0.2.1")).decision().action == NatAction::masquerade);
 		CHECK(eval(r, packetV4("198.18.0.1", "192.0.2.2")).decision().action == NatAction::none);
@@ -673,7 +673,7 @@ TEST_CASE("a verdict map of 200,000 elements and an unknown key: the distinct ve
 	const auto rulesetWith = [&](Set map) {
 		return NatRuleset{{table(
 			TableFamily::ip, "hostile",
-			{baseChain("post", 100, {rule(1, {meta(NFT_META_SKUID), vmapLookup("vm")}), rule(2, {Masquerade{}})}),
+			{baseChain("post", 100, {rule(1, {meta(NFT_META_SKUID), vmapLookup("vm")}), rule(2, {masquerade()})}),
 			 chain("snat-it", {rule(5, {Immediate{NFT_REG_1, {203, 0, 113, 7}}, snatFrom(NFT_REG_1)})})},
 			{std::move(map)})}};
 	};
@@ -692,7 +692,7 @@ TEST_CASE("a verdict map of 200,000 elements and an unknown key: the distinct ve
 	// A known key is a search: one element, one path.
 	const NatVerdict known = eval(
 		NatRuleset{{table(TableFamily::ip, "hostile",
-				  {baseChain("post", 100, {rule(1, {ipDaddr(), vmapLookup("vm")}), rule(2, {Masquerade{}})}),
+				  {baseChain("post", 100, {rule(1, {ipDaddr(), vmapLookup("vm")}), rule(2, {masquerade()})}),
 				   chain("snat-it", {rule(5, {Immediate{NFT_REG_1, {203, 0, 113, 7}}, snatFrom(NFT_REG_1)})})},
 				  {vmap})}},
 		packetV4("198.51.100.2", "10.0.0.4")); // element 4: jump snat-it
@@ -719,7 +719,7 @@ TEST_CASE("verdicts: accept, drop, policy, queue, return, jump and goto")
 	SECTION("accept ends one base chain; the next nat chain still decides")
 	{
 		const NatRuleset r{{table(TableFamily::ip, "a", {baseChain("post", 90, {rule(1, {verdict(VerdictCode::accept)})})}),
-				    table(TableFamily::ip, "b", {baseChain("post", 95, {rule(2, {Masquerade{}})})})}};
+				    table(TableFamily::ip, "b", {baseChain("post", 95, {rule(2, {masquerade()})})})}};
 		const NatVerdict v = eval(r, p);
 		CHECK(v.decision().action == NatAction::masquerade);
 		CHECK(v.decision().rule->table == "b");
@@ -739,7 +739,7 @@ TEST_CASE("verdicts: accept, drop, policy, queue, return, jump and goto")
 	}
 	SECTION("return from a base chain applies its policy")
 	{
-		NatRuleset r = iptablesNat({rule(1, {verdict(VerdictCode::returnToCaller)}), rule(2, {Masquerade{}})});
+		NatRuleset r = iptablesNat({rule(1, {verdict(VerdictCode::returnToCaller)}), rule(2, {masquerade()})});
 		CHECK(eval(r, p).decision().action == NatAction::none);
 		r.tables[0].chains[0].base->policy = VerdictCode::drop;
 		CHECK(eval(r, p).decision().action == NatAction::dropped);
@@ -748,7 +748,7 @@ TEST_CASE("verdicts: accept, drop, policy, queue, return, jump and goto")
 	{
 		// base: jump X, then masquerade. X: goto Y, then drop. Y: return.
 		const auto ruleset = [](VerdictCode xToY) {
-			return iptablesNat({rule(1, {verdict(VerdictCode::jump, "X")}), rule(2, {Masquerade{}})},
+			return iptablesNat({rule(1, {verdict(VerdictCode::jump, "X")}), rule(2, {masquerade()})},
 					   {chain("X", {rule(3, {verdict(xToY, "Y")}), rule(4, {verdict(VerdictCode::drop)})}),
 					    chain("Y", {rule(5, {verdict(VerdictCode::returnToCaller)})})});
 		};
@@ -759,7 +759,7 @@ TEST_CASE("verdicts: accept, drop, policy, queue, return, jump and goto")
 	}
 	SECTION("the end of a regular chain returns")
 	{
-		const NatRuleset r = iptablesNat({rule(1, {verdict(VerdictCode::jump, "X")}), rule(2, {Masquerade{}})},
+		const NatRuleset r = iptablesNat({rule(1, {verdict(VerdictCode::jump, "X")}), rule(2, {masquerade()})},
 						 {chain("X", {rule(3, {Counter{}})})});
 		CHECK(eval(r, p).decision().action == NatAction::masquerade);
 	}
@@ -774,29 +774,29 @@ TEST_CASE("NAT kinds: snat with an address, dnat, redirect, the first NAT wins")
 {
 	const Packet p = packetV4("198.51.100.2", "192.0.2.2");
 	const NatVerdict s = eval(iptablesNat({rule(1, {Immediate{NFT_REG_1, {203, 0, 113, 1}}, snatFrom(NFT_REG_1)}),
-					       rule(2, {Masquerade{}})}),
+					       rule(2, {masquerade()})}),
 				  p);
 	CHECK(s.certain());
 	CHECK(s.decision().action == NatAction::snat);
 	CHECK(s.decision().addresses->toString() == "203.0.113.1");
 	CHECK(describeOutcome(s.decision()).find("rewrites its source to 203.0.113.1") != std::string::npos);
 	Nat dnat;
-	dnat.type = NatType::dnat;
+	dnat.kind = NatKind::dnat;
 	dnat.family = NFPROTO_IPV4;
 	dnat.addrMinReg = NFT_REG_1;
 	CHECK(eval(iptablesNat({rule(1, {Immediate{NFT_REG_1, {192, 0, 2, 9}}, dnat})}), p).decision().action ==
 	      NatAction::dnat);
-	CHECK(eval(iptablesNat({rule(1, {Redirect{}})}), p).decision().action == NatAction::redirect);
+	CHECK(eval(iptablesNat({rule(1, {Nat{NatKind::redirect}})}), p).decision().action == NatAction::redirect);
 	CHECK(eval(iptablesNat({rule(1, {target("SNAT", 0, snatV4Info("203.0.113.5"))})}), p)
 		      .decision()
 		      .addresses->toString() == "203.0.113.5");
 	// "snat ip" in an inet table does nothing to an IPv6 packet: the next rule decides.
 	const NatRuleset inet{{table(TableFamily::inet, "t",
 				     {baseChain("post", 100, {rule(1, {Immediate{NFT_REG_1, {203, 0, 113, 1}}, snatFrom(NFT_REG_1)}),
-							      rule(2, {Masquerade{}})})})}};
+							      rule(2, {masquerade()})})})}};
 	CHECK(eval(inet, packetV6("2001:db8:1::2", "2001:db8:2::2")).decision().action == NatAction::masquerade);
 	// An ip table does not see IPv6 packets, an ip6 table not IPv4 ones.
-	CHECK(eval(iptablesNat({rule(1, {Masquerade{}})}), packetV6("2001:db8:1::2", "2001:db8:2::2"))
+	CHECK(eval(iptablesNat({rule(1, {masquerade()})}), packetV6("2001:db8:1::2", "2001:db8:2::2"))
 		      .decision()
 		      .action == NatAction::none);
 }
@@ -890,7 +890,7 @@ TEST_CASE("priority order, ties, and the agent's place")
 {
 	const Packet p = packetV4("198.51.100.2", "192.0.2.2");
 	const auto masqAt = [](const char *name, int32_t prio) {
-		return table(TableFamily::ip, name, {baseChain("post", prio, {rule(1, {Masquerade{}})})});
+		return table(TableFamily::ip, name, {baseChain("post", prio, {rule(1, {masquerade()})})});
 	};
 	const auto snatAt = [&](const char *name, int32_t prio) {
 		return table(TableFamily::inet, name,
@@ -962,7 +962,7 @@ TEST_CASE("bounds: loops, deep jumps, huge chains and many ties end, with undete
 				if (i + 1 < depth)
 					rules.push_back(rule(1, {verdict(VerdictCode::jump, name(i + 1))}));
 				else
-					rules.push_back(rule(1, {Masquerade{}}));
+					rules.push_back(rule(1, {masquerade()}));
 				chains.push_back(chain(name(i), std::move(rules)));
 			}
 			return iptablesNat({rule(1, {verdict(VerdictCode::jump, "c0")})}, std::move(chains));
@@ -1010,7 +1010,7 @@ TEST_CASE("a walk that reaches its step bound is undetermined, even before a cer
 	std::vector<WireRule> rules;
 	for (uint64_t i = 0; i < 20; i++)
 		rules.push_back(rule(i + 1, {meta(NFT_META_SKUID), cmp(CmpOp::eq, hostU32(uint32_t(i))), Counter{}}));
-	rules.push_back(rule(21, {Masquerade{}}));
+	rules.push_back(rule(21, {masquerade()}));
 	const NatRuleset ruleset = iptablesNat(std::move(rules));
 	const Packet p = packetV4("198.51.100.2", "192.0.2.2");
 	const NatVerdict whole = eval(ruleset, p);

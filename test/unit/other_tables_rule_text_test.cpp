@@ -163,7 +163,7 @@ TEST_CASE("rule text: snat prefix, prefix and address maps, in ip, inet and ip6 
 		CHECK(text(t, {saddr6, mapLookup("__map1", NFT_REG_1), snatFrom(NFT_REG_1, std::nullopt, 0, NFPROTO_IPV6)}) ==
 		      "snat to ip6 saddr map { 2001:db8:1::/64 : 2001:db8:2::7 }");
 		Nat ports;
-		ports.type = NatType::snat;
+		ports.kind = NatKind::snat;
 		ports.family = NFPROTO_IPV6;
 		ports.addrMinReg = NFT_REG_1;
 		ports.addrMaxReg = NFT_REG_2;
@@ -192,28 +192,28 @@ TEST_CASE("rule text: marks, verdict maps, concatenations, ranges, comments")
 		       MetaSet{NFT_META_MARK, NFT_REG_1}}) == "meta mark set meta mark ^ 0x00004000");
 	CHECK(text(t, {ipDaddr(), vmapLookup("__map0")}) ==
 	      "ip daddr vmap { 10.0.0.0/8 : accept, 192.0.2.1 : drop, 192.0.2.2 : jump other }");
-	CHECK(text(t, {ipSaddr(), ipDaddr(NFT_REG32_01), lookup("__set0"), Masquerade{}}) ==
+	CHECK(text(t, {ipSaddr(), ipDaddr(NFT_REG32_01), lookup("__set0"), masquerade()}) ==
 	      "ip saddr . ip daddr { 198.18.0.1 . 192.0.2.1 } masquerade");
 	CHECK(text(t, {ipDaddr(), bitwiseAnd({0xff, 0xf0, 0, 0}), cmp(CmpOp::neq, {172, 16, 0, 0}),
 		       CtLoad{NFT_CT_STATE, {}, NFT_REG_1}, bitwiseAnd(hostU32(8)), cmp(CmpOp::neq, hostU32(0)),
-		       Masquerade{}}) == "ip daddr != 172.16.0.0/12 ct state new masquerade");
+		       masquerade()}) == "ip daddr != 172.16.0.0/12 ct state new masquerade");
 	CHECK(text(t, {meta(NFT_META_L4PROTO), cmp(CmpOp::eq, {6}), payload(PayloadBase::transport, 2, 2),
 		       cmp(CmpOp::gte, {0x03, 0xe8}), cmp(CmpOp::lte, {0x07, 0xd0}), verdict(VerdictCode::accept)}) ==
 	      "tcp dport 1000-2000 accept");
-	CHECK(text(t, {Masquerade{NF_NAT_RANGE_PROTO_RANDOM_FULLY, {}, {}}}, "masquerade all") ==
+	CHECK(text(t, {masquerade(NF_NAT_RANGE_PROTO_RANDOM_FULLY)}, "masquerade all") ==
 	      "masquerade fully-random comment \"masquerade all\"");
 	const Table inet{TableFamily::inet, "u", {}, {}};
 	// The inet dependency "meta nfproto ipv4" is left out before an ip payload, kept before
 	// fib (which does not imply it).
 	CHECK(text(inet, inInet({ipDaddr(), bitwiseAnd({0xff, 0xf0, 0, 0}), cmp(CmpOp::neq, {172, 16, 0, 0}),
-				 Masquerade{}})) == "ip daddr != 172.16.0.0/12 masquerade");
+				 masquerade()})) == "ip daddr != 172.16.0.0/12 masquerade");
 	CHECK(text(inet, inInet({Fib{NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, NFT_REG_1},
 				 cmp(CmpOp::eq, hostU32(RTN_LOCAL)), verdict(VerdictCode::returnToCaller)})) ==
 	      "meta nfproto ipv4 fib daddr type local return");
 	// Not checkable with nft (its parser takes no quote in a comment; the kernel holds any
 	// byte): escaped, on one line.
-	CHECK(text(t, {Masquerade{}}, "masquerade \"all\"\n") == "masquerade comment \"masquerade \\\"all\\\"\\n\"");
-	CHECK(text(t, {Unknown{"tproxy"}, Masquerade{NF_NAT_RANGE_PROTO_RANDOM_FULLY, {}, {}}}) ==
+	CHECK(text(t, {masquerade()}, "masquerade \"all\"\n") == "masquerade comment \"masquerade \\\"all\\\"\\n\"");
+	CHECK(text(t, {Unknown{"tproxy"}, masquerade(NF_NAT_RANGE_PROTO_RANDOM_FULLY)}) ==
 	      "[ tproxy ] masquerade fully-random");
 }
 

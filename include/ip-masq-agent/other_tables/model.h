@@ -62,14 +62,12 @@ struct Range { uint32_t sreg = 0; bool negated = false; Bytes from, to; };
 struct Lookup { std::string set; uint32_t sreg = 0; std::optional<uint32_t> dreg; bool invert = false; };
 struct Immediate { uint32_t dreg = 0; Bytes data; };
 struct ImmediateVerdict { Verdict verdict; };
-// masquerade and redirect; flags are NF_NAT_RANGE_* bits.
-struct Masquerade { uint32_t flags = 0; std::optional<uint32_t> protoMinReg, protoMaxReg; };
-struct Redirect { uint32_t flags = 0; std::optional<uint32_t> protoMinReg, protoMaxReg; };
-enum class NatType { snat, dnat };
+enum class NatKind : uint8_t { masquerade, snat, dnat, redirect };
+// nat (snat, dnat), masq and redir: the registers that hold the range, NF_NAT_RANGE_* flags.
 struct Nat {
-	NatType type = NatType::snat;
-	uint32_t family = 0; // NFPROTO_IPV4 / NFPROTO_IPV6
-	std::optional<uint32_t> addrMinReg, addrMaxReg, protoMinReg, protoMaxReg;
+	NatKind kind = NatKind::snat;
+	uint32_t family = 0; // NFPROTO_IPV4 / NFPROTO_IPV6 (snat, dnat)
+	std::optional<uint32_t> addrMinReg = {}, addrMaxReg = {}, protoMinReg = {}, protoMaxReg = {};
 	uint32_t flags = 0;
 };
 struct Counter { uint64_t packets = 0, bytes = 0; };
@@ -87,8 +85,8 @@ struct CompatTarget { std::string name; uint32_t revision = 0; Bytes info; };
 struct Unknown { std::string name; };
 
 using Expression = std::variant<PayloadLoad, MetaLoad, MetaSet, CtLoad, CtSet, Fib, Bitwise,
-				Byteorder, Cmp, Range, Lookup, Immediate, ImmediateVerdict,
-				Masquerade, Nat, Redirect, Counter, Log, Passthrough, RateMatch,
+				Byteorder, Cmp, Range, Lookup, Immediate, ImmediateVerdict, Nat,
+				Counter, Log, Passthrough, RateMatch,
 				OpaqueLoad, CompatMatch, CompatTarget, Unknown>;
 
 // ---- A rule decoded: the values it computes and the statements that use them ----
@@ -164,7 +162,6 @@ struct AddressTypeMatch {
 };
 // iptables' MARK target (revision 2): mark = (mark & ~mask) ^ value.
 struct XtMark { uint32_t value, mask; };
-enum class NatKind : uint8_t { masquerade, snat, dnat, redirect };
 // A NAT statement, native or an xtables target. Addresses and ports are reads: constants
 // for immediates and xtables, a map's data, or anything.
 struct NatStatement {

@@ -397,7 +397,7 @@ LoadKey metaKey(uint32_t key)
 {
 	static constexpr LoadKey kKeys[] = { // by NFT_META_*
 		{"len", 4}, {"protocol", 2}, {"priority", 4}, {"mark", 4}, {"iif", 4}, {"oif", 4},
-		{"iifname", IFNAMSIZ}, {"oifname", IFNAMSIZ}, {"iiftype", 4}, {"oiftype", 4},
+		{"iifname", IFNAMSIZ}, {"oifname", IFNAMSIZ}, {"iiftype", 2}, {"oiftype", 2},
 		{"skuid", 4}, {"skgid", 4}, {"nftrace", 4}, {"rtclassid", 4}, {"secmark", 4},
 		{"nfproto", 1}, {"l4proto", 1}, {"ibrname", IFNAMSIZ}, {"obrname", IFNAMSIZ},
 		{"pkttype", 1}, {"cpu", 4}, {"iifgroup", 4}, {"oifgroup", 4}, {"cgroup", 4},

@@ -12,6 +12,7 @@
 #include <linux/netfilter/nf_nat.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/xt_addrtype.h>
+#include <net/if.h>
 
 #include "ip-masq-agent/other_tables/decoder.h"
 #include "../common/nat_builders.h"
@@ -134,6 +135,25 @@ TEST_CASE("registers: what a statement reads is slices of the values loaded befo
 		REQUIRE(compares.size() == 2);
 		CHECK(readOf(r, compares[0].lhs) == Read{valueSlice(0, 0, 3), Slice{Slice::Kind::zero, 0, 0, 1}});
 		CHECK(readOf(r, compares[1].lhs) == Read{Slice{Slice::Kind::unset, 0, 0, 2}});
+	}
+	SECTION("meta and ct loads are as wide as the kernel's (nft_meta_get_init, nft_ct_get_init)")
+	{
+		const auto width = [](Expression load) {
+			const Rule r = decoded(kIp, {std::move(load), Cmp{NFT_REG_1, CmpOp::eq, Bytes(4, 0)}});
+			return readOf(r, only<Compare>(r).lhs);
+		};
+		const Slice zero2{Slice::Kind::zero, 0, 0, 2}, zero3{Slice::Kind::zero, 0, 0, 3};
+		CHECK(width(meta(NFT_META_IIFTYPE)) == Read{valueSlice(0, 0, 2), zero2});
+		CHECK(width(meta(NFT_META_PROTOCOL)) == Read{valueSlice(0, 0, 2), zero2});
+		CHECK(width(meta(NFT_META_L4PROTO)) == Read{valueSlice(0, 0, 1), zero3});
+		CHECK(width(meta(NFT_META_MARK)) == Read{valueSlice(0, 0, 4)});
+		CHECK(width(CtLoad{NFT_CT_DIRECTION, {}, NFT_REG_1}) == Read{valueSlice(0, 0, 1), zero3});
+		CHECK(width(CtLoad{NFT_CT_MARK, {}, NFT_REG_1}) == Read{valueSlice(0, 0, 4)});
+		CHECK(metaKey(NFT_META_OIFNAME).len == IFNAMSIZ);
+		CHECK(std::string(metaKey(NFT_META_SDIFNAME).name) == "sdifname");
+		CHECK(std::string(ctKey(NFT_CT_ID).name) == "id");
+		CHECK(metaKey(1000).name == nullptr);
+		CHECK(ctKey(1000).len == NFT_REG_SIZE);
 	}
 	SECTION("the 4-byte registers alias the 16-byte ones; a later load overwrites")
 	{

@@ -119,11 +119,36 @@ public:
 	void start()
 	{
 		stream_.expires_after(kRequestDeadline); // from the accept, for all the reads
+		// A probe sends its request at once, so under a flood it is usually waiting in the
+		// socket when this thread accepts the connection. Parsed now, before the next
+		// accept, it is never taken for a client that has sent nothing: otherwise the
+		// connections a flood opens while its read is queued behind theirs evict it.
+		beast::error_code ec;
+		parseWaiting(ec);
+		if (!ec && parser_.is_done())
+			return respond();
+		if (ec && ec != http::error::need_more)
+			return; // closed (or malformed) before a whole request: no answer
 		http::async_read(stream_, buffer_, parser_,
 				 [self = shared_from_this()](beast::error_code ec, size_t) {
 					 if (!ec)
 						 self->respond();
 				 });
+	}
+
+	// Reads what the socket holds now, without waiting, and parses it: need_more when a
+	// request is not whole yet (or nothing has come), as the parser says.
+	void parseWaiting(beast::error_code &ec)
+	{
+		tcp::socket &socket = stream_.socket();
+		socket.non_blocking(true, ec);
+		const size_t got = ec ? 0 : socket.read_some(buffer_.prepare(kReadBufferLimit), ec);
+		if (ec == asio::error::would_block)
+			ec = http::error::need_more;
+		if (ec)
+			return;
+		buffer_.commit(got);
+		buffer_.consume(parser_.put(buffer_.data(), ec));
 	}
 
 	bool requestRead() const { return requestRead_; }

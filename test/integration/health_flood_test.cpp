@@ -148,8 +148,12 @@ void underFlood(ConnectionFlood::Kind kind, size_t connections, const char *name
 		  << peak.descriptors << " during the flood; resident memory " << before.residentKiB
 		  << " KiB before, at most " << peak.residentKiB << " KiB");
 	// Every session holds one descriptor, and there are at most kMaxSessions of them
-	// (one more for a moment, accepted before the oldest is closed).
-	CHECK(peak.descriptors <= before.descriptors + HealthServer::kMaxSessions + 2);
+	// (one more for a moment, accepted before the oldest is closed). Besides, the agent's
+	// other threads open a few for a moment (the NAT check's and the SNAT usage's netlink
+	// sockets, the config's reads): at most its reserve for them, which the sessions never
+	// take (seen once: 85 against a bound of 84 that left them no room).
+	CHECK(peak.descriptors <=
+	      before.descriptors + HealthServer::kMaxSessions + 1 + HealthServer::kReservedDescriptors);
 	// A session holds a few KiB at most (its header is cut at 8 KiB): measured, the
 	// floods cost the agent 50 to 350 KiB.
 	CHECK(peak.residentKiB <= before.residentKiB + 4 * 1024);

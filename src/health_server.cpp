@@ -110,6 +110,7 @@ public:
 	{
 		parser_.header_limit(kHeaderLimit);
 		parser_.body_limit(kBodyLimit);
+		parser_.eager(true); // the body too, as far as the bytes go
 		entry_ = table_.open.insert(table_.open.end(), this);
 	}
 	~Session() { forget(); }
@@ -118,42 +119,69 @@ public:
 
 	void start()
 	{
-		stream_.expires_after(kRequestDeadline); // from the accept, for all the reads
-		// A probe sends its request at once, so under a flood it is usually waiting in the
-		// socket when this thread accepts the connection. Parsed now, before the next
-		// accept, it is never taken for a client that has sent nothing: otherwise the
-		// connections a flood opens while its read is queued behind theirs evict it.
+		// The request must be whole kRequestDeadline after the accept, however slowly its
+		// bytes come.
+		deadline_.expires_after(kRequestDeadline);
+		deadline_.async_wait([self = shared_from_this()](beast::error_code ec) {
+			if (!ec && !self->requestRead_)
+				self->close();
+		});
 		beast::error_code ec;
-		parseWaiting(ec);
-		if (!ec && parser_.is_done())
-			return respond();
-		if (ec && ec != http::error::need_more)
-			return; // closed (or malformed) before a whole request: no answer
-		http::async_read(stream_, buffer_, parser_,
-				 [self = shared_from_this()](beast::error_code ec, size_t) {
-					 if (!ec)
-						 self->respond();
-				 });
+		stream_.socket().non_blocking(true, ec);
+		if (ec)
+			return close();
+		readRequest();
 	}
 
-	// Reads what the socket holds now, without waiting, and parses it: need_more when a
-	// request is not whole yet (or nothing has come), as the parser says.
+	// Parses what has come, and waits for more without taking it: bytes not parsed yet
+	// stay in the socket, where idle() sees them. A probe's whole request is read and
+	// parsed in one step, so no flood admitted meanwhile can take it for a client that
+	// has sent nothing; under a flood its request is usually waiting at the accept.
+	void readRequest()
+	{
+		beast::error_code ec;
+		parseWaiting(ec);
+		if (!ec)
+			return respond();
+		if (ec != http::error::need_more)
+			return close(); // the client left, or its request is malformed or too large
+		stream_.socket().async_wait(tcp::socket::wait_read,
+					    [self = shared_from_this()](beast::error_code waited) {
+						    if (!waited)
+							    self->readRequest();
+					    });
+	}
+
+	// Reads what the socket holds now, without waiting, and parses it: success once the
+	// request is whole, need_more before.
 	void parseWaiting(beast::error_code &ec)
 	{
 		tcp::socket &socket = stream_.socket();
-		socket.non_blocking(true, ec);
-		const size_t got = ec ? 0 : socket.read_some(buffer_.prepare(kReadBufferLimit), ec);
-		if (ec == asio::error::would_block)
-			ec = http::error::need_more;
+		const size_t waiting = socket.available(ec);
 		if (ec)
 			return;
-		buffer_.commit(got);
-		buffer_.consume(parser_.put(buffer_.data(), ec));
+		// At least a byte, to learn of an end of stream; the parser's limits end a
+		// request long before the buffer's.
+		const size_t room = buffer_.max_size() - buffer_.size();
+		const size_t got = socket.read_some(buffer_.prepare(std::clamp<size_t>(waiting, 1, room)), ec);
+		if (ec && ec != asio::error::would_block)
+			return;
+		buffer_.commit(ec ? 0 : got);
+		ec = {};
+		while (buffer_.size() > 0 && !parser_.is_done()) {
+			const size_t used = parser_.put(buffer_.data(), ec);
+			buffer_.consume(used);
+			if (ec || used == 0)
+				break;
+		}
+		if (!ec && !parser_.is_done())
+			ec = http::error::need_more;
 	}
 
 	bool requestRead() const { return requestRead_; }
-	// Idle: no request read, and none of one waiting in the socket. A probe whose request
-	// arrived but is not parsed yet (this thread was busy admitting a flood) is not idle.
+	// Idle: no request read, and none of one waiting in the socket. Bytes stay there until
+	// they are parsed (readRequest), so a probe whose request arrived while this thread
+	// was busy admitting a flood is not idle.
 	bool idle()
 	{
 		beast::error_code ec;
@@ -165,6 +193,7 @@ public:
 	void close()
 	{
 		forget();
+		deadline_.cancel();
 		stream_.close();
 	}
 
@@ -213,6 +242,7 @@ private:
 	void respond()
 	{
 		requestRead_ = true;
+		deadline_.cancel();
 		const auto &request = parser_.get();
 		response_.version(request.version());
 		response_.keep_alive(false);
@@ -258,6 +288,7 @@ private:
 	}
 
 	beast::tcp_stream stream_;
+	asio::steady_timer deadline_{stream_.get_executor()}; // the request's
 	beast::flat_buffer buffer_;
 	http::request_parser<http::string_body> parser_;
 	http::response<http::string_body> response_;

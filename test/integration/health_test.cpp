@@ -6,9 +6,14 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -198,6 +203,99 @@ TEST_CASE("a loop that stops turning while the HTTP thread runs: /livez 503 with
 		requireWithin([] { return answers("/livez", 200, "ok"); }, 3s, agent,
 			      "live once the loop turns again", endpoints);
 	}
+	CHECK(agent.stop(SIGTERM) == 0);
+	run("nft delete table inet ip-masq-agent 2>/dev/null");
+}
+
+namespace {
+
+// What a raw client got: the bytes before the agent closed, and when it closed.
+struct RawExchange {
+	std::string reply;
+	bool closed = false; // false: still open after 10 s, a bound only a hang misses
+	std::chrono::milliseconds took{0}; // from the connect to the close
+};
+
+// Connects, sends `pieces` `gap` apart, optionally ends its sending side, then reads
+// until the agent closes the connection.
+RawExchange exchange(const std::vector<std::string> &pieces, std::chrono::milliseconds gap,
+		     bool endOfStream = false)
+{
+	const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	REQUIRE(fd >= 0);
+	sockaddr_in address{};
+	address.sin_family = AF_INET;
+	address.sin_port = htons(10263);
+	address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	REQUIRE(connect(fd, reinterpret_cast<const sockaddr *>(&address), sizeof(address)) == 0);
+	const auto start = std::chrono::steady_clock::now();
+	for (size_t i = 0; i < pieces.size(); i++) {
+		if (i > 0)
+			std::this_thread::sleep_for(gap);
+		(void)send(fd, pieces[i].data(), pieces[i].size(), MSG_NOSIGNAL);
+	}
+	if (endOfStream)
+		shutdown(fd, SHUT_WR);
+	const timeval hang{10, 0};
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &hang, sizeof(hang));
+	RawExchange out;
+	char buffer[4096];
+	for (;;) {
+		const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
+		if (n > 0) {
+			out.reply.append(buffer, size_t(n));
+			continue;
+		}
+		out.closed = n == 0 || errno == ECONNRESET;
+		break;
+	}
+	out.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+	close(fd);
+	return out;
+}
+
+} // namespace
+
+TEST_CASE("a request is read as it comes: in pieces, with its end of stream, within its deadline and limits")
+{
+	requireCurl();
+	TempDir dir;
+	dir.write("config", kSlowResync);
+	AgentProcess agent({"--config=" + dir.file("config"), kHealthAddr});
+	requireWithin([] { return answers("/livez", 200, "ok"); }, 5s, agent, "live", endpoints);
+	const auto answered = [](const RawExchange &e, const char *status) {
+		INFO("reply: " << e.reply);
+		return e.closed && e.reply.rfind(std::string("HTTP/1.1 ") + status, 0) == 0;
+	};
+
+	// Three pieces 200 ms apart: parsed as they come, answered once whole.
+	const RawExchange pieces = exchange({"GET /li", "vez HTTP/1.1\r\nHo", "st: x\r\n\r\n"}, 200ms);
+	CHECK(answered(pieces, "200"));
+	CHECK_THAT(pieces.reply, Catch::EndsWith("\r\n\r\nok\n"));
+	// A request and the end of the client's stream together: still answered.
+	CHECK(answered(exchange({"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n"}, 0ms, true), "200"));
+	// A body is read with its header, in one piece or two.
+	const std::string post = "POST /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n";
+	CHECK(answered(exchange({post + "hello"}, 0ms), "405"));
+	CHECK(answered(exchange({post, "hello"}, 100ms), "405"));
+
+	// No answer for what is not a whole, well-formed request within its limits.
+	const RawExchange partial = exchange({"GET /livez HTTP/1.1\r\n"}, 0ms);
+	CHECK(partial.closed);
+	CHECK(partial.reply.empty());
+	// Never before its 2 s (a machine under load can only make it later).
+	CHECK(partial.took >= 1900ms);
+	const RawExchange big = exchange({"GET /livez HTTP/1.1\r\nX: " + std::string(9000, 'a') + "\r\n\r\n"}, 0ms);
+	CHECK(big.closed);
+	CHECK(big.reply.empty());
+	const RawExchange garbage = exchange({"NOT HTTP AT ALL\r\n\r\n"}, 0ms);
+	CHECK(garbage.closed);
+	CHECK(garbage.reply.empty());
+	const RawExchange leaves = exchange({"GET /livez HTTP/1.1\r\n"}, 0ms, true);
+	CHECK(leaves.closed);
+	CHECK(leaves.reply.empty());
+
+	CHECK(answered(exchange({"GET /livez HTTP/1.1\r\n\r\n"}, 0ms), "200"));
 	CHECK(agent.stop(SIGTERM) == 0);
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }

@@ -505,11 +505,14 @@ TEST_CASE("without CAP_NET_ADMIN, open() says what is missing")
 namespace {
 
 // New flows through the nat postrouting hook of this namespace: UDP datagrams, each from a
-// socket of its own (a new source port, so a new conntrack entry), to an address behind a
-// veth whose peer never answers: each first packet is counted by the agent's table
-// (masq-v4: not in any non-masquerade set) before the neighbour lookup holds it.
+// source port never used before in this process (so a new conntrack entry: a port the
+// kernel picked could repeat one of an earlier flow, whose entry lives 30 s, and a
+// packet of a known entry never reaches the nat chains), to an address behind a veth whose
+// peer never answers: each first packet is counted by the agent's table (masq-v4: not in
+// any non-masquerade set) before the neighbour lookup holds it.
 void sendNewFlows(int flows)
 {
+	static uint16_t nextSourcePort = 40000;
 	if (run("ip link show t9 >/dev/null 2>&1") != 0)
 		runOrFail("ip link add t9 type veth peer name t9p && ip addr add 198.18.9.1/24 dev t9 "
 			  "&& ip link set t9p up && ip link set t9 up");
@@ -520,6 +523,10 @@ void sendNewFlows(int flows)
 	for (int i = 0; i < flows; i++) {
 		const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 		REQUIRE(fd >= 0);
+		sockaddr_in from{};
+		from.sin_family = AF_INET;
+		from.sin_port = htons(nextSourcePort++);
+		REQUIRE(bind(fd, reinterpret_cast<const sockaddr *>(&from), sizeof(from)) == 0);
 		const char byte = 'x';
 		const ssize_t sent =
 			sendto(fd, &byte, 1, 0, reinterpret_cast<const sockaddr *>(&to), sizeof(to));

@@ -366,9 +366,10 @@ TEST_CASE("an outputAddress subnet next to pod churn and 5,000 other addresses: 
 			      << "\nagent log (end):\n" << log.substr(log.size() > 8000 ? log.size() - 8000 : 0));
 	REQUIRE(WIFEXITED(status));
 	CHECK(WEXITSTATUS(status) == 0);
+	// The flapping exits 0 only once "probed" exists, written at kMinProbes probes (and the
+	// 120 s bound fails inside the loop): this also says there were that many.
 	REQUIRE(WIFEXITED(flapStatus));
 	CHECK(WEXITSTATUS(flapStatus) == 0);
-	CHECK(probes >= kMinProbes); // by the loop's condition, unless the 120 s bound (a hang) ended it
 	CHECK(notReady == 0);
 	// Every connection kept the subnets' addresses: never masqueraded, never stuck.
 	CHECK(seen == std::map<std::string, int>{{"198.18.1.5", (connections + 1) / 2},

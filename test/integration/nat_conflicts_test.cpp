@@ -45,12 +45,7 @@ std::string gauge(const std::string &certainty)
 // A counter's value in /metrics, or "" when it is not there.
 std::string counter(const std::string &name)
 {
-	const std::string text = curlGet(kHealth + "/metrics");
-	const size_t at = text.find("\n" + name + " ");
-	if (at == std::string::npos)
-		return {};
-	const size_t from = at + name.size() + 2;
-	return text.substr(from, text.find('\n', from) - from);
+	return metricAt(kHealth, name);
 }
 
 std::string metricsAndReadiness()

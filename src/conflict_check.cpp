@@ -7,13 +7,13 @@
 
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
-#include "ip-masq-agent/other_tables/reader.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 
 namespace ipmasq {
 
 struct ConflictCheck::Input {
 	Ruleset ruleset; // until the thread made `agent` of it
-	std::optional<nat::Table> agent;
+	std::optional<nft::Table> agent;
 	std::vector<SampledPacket> samples;
 };
 
@@ -42,7 +42,7 @@ bool ConflictCheck::pass()
 bool ConflictCheck::pass(Input &input)
 {
 	if (!input.agent) {
-		auto table = nat::agentTable(input.ruleset);
+		auto table = nft::agentTable(input.ruleset);
 		if (!table) {
 			log::warning("the NAT conflict check cannot read the agent's own rules: {}",
 				     table.error().message);
@@ -55,9 +55,9 @@ bool ConflictCheck::pass(Input &input)
 		input.ruleset = {};
 	}
 	std::vector<std::string> warnings = legacyWarnings();
-	nat::NatReadLimits limits;
+	nft::NatReadLimits limits;
 	limits.skipInetTable = input.agent->name;
-	auto ruleset = nat::readNatRuleset(limits);
+	auto ruleset = nft::readNatRuleset(limits);
 	if (!ruleset) {
 		if (ruleset.error().message != lastError_)
 			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
@@ -109,7 +109,7 @@ void ConflictCheck::report(std::vector<NatConflict> conflicts, std::vector<std::
 std::vector<std::string> ConflictCheck::legacyWarnings()
 {
 	std::vector<std::string> warnings;
-	auto legacy = nat::legacyNatTables();
+	auto legacy = legacyNatTables();
 	if (!legacy) {
 		log::debug("{}; legacy iptables nat tables are not looked for", legacy.error().message);
 		return warnings;

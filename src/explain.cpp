@@ -12,7 +12,7 @@
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/refusal.h"
-#include "ip-masq-agent/other_tables/reader.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/policy.h"
 
 namespace ipmasq {
@@ -426,14 +426,14 @@ KernelView readKernelView(const std::string &table)
 OtherTablesView readOtherTablesView(const Ruleset &desired)
 {
 	OtherTablesView view;
-	if (auto legacy = nat::legacyNatTables()) {
+	if (auto legacy = legacyNatTables()) {
 		view.legacyIpv4 = legacy->ipv4;
 		view.legacyIpv6 = legacy->ipv6;
 	}
-	nat::NatReadLimits limits;
+	nft::NatReadLimits limits;
 	limits.skipInetTable = desired.table;
-	auto ruleset = nat::readNatRuleset(limits);
-	auto agent = ruleset ? nat::agentTable(desired) : Result<nat::Table>(fail(ruleset.error()));
+	auto ruleset = nft::readNatRuleset(limits);
+	auto agent = ruleset ? nft::agentTable(desired) : Result<nft::Table>(fail(ruleset.error()));
 	if (!agent)
 		return unreadable(std::move(view), agent.error());
 	view.state = OtherTablesView::State::read;

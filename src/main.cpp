@@ -108,7 +108,7 @@ int snatUsage(const AgentOptions &options)
 	logWarnings(state->warnings);
 	const NodeAddresses node = read ? NodeAddresses(*read) : std::nullopt;
 	SnatUsageCounter counter(snatPlanOf(state->ruleset), masqueradeAddresses(node));
-	auto dump = netlink::countSourceNatEntries(counter);
+	auto dump = countSourceNatEntries(counter);
 	if (!dump) {
 		log::error("{}", dump.error().message);
 		return EXIT_FAILURE;

@@ -445,4 +445,12 @@ std::string snatUsageClause(const SnatUsage &usage)
 	return fmt::format("; SNAT ports in use toward it now: {}{}", fmt::join(parts, "; "), more);
 }
 
+Result<netlink::ConntrackDump> countSourceNatEntries(SnatUsageCounter &counter)
+{
+	auto dump = netlink::dumpSourceNatEntries([&counter](const ConntrackEntry &entry) { counter.add(entry); });
+	if (dump)
+		counter.kernelFiltered(dump->kernelFiltered);
+	return dump;
+}
+
 } // namespace ipmasq

@@ -41,7 +41,7 @@ bool SnatUsageCheck::pass()
 			   addresses.error().message);
 	}
 	SnatUsageCounter counter(plan_, std::move(node));
-	auto dump = netlink::countSourceNatEntries(counter);
+	auto dump = countSourceNatEntries(counter);
 	if (!dump) {
 		status_.snatUsageReadFailed();
 		if (dump.error().message != lastError_)

@@ -14,7 +14,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/other_tables/model.h"
+#include "ip-masq-agent/netlink/codec/model.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
@@ -44,8 +44,8 @@ struct OtherTablesView {
 		unreadable,   // another error: `problem` says which
 	};
 	State state = State::notRead;
-	nat::NatRuleset ruleset;
-	nat::Table agent; // the agent's own, from the desired ruleset, walked like the others
+	nft::NatRuleset ruleset;
+	nft::Table agent; // the agent's own, from the desired ruleset, walked like the others
 	std::string problem;
 	// Legacy iptables nat tables (/proc/net/ip_tables_names, ip6_tables_names), which
 	// nothing here can read.
@@ -80,7 +80,7 @@ std::vector<std::string> explainDestinations(const Config &config, const Explain
 // The address sets of inet `table` through the netlink backend, or why they could not be read.
 KernelView readKernelView(const std::string &table);
 
-// Every other table's nat postrouting chains (other_tables/reader.h; the agent's table left
+// Every other table's nat postrouting chains (netlink/table_reader.h; the agent's table left
 // out and taken from `desired` instead) and legacy iptables nat tables, or why they could
 // not be read.
 OtherTablesView readOtherTablesView(const Ruleset &desired);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/netlink/conntrack_dump.h"
 #include "ip-masq-agent/port_ranges.h"
 #include "ip-masq-agent/ruleset.h"
 
@@ -96,22 +97,6 @@ SnatPlan snatPlanOf(const Ruleset &ruleset);
 // ports the kernel does not translate.
 std::optional<PortPool> portPoolOf(const SnatFamilyPlan &plan, uint8_t protocol,
 				   uint16_t sourcePort);
-
-// One conntrack entry, as far as source NAT goes. For ICMP the "ports" are the echo
-// identifier (original source, reply destination) and 0.
-struct ConntrackEntry {
-	Family family = Family::ipv4;
-	uint8_t protocol = 0;
-	bool sourceNat = false; // IPS_SRC_NAT: some rule translated its source
-	Address originalSource;
-	uint16_t originalSourcePort = 0;
-	// The reply tuple: its source is where the connection goes (after any DNAT), its
-	// destination the translated source.
-	Address destination;
-	uint16_t destinationPort = 0;
-	Address translatedSource;
-	uint16_t translatedPort = 0;
-};
 
 // The usage toward one destination from one translated address.
 struct SnatDestination {
@@ -231,5 +216,9 @@ std::string snatUsageTable(const SnatUsage &usage);
 // made with onlyToward()), "; SNAT ports in use toward it now: tcp port 443 from
 // 203.0.113.1: 90 of 100 (90.0%)"; "" when the agent's rules translate none toward it.
 std::string snatUsageClause(const SnatUsage &usage);
+
+// Reads conntrack's source-NATed entries into `counter` (netlink/conntrack_dump.h): what
+// the daemon's read, --snat-usage and --explain do.
+Result<netlink::ConntrackDump> countSourceNatEntries(SnatUsageCounter &counter);
 
 } // namespace ipmasq

@@ -23,8 +23,8 @@
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/replacement.h"
 #include "ip-masq-agent/netlink/snapshot.h"
-#include "ip-masq-agent/other_tables/decoder.h"
-#include "ip-masq-agent/other_tables/reader.h"
+#include "ip-masq-agent/netlink/codec/decoder.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 
 namespace ipmasq {
 
@@ -41,24 +41,25 @@ std::string setComment(const nftnl_set *set)
 
 // A rule's source NAT target and comment, when the rule is a "snat ip|ip6 to ..." with
 // constant addresses (as the agent writes it): decoded as every rule the agent reads
-// (other_tables/decoder.h); nullopt otherwise.
+// (codec/decoder.h); nullopt otherwise.
 std::optional<KernelSnatRule> snatRuleOf(const nftnl_rule *rule)
 {
-	static const nat::Table kNoSets{nat::TableFamily::inet, {}, {}, {}};
-	const nat::Rule decoded = nat::decodeRule(kNoSets, 0, nat::expressionsOf(rule));
-	for (const nat::Statement &statement : decoded.statements) {
-		const auto *nat = std::get_if<nat::NatStatement>(&statement);
-		if (!nat || nat->kind != nat::NatKind::snat || !nat->family || !nat->addressMin)
+	static const nft::Table kNoSets{nft::TableFamily::inet, {}, {}, {}};
+	const nft::Rule decoded =
+		nft::decodeRule(kNoSets, 0, nft::decodeRuleExpressions(rule, nft::kMaxExpressionsPerRule + 1));
+	for (const nft::Statement &statement : decoded.statements) {
+		const auto *nat = std::get_if<nft::NatStatement>(&statement);
+		if (!nat || nat->kind != nft::NatKind::snat || !nat->family || !nat->addressMin)
 			continue;
-		const auto first = nat::constantOf(decoded, *nat->addressMin);
-		const auto last = nat::constantOf(decoded, *nat->addressMax);
+		const auto first = nft::constantOf(decoded, *nat->addressMin);
+		const auto last = nft::constantOf(decoded, *nat->addressMax);
 		const size_t len = familyBits(*nat->family) / 8;
 		if (!first || !last || first->size() != len || last->size() != len)
 			return std::nullopt;
 		return KernelSnatRule{*nat->family,
 				      {Address::fromBytes(*nat->family, first->data()),
 				       Address::fromBytes(*nat->family, last->data())},
-				      nat::ruleComment(rule)};
+				      nft::ruleComment(rule)};
 	}
 	return std::nullopt;
 }

@@ -4,6 +4,7 @@
 #include "ip-masq-agent/netlink/conntrack_dump.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -203,7 +204,7 @@ Result<std::optional<ConntrackEntry>> parseConntrackEntry(const nlmsghdr *nlh)
 	entry.originalSourcePort = original->sourcePort;
 	entry.destination = *reply->source;
 	entry.translatedSource = *reply->destination;
-	const bool icmp = entry.protocol == kProtoIcmp || entry.protocol == kProtoIcmpv6;
+	const bool icmp = entry.protocol == IPPROTO_ICMP || entry.protocol == IPPROTO_ICMPV6;
 	// The reply tuple's ICMP id is the translated one; ICMP has no destination port.
 	entry.destinationPort = icmp ? 0 : reply->sourcePort;
 	entry.translatedPort = icmp ? reply->sourcePort : reply->destinationPort;
@@ -246,14 +247,6 @@ Result<ConntrackDump> dumpSourceNatEntries(const std::function<void(const Conntr
 		return fail(explained(status.error()));
 	// An empty answer says nothing about the filter; one entry without the flag does.
 	dump.kernelFiltered = dump.messages > 0 && filtered;
-	return dump;
-}
-
-Result<ConntrackDump> countSourceNatEntries(SnatUsageCounter &counter)
-{
-	auto dump = dumpSourceNatEntries([&counter](const ConntrackEntry &entry) { counter.add(entry); });
-	if (dump)
-		counter.kernelFiltered(dump->kernelFiltered);
 	return dump;
 }
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/egress.h"
-#include "ip-masq-agent/netlink/expressions.h"
+#include "ip-masq-agent/netlink/codec/expression.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/nft_text.h"
 
@@ -32,9 +32,8 @@ constexpr uint32_t kByteorderBig = 2;
 constexpr uint32_t kExprKindMeta = 9;
 constexpr uint8_t kUdataMetaKey = 0;
 
-// nft 1.0.x still uses the 16-byte registers.
+// nft 1.0.x still uses the 16-byte registers: NFT_REG_1 and the one after it.
 constexpr uint32_t kReg1 = NFT_REG_1;
-constexpr uint32_t kReg2 = NFT_REG_2;
 
 // Userdata: nft's small TLV format (one byte type, one byte length) stored verbatim by
 // the kernel. Built with libnftnl's encoder, then copied out as plain bytes.
@@ -242,6 +241,7 @@ private:
 	Result<EncodedRule> encodeRule(const Chain &chain, const Rule &rule);
 	EncodedSet encodeProtocolSet(const std::string &ruleDescription);
 
+	// Each statement as the expressions nft emits for its text.
 	void encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement);
 	void encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &statement);
 	void encodeStatement(EncodedRule &out, const ReturnIfOutputInterfaceInSet &statement);
@@ -254,16 +254,21 @@ private:
 	uint32_t encodePortSelection(EncodedRule &out, const std::optional<Family> &family,
 				     const std::optional<PortRange> &toPorts,
 				     const std::optional<RandomSample> &sample, bool fullyRandom);
-	void addInterfaceLookup(nftnl_rule *rule, const std::string &set);
+	void lookup(uint32_t sreg, const std::string &set, bool inverted = false);
+	void interfaceLookup(const std::string &set);
 	// The rule's counter (the one encodeRule is at), if any: every statement's encoder
 	// calls this right before its verdict or NAT, where nft puts "counter name".
-	void addRuleCounter(nftnl_rule *rule) const;
+	void ruleCounter();
+	// Loads a port range as nft does for "to :first-last" into `minReg` (and the next
+	// register for a range); returns the registers: max is min for a single port.
+	std::pair<uint32_t, uint32_t> portRegisters(const PortRange &ports, uint32_t minReg);
 
 	uint32_t setIdOf(const std::string &name) const;
 
 	const Ruleset &ruleset_;
 	const EncodingOptions &options_;
 	std::string ruleCounter_; // the counter of the rule being encoded; "" for none
+	std::vector<nft::Expression> expressions_; // of the rule being encoded
 	// nft numbers the sets of a batch 1, 2, ... in the order it declares them; rules
 	// and element messages refer to a set of the same batch by that id.
 	uint32_t nextSetId_ = 1;
@@ -414,8 +419,10 @@ Result<EncodedRule> Encoder::encodeRule(const Chain &chain, const Rule &rule)
 	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_TABLE, ruleset_.table.c_str());
 	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_CHAIN, chain.name.c_str());
 	ruleCounter_ = rule.counter;
+	expressions_.clear();
 	std::visit([&](const auto &statement) { encodeStatement(out, statement); },
 		   rule.statement);
+	nft::encodeInto(out.rule.get(), expressions_);
 	if (!rule.comment.empty()) {
 		UserData udata;
 		udata.putString(NFTNL_UDATA_RULE_COMMENT, rule.comment);
@@ -425,172 +432,208 @@ Result<EncodedRule> Encoder::encodeRule(const Chain &chain, const Rule &rule)
 	return out;
 }
 
-void addNfprotoMatch(nftnl_rule *rule, Family family)
+// Registers as nft 1.0.x uses them: the 16-byte NFT_REG_1 and NFT_REG_2.
+nft::Expression metaLoad(uint32_t key)
 {
-	const uint8_t nfproto = family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6;
-	addMetaLoad(rule, NFT_META_NFPROTO, kReg1);
-	addCmp(rule, NFT_CMP_EQ, kReg1, std::span(&nfproto, 1));
+	return nft::Meta{.key = key, .dreg = kReg1};
+}
+
+nft::Expression cmp(uint32_t op, std::vector<uint8_t> data)
+{
+	return nft::Cmp{kReg1, op, std::move(data)};
+}
+
+nft::Expression verdict(int32_t code, const std::string &chain = {})
+{
+	nft::Immediate i{.dreg = NFT_REG_VERDICT, .verdict = static_cast<uint32_t>(code)};
+	if (!chain.empty())
+		i.chain = chain;
+	return i;
+}
+
+nft::Expression immediate(uint32_t reg, std::vector<uint8_t> data)
+{
+	return nft::Immediate{.dreg = reg, .data = std::move(data)};
+}
+
+void nfprotoMatch(std::vector<nft::Expression> &out, Family family)
+{
+	out.push_back(metaLoad(NFT_META_NFPROTO));
+	out.push_back(cmp(NFT_CMP_EQ, {uint8_t(family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6)}));
 }
 
 // "fib daddr type != local": fib's address type is a host-endian u32 (enum rtn_type).
-void addNotLocalMatch(nftnl_rule *rule)
+void notLocalMatch(std::vector<nft::Expression> &out)
 {
-	addFibLoad(rule, NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1);
-	addCmp(rule, NFT_CMP_NEQ, kReg1, u32Bytes(RTN_LOCAL));
+	out.push_back(nft::Fib{NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1});
+	out.push_back(cmp(NFT_CMP_NEQ, u32Bytes(RTN_LOCAL)));
 }
 
 enum class AddressField { source, destination };
 
-// "ip saddr" / "ip6 daddr" ...: the address loaded from the network header into reg 1.
-void addAddressLoad(nftnl_rule *rule, Family family, AddressField field)
+// "ip saddr" / "ip6 daddr" ...: the address loaded from the network header into reg 1
+// (struct iphdr: saddr at 12, daddr at 16; struct ipv6hdr: saddr at 8, daddr at 24).
+nft::Expression addressLoad(Family family, AddressField field)
 {
 	const bool source = field == AddressField::source;
-	if (family == Family::ipv4) // struct iphdr: saddr at 12, daddr at 16
-		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, source ? 12 : 16, 4, kReg1);
-	else // struct ipv6hdr: saddr at 8, daddr at 24
-		addPayloadLoad(rule, NFT_PAYLOAD_NETWORK_HEADER, source ? 8 : 24, 16, kReg1);
+	const bool v4 = family == Family::ipv4;
+	return nft::Payload{.base = NFT_PAYLOAD_NETWORK_HEADER, .offset = v4 ? (source ? 12u : 16u) : (source ? 8u : 24u),
+			    .len = v4 ? 4u : 16u, .dreg = kReg1};
 }
 
-void Encoder::addRuleCounter(nftnl_rule *rule) const
+void Encoder::ruleCounter()
 {
 	if (!ruleCounter_.empty())
-		addObjectReference(rule, NFT_OBJECT_COUNTER, ruleCounter_);
+		expressions_.push_back(nft::Objref{.type = NFT_OBJECT_COUNTER, .name = ruleCounter_});
 }
 
-void Encoder::addInterfaceLookup(nftnl_rule *rule, const std::string &set)
+void Encoder::lookup(uint32_t sreg, const std::string &set, bool inverted)
+{
+	nft::Lookup l{.set = set, .sreg = sreg};
+	// A non-zero id ties it to a set of the same batch; 0 names an existing set only.
+	if (const uint32_t id = setIdOf(set))
+		l.setId = id;
+	if (inverted)
+		l.flags = NFT_LOOKUP_F_INV;
+	expressions_.push_back(std::move(l));
+}
+
+void Encoder::interfaceLookup(const std::string &set)
 {
 	// "oifname @set": the name's 16 bytes, looked up as they are.
-	addMetaLoad(rule, NFT_META_OIFNAME, kReg1);
-	addLookup(rule, kReg1, set, setIdOf(set));
+	expressions_.push_back(metaLoad(NFT_META_OIFNAME));
+	lookup(kReg1, set);
 }
 
-void Encoder::encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement)
+void Encoder::encodeStatement(EncodedRule &, const JumpIfNotLocal &statement)
 {
-	nftnl_rule *rule = out.rule.get();
 	if (!statement.outputInterfaceSet.empty())
-		addInterfaceLookup(rule, statement.outputInterfaceSet);
+		interfaceLookup(statement.outputInterfaceSet);
 	if (statement.onlyFamily)
-		addNfprotoMatch(rule, *statement.onlyFamily);
+		nfprotoMatch(expressions_, *statement.onlyFamily);
 	if (!statement.sourceSet.empty()) {
 		// "ip saddr @set": after its implicit nfproto match (above), as nft emits it.
-		addAddressLoad(rule, statement.onlyFamily.value_or(Family::ipv4), AddressField::source);
-		addLookup(rule, kReg1, statement.sourceSet, setIdOf(statement.sourceSet));
+		expressions_.push_back(addressLoad(statement.onlyFamily.value_or(Family::ipv4), AddressField::source));
+		lookup(kReg1, statement.sourceSet);
 	}
-	addNotLocalMatch(rule);
-	addRuleCounter(rule);
-	addVerdict(rule, NFT_JUMP, statement.target);
+	notLocalMatch(expressions_);
+	ruleCounter();
+	expressions_.push_back(verdict(NFT_JUMP, statement.target));
 }
 
-void Encoder::encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &statement)
+void Encoder::encodeStatement(EncodedRule &, const ReturnIfDestinationInSet &statement)
 {
-	nftnl_rule *rule = out.rule.get();
 	// "ip daddr" in an inet table: nft adds the implicit "meta nfproto ipv4" dependency.
-	addNfprotoMatch(rule, statement.family);
-	addAddressLoad(rule, statement.family, AddressField::destination);
-	addLookup(rule, kReg1, statement.set, setIdOf(statement.set));
-	addRuleCounter(rule);
-	addVerdict(rule, NFT_RETURN);
+	nfprotoMatch(expressions_, statement.family);
+	expressions_.push_back(addressLoad(statement.family, AddressField::destination));
+	lookup(kReg1, statement.set);
+	ruleCounter();
+	expressions_.push_back(verdict(NFT_RETURN));
 }
 
-void Encoder::encodeStatement(EncodedRule &out, const ReturnIfOutputInterfaceInSet &statement)
+void Encoder::encodeStatement(EncodedRule &, const ReturnIfOutputInterfaceInSet &statement)
 {
-	nftnl_rule *rule = out.rule.get();
 	if (statement.family)
-		addNfprotoMatch(rule, *statement.family);
-	addInterfaceLookup(rule, statement.set);
-	addRuleCounter(rule);
-	addVerdict(rule, NFT_RETURN);
+		nfprotoMatch(expressions_, *statement.family);
+	interfaceLookup(statement.set);
+	ruleCounter();
+	expressions_.push_back(verdict(NFT_RETURN));
 }
 
-void Encoder::encodeStatement(EncodedRule &out, const MatchUnlistedSource &statement)
+void Encoder::encodeStatement(EncodedRule &, const MatchUnlistedSource &statement)
 {
-	nftnl_rule *rule = out.rule.get();
 	if (!statement.outputInterfaceSet.empty())
-		addInterfaceLookup(rule, statement.outputInterfaceSet);
+		interfaceLookup(statement.outputInterfaceSet);
 	// "ip saddr != @set": its implicit nfproto match, the address, an inverted lookup.
-	addNfprotoMatch(rule, statement.family);
-	addAddressLoad(rule, statement.family, AddressField::source);
-	addLookup(rule, kReg1, statement.sourceSet, setIdOf(statement.sourceSet), true);
-	addNotLocalMatch(rule);
-	addRuleCounter(rule);
+	nfprotoMatch(expressions_, statement.family);
+	expressions_.push_back(addressLoad(statement.family, AddressField::source));
+	lookup(kReg1, statement.sourceSet, true);
+	notLocalMatch(expressions_);
+	ruleCounter();
 }
 
 uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<Family> &family,
 				      const std::optional<PortRange> &toPorts,
 				      const std::optional<RandomSample> &sample, bool fullyRandom)
 {
-	nftnl_rule *rule = out.rule.get();
 	if (family)
-		addNfprotoMatch(rule, *family);
+		nfprotoMatch(expressions_, *family);
 	if (toPorts) {
 		// meta l4proto { tcp, udp, sctp }: an anonymous constant set per rule.
 		EncodedSet protocols = encodeProtocolSet(out.description);
-		const uint32_t id = nftnl_set_get_u32(protocols.set.get(), NFTNL_SET_ID);
 		const std::string name = nftnl_set_get_str(protocols.set.get(), NFTNL_SET_NAME);
 		out.anonymousSets.push_back(std::move(protocols));
-		addMetaLoad(rule, NFT_META_L4PROTO, kReg1);
-		addLookup(rule, kReg1, name, id);
+		expressions_.push_back(metaLoad(NFT_META_L4PROTO));
+		lookup(kReg1, name);
 	}
 	if (sample) {
 		// numgen random mod M < B: the random number is host-endian, nft converts it
-		// to big endian and compares it with a big-endian constant.
-		addNumgen(rule, NFT_NG_RANDOM, sample->modulus, kReg1);
-		addByteorder(rule, NFT_BYTEORDER_HTON, kReg1, kReg1, 4, 4);
+		// to big endian and compares it with a big-endian constant. nft always sends
+		// the offset, even when it is 0.
+		expressions_.push_back(nft::Numgen{NFT_NG_RANDOM, sample->modulus, 0, kReg1});
+		expressions_.push_back(nft::Byteorder{kReg1, kReg1, NFT_BYTEORDER_HTON, 4, 4});
 		const uint32_t below = htonl(sample->below);
-		addCmp(rule, NFT_CMP_LT, kReg1,
-		       std::span(reinterpret_cast<const uint8_t *>(&below), sizeof(below)));
+		const auto *b = reinterpret_cast<const uint8_t *>(&below);
+		expressions_.push_back(cmp(NFT_CMP_LT, {b, b + sizeof(below)}));
 	}
-	addRuleCounter(rule);
+	ruleCounter();
 	return fullyRandom ? options_.fullyRandomFlag : 0;
+}
+
+std::pair<uint32_t, uint32_t> Encoder::portRegisters(const PortRange &ports, uint32_t minReg)
+{
+	// Ports travel in network byte order, two bytes each, as in the transport header.
+	const auto load = [this](uint32_t reg, uint16_t port) {
+		expressions_.push_back(immediate(reg, {uint8_t(port >> 8), uint8_t(port & 0xff)}));
+	};
+	load(minReg, ports.first);
+	if (ports.first == ports.last)
+		return {minReg, minReg};
+	load(minReg + 1, ports.last);
+	return {minReg, minReg + 1};
 }
 
 void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
 {
-	nftnl_rule *rule = out.rule.get();
-	uint32_t flags = encodePortSelection(out, statement.onlyFamily, statement.toPorts,
-					     statement.sample, statement.fullyRandom);
-	uint32_t minReg = 0, maxReg = 0;
+	nft::Masq masq;
+	uint32_t flags = encodePortSelection(out, statement.onlyFamily, statement.toPorts, statement.sample,
+					     statement.fullyRandom);
 	if (statement.toPorts) {
 		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
-		minReg = kReg1;
-		if (addPortRangeRegisters(rule, statement.toPorts->first, statement.toPorts->last,
-					  kReg1, kReg2))
-			maxReg = kReg2;
+		const auto [min, max] = portRegisters(*statement.toPorts, kReg1);
+		masq.portMin = min;
+		if (max != min)
+			masq.portMax = max;
 	}
-	addMasq(rule, flags, minReg, maxReg);
+	// A plain "masquerade" carries no attribute at all, not even flags 0.
+	if (flags)
+		masq.flags = flags;
+	expressions_.push_back(masq);
 }
 
 void Encoder::encodeStatement(EncodedRule &out, const SourceNat &statement)
 {
-	nftnl_rule *rule = out.rule.get();
-	uint32_t flags = encodePortSelection(out,
-					     statement.matchFamily ? std::optional(statement.family)
-								   : std::nullopt,
+	uint32_t flags = encodePortSelection(out, statement.matchFamily ? std::optional(statement.family) : std::nullopt,
 					     statement.toPorts, statement.sample, statement.fullyRandom) |
 			 NF_NAT_RANGE_MAP_IPS;
-	// As nft: the registers in order, one for an address or a port that is not a
-	// range (named as both ends).
+	// As nft: the registers in order, one for an address or a port that is not a range
+	// (named as both ends).
+	nft::Nat nat{.type = NFT_NAT_SNAT, .family = uint32_t(statement.family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6)};
 	uint32_t next = kReg1;
-	NatRegisters registers;
-	const auto load = [&](const Address &address) {
-		const std::vector<uint8_t> bytes = address.bytes();
-		addImmediateData(rule, next, bytes);
-		return next++;
-	};
-	registers.addressMin = load(statement.to.first);
-	registers.addressMax =
-		statement.to.last == statement.to.first ? registers.addressMin : load(statement.to.last);
+	expressions_.push_back(immediate(next, statement.to.first.bytes()));
+	nat.addressMin = nat.addressMax = next++;
+	if (statement.to.last != statement.to.first) {
+		expressions_.push_back(immediate(next, statement.to.last.bytes()));
+		nat.addressMax = next++;
+	}
 	if (statement.toPorts) {
 		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
-		const uint32_t minReg = next++;
-		registers.protoMin = minReg;
-		registers.protoMax = minReg;
-		if (addPortRangeRegisters(rule, statement.toPorts->first, statement.toPorts->last,
-					  minReg, next))
-			registers.protoMax = next++;
+		const auto [min, max] = portRegisters(*statement.toPorts, next);
+		nat.portMin = min;
+		nat.portMax = max;
 	}
-	addSourceNat(rule, statement.family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6,
-		     registers, flags);
+	nat.flags = flags;
+	expressions_.push_back(nat);
 }
 
 EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
@@ -648,27 +691,42 @@ uint32_t Encoder::setIdOf(const std::string &name) const
 
 } // namespace
 
-// The comment an object carries in its user data (as nft writes it: a TLV of type
-// `commentType`), or "" without one.
-std::string userdataComment(const void *data, uint32_t len, uint8_t commentType)
+namespace {
+
+// The user data attribute of `type`, or nullptr.
+const nftnl_udata *userdataAttribute(const void *data, uint32_t len, uint8_t type)
 {
 	if (!data || len == 0)
-		return {};
+		return nullptr;
 	struct Found {
 		uint8_t type;
-		const nftnl_udata *comment = nullptr;
-	} found{commentType};
+		const nftnl_udata *attribute = nullptr;
+	} found{type};
 	const auto collect = [](const nftnl_udata *attr, void *out) -> int {
 		auto *f = static_cast<Found *>(out);
 		if (nftnl_udata_type(attr) == f->type)
-			f->comment = attr;
+			f->attribute = attr;
 		return 0;
 	};
-	if (nftnl_udata_parse(data, len, collect, &found) < 0 || !found.comment)
+	return nftnl_udata_parse(data, len, collect, &found) < 0 ? nullptr : found.attribute;
+}
+
+} // namespace
+
+std::string userdataComment(const void *data, uint32_t len, uint8_t commentType)
+{
+	const nftnl_udata *comment = userdataAttribute(data, len, commentType);
+	if (!comment)
 		return {};
 	// nft stores the comment with its NUL; keep to the bytes before it.
-	const auto *text = static_cast<const char *>(nftnl_udata_get(found.comment));
-	return std::string(text, strnlen(text, nftnl_udata_len(found.comment)));
+	const auto *text = static_cast<const char *>(nftnl_udata_get(comment));
+	return std::string(text, strnlen(text, nftnl_udata_len(comment)));
+}
+
+uint32_t userdataU32(const void *data, uint32_t len, uint8_t type)
+{
+	const nftnl_udata *value = userdataAttribute(data, len, type);
+	return value && nftnl_udata_len(value) == sizeof(uint32_t) ? nftnl_udata_get_u32(value) : 0;
 }
 
 std::string stringOf(const char *value)

@@ -4,10 +4,16 @@
 #include "ip-masq-agent/other_tables/conflicts.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sys/stat.h>
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/other_tables/rule_text.h"
+#include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/netlink/codec/rule_text.h"
+#include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
 
@@ -97,13 +103,13 @@ std::string agentActionText(const nat::NatVerdict &alone)
 	return fmt::format("{}", fmt::join(actions, " or "));
 }
 
-std::string ruleTextOf(const nat::NatRuleset &ruleset, const nat::Table *agent, const nat::Outcome &o)
+std::string ruleTextOf(const nft::NatRuleset &ruleset, const nft::Table *agent, const nat::Outcome &o)
 {
 	if (!o.rule)
 		return {};
-	const nat::Table *table = nat::findTable(ruleset, agent, o.rule->family, o.rule->table);
-	const nat::Rule *rule = table ? nat::findRule(*table, *o.rule) : nullptr;
-	return rule ? nat::ruleText(*table, *rule) : std::string();
+	const nft::Table *table = findTable(ruleset, agent, o.rule->family, o.rule->table);
+	const nft::Rule *rule = table ? findRule(*table, *o.rule) : nullptr;
+	return rule ? nft::ruleText(*table, *rule) : std::string();
 }
 
 nat::Packet packetFor(const SampledPacket &sample)
@@ -127,7 +133,7 @@ bool holds(const std::vector<NatConflict> &list, const NatConflict &conflict)
 
 std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
 				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
-				     const nat::NatRuleset &ruleset, const nat::Table *agent)
+				     const nft::NatRuleset &ruleset, const nft::Table *agent)
 {
 	const bool agentExempts = std::all_of(agentAlone.outcomes.begin(), agentAlone.outcomes.end(),
 					      [](const nat::Outcome &o) { return o.action == NatAction::none; });
@@ -165,7 +171,7 @@ bool NatConflict::sameAs(const NatConflict &other) const
 	// Where the rule sits, without its handle or position.
 	const auto sits = [](const nat::Outcome &o) {
 		return o.rule ? std::make_tuple(o.rule->family, o.rule->table, o.rule->chain)
-			      : std::make_tuple(nat::TableFamily::inet, std::string(), std::string());
+			      : std::make_tuple(nft::TableFamily::inet, std::string(), std::string());
 	};
 	return kind == other.kind && family == other.family && certain == other.certain &&
 	       sits(outcome) == sits(other.outcome) && ruleText == other.ruleText &&
@@ -177,7 +183,7 @@ bool NatConflict::sameAs(const NatConflict &other) const
 std::string NatConflict::describeRule() const
 {
 	const std::string rule = ruleText.empty() ? std::string() : fmt::format(" (`{}`)", ruleText);
-	return nat::describeOutcome(outcome, certain) + rule;
+	return describeOutcome(outcome, certain) + rule;
 }
 
 std::string NatConflict::describe() const
@@ -200,11 +206,11 @@ std::string NatConflict::describe() const
 			   "is not known", describeRule(), traffic, example.entry);
 }
 
-ConflictPass findConflicts(const nat::NatRuleset &ruleset, const nat::Table *agent,
+ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *agent,
 			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
 			   const CheckLimits &limits)
 {
-	static const nat::NatRuleset kNone;
+	static const nft::NatRuleset kNone;
 	ConflictPass pass;
 	for (const SampledPacket &sample : samples) {
 		if (pass.steps >= limits.maxSteps) {
@@ -259,6 +265,125 @@ ConflictChanges diffConflicts(const std::vector<NatConflict> &before, const std:
 		if (!holds(after, c))
 			changes.resolved.push_back(c);
 	return changes;
+}
+
+namespace {
+
+using nat::Decider;
+using nat::NatAction;
+using nat::Placement;
+
+const char *placementText(Placement placement)
+{
+	switch (placement) {
+	case Placement::beforeAgent: return "before the agent";
+	case Placement::tiedWithAgent: return "at the agent's priority: the order is not defined";
+	case Placement::afterAgent: return "after the agent";
+	}
+	return "?";
+}
+
+std::string actionText(const nat::Outcome &o, bool certain)
+{
+	const std::string to = o.addresses ? " to " + o.addresses->toString() : "";
+	const auto verb = [certain](const char *does, const char *may) { return std::string(certain ? does : may); };
+	switch (o.action) {
+	case NatAction::none: return verb("does not NAT it", "may not NAT it");
+	case NatAction::masquerade: return verb("masquerades it", "may masquerade it");
+	case NatAction::snat: return verb("rewrites its source", "may rewrite its source") + to;
+	case NatAction::dnat: return verb("rewrites its destination", "may rewrite its destination") + to;
+	case NatAction::redirect: return verb("redirects it", "may redirect it");
+	case NatAction::dropped: return verb("drops it", "may drop it");
+	case NatAction::undetermined: return "may do anything with it";
+	}
+	return "?";
+}
+
+} // namespace
+
+const nft::Table *findTable(const nft::NatRuleset &ruleset, const nft::Table *agent, nft::TableFamily family,
+		       const std::string &name)
+{
+	if (agent && agent->family == family && agent->name == name)
+		return agent;
+	for (const nft::Table &table : ruleset.tables)
+		if (table.family == family && table.name == name)
+			return &table;
+	return nullptr;
+}
+
+const nft::Rule *findRule(const nft::Table &table, const nat::RuleRef &ref)
+{
+	const nft::Chain *chain = table.findChain(ref.chain);
+	if (!chain)
+		return nullptr;
+	for (const nft::Rule &rule : chain->rules)
+		if (rule.handle == ref.handle)
+			return &rule;
+	return ref.position < chain->rules.size() ? &chain->rules[ref.position] : nullptr;
+}
+
+std::string describeOutcome(const nat::Outcome &o, bool certain)
+{
+	switch (o.decider) {
+	case Decider::nobody:
+		return "no chain NATs it";
+	case Decider::agent:
+		return "the agent " + actionText(o, certain);
+	case Decider::evaluator:
+		if (!o.base)
+			return "the evaluator cannot tell: " + o.reason;
+		break;
+	case Decider::rule:
+	case Decider::policy:
+		break;
+	}
+	std::string out = fmt::format("table {} {} chain {} (priority {}, {})", nft::tableFamilyName(o.base->family),
+				      escaped(o.base->table), escaped(o.base->chain),
+				      formatChainPriority(o.base->priority), placementText(o.placement));
+	if (o.decider == Decider::policy)
+		return out + " drops it by its policy";
+	if (o.decider == Decider::evaluator) {
+		out += " cannot be evaluated: " + o.reason;
+		return o.rule ? out + fmt::format(" (rule handle {})", o.rule->handle) : out;
+	}
+	out += " " + actionText(o, certain);
+	if (o.rule) {
+		out += fmt::format(": rule handle {}", o.rule->handle);
+		if (o.rule->chain != o.base->chain)
+			out += fmt::format(" in chain {}", escaped(o.rule->chain));
+	}
+	return out;
+}
+
+
+
+Result<LegacyNat> legacyNatTables(const std::string &procNet)
+{
+	const auto lists = [&procNet](const char *file) -> Result<bool> {
+		const std::string path = procNet + "/" + file;
+		struct stat st;
+		if (stat(path.c_str(), &st) != 0) {
+			if (errno == ENOENT)
+				return false; // the module is not loaded
+			return fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)), errno);
+		}
+		std::ifstream in(path);
+		if (!in)
+			return fail(fmt::format("cannot read {}", path), EIO);
+		std::string line;
+		for (int lines = 0; lines < 1000 && std::getline(in, line); lines++)
+			if (line == "nat")
+				return true;
+		return false;
+	};
+	auto v4 = lists("ip_tables_names");
+	if (!v4)
+		return fail(v4.error());
+	auto v6 = lists("ip6_tables_names");
+	if (!v6)
+		return fail(v6.error());
+	return LegacyNat{*v4, *v6};
 }
 
 } // namespace ipmasq

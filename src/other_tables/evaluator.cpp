@@ -27,6 +27,8 @@
 
 namespace ipmasq::nat {
 
+using namespace nft;
+
 namespace {
 
 // Three-valued truth: what a match says about the packet.
@@ -78,7 +80,7 @@ struct Known {
 	}
 };
 
-Tri equalBytes(const Known &a, const Bytes &b)
+Tri equalBytes(const Known &a, std::span<const uint8_t> b)
 {
 	bool unknown = false;
 	for (size_t i = 0; i < b.size() && i < a.bytes.size(); i++) {
@@ -90,7 +92,7 @@ Tri equalBytes(const Known &a, const Bytes &b)
 	return unknown ? Tri::maybe : Tri::yes;
 }
 
-Tri compare(const Known &a, CmpOp op, const Bytes &b)
+Tri compare(const Known &a, CmpOp op, std::span<const uint8_t> b)
 {
 	if (op == CmpOp::eq)
 		return equalBytes(a, b);
@@ -374,6 +376,7 @@ private:
 			     const RuleRef &ref, const Known &key);
 	void verdictMap(const Table &table, const VerdictMap &v, RuleRun &run, const RuleRef &ref);
 	void nat(const NatStatement &n, RuleRun &run);
+	void other(const Other &o, RuleRun &run, const RuleRef &ref);
 	Known metaValue(uint32_t key, std::optional<uint32_t> mark) const;
 	Known ctValue(uint32_t key, std::optional<uint32_t> ctMark) const;
 	Known fibValue(const FromFib &fib) const;
@@ -857,7 +860,7 @@ void Walk::define(const Table &t, ValueId id, RuleRun &run, const RuleRef &ref)
 			[&](const FromCt &c) { out = ctValue(c.key, run.ctMark); },
 			[&](const FromFib &f) { out = fibValue(f); },
 			[&](const Constant &c) { out = Known::of(c.bytes); },
-			[&](const Opaque &) { out = Known::unknown(value.len); },
+			[&](const OtherLoad &) { out = Known::unknown(value.len); },
 			[&](const Masked &m) {
 				const Known source = run.read(m.source);
 				out = Known::unknown(value.len);
@@ -949,22 +952,24 @@ void Walk::evaluate(const Table &t, const Statement &statement, RuleRun &run, co
 			},
 			[&](const NatStatement &n) { nat(n, run); },
 			[&](const CounterStatement &) {},
-			[&](const Note &) {},
-			[&](const RateLimited &r) {
-				match(Tri::maybe, run, ref, fmt::format("{} depends on earlier traffic", r.name));
-			},
-			[&](const Undecodable &u) {
-				may(ref, u.reason());
-				run.forkBreak(); // it may not match
-				if (!u.mayDecide)
-					return;
-				// It may also decide the packet's fate, or go on having changed anything.
-				run.exit(RuleExit::undetermined(u.reason()));
-				run.mark.reset();
-				run.ctMark.reset();
-			},
+			[&](const Other &o) { other(o, run, ref); },
 		},
 		statement);
+}
+
+// A statement known by its effect alone: none, a match that may fail, or one that may also
+// decide the packet's fate or go on having changed anything.
+void Walk::other(const Other &o, RuleRun &run, const RuleRef &ref)
+{
+	if (o.effect == Other::Effect::none)
+		return;
+	may(ref, o.reason());
+	run.forkBreak(); // it may not match
+	if (o.effect != Other::Effect::mayDecide)
+		return;
+	run.exit(RuleExit::undetermined(o.reason()));
+	run.mark.reset();
+	run.ctMark.reset();
 }
 
 // Every order of the entries that equal priorities allow, up to `max` (the sorted one

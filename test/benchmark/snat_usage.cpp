@@ -106,7 +106,7 @@ Read readOnce()
 	const auto wall = Clock::now();
 	const double user = threadMs(false), system = threadMs(true);
 	SnatUsageCounter counter(plan, std::vector<Address>{parseAddress("203.0.113.1").value()});
-	auto dump = netlink::countSourceNatEntries(counter);
+	auto dump = countSourceNatEntries(counter);
 	if (!dump)
 		die(dump.error().message);
 	Read read;

@@ -8,10 +8,30 @@
 #include <functional>
 #include <optional>
 
+#include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/error.h"
-#include "ip-masq-agent/snat_usage.h"
 
 struct nlmsghdr;
+
+namespace ipmasq {
+
+// One conntrack entry, as far as source NAT goes. For ICMP the "ports" are the echo
+// identifier (original source, reply destination) and 0.
+struct ConntrackEntry {
+	Family family = Family::ipv4;
+	uint8_t protocol = 0;
+	bool sourceNat = false; // IPS_SRC_NAT: some rule translated its source
+	Address originalSource;
+	uint16_t originalSourcePort = 0;
+	// The reply tuple: its source is where the connection goes (after any DNAT), its
+	// destination the translated source.
+	Address destination;
+	uint16_t destinationPort = 0;
+	Address translatedSource;
+	uint16_t translatedPort = 0;
+};
+
+} // namespace ipmasq
 
 namespace ipmasq::netlink {
 
@@ -37,8 +57,5 @@ struct ConntrackDump {
 // with a message that says so). Each datagram must come within 1 s (ETIMEDOUT). A
 // malformed entry ends the dump with an error (EPROTO).
 Result<ConntrackDump> dumpSourceNatEntries(const std::function<void(const ConntrackEntry &)> &onEntry);
-
-// The same into a counter: what the daemon's read, --snat-usage and --explain do.
-Result<ConntrackDump> countSourceNatEntries(SnatUsageCounter &counter);
 
 } // namespace ipmasq::netlink

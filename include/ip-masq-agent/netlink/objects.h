@@ -92,6 +92,8 @@ struct EncodedTable {
 // The comment an object carries in its user data (as nft writes it: a TLV of type
 // `commentType`, NFTNL_UDATA_*_COMMENT), or "" without one: the reverse of the encoding.
 std::string userdataComment(const void *data, uint32_t len, uint8_t commentType);
+// A 32-bit value nft keeps in user data (a set's key byte order), or 0 without one.
+uint32_t userdataU32(const void *data, uint32_t len, uint8_t type);
 
 // A string libnftnl parsed from the kernel, or "" where it sent none.
 std::string stringOf(const char *value);

@@ -9,8 +9,8 @@
 // kernel does it for sure; anything the evaluator cannot decide (a match, a target, an
 // address, a bound) makes it "may", never "no conflict". A drop is not NAT.
 //
-// Pure: the daemon and --explain read the kernel (reader.h); everything they say about
-// conflicts is decided here.
+// Pure: the daemon and --explain read the kernel (netlink/table_reader.h); everything they
+// say about conflicts is decided here, and said in the words below.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +20,10 @@
 #include <vector>
 
 #include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/error.h"
 #include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/other_tables/model.h"
+#include "ip-masq-agent/netlink/codec/model.h"
 
 namespace ipmasq {
 
@@ -67,7 +68,7 @@ struct NatConflict {
 // verdict of the agent's table alone for the same packet.
 std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
 				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
-				     const nat::NatRuleset &ruleset, const nat::Table *agent);
+				     const nft::NatRuleset &ruleset, const nft::Table *agent);
 
 struct CheckLimits {
 	size_t maxConflicts = 64; // distinct conflicts kept
@@ -84,7 +85,7 @@ struct ConflictPass {
 	bool complete = true; // false: a limit ended the pass before the last sample
 };
 
-ConflictPass findConflicts(const nat::NatRuleset &ruleset, const nat::Table *agent,
+ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *agent,
 			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
 			   const CheckLimits &limits = {});
 
@@ -109,5 +110,30 @@ struct ConflictChanges {
 	std::vector<NatConflict> resolved;
 };
 ConflictChanges diffConflicts(const std::vector<NatConflict> &before, const std::vector<NatConflict> &after);
+
+// ---- Outcomes in words ----
+
+// The table a reference names (`agent` for the agent's own), the rule in it, or nullptr.
+const nft::Table *findTable(const nft::NatRuleset &ruleset, const nft::Table *agent, nft::TableFamily family,
+			    const std::string &name);
+const nft::Rule *findRule(const nft::Table &table, const nat::RuleRef &ref);
+
+// One outcome in a sentence, without a trailing period:
+//   "table ip nat chain POSTROUTING (priority srcnat, before the agent) masquerades it:
+//    rule handle 7", "no chain NATs it", "the agent masquerades it",
+//   "the evaluator cannot tell: <reason>"
+// With `certain` false (a verdict with other possible outcomes) the action reads "may
+// masquerade it", "may rewrite its source"...
+std::string describeOutcome(const nat::Outcome &outcome, bool certain = true);
+
+// Legacy iptables (x_tables) keeps its tables out of nf_tables, where no conflict can be
+// found; /proc/net/ip_tables_names and ip6_tables_names list the ones that exist in this
+// network namespace. `procNet` is /proc/net (a test may point elsewhere); a missing file
+// means the module is not loaded.
+struct LegacyNat {
+	bool ipv4 = false; // an ip_tables nat table exists
+	bool ipv6 = false; // an ip6_tables nat table exists
+};
+Result<LegacyNat> legacyNatTables(const std::string &procNet = "/proc/net");
 
 } // namespace ipmasq

@@ -2,9 +2,9 @@
 // What the whole node does with the first packet of a connection at nat postrouting: a
 // read-only, conservative walk of every nat postrouting base chain in priority order, the
 // agent's own table among them, walked like any other (its rules come from the desired
-// ruleset through the same decoder, reader.h).
+// ruleset through the same decoder, netlink/table_reader.h).
 //
-// Pure: it reads decoded rules (model.h), never the kernel. A match it cannot evaluate
+// Pure: it reads decoded rules (netlink/codec/model.h), never the kernel. A match it cannot evaluate
 // forks the walk into "matches" and "does not match", so the result lists every outcome
 // that is possible; it is certain only when all of them do the same thing. Every walk is
 // bounded (jump depth, steps, chain orders), and a bound reached is an undetermined
@@ -19,7 +19,7 @@
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/node_addresses.h"
-#include "ip-masq-agent/other_tables/model.h"
+#include "ip-masq-agent/netlink/codec/model.h"
 
 namespace ipmasq::nat {
 
@@ -75,7 +75,7 @@ enum class Decider {
 enum class Placement { beforeAgent, tiedWithAgent, afterAgent };
 
 struct ChainRef {
-	TableFamily family = TableFamily::ip;
+	nft::TableFamily family = nft::TableFamily::ip;
 	std::string table;
 	std::string chain;
 	int32_t priority = 0;
@@ -83,7 +83,7 @@ struct ChainRef {
 };
 
 struct RuleRef {
-	TableFamily family = TableFamily::ip;
+	nft::TableFamily family = nft::TableFamily::ip;
 	std::string table;
 	std::string chain;
 	uint64_t handle = 0;
@@ -126,7 +126,7 @@ struct NatVerdict {
 
 // Walks the nat postrouting base chains of `ruleset`'s tables (of the packet's family and
 // inet) and of `agent` (the agent's own table, or nullptr) for `packet`.
-NatVerdict evaluate(const NatRuleset &ruleset, const Table *agent, const Packet &packet,
+NatVerdict evaluate(const nft::NatRuleset &ruleset, const nft::Table *agent, const Packet &packet,
 		    const NodeAddresses &node, const Limits &limits = {});
 
 } // namespace ipmasq::nat

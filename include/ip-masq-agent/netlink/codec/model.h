@@ -1,11 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The node's NAT as data, in two forms: a rule's expressions as nf_tables encodes them
-// (registers, byte strings, xtables info structs), and the same rule decoded once by
-// decoder.h into what it reads and does. The evaluator and the rule text consume only the
-// decoded form; nothing but the decoder interprets registers or xtables structs.
-//
-// Other tables are read into it by reader.h, the agent's own table is linearized into it
-// from the desired ruleset through the same decoder; it is never sent to the kernel.
+// A rule decoded once (decoder.h): the values its expressions compute and the statements
+// that use them, and the chains, sets and tables that hold such rules. The NAT evaluator
+// and the rule text (rule_text.h) consume only this form; nothing but the decoder
+// interprets registers or xtables structs.
 #pragma once
 
 #include <cstdint>
@@ -17,79 +14,20 @@
 #include <vector>
 
 #include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/netlink/codec/expression.h"
 
-namespace ipmasq::nat {
+namespace ipmasq::nft {
 
 // The families whose nat postrouting chains see routed IP packets.
 enum class TableFamily { ip, ip6, inet };
 const char *tableFamilyName(TableFamily family); // "ip", "ip6", "inet"
 
-using Bytes = std::vector<uint8_t>;
-
-// A verdict as nf_tables encodes it (NF_ACCEPT ... NFT_RETURN).
-enum class VerdictCode { accept, drop, queue, stolen, continueRule, breakRule, jump, goTo, returnToCaller };
-
-struct Verdict {
-	VerdictCode code = VerdictCode::continueRule;
-	std::string chain; // for jump and goTo
-	bool operator==(const Verdict &) const = default;
-};
-
 // Where a payload load starts (NFT_PAYLOAD_*_HEADER).
 enum class PayloadBase { link, network, transport, inner };
 enum class CmpOp { eq, neq, lt, lte, gt, gte };
 enum class BitwiseOp { boolean, leftShift, rightShift };
-
-// ---- The kernel's encoding: one struct per nf_tables expression (decoder.h's input) ----
-
-struct PayloadLoad { PayloadBase base = PayloadBase::network; uint32_t offset = 0, len = 0, dreg = 0; };
-struct MetaLoad { uint32_t key = 0, dreg = 0; }; // NFT_META_* => dreg
-struct MetaSet { uint32_t key = 0, sreg = 0; };
-struct CtLoad { uint32_t key = 0; std::optional<uint8_t> direction; uint32_t dreg = 0; };
-struct CtSet { uint32_t key = 0, sreg = 0; };
-struct Fib { uint32_t flags = 0, result = 0, dreg = 0; }; // NFTA_FIB_F_*, NFT_FIB_RESULT_*
-// dreg = (sreg & mask) ^ xorValue, or a shift by `shift` bits.
-struct Bitwise {
-	BitwiseOp op = BitwiseOp::boolean;
-	uint32_t sreg = 0, dreg = 0, len = 0;
-	Bytes mask, xorValue;
-	uint32_t shift = 0;
-};
-struct Byteorder { bool toNetwork = true; uint32_t sreg = 0, dreg = 0, len = 0, size = 0; };
-struct Cmp { uint32_t sreg = 0; CmpOp op = CmpOp::eq; Bytes data; };
-struct Range { uint32_t sreg = 0; bool negated = false; Bytes from, to; };
-// A set membership test; with `dreg` a map (data into dreg), with NFT_REG_VERDICT a vmap.
-struct Lookup { std::string set; uint32_t sreg = 0; std::optional<uint32_t> dreg; bool invert = false; };
-struct Immediate { uint32_t dreg = 0; Bytes data; };
-struct ImmediateVerdict { Verdict verdict; };
 enum class NatKind : uint8_t { masquerade, snat, dnat, redirect };
-// nat (snat, dnat), masq and redir: the registers that hold the range, NF_NAT_RANGE_* flags.
-struct Nat {
-	NatKind kind = NatKind::snat;
-	uint32_t family = 0; // NFPROTO_IPV4 / NFPROTO_IPV6 (snat, dnat)
-	std::optional<uint32_t> addrMinReg = {}, addrMaxReg = {}, protoMinReg = {}, protoMaxReg = {};
-	uint32_t flags = 0;
-};
-struct Counter { uint64_t packets = 0, bytes = 0; };
-struct Log { std::optional<std::string> prefix; std::optional<uint16_t> group; };
-// notrack, last, "counter name": nothing NAT depends on; kept for the text.
-struct Passthrough { std::string name; std::string objectName = {}; };
-// limit, quota, connlimit: a match on traffic the evaluator cannot see.
-struct RateMatch { std::string name; };
-// numgen, hash, rt, exthdr, socket...: `len` bytes (0: to the end) the evaluator cannot know.
-struct OpaqueLoad { std::string name; uint32_t dreg = 0, len = 0; };
-// iptables-nft's xtables expressions: name, revision and the kernel's info struct in host order.
-struct CompatMatch { std::string name; uint32_t revision = 0; Bytes info; };
-struct CompatTarget { std::string name; uint32_t revision = 0; Bytes info; };
-// Anything else: it could match, change registers or decide a verdict.
-struct Unknown { std::string name; };
 
-using Expression = std::variant<PayloadLoad, MetaLoad, MetaSet, CtLoad, CtSet, Fib, Bitwise,
-				Byteorder, Cmp, Range, Lookup, Immediate, ImmediateVerdict, Nat,
-				Counter, Log, Passthrough, RateMatch,
-				OpaqueLoad, CompatMatch, CompatTarget, Unknown>;
-
-// ---- A rule decoded: the values it computes and the statements that use them ----
 // A rule is held by the thousand (upstream's leftover chain has one per CIDR), so its
 // parts are small: statements name reads by index, and a rule's slices are one array.
 
@@ -104,17 +42,16 @@ struct Slice {
 	uint32_t offset = 0, len = 0;
 	bool operator==(const Slice &) const = default;
 };
-using Read = std::vector<Slice>;
 // A read, by its index in the rule (Rule::read).
 using ReadId = uint32_t;
 
-// Where a value comes from.
+// ---- Where a value comes from ----
+
 struct FromPayload { PayloadBase base; uint32_t offset; };
 struct FromMeta { uint32_t key; };
 struct FromCt { uint32_t key; std::optional<uint8_t> direction; };
 struct FromFib { uint32_t flags, result; };
 struct Constant { Bytes bytes; };
-struct Opaque { std::string name; };
 // (source & mask) ^ xor, or a shift; the mask and the xor value are stored together.
 struct Masked {
 	ReadId source;
@@ -127,8 +64,14 @@ struct Masked {
 struct Swapped { ReadId source; bool toNetwork; uint32_t size; };
 // A map's data for `key`; no element breaks the rule, as in the kernel.
 struct MapData { ReadId key; std::string set; };
-using ValueSource = std::variant<FromPayload, FromMeta, FromCt, FromFib, Constant, Opaque,
-				 Masked, Swapped, MapData>;
+// A load only the running kernel knows (numgen, hash, rt, socket, osf, xfrm, exthdr...):
+// the expression, for the text, and what it reads (a hash's input).
+struct OtherLoad {
+	std::shared_ptr<const Expression> load;
+	std::optional<ReadId> input;
+};
+using ValueSource = std::variant<FromPayload, FromMeta, FromCt, FromFib, Constant, Masked, Swapped, MapData,
+				 OtherLoad>;
 
 struct Value {
 	ValueSource source;
@@ -138,22 +81,23 @@ struct Value {
 	uint32_t before = 0;
 };
 
-// The statements, in the rule's order.
+// ---- The statements, in the rule's order ----
+
 struct Compare { ReadId lhs; CmpOp op; Bytes data; };
 // from <= lhs <= to, the two bounds stored together.
 struct InRange {
 	ReadId lhs;
 	bool negated;
 	Bytes bounds;
-	Bytes from() const { return Bytes(bounds.begin(), bounds.begin() + long(bounds.size() / 2)); }
-	Bytes to() const { return Bytes(bounds.begin() + long(bounds.size() / 2), bounds.end()); }
+	std::span<const uint8_t> from() const { return std::span(bounds).first(bounds.size() / 2); }
+	std::span<const uint8_t> to() const { return std::span(bounds).last(bounds.size() / 2); }
 };
 struct InSet { std::string set; ReadId key; bool invert; };
 struct VerdictMap { ReadId key; std::string set; };
 struct SetVerdict { Verdict verdict; };
 // meta KEY set / ct KEY set: the evaluator follows the marks, and nothing else NAT reads.
 struct SetMeta { uint32_t key; ReadId value; };
-struct SetCt { uint32_t key; ReadId value; };
+struct SetCt { uint32_t key; std::optional<uint8_t> direction; ReadId value; };
 // iptables' -m addrtype (revisions 0 and 1): RTN_* type masks of the source and destination.
 struct AddressTypeMatch {
 	uint16_t source = 0, destination = 0;
@@ -166,33 +110,32 @@ struct XtMark { uint32_t value, mask; };
 // for immediates and xtables, a map's data, or anything.
 struct NatStatement {
 	NatKind kind = NatKind::masquerade;
-	bool xtNetmap = false; // iptables' NETMAP, which nft lists by name
+	bool xtables = false; // an iptables target, which nft lists through libxtables
 	uint32_t flags = 0; // NF_NAT_RANGE_*: NETMAP for `snat prefix` and xtables NETMAP
 	std::optional<Family> family = {}; // snat/dnat ip or ip6; nullopt: every family
 	std::optional<ReadId> addressMin = {}, addressMax = {}, portMin = {}, portMax = {};
+	std::string xtName = {}; // the iptables target's name
 };
 struct CounterStatement { uint64_t packets, bytes; };
-// Statements NAT does not depend on, as the listing shows them: `log prefix "x"`,
-// `notrack`, `counter name "x"`, an xtables `comment "..."`.
-struct Note { std::string text; };
-struct RateLimited { std::string name; };
-// What the decoder cannot give a meaning: an xtables match or target it does not know, an
-// unknown expression, registers out of range. A match may match or not; a statement may
-// also change anything and decide the packet's fate. Rare: its words are kept apart.
-struct Undecodable {
-	struct Words {
-		std::string text; // for the rule's listing
-		std::string reason; // why, for "may"
+// A statement the evaluator interprets by its effect alone: a log, a notrack, a named
+// counter (none); a limit, a quota, an xtables match nobody translates (it may not
+// match); an expression nobody understands, registers out of range (it may also decide the
+// packet's fate). Rare: its details are kept apart.
+struct Other {
+	enum class Effect : uint8_t { none, mayNotMatch, mayDecide };
+	struct Detail {
+		Expression expression;
+		std::vector<ReadId> reads; // the registers it reads, in its attributes' order
+		std::string reason; // why the evaluator cannot tell ("" for Effect::none)
 	};
-	bool mayDecide = true;
-	std::shared_ptr<const Words> words;
-	const std::string &text() const { return words->text; }
-	const std::string &reason() const { return words->reason; }
+	Effect effect = Effect::none;
+	std::shared_ptr<const Detail> detail;
+	const Expression &expression() const { return detail->expression; }
+	const std::string &reason() const { return detail->reason; }
 };
 
 using Statement = std::variant<Compare, InRange, InSet, VerdictMap, SetVerdict, SetMeta, SetCt,
-			       AddressTypeMatch, XtMark, NatStatement, CounterStatement, Note,
-			       RateLimited, Undecodable>;
+			       AddressTypeMatch, XtMark, NatStatement, CounterStatement, Other>;
 
 struct Rule {
 	uint64_t handle = 0;
@@ -231,7 +174,8 @@ struct Chain {
 bool isNatPostrouting(const Chain &chain);
 
 // An element as nf_tables dumps it. Interval sets hold boundaries: a start element opens a
-// range that the next end element (the first key past it) closes.
+// range that the next end element (the first key past it) closes; a concatenation of
+// ranges holds both ends in one element.
 struct SetElement {
 	Bytes key;
 	Bytes keyEnd = {}; // NFTA_SET_ELEM_KEY_END (concatenated ranges)
@@ -248,12 +192,21 @@ class Set
 public:
 	std::string name;
 	uint32_t flags = 0; // NFT_SET_* flags
-	uint32_t keyType = 0, keyLen = 0, dataType = 0, dataLen = 0;
+	uint32_t keyType = 0, keyLen = 0, dataType = 0, dataLen = 0; // nft's datatype ids, bytes
+	// What nft keeps in the set's user data to list it: the byte order of integer keys
+	// and data (nft's enum byteorder, 0 when not said) and whether the data are ranges.
+	uint32_t keyByteorder = 0, dataByteorder = 0;
+	bool dataInterval = false;
 
-	// False: the set cannot be searched (a limit stopped the read, it changes by itself,
-	// its elements have another shape); every lookup in it "may", and this says why.
+	// Not empty: the set cannot be searched (a limit stopped the read, it changes by
+	// itself, its elements have another shape, it holds concatenated ranges); every
+	// lookup in it "may", and this says why.
 	const std::string &unusable() const { return unusable_; }
+	// Drops its elements: it can be neither searched nor listed.
 	void markUnusable(std::string why);
+	// Whether the elements were kept (for the text): all but concatenated ranges are,
+	// while the set is usable.
+	bool holdsElements() const { return holdsElements_; }
 
 	// Adds one element; another shape than the set's makes it unusable.
 	void add(const SetElement &element);
@@ -261,14 +214,19 @@ public:
 
 	size_t size() const { return intervalEnds_.size(); }
 	std::span<const uint8_t> key(size_t i) const { return {keys_.data() + i * keyLen, keyLen}; }
-	// A map's value of element i; empty for a set that holds none (declared with a data
-	// length but not as a map: nothing was kept of its elements' data).
+	// A concatenation of ranges: the element's last key (empty for other sets).
+	std::span<const uint8_t> keyEnd(size_t i) const
+	{
+		return keyEnds_.empty() ? std::span<const uint8_t>() : std::span(keyEnds_.data() + i * keyLen, keyLen);
+	}
+	// A map's value of element i; empty for a set that holds none.
 	std::span<const uint8_t> data(size_t i) const
 	{
 		return data_.empty() ? std::span<const uint8_t>() : std::span(data_.data() + i * dataLen, dataLen);
 	}
 	bool intervalEnd(size_t i) const { return intervalEnds_[i] != 0; }
 	const Verdict *verdict(size_t i) const;
+	bool isVerdictMap() const;
 	// The element `key` (keyLen bytes) falls in, the catch-all, or nullopt; kCatchAll for it.
 	static constexpr size_t kCatchAll = SIZE_MAX;
 	std::optional<size_t> find(std::span<const uint8_t> key) const;
@@ -281,13 +239,12 @@ public:
 	size_t bytes() const;
 
 private:
-	bool isVerdictMap() const;
-
-	Bytes keys_, data_;
+	Bytes keys_, keyEnds_, data_;
 	std::vector<uint8_t> intervalEnds_;
 	std::vector<uint32_t> verdictIndex_; // per element of a verdict map, into verdicts_
 	std::vector<Verdict> verdicts_;
 	bool hasCatchAll_ = false;
+	bool holdsElements_ = true;
 	Bytes catchAllData_;
 	std::optional<uint32_t> catchAllVerdict_;
 	std::string unusable_;
@@ -313,4 +270,4 @@ struct NatRuleset {
 	std::vector<Table> tables;
 };
 
-} // namespace ipmasq::nat
+} // namespace ipmasq::nft

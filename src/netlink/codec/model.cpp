@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The node's NAT as data: names, look-ups, and sets held sorted for search.
-#include "ip-masq-agent/other_tables/model.h"
+#include "ip-masq-agent/netlink/codec/model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-namespace ipmasq::nat {
+namespace ipmasq::nft {
 
 const char *tableFamilyName(TableFamily family)
 {
@@ -100,11 +100,12 @@ bool Set::isVerdictMap() const
 
 void Set::markUnusable(std::string why)
 {
-	if (!unusable_.empty())
-		return;
-	unusable_ = std::move(why);
-	// Nothing can be searched: keep no elements (a partial set could only mislead).
+	if (unusable_.empty())
+		unusable_ = std::move(why);
+	// Nothing can be searched or listed: keep no elements (a partial set could only mislead).
+	holdsElements_ = false;
 	keys_ = {};
+	keyEnds_ = {};
 	data_ = {};
 	intervalEnds_ = {};
 	verdictIndex_ = {};
@@ -113,7 +114,7 @@ void Set::markUnusable(std::string why)
 
 void Set::add(const SetElement &e)
 {
-	if (!unusable_.empty())
+	if (!holdsElements_)
 		return;
 	const bool map = (flags & NFT_SET_MAP) && !isVerdictMap();
 	if (e.catchAll) {
@@ -124,9 +125,12 @@ void Set::add(const SetElement &e)
 		return;
 	}
 	const bool hasData = !e.intervalEnd && map;
-	if (e.key.size() != keyLen || !e.keyEnd.empty() || (hasData && e.data.size() != dataLen))
+	const bool ranges = (flags & NFT_SET_INTERVAL) && (flags & NFT_SET_CONCAT);
+	if (e.key.size() != keyLen || e.keyEnd.size() != (ranges ? keyLen : 0) ||
+	    (hasData && e.data.size() != dataLen))
 		return markUnusable(fmt::format("set {} holds elements of another shape", name));
 	keys_.insert(keys_.end(), e.key.begin(), e.key.end());
+	keyEnds_.insert(keyEnds_.end(), e.keyEnd.begin(), e.keyEnd.end());
 	intervalEnds_.push_back(e.intervalEnd ? 1 : 0);
 	if (hasData)
 		data_.insert(data_.end(), e.data.begin(), e.data.end());
@@ -139,12 +143,13 @@ void Set::add(const SetElement &e)
 
 void Set::finish()
 {
-	if (!unusable_.empty())
+	if (!holdsElements_)
 		return;
 	if (flags & (NFT_SET_EVAL | NFT_SET_TIMEOUT))
 		return markUnusable(fmt::format("set {} changes by itself (dynamic or with timeouts)", name));
+	// The text lists them; the evaluator does not search them.
 	if ((flags & NFT_SET_INTERVAL) && (flags & NFT_SET_CONCAT))
-		return markUnusable(fmt::format("set {} holds concatenated ranges", name));
+		unusable_ = fmt::format("set {} holds concatenated ranges", name);
 	// By key; an end before a start at the same key: a range that starts where another
 	// ends wins, as in the kernel's interval tree.
 	std::vector<uint32_t> order(size());
@@ -154,10 +159,12 @@ void Set::finish()
 		return d != 0 ? d < 0 : (intervalEnds_[a] && !intervalEnds_[b]);
 	});
 	permute(keys_, order, keyLen);
+	permute(keyEnds_, order, keyLen);
 	permute(data_, order, dataLen);
 	permute(intervalEnds_, order, 1);
 	permute(verdictIndex_, order, 1);
 	keys_.shrink_to_fit();
+	keyEnds_.shrink_to_fit();
 	data_.shrink_to_fit();
 }
 
@@ -196,11 +203,11 @@ std::optional<size_t> Set::find(std::span<const uint8_t> k) const
 
 size_t Set::bytes() const
 {
-	size_t total = keys_.capacity() + data_.capacity() + intervalEnds_.capacity() +
+	size_t total = keys_.capacity() + keyEnds_.capacity() + data_.capacity() + intervalEnds_.capacity() +
 		       4 * verdictIndex_.capacity();
 	for (const Verdict &v : verdicts_)
 		total += sizeof(Verdict) + v.chain.capacity();
 	return total + sizeof(Set);
 }
 
-} // namespace ipmasq::nat
+} // namespace ipmasq::nft

@@ -1,15 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Reading the node's NAT: other tables with dump requests, one table at a time and each
 // consistently, within a memory budget; the agent's own table from the backend's encoding.
-#include "ip-masq-agent/other_tables/reader.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 
 #include <cerrno>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sys/stat.h>
 
 #include <linux/netfilter.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -21,10 +19,10 @@
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/socket.h"
-#include "ip-masq-agent/other_tables/decoder.h"
+#include "ip-masq-agent/netlink/codec/decoder.h"
 #include "ip-masq-agent/overloaded.h"
 
-namespace ipmasq::nat {
+namespace ipmasq::nft {
 
 namespace {
 
@@ -45,213 +43,10 @@ uint16_t nfprotoOf(TableFamily family)
 	return family == TableFamily::ip ? NFPROTO_IPV4 : family == TableFamily::ip6 ? NFPROTO_IPV6 : NFPROTO_INET;
 }
 
-// ---- Expressions as libnftnl parsed them ----
-
-uint32_t u32(const nftnl_expr *e, uint16_t attr)
-{
-	return nftnl_expr_is_set(e, attr) ? nftnl_expr_get_u32(e, attr) : 0;
-}
-
-std::optional<uint32_t> optU32(const nftnl_expr *e, uint16_t attr)
-{
-	return nftnl_expr_is_set(e, attr) ? std::optional(nftnl_expr_get_u32(e, attr)) : std::nullopt;
-}
-
-Bytes data(const nftnl_expr *e, uint16_t attr)
-{
-	uint32_t len = 0;
-	const auto *p = static_cast<const uint8_t *>(nftnl_expr_get(e, attr, &len));
-	return p ? Bytes(p, p + len) : Bytes();
-}
-
-Verdict verdictOf(int32_t code, const char *chain)
-{
-	switch (code) {
-	case NF_ACCEPT: return {VerdictCode::accept, {}};
-	case NF_DROP: return {VerdictCode::drop, {}};
-	case NF_STOLEN: return {VerdictCode::stolen, {}};
-	case NFT_CONTINUE: return {VerdictCode::continueRule, {}};
-	case NFT_BREAK: return {VerdictCode::breakRule, {}};
-	case NFT_JUMP: return {VerdictCode::jump, stringOf(chain)};
-	case NFT_GOTO: return {VerdictCode::goTo, stringOf(chain)};
-	case NFT_RETURN: return {VerdictCode::returnToCaller, {}};
-	default: return {VerdictCode::queue, {}}; // NF_QUEUE carries the queue number in its upper bits
-	}
-}
-
-Expression payload(const nftnl_expr *e)
-{
-	if (nftnl_expr_is_set(e, NFTNL_EXPR_PAYLOAD_SREG))
-		return Unknown{"payload set"}; // rewrites the packet
-	static constexpr PayloadBase kBases[] = {PayloadBase::link, PayloadBase::network,
-						 PayloadBase::transport, PayloadBase::inner};
-	const uint32_t base = u32(e, NFTNL_EXPR_PAYLOAD_BASE);
-	if (base >= std::size(kBases))
-		return Unknown{fmt::format("payload base {}", base)};
-	return PayloadLoad{kBases[base], u32(e, NFTNL_EXPR_PAYLOAD_OFFSET), u32(e, NFTNL_EXPR_PAYLOAD_LEN),
-			   u32(e, NFTNL_EXPR_PAYLOAD_DREG)};
-}
-
-Expression meta(const nftnl_expr *e)
-{
-	const uint32_t key = u32(e, NFTNL_EXPR_META_KEY);
-	if (nftnl_expr_is_set(e, NFTNL_EXPR_META_DREG))
-		return MetaLoad{key, u32(e, NFTNL_EXPR_META_DREG)};
-	return MetaSet{key, u32(e, NFTNL_EXPR_META_SREG)};
-}
-
-Expression ct(const nftnl_expr *e)
-{
-	const uint32_t key = u32(e, NFTNL_EXPR_CT_KEY);
-	if (!nftnl_expr_is_set(e, NFTNL_EXPR_CT_DREG))
-		return CtSet{key, u32(e, NFTNL_EXPR_CT_SREG)};
-	std::optional<uint8_t> dir;
-	if (nftnl_expr_is_set(e, NFTNL_EXPR_CT_DIR))
-		dir = nftnl_expr_get_u8(e, NFTNL_EXPR_CT_DIR);
-	return CtLoad{key, dir, u32(e, NFTNL_EXPR_CT_DREG)};
-}
-
-Expression bitwise(const nftnl_expr *e)
-{
-	const uint32_t op = u32(e, NFTNL_EXPR_BITWISE_OP);
-	Bitwise b{op == NFT_BITWISE_LSHIFT ? BitwiseOp::leftShift
-		  : op == NFT_BITWISE_RSHIFT ? BitwiseOp::rightShift : BitwiseOp::boolean,
-		  u32(e, NFTNL_EXPR_BITWISE_SREG), u32(e, NFTNL_EXPR_BITWISE_DREG),
-		  u32(e, NFTNL_EXPR_BITWISE_LEN), data(e, NFTNL_EXPR_BITWISE_MASK),
-		  data(e, NFTNL_EXPR_BITWISE_XOR), 0};
-	const Bytes shift = data(e, NFTNL_EXPR_BITWISE_DATA);
-	if (shift.size() >= 4)
-		std::memcpy(&b.shift, shift.data(), 4);
-	return b;
-}
-
-Expression cmp(const nftnl_expr *e)
-{
-	static constexpr CmpOp kOps[] = {CmpOp::eq, CmpOp::neq, CmpOp::lt, CmpOp::lte, CmpOp::gt, CmpOp::gte};
-	const uint32_t op = u32(e, NFTNL_EXPR_CMP_OP);
-	if (op >= std::size(kOps))
-		return Unknown{fmt::format("cmp op {}", op)};
-	return Cmp{u32(e, NFTNL_EXPR_CMP_SREG), kOps[op], data(e, NFTNL_EXPR_CMP_DATA)};
-}
-
-Expression immediate(const nftnl_expr *e)
-{
-	const uint32_t dreg = u32(e, NFTNL_EXPR_IMM_DREG);
-	if (dreg != NFT_REG_VERDICT)
-		return Immediate{dreg, data(e, NFTNL_EXPR_IMM_DATA)};
-	const auto code = static_cast<int32_t>(u32(e, NFTNL_EXPR_IMM_VERDICT));
-	return ImmediateVerdict{verdictOf(code, nftnl_expr_get_str(e, NFTNL_EXPR_IMM_CHAIN))};
-}
-
-Expression objref(const nftnl_expr *e)
-{
-	if (nftnl_expr_is_set(e, NFTNL_EXPR_OBJREF_SET_NAME))
-		return Unknown{"objref map"};
-	switch (u32(e, NFTNL_EXPR_OBJREF_IMM_TYPE)) {
-	case NFT_OBJECT_COUNTER:
-		return Passthrough{"counter name", stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_OBJREF_IMM_NAME))};
-	case NFT_OBJECT_QUOTA: return RateMatch{"quota"};
-	case NFT_OBJECT_LIMIT: return RateMatch{"limit"};
-	default: return Unknown{"objref"};
-	}
-}
-
-// Loads whose value only the running kernel knows: the register and its width.
-std::optional<Expression> opaqueLoad(const std::string &name, const nftnl_expr *e)
-{
-	static const std::map<std::string, std::pair<uint16_t, uint32_t>> kLoads = {
-		{"numgen", {NFTNL_EXPR_NG_DREG, 4}},	 {"hash", {NFTNL_EXPR_HASH_DREG, 4}},
-		{"rt", {NFTNL_EXPR_RT_DREG, 16}},	 {"socket", {NFTNL_EXPR_SOCKET_DREG, 4}},
-		{"osf", {NFTNL_EXPR_OSF_DREG, 16}},	 {"xfrm", {NFTNL_EXPR_XFRM_DREG, 16}},
-		{"tunnel", {NFTNL_EXPR_TUNNEL_DREG, 4}}, {"exthdr", {NFTNL_EXPR_EXTHDR_DREG, 0}},
-	};
-	const auto it = kLoads.find(name);
-	if (it == kLoads.end() || !nftnl_expr_is_set(e, it->second.first))
-		return std::nullopt; // not a load (exthdr and others can also write)
-	const uint32_t len = name == "exthdr" ? u32(e, NFTNL_EXPR_EXTHDR_LEN) : it->second.second;
-	return OpaqueLoad{name, nftnl_expr_get_u32(e, it->second.first), len};
-}
-
-// Anonymous sets of a batch are known by their id until the kernel names them.
-using SetNames = std::map<uint32_t, std::string>;
-
-Expression convert(const nftnl_expr *e, const SetNames &batchSets)
-{
-	const std::string name = stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_NAME));
-	if (name == "payload") return payload(e);
-	if (name == "meta") return meta(e);
-	if (name == "ct") return ct(e);
-	if (name == "fib")
-		return Fib{u32(e, NFTNL_EXPR_FIB_FLAGS), u32(e, NFTNL_EXPR_FIB_RESULT), u32(e, NFTNL_EXPR_FIB_DREG)};
-	if (name == "bitwise") return bitwise(e);
-	if (name == "byteorder")
-		return Byteorder{u32(e, NFTNL_EXPR_BYTEORDER_OP) == NFT_BYTEORDER_HTON,
-				 u32(e, NFTNL_EXPR_BYTEORDER_SREG), u32(e, NFTNL_EXPR_BYTEORDER_DREG),
-				 u32(e, NFTNL_EXPR_BYTEORDER_LEN), u32(e, NFTNL_EXPR_BYTEORDER_SIZE)};
-	if (name == "cmp") return cmp(e);
-	if (name == "range")
-		return Range{u32(e, NFTNL_EXPR_RANGE_SREG), u32(e, NFTNL_EXPR_RANGE_OP) == NFT_RANGE_NEQ,
-			     data(e, NFTNL_EXPR_RANGE_FROM_DATA), data(e, NFTNL_EXPR_RANGE_TO_DATA)};
-	if (name == "lookup") {
-		std::string set = stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_LOOKUP_SET));
-		if (const auto id = optU32(e, NFTNL_EXPR_LOOKUP_SET_ID); id && batchSets.count(*id))
-			set = batchSets.at(*id);
-		return Lookup{std::move(set), u32(e, NFTNL_EXPR_LOOKUP_SREG), optU32(e, NFTNL_EXPR_LOOKUP_DREG),
-			      (u32(e, NFTNL_EXPR_LOOKUP_FLAGS) & NFT_LOOKUP_F_INV) != 0};
-	}
-	if (name == "immediate") return immediate(e);
-	if (name == "masq")
-		return Nat{NatKind::masquerade, 0, {}, {}, optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MIN),
-			   optU32(e, NFTNL_EXPR_MASQ_REG_PROTO_MAX), u32(e, NFTNL_EXPR_MASQ_FLAGS)};
-	if (name == "nat")
-		return Nat{u32(e, NFTNL_EXPR_NAT_TYPE) == NFT_NAT_DNAT ? NatKind::dnat : NatKind::snat,
-			   u32(e, NFTNL_EXPR_NAT_FAMILY), optU32(e, NFTNL_EXPR_NAT_REG_ADDR_MIN),
-			   optU32(e, NFTNL_EXPR_NAT_REG_ADDR_MAX), optU32(e, NFTNL_EXPR_NAT_REG_PROTO_MIN),
-			   optU32(e, NFTNL_EXPR_NAT_REG_PROTO_MAX), u32(e, NFTNL_EXPR_NAT_FLAGS)};
-	if (name == "redir")
-		return Nat{NatKind::redirect, 0, {}, {}, optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MIN),
-			   optU32(e, NFTNL_EXPR_REDIR_REG_PROTO_MAX), u32(e, NFTNL_EXPR_REDIR_FLAGS)};
-	if (name == "counter")
-		return Counter{nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_PACKETS), nftnl_expr_get_u64(e, NFTNL_EXPR_CTR_BYTES)};
-	if (name == "log") {
-		Log l;
-		if (nftnl_expr_is_set(e, NFTNL_EXPR_LOG_PREFIX))
-			l.prefix = stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_LOG_PREFIX));
-		if (nftnl_expr_is_set(e, NFTNL_EXPR_LOG_GROUP))
-			l.group = nftnl_expr_get_u16(e, NFTNL_EXPR_LOG_GROUP);
-		return l;
-	}
-	if (name == "notrack" || name == "last") return Passthrough{name};
-	if (name == "limit" || name == "quota" || name == "connlimit") return RateMatch{name};
-	if (name == "objref") return objref(e);
-	if (name == "match")
-		return CompatMatch{stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_MT_NAME)), u32(e, NFTNL_EXPR_MT_REV),
-				   data(e, NFTNL_EXPR_MT_INFO)};
-	if (name == "target")
-		return CompatTarget{stringOf(nftnl_expr_get_str(e, NFTNL_EXPR_TG_NAME)), u32(e, NFTNL_EXPR_TG_REV),
-				    data(e, NFTNL_EXPR_TG_INFO)};
-	if (auto load = opaqueLoad(name, e))
-		return *load;
-	return Unknown{name};
-}
-
-std::vector<Expression> expressionsOf(const nftnl_rule *rule, const SetNames &batchSets)
-{
-	std::vector<Expression> out;
-	netlink::ExprIterPtr iter(nftnl_expr_iter_create(rule));
-	if (!iter)
-		throw std::bad_alloc();
-	while (const nftnl_expr *e = nftnl_expr_iter_next(iter.get())) {
-		if (out.size() > kMaxExpressionsPerRule)
-			break; // the decoder says the rule has too many
-		out.push_back(convert(e, batchSets));
-	}
-	return out;
-}
-
 // ---- Sets ----
 
-// A set's declaration; its elements come apart.
+// A set's declaration, with what nft keeps in its user data to list it; its elements
+// come apart.
 Set declaredSet(const nftnl_set *s)
 {
 	const auto get = [s](uint16_t attr) { return nftnl_set_is_set(s, attr) ? nftnl_set_get_u32(s, attr) : 0; };
@@ -262,6 +57,11 @@ Set declaredSet(const nftnl_set *s)
 	set.keyLen = get(NFTNL_SET_KEY_LEN);
 	set.dataType = get(NFTNL_SET_DATA_TYPE);
 	set.dataLen = get(NFTNL_SET_DATA_LEN);
+	uint32_t len = 0;
+	const void *udata = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &len);
+	set.keyByteorder = netlink::userdataU32(udata, len, NFTNL_UDATA_SET_KEYBYTEORDER);
+	set.dataByteorder = netlink::userdataU32(udata, len, NFTNL_UDATA_SET_DATABYTEORDER);
+	set.dataInterval = netlink::userdataU32(udata, len, NFTNL_UDATA_SET_DATA_INTERVAL) != 0;
 	return set;
 }
 
@@ -300,7 +100,7 @@ int collectElement(nftnl_set_elem *elem, void *arg)
 		e.data = elementBytes(elem, NFTNL_SET_ELEM_DATA);
 		if (nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_VERDICT))
 			e.verdict = verdictOf(static_cast<int32_t>(nftnl_set_elem_get_u32(elem, NFTNL_SET_ELEM_VERDICT)),
-					      nftnl_set_elem_get_str(elem, NFTNL_SET_ELEM_CHAIN)); // null when unset
+					      stringOf(nftnl_set_elem_get_str(elem, NFTNL_SET_ELEM_CHAIN)));
 		sink->set->add(e);
 		return 0;
 	} catch (...) {
@@ -329,7 +129,7 @@ size_t ruleBytes(const Rule &rule)
 		       rule.slices.capacity() * sizeof(Slice) + rule.reads.capacity() * sizeof(rule.reads[0]);
 	const auto heap = Overloaded{
 		[](const Constant &c) { return heapBytes(c.bytes); },
-		[](const Opaque &o) { return heapBytes(o.name); },
+		[](const OtherLoad &) { return sizeof(Expression) + 32; },
 		[](const Masked &m) { return heapBytes(m.maskAndXor); },
 		[](const MapData &m) { return heapBytes(m.set); },
 		[](const Compare &c) { return heapBytes(c.data); },
@@ -337,10 +137,8 @@ size_t ruleBytes(const Rule &rule)
 		[](const InSet &in) { return heapBytes(in.set); },
 		[](const VerdictMap &v) { return heapBytes(v.set); },
 		[](const SetVerdict &v) { return heapBytes(v.verdict.chain); },
-		[](const Note &n) { return heapBytes(n.text); },
-		[](const RateLimited &r) { return heapBytes(r.name); },
-		[](const Undecodable &u) {
-			return sizeof(Undecodable::Words) + 32 + heapBytes(u.text()) + heapBytes(u.reason());
+		[](const Other &o) {
+			return sizeof(Other::Detail) + 32 + 4 * o.detail->reads.capacity() + heapBytes(o.reason());
 		},
 		[](const auto &) { return size_t(0); },
 	};
@@ -590,7 +388,8 @@ Status Reader::readRules(Table &table, Chain &chain, std::vector<std::string> &r
 			if (++rules_ > limits_.maxRules)
 				return overBudget("rules", limits_.maxRules);
 			Rule rule = decodeRule(table, nftnl_rule_get_u64(r.get(), NFTNL_RULE_HANDLE),
-					       expressionsOf(r.get(), {}), ruleComment(r.get()));
+					       decodeRuleExpressions(r.get(), kMaxExpressionsPerRule + 1),
+					       ruleComment(r.get()));
 			if ((bytes_ += ruleBytes(rule)) > limits_.maxBytes)
 				return overBudget("bytes of sets and rules", limits_.maxBytes);
 			for (const Statement &st : rule.statements)
@@ -602,6 +401,12 @@ Status Reader::readRules(Table &table, Chain &chain, std::vector<std::string> &r
 						   },
 						   [&](const VerdictMap &m) { sets.push_back(m.set); },
 						   [&](const InSet &in) { sets.push_back(in.set); },
+						   [&](const Other &o) { // a map of objects, an update's set: for the text
+							   if (const auto *d = std::get_if<Dynset>(&o.expression()))
+								   sets.push_back(d->set);
+							   else if (const auto *r = std::get_if<Objref>(&o.expression()); r && r->set)
+								   sets.push_back(*r->set);
+						   },
 						   [&](const auto &) {},
 					   },
 					   st);
@@ -745,11 +550,6 @@ Result<NatRuleset> Reader::read()
 
 } // namespace
 
-std::vector<Expression> expressionsOf(const nftnl_rule *rule)
-{
-	return expressionsOf(rule, {});
-}
-
 std::string ruleComment(const nftnl_rule *rule)
 {
 	uint32_t len = 0;
@@ -765,6 +565,20 @@ Result<NatRuleset> readNatRuleset(const NatReadLimits &limits)
 	return ruleset;
 }
 
+namespace {
+
+// A rule of the agent's batch, its look-ups naming the sets the kernel would name.
+std::vector<Expression> withSetNames(const nftnl_rule *rule, const std::map<uint32_t, std::string> &batchSets)
+{
+	std::vector<Expression> expressions = decodeRuleExpressions(rule, kMaxExpressionsPerRule + 1);
+	for (Expression &e : expressions)
+		if (auto *lookup = std::get_if<Lookup>(&e); lookup && lookup->setId && batchSets.count(*lookup->setId))
+			lookup->set = batchSets.at(*lookup->setId);
+	return expressions;
+}
+
+} // namespace
+
 Result<Table> agentTable(const Ruleset &ruleset)
 {
 	auto encoded = netlink::encodeRuleset(ruleset);
@@ -772,7 +586,7 @@ Result<Table> agentTable(const Ruleset &ruleset)
 		return fail(encoded.error());
 	Table table{TableFamily::inet, ruleset.table, {}, {}};
 	// Sets as the kernel holds them; anonymous ones get the names the kernel would give.
-	SetNames batchSets;
+	std::map<uint32_t, std::string> batchSets; // by the id that names them in the batch
 	const auto addSet = [&](const netlink::EncodedSet &encoded) {
 		Set set = declaredSet(encoded.set.get());
 		if (set.flags & NFT_SET_ANONYMOUS) {
@@ -799,39 +613,11 @@ Result<Table> agentTable(const Ruleset &ruleset)
 			chain.base = BaseHook{"nat", NF_INET_POST_ROUTING, desired.hook->priority, VerdictCode::accept};
 		uint64_t handle = 0;
 		for (const netlink::EncodedRule &rule : encoded->chains[c].rules)
-			chain.rules.push_back(decodeRule(table, ++handle, expressionsOf(rule.rule.get(), batchSets),
+			chain.rules.push_back(decodeRule(table, ++handle, withSetNames(rule.rule.get(), batchSets),
 							 ruleComment(rule.rule.get())));
 		table.chains.push_back(std::move(chain));
 	}
 	return table;
 }
 
-Result<LegacyNat> legacyNatTables(const std::string &procNet)
-{
-	const auto lists = [&procNet](const char *file) -> Result<bool> {
-		const std::string path = procNet + "/" + file;
-		struct stat st;
-		if (stat(path.c_str(), &st) != 0) {
-			if (errno == ENOENT)
-				return false; // the module is not loaded
-			return fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)), errno);
-		}
-		std::ifstream in(path);
-		if (!in)
-			return fail(fmt::format("cannot read {}", path), EIO);
-		std::string line;
-		for (int lines = 0; lines < 1000 && std::getline(in, line); lines++)
-			if (line == "nat")
-				return true;
-		return false;
-	};
-	auto v4 = lists("ip_tables_names");
-	if (!v4)
-		return fail(v4.error());
-	auto v6 = lists("ip6_tables_names");
-	if (!v6)
-		return fail(v6.error());
-	return LegacyNat{*v4, *v6};
-}
-
-} // namespace ipmasq::nat
+} // namespace ipmasq::nft

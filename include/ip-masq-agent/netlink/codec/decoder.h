@@ -12,26 +12,17 @@
 #include <span>
 #include <string>
 
-#include "ip-masq-agent/other_tables/model.h"
+#include "ip-masq-agent/netlink/codec/model.h"
 
-namespace ipmasq::nat {
+namespace ipmasq::nft {
 
 // The kernel allows 128 expressions per rule; beyond this many the rest is undecodable.
 inline constexpr size_t kMaxExpressionsPerRule = 256;
 
-// A meta or ct key (NFT_META_*, NFT_CT_*) as nft names it, and how many bytes a load of
-// it writes. A key the table does not know has no name and fills a whole register.
-struct LoadKey {
-	const char *name; // nullptr: not known here
-	uint32_t len;
-};
-LoadKey metaKey(uint32_t key);
-LoadKey ctKey(uint32_t key);
-
 // Decodes one rule of `table`, whose sets (read before its rules) give how many bytes a
-// look-up reads and a map writes. Any input decodes: what has no meaning becomes an
-// Undecodable statement, and decoding stops there.
+// look-up reads and a map writes. Any input decodes: what has no meaning becomes an Other
+// statement that may decide anything, and decoding stops there.
 Rule decodeRule(const Table &table, uint64_t handle, std::span<const Expression> expressions,
 		std::string comment = {});
 
-} // namespace ipmasq::nat
+} // namespace ipmasq::nft

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The node's NAT into model.h, through one decoder: other tables read from the kernel
+// The node's NAT into codec/model.h, through one decoder: other tables read from the kernel
 // (the tables of families ip, ip6 and inet that have a nat postrouting base chain, the
 // chains those reach, the sets they look up), and the agent's own table linearized from
 // the desired ruleset by the backend's encoder and read back from those objects, as nft
@@ -12,10 +12,10 @@
 
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/handles.h"
-#include "ip-masq-agent/other_tables/model.h"
+#include "ip-masq-agent/netlink/codec/model.h"
 #include "ip-masq-agent/ruleset.h"
 
-namespace ipmasq::nat {
+namespace ipmasq::nft {
 
 // What one read may cost. A table beyond a bound is kept with its nat postrouting base
 // chains only (no rules, no sets) and marked unreadable: the evaluator meets it where it
@@ -46,19 +46,7 @@ Result<NatRuleset> readNatRuleset(const NatReadLimits &limits = {});
 // backend's encoder (netlink/objects.h) and decoded by decoder.h, sets and all.
 Result<Table> agentTable(const Ruleset &ruleset);
 
-// A rule's expressions as libnftnl parsed them, and its nft comment: for readers of a
-// rule outside this file (the backend's read-back of the agent's SNAT rules).
-std::vector<Expression> expressionsOf(const nftnl_rule *rule);
+// A rule's nft comment (its user data), for readers of a rule outside this file.
 std::string ruleComment(const nftnl_rule *rule);
 
-// Legacy iptables (x_tables) keeps its tables out of nf_tables, where nothing here sees
-// them; /proc/net/ip_tables_names and ip6_tables_names list the ones that exist in this
-// network namespace. `procNet` is /proc/net (a test may point elsewhere); a missing file
-// means the module is not loaded.
-struct LegacyNat {
-	bool ipv4 = false; // an ip_tables nat table exists
-	bool ipv6 = false; // an ip6_tables nat table exists
-};
-Result<LegacyNat> legacyNatTables(const std::string &procNet = "/proc/net");
-
-} // namespace ipmasq::nat
+} // namespace ipmasq::nft

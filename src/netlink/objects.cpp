@@ -254,7 +254,8 @@ private:
 	uint32_t encodePortSelection(EncodedRule &out, const std::optional<Family> &family,
 				     const std::optional<PortRange> &toPorts,
 				     const std::optional<RandomSample> &sample, bool fullyRandom);
-	void lookup(uint32_t sreg, const std::string &set, bool inverted = false);
+	// A lookup of a named set, or (`id`) of one the same batch declares.
+	void lookup(uint32_t sreg, const std::string &set, bool inverted = false, uint32_t id = 0);
 	void interfaceLookup(const std::string &set);
 	// The rule's counter (the one encodeRule is at), if any: every statement's encoder
 	// calls this right before its verdict or NAT, where nft puts "counter name".
@@ -487,12 +488,12 @@ void Encoder::ruleCounter()
 		expressions_.push_back(nft::Objref{.type = NFT_OBJECT_COUNTER, .name = ruleCounter_});
 }
 
-void Encoder::lookup(uint32_t sreg, const std::string &set, bool inverted)
+void Encoder::lookup(uint32_t sreg, const std::string &set, bool inverted, uint32_t id)
 {
 	nft::Lookup l{.set = set, .sreg = sreg};
 	// A non-zero id ties it to a set of the same batch; 0 names an existing set only.
-	if (const uint32_t id = setIdOf(set))
-		l.setId = id;
+	if (const uint32_t batchId = id ? id : setIdOf(set))
+		l.setId = batchId;
 	if (inverted)
 		l.flags = NFT_LOOKUP_F_INV;
 	expressions_.push_back(std::move(l));
@@ -561,10 +562,11 @@ uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<Fami
 	if (toPorts) {
 		// meta l4proto { tcp, udp, sctp }: an anonymous constant set per rule.
 		EncodedSet protocols = encodeProtocolSet(out.description);
+		const uint32_t id = nftnl_set_get_u32(protocols.set.get(), NFTNL_SET_ID);
 		const std::string name = nftnl_set_get_str(protocols.set.get(), NFTNL_SET_NAME);
 		out.anonymousSets.push_back(std::move(protocols));
 		expressions_.push_back(metaLoad(NFT_META_L4PROTO));
-		lookup(kReg1, name);
+		lookup(kReg1, name, false, id);
 	}
 	if (sample) {
 		// numgen random mod M < B: the random number is host-endian, nft converts it

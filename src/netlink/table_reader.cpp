@@ -138,6 +138,8 @@ size_t ruleBytes(const Rule &rule)
 		[](const VerdictMap &v) { return heapBytes(v.set); },
 		[](const SetVerdict &v) { return heapBytes(v.verdict.chain); },
 		[](const Other &o) {
+			if (o.detail == commentMatch().detail)
+				return size_t(0); // shared by every rule
 			return sizeof(Other::Detail) + 32 + 4 * o.detail->reads.capacity() + heapBytes(o.reason());
 		},
 		[](const auto &) { return size_t(0); },

@@ -46,7 +46,7 @@
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/other_tables/conflicts.h"
-#include "ip-masq-agent/other_tables/reader.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
@@ -1012,20 +1012,20 @@ ConflictRow measureConflictPass(const std::string &label, const DesiredState &de
 	row.label = label;
 	const auto addresses = require(readNodeAddresses(), "reading the node's addresses");
 	const nat::NodeAddresses node{addresses, true};
-	nat::NatReadLimits limits;
+	nft::NatReadLimits limits;
 	limits.skipInetTable = desired.ruleset.table;
 	CheckLimits budget;
 	budget.maxSteps = ConflictCheck::kStepsPerPass;
 	const auto deadline = Clock::now() + std::chrono::seconds(20);
 	for (size_t run = 0; run < 9 && (run < 3 || Clock::now() < deadline); run++) {
 		const double cpuStart = processCpuMs();
-		std::optional<nat::Table> agent;
+		std::optional<nft::Table> agent;
 		row.linearize.ms.push_back(wallMs([&] {
-			agent = require(nat::agentTable(desired.ruleset), "linearizing the agent's table");
+			agent = require(nft::agentTable(desired.ruleset), "linearizing the agent's table");
 		}));
-		std::optional<nat::NatRuleset> ruleset;
+		std::optional<nft::NatRuleset> ruleset;
 		row.read.ms.push_back(wallMs([&] {
-			ruleset = require(nat::readNatRuleset(limits), "reading other tables' NAT");
+			ruleset = require(nft::readNatRuleset(limits), "reading other tables' NAT");
 		}));
 		ConflictCycle cycle;
 		std::optional<std::vector<NatConflict>> found;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Test support: other tables' NAT built as data. Rules are written in the kernel's encoding
-// (nat::Expression, as `nft --debug=netlink` shows what nft and iptables-nft emit), sets
-// with the nat::Set API as the kernel holds them, and tables come back decoded by the real
-// decoder (decoder.h), exactly as the reader would hand them to the evaluator.
+// (nft::Expression, as `nft --debug=netlink` shows what nft and iptables-nft emit), sets
+// with the nft::Set API as the kernel holds them, and tables come back decoded by the real
+// decoder (codec/decoder.h), exactly as the reader would hand them to the evaluator.
 #pragma once
 
 #include <cstring>
@@ -20,13 +20,15 @@
 #include <linux/netfilter/xt_addrtype.h>
 
 #include "ip-masq-agent/cidr.h"
-#include "ip-masq-agent/other_tables/decoder.h"
+#include "ip-masq-agent/netlink/codec/decoder.h"
+#include "ip-masq-agent/netlink/codec/model.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/other_tables/model.h"
-#include "ip-masq-agent/other_tables/reader.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
-namespace ipmasq::nat::build {
+namespace ipmasq::nft::build {
+
+using nat::Packet;
 
 inline Address addr(const std::string &text)
 {
@@ -73,7 +75,7 @@ inline Bytes ifnameBytes(const std::string &name)
 
 inline Expression payload(PayloadBase base, uint32_t offset, uint32_t len, uint32_t dreg = NFT_REG_1)
 {
-	return PayloadLoad{base, offset, len, dreg};
+	return Payload{.base = uint32_t(base), .offset = offset, .len = len, .dreg = dreg};
 }
 
 // ip saddr / ip daddr into `dreg`: what `ip saddr ...` loads.
@@ -89,68 +91,96 @@ inline Expression ipDaddr(uint32_t dreg = NFT_REG_1)
 
 inline Expression meta(uint32_t key, uint32_t dreg = NFT_REG_1)
 {
-	return MetaLoad{key, dreg};
+	return Meta{.key = key, .dreg = dreg};
+}
+
+inline Expression metaSet(uint32_t key, uint32_t sreg = NFT_REG_1)
+{
+	return Meta{.key = key, .sreg = sreg};
+}
+
+inline Expression ct(uint32_t key, uint32_t dreg = NFT_REG_1, std::optional<uint8_t> direction = std::nullopt)
+{
+	return Ct{.key = key, .direction = direction, .dreg = dreg};
+}
+
+inline Expression ctSet(uint32_t key, uint32_t sreg = NFT_REG_1)
+{
+	return Ct{.key = key, .sreg = sreg};
 }
 
 inline Expression cmp(CmpOp op, Bytes data, uint32_t sreg = NFT_REG_1)
 {
-	return Cmp{sreg, op, std::move(data)};
+	return Cmp{sreg, uint32_t(op), std::move(data)}; // CmpOp follows NFT_CMP_*
+}
+
+inline Expression immediate(Bytes data, uint32_t dreg = NFT_REG_1)
+{
+	return Immediate{.dreg = dreg, .data = std::move(data)};
+}
+
+// dreg = (sreg & mask) ^ xor.
+inline Expression bitwise(Bytes mask, Bytes xorValue, uint32_t sreg = NFT_REG_1, uint32_t dreg = NFT_REG_1)
+{
+	const uint32_t len = static_cast<uint32_t>(mask.size());
+	return Bitwise{.sreg = sreg, .dreg = dreg, .len = len, .mask = std::move(mask), .xorValue = std::move(xorValue)};
 }
 
 // reg 1 = reg 1 & mask (xor 0).
 inline Expression bitwiseAnd(Bytes mask)
 {
-	const uint32_t len = static_cast<uint32_t>(mask.size());
-	return Bitwise{BitwiseOp::boolean, NFT_REG_1, NFT_REG_1, len, std::move(mask), Bytes(len, 0), 0};
+	Bytes zero(mask.size(), 0);
+	return bitwise(std::move(mask), std::move(zero));
 }
 
 inline Expression verdict(VerdictCode code, std::string chain = {})
 {
-	return ImmediateVerdict{{code, std::move(chain)}};
+	Immediate i{.dreg = NFT_REG_VERDICT, .verdict = uint32_t(verdictNumber(code))};
+	if (!chain.empty())
+		i.chain = std::move(chain);
+	return i;
 }
 
 inline Expression lookup(std::string set, uint32_t sreg = NFT_REG_1, bool invert = false)
 {
-	return Lookup{std::move(set), sreg, std::nullopt, invert};
+	Lookup l{.set = std::move(set), .sreg = sreg};
+	if (invert)
+		l.flags = NFT_LOOKUP_F_INV;
+	return l;
 }
 
 inline Expression mapLookup(std::string set, uint32_t dreg, uint32_t sreg = NFT_REG_1)
 {
-	return Lookup{std::move(set), sreg, dreg, false};
+	return Lookup{.set = std::move(set), .sreg = sreg, .dreg = dreg};
 }
 
 inline Expression vmapLookup(std::string set, uint32_t sreg = NFT_REG_1)
 {
-	return Lookup{std::move(set), sreg, NFT_REG_VERDICT, false};
+	return Lookup{.set = std::move(set), .sreg = sreg, .dreg = NFT_REG_VERDICT};
 }
 
 // nft's `masquerade`, with NF_NAT_RANGE_* flags.
 inline Expression masquerade(uint32_t flags = 0)
 {
-	return Nat{NatKind::masquerade, 0, {}, {}, {}, {}, flags};
+	return Masq{.flags = flags ? std::optional(flags) : std::nullopt};
 }
 
 // nft's `snat ip to ...`: the address (range) from registers, NF_NAT_RANGE_* flags.
 inline Expression snatFrom(uint32_t addrMin, std::optional<uint32_t> addrMax = std::nullopt, uint32_t flags = 0,
 			   uint32_t family = NFPROTO_IPV4)
 {
-	Nat n;
-	n.kind = NatKind::snat;
-	n.family = family;
-	n.addrMinReg = addrMin;
-	n.addrMaxReg = addrMax;
-	n.flags = flags; // nft sends only these (netmap, random...); the kernel adds MAP_IPS
-	return n;
+	// nft sends only these flags (netmap, random...); the kernel adds MAP_IPS.
+	return Nat{.type = NFT_NAT_SNAT, .family = family, .addressMin = addrMin, .addressMax = addrMax, .flags = flags};
 }
 
 inline Expression compat(std::string name, uint32_t revision, Bytes info)
 {
-	return CompatMatch{std::move(name), revision, std::move(info)};
+	return Match{std::move(name), revision, std::move(info)};
 }
 
 inline Expression target(std::string name, uint32_t revision = 0, Bytes info = {})
 {
-	return CompatTarget{std::move(name), revision, std::move(info)};
+	return Target{std::move(name), revision, std::move(info)};
 }
 
 // ---- xtables info structs, in host order as the kernel holds them ----
@@ -380,7 +410,7 @@ inline Rule decoded(const Table &in, std::vector<Expression> expressions, std::s
 }
 
 // The agent's own table for a config, as the daemon and --explain get it: the ruleset
-// buildRuleset makes, linearized by the backend's encoder and decoded (reader.h).
+// buildRuleset makes, linearized by the backend's encoder and decoded (table_reader.h).
 inline Table agentTableOf(const Config &config, const RulesetOptions &options = {},
 			  const SubnetAddresses &subnet = {})
 {
@@ -411,4 +441,4 @@ inline Packet packetV6(const std::string &source, const std::string &destination
 	return packetV4(source, destination); // the family comes from the addresses
 }
 
-} // namespace ipmasq::nat::build
+} // namespace ipmasq::nft::build

@@ -23,14 +23,15 @@
 #include "fuzz_support.h"
 #include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/other_tables/conflicts.h"
-#include "ip-masq-agent/other_tables/decoder.h"
+#include "ip-masq-agent/netlink/codec/decoder.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/other_tables/reader.h"
-#include "ip-masq-agent/other_tables/rule_text.h"
+#include "ip-masq-agent/netlink/table_reader.h"
+#include "ip-masq-agent/netlink/codec/rule_text.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
 using namespace ipmasq;
 using namespace ipmasq::nat;
+using namespace ipmasq::nft;
 
 namespace {
 
@@ -217,7 +218,7 @@ Table table(Input &in, uint32_t index)
 	for (uint32_t i = 0; i < sets; i++)
 		t.sets.push_back(set(in, i, chains));
 	for (uint32_t c = 0; c < chains; c++) {
-		nat::Chain chain;
+		nft::Chain chain;
 		chain.name = "c" + std::to_string(c);
 		if (c == 0 || in.below(3) == 0)
 			chain.base = BaseHook{in.below(5) ? "nat" : "filter",
@@ -288,8 +289,8 @@ const Table &configuredAgent()
 
 void checkText(const Table &t)
 {
-	for (const nat::Chain &c : t.chains)
-		for (const nat::Rule &r : c.rules)
+	for (const nft::Chain &c : t.chains)
+		for (const nft::Rule &r : c.rules)
 			fuzz::checkOneLine(ruleText(t, r));
 }
 
@@ -358,7 +359,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	switch (in.below(4)) {
 	case 0: {
 		agent = Table{TableFamily::inet, "ip-masq-agent", {}, {}};
-		nat::Chain chain{"postrouting", BaseHook{"nat", NF_INET_POST_ROUTING, agentPriority, VerdictCode::accept}, {}};
+		nft::Chain chain{"postrouting", BaseHook{"nat", NF_INET_POST_ROUTING, agentPriority, VerdictCode::accept}, {}};
 		if (agentMasquerades)
 			chain.rules.push_back(decodeRule(*agent, 1, std::vector<Expression>{Nat{NatKind::masquerade}}));
 		agent->chains.push_back(std::move(chain));

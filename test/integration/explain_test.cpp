@@ -273,8 +273,8 @@ TEST_CASE("--explain: the node-wide clause names the rules of other tables that 
 		const Explained result = explain(config + " --explain=192.0.2.7");
 		CHECK_THAT(result.out, Catch::Contains("; but table ip nat chain POSTROUTING (priority srcnat, "
 						       "before the agent) may masquerade it: rule handle ") &&
-					       Catch::EndsWith(" (`xt match statistic counter packets 0 bytes 0 "
-							       "masquerade`)\n"));
+					       Catch::EndsWith(" (`meta random & 2147483647 < 1073741824 counter "
+							       "packets 0 bytes 0 masquerade`)\n"));
 	}
 	cleanup();
 }

@@ -77,7 +77,7 @@ bool shows(const Observation &seen, const nat::Outcome &o, bool v4)
 nat::NatVerdict checkAgainstTraffic(const Topology &net, const std::string &destination,
 				    std::optional<uint32_t> mark = 0)
 {
-	const nat::NatRuleset ruleset = readNat();
+	const nft::NatRuleset ruleset = readNat();
 	requireNftText(ruleset);
 	const nat::NatVerdict v = nat::evaluate(ruleset, nullptr, podPacket(destination, mark), nodeAddresses());
 	const bool v4 = destination.find(':') == std::string::npos;

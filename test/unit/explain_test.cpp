@@ -546,7 +546,7 @@ TEST_CASE("the kernel's SNAT rules and interface sets are compared too")
 
 TEST_CASE("the node-wide clause: other tables' rules, legacy tables, no permission")
 {
-	using namespace ipmasq::nat::build;
+	using namespace ipmasq::nft::build;
 	const Config config = fileConfig({entry("198.18.0.0/15", 2), entry("192.0.2.0/24", 3)});
 	ExplainContext context;
 	context.kernel.state = KernelView::State::noPermission;
@@ -555,9 +555,9 @@ TEST_CASE("the node-wide clause: other tables' rules, legacy tables, no permissi
 	// The agent's own rules, as --explain gets them: the desired ruleset linearized.
 	context.otherTables.agent = agentTableOf(config);
 	// kubelet's `! -d 198.18.0.0/16 -m addrtype ! --dst-type LOCAL -j MASQUERADE`.
-	context.otherTables.ruleset = {{table(nat::TableFamily::ip, "nat",
+	context.otherTables.ruleset = {{table(nft::TableFamily::ip, "nat",
 		{baseChain("POSTROUTING", 100,
-			   {rule(7, {payload(nat::PayloadBase::network, 16, 2), cmp(nat::CmpOp::neq, {198, 18}),
+			   {rule(7, {payload(nft::PayloadBase::network, 16, 2), cmp(nft::CmpOp::neq, {198, 18}),
 				     addrtypeV1(0, XT_ADDRTYPE_LOCAL, XT_ADDRTYPE_INVERT_DEST),
 				     xtMasquerade()})})})}};
 
@@ -584,7 +584,7 @@ TEST_CASE("the node-wide clause: other tables' rules, legacy tables, no permissi
 
 TEST_CASE("the node-wide clause with outputAddress: what runs first wins, and what cannot be told is may")
 {
-	using namespace ipmasq::nat::build;
+	using namespace ipmasq::nft::build;
 	Config config = fileConfig({entry("198.18.0.0/15", 2), entry("192.0.2.0/24", 3)});
 	config.outputAddress = parseOutputAddress("203.0.113.7").value();
 	config.outputAddress->origin = Origin{0, 8};
@@ -594,13 +594,13 @@ TEST_CASE("the node-wide clause with outputAddress: what runs first wins, and wh
 	context.node = {{{addr("203.0.113.1"), 24}}, true};
 	context.otherTables.agent = agentTableOf(config);
 	const auto postrouting = [](std::vector<WireRule> rules) {
-		return nat::NatRuleset{{table(nat::TableFamily::ip, "nat", {baseChain("POSTROUTING", 100, std::move(rules))})}};
+		return nft::NatRuleset{{table(nft::TableFamily::ip, "nat", {baseChain("POSTROUTING", 100, std::move(rules))})}};
 	};
 	// Issue 24, point 1: kubelet's masquerade runs before the agent's SNAT; the external
 	// host sees the node's address, not 203.0.113.7. The old design said "no other
 	// table's NAT undoes that".
 	context.otherTables.ruleset = postrouting(
-		{rule(7, {payload(nat::PayloadBase::network, 16, 2), cmp(nat::CmpOp::neq, {198, 18}),
+		{rule(7, {payload(nft::PayloadBase::network, 16, 2), cmp(nft::CmpOp::neq, {198, 18}),
 			  addrtypeV1(0, XT_ADDRTYPE_LOCAL, XT_ADDRTYPE_INVERT_DEST), xtMasquerade()})});
 	CHECK(line(config, context, "203.0.113.9") ==
 	      "203.0.113.9: SNAT to 203.0.113.7 (outputAddress, /etc/config/ip-masq-agent:8): no entry covers "
@@ -611,11 +611,11 @@ TEST_CASE("the node-wide clause with outputAddress: what runs first wins, and wh
 	context.otherTables.ruleset = postrouting({rule(5, {target("SNAT", 0, snatV4Info("203.0.113.7"))})});
 	CHECK_THAT(line(config, context, "203.0.113.9"), Catch::EndsWith("; no other table's NAT undoes that"));
 	// Issue 24, point 3: a target the decoder does not know is "may", never silence.
-	context.otherTables.ruleset = postrouting({rule(5, {target("CONNMARK", 1, nat::Bytes(16, 0))})});
+	context.otherTables.ruleset = postrouting({rule(5, {target("CONNMARK", 1, nft::Bytes(16, 0))})});
 	CHECK_THAT(line(config, context, "203.0.113.9"),
 		   Catch::EndsWith("; other tables' NAT may undo that: table ip nat chain POSTROUTING (priority "
 				   "srcnat, before the agent) cannot be evaluated: iptables target CONNMARK "
-				   "(revision 1) is not understood (rule handle 5) (`xt target CONNMARK`)"));
+				   "(revision 1) is not understood (rule handle 5) (`[unknown: xt target CONNMARK]`)"));
 	// NETMAP into a prefix that holds the agent's address: the kernel's choice depends on
 	// the source, so "may".
 	context.otherTables.ruleset = postrouting(

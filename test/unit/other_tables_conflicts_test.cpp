@@ -19,7 +19,7 @@
 #include "config_entries.h"
 
 using namespace ipmasq;
-using namespace ipmasq::nat::build;
+using namespace ipmasq::nft::build;
 
 namespace {
 
@@ -53,16 +53,16 @@ std::vector<std::string> destinations(const Config &config, const std::vector<Sa
 	return out;
 }
 
-nat::NatRuleset ipNat(std::vector<WireRule> postrouting, int32_t priority = 100)
+nft::NatRuleset ipNat(std::vector<WireRule> postrouting, int32_t priority = 100)
 {
-	return {{table(nat::TableFamily::ip, "nat", {baseChain("POSTROUTING", priority, std::move(postrouting))})}};
+	return {{table(nft::TableFamily::ip, "nat", {baseChain("POSTROUTING", priority, std::move(postrouting))})}};
 }
 
 // kubelet's `! -d 198.18.0.0/16 -m addrtype ! --dst-type LOCAL -j MASQUERADE`: it exempts
 // less than the agent does (198.19.0.0/16 and 192.0.2.0/24 are the agent's alone).
-std::vector<nat::Expression> kubeletExpressions(uint8_t second = 18)
+std::vector<nft::Expression> kubeletExpressions(uint8_t second = 18)
 {
-	return {payload(nat::PayloadBase::network, 16, 2), cmp(nat::CmpOp::neq, {198, second}),
+	return {payload(nft::PayloadBase::network, 16, 2), cmp(nft::CmpOp::neq, {198, second}),
 		addrtypeV1(0, XT_ADDRTYPE_LOCAL, XT_ADDRTYPE_INVERT_DEST), xtMasquerade()};
 }
 
@@ -74,8 +74,8 @@ WireRule kubelet(uint64_t handle)
 // Docker's `-s 203.0.113.0/24 ! -o docker0 -j MASQUERADE`.
 WireRule docker(uint64_t handle)
 {
-	return rule(handle, {payload(nat::PayloadBase::network, 12, 3), cmp(nat::CmpOp::eq, {203, 0, 113}),
-			     meta(NFT_META_OIFNAME), cmp(nat::CmpOp::neq, ifnameBytes("docker0")), xtMasquerade()});
+	return rule(handle, {payload(nft::PayloadBase::network, 12, 3), cmp(nft::CmpOp::eq, {203, 0, 113}),
+			     meta(NFT_META_OIFNAME), cmp(nft::CmpOp::neq, ifnameBytes("docker0")), xtMasquerade()});
 }
 
 // `-j SNAT --to-source TO` (revision 0, a single address or a range "a-b").
@@ -94,10 +94,10 @@ nat::NodeAddresses node(std::vector<std::string> more = {})
 	return n;
 }
 
-std::vector<NatConflict> conflicts(const nat::NatRuleset &ruleset, const Config &config,
+std::vector<NatConflict> conflicts(const nft::NatRuleset &ruleset, const Config &config,
 				   const nat::NodeAddresses &addresses = node(), const SubnetAddresses &subnet = {})
 {
-	const nat::Table agent = agentTableOf(config, {}, subnet);
+	const nft::Table agent = agentTableOf(config, {}, subnet);
 	const std::vector<SampledPacket> samples = samplePackets(config, false);
 	return findConflicts(ruleset, &agent, samples, addresses).conflicts;
 }
@@ -205,7 +205,7 @@ TEST_CASE("kubelet's rule: a conflict per exempt entry it undoes, certain, once 
 
 TEST_CASE("Docker's rule: a source it does not match is no conflict; any source may")
 {
-	const nat::NatRuleset ruleset = ipNat({docker(3)});
+	const nft::NatRuleset ruleset = ipNat({docker(3)});
 	const auto outside = conflicts(ruleset, twoRanges({entry("198.51.100.0/24", 5)}));
 	INFO(describeAll(outside));
 	CHECK(outside.empty());
@@ -224,8 +224,8 @@ TEST_CASE("Docker's rule: a source it does not match is no conflict; any source 
 
 TEST_CASE("kube-proxy's mark rule: no conflict for unmarked traffic")
 {
-	const nat::NatRuleset ruleset = ipNat(
-		{rule(4, {meta(NFT_META_MARK), bitwiseAnd(hostU32(0x4000)), cmp(nat::CmpOp::eq, hostU32(0x4000)),
+	const nft::NatRuleset ruleset = ipNat(
+		{rule(4, {meta(NFT_META_MARK), bitwiseAnd(hostU32(0x4000)), cmp(nft::CmpOp::eq, hostU32(0x4000)),
 			  masquerade()})});
 	CHECK(conflicts(ruleset, twoRanges()).empty());
 }
@@ -233,7 +233,7 @@ TEST_CASE("kube-proxy's mark rule: no conflict for unmarked traffic")
 TEST_CASE("a match the evaluator does not know: may; no other table: nothing")
 {
 	const auto found = conflicts(
-		ipNat({rule(9, {compat("statistic", 0, nat::Bytes(24, 0)), xtMasquerade()})}), twoRanges());
+		ipNat({rule(9, {compat("statistic", 0, nft::Bytes(24, 0)), xtMasquerade()})}), twoRanges());
 	INFO(describeAll(found));
 	REQUIRE(found.size() == 3); // every exempt entry: link-local and both of the file's
 	for (const NatConflict &c : found)
@@ -353,7 +353,7 @@ TEST_CASE("NETMAP, unknown targets, drops and unreadable tables")
 	}
 	SECTION("a target the decoder does not know: undetermined, never certain")
 	{
-		const auto found = conflicts(ipNat({rule(5, {target("CONNMARK", 1, nat::Bytes(16, 0))})}), config);
+		const auto found = conflicts(ipNat({rule(5, {target("CONNMARK", 1, nft::Bytes(16, 0))})}), config);
 		INFO(describeAll(found));
 		const auto undetermined = ofKind(found, NatConflict::Kind::undetermined);
 		REQUIRE(undetermined.size() == found.size());
@@ -364,11 +364,11 @@ TEST_CASE("NETMAP, unknown targets, drops and unreadable tables")
 	}
 	SECTION("a drop is not NAT")
 	{
-		CHECK(conflicts(ipNat({rule(5, {verdict(nat::VerdictCode::drop)})}), config).empty());
+		CHECK(conflicts(ipNat({rule(5, {verdict(nft::VerdictCode::drop)})}), config).empty());
 	}
 	SECTION("a table that could not be read: undetermined")
 	{
-		nat::Table busy{nat::TableFamily::ip, "busy", {}, {},
+		nft::Table busy{nft::TableFamily::ip, "busy", {}, {},
 				"table ip busy could not be read: it kept changing while it was read (4 attempts)"};
 		const auto found = conflicts({{busy}}, config);
 		INFO(describeAll(found));
@@ -382,16 +382,16 @@ TEST_CASE("an undetermined outcome in the agent's own table is not a conflict")
 {
 	// The agent's chain with a rule the decoder cannot read (an expression it does not
 	// know), walked alone and with the node: its outcomes are its own.
-	const nat::Table agent = table(nat::TableFamily::inet, "ip-masq-agent",
-				       {baseChain("postrouting", 110, {rule(1, {nat::Unknown{"tproxy"}}),
+	const nft::Table agent = table(nft::TableFamily::inet, "ip-masq-agent",
+				       {baseChain("postrouting", 110, {rule(1, {nft::UnknownExpression{"tproxy"}}),
 								       rule(2, {masquerade()})})});
 	const std::vector<SampledPacket> samples = samplePackets(twoRanges(), false);
 	const ConflictPass pass = findConflicts({}, &agent, samples, node());
 	INFO(describeAll(pass.conflicts));
 	CHECK(pass.conflicts.empty());
 	// The same rule in another table before it is one.
-	const nat::NatRuleset other{{table(nat::TableFamily::ip, "other",
-					   {baseChain("post", 100, {rule(1, {nat::Unknown{"tproxy"}})})})}};
+	const nft::NatRuleset other{{table(nft::TableFamily::ip, "other",
+					   {baseChain("post", 100, {rule(1, {nft::UnknownExpression{"tproxy"}})})})}};
 	const ConflictPass withOther = findConflicts(other, &agent, samples, node());
 	REQUIRE_FALSE(withOther.conflicts.empty());
 	CHECK(withOther.conflicts[0].kind == NatConflict::Kind::undetermined);
@@ -403,7 +403,7 @@ TEST_CASE("a conflict's identity is its content: a new handle or place is the sa
 	const auto before = conflicts(ipNat({kubelet(7)}), config);
 	REQUIRE(before.size() == 2);
 	// iptables-restore writes the same rule again: a new handle, after another rule.
-	const auto rewritten = conflicts(ipNat({rule(40, {nat::Counter{}}), kubelet(41)}), config);
+	const auto rewritten = conflicts(ipNat({rule(40, {nft::Counter{}}), kubelet(41)}), config);
 	REQUIRE(rewritten.size() == 2);
 	CHECK(rewritten[0].outcome.rule->handle == 41);
 	CHECK(rewritten[0].outcome.rule->position == 1);
@@ -426,10 +426,10 @@ TEST_CASE("a conflict's identity is its content: a new handle or place is the sa
 TEST_CASE("conflicts are bounded and diffed: found, resolved, the same is no change")
 {
 	const Config config = twoRanges();
-	const nat::Table agent = agentTableOf(config);
+	const nft::Table agent = agentTableOf(config);
 	const auto kubeletFound = conflicts(ipNat({kubelet(7)}), config);
 	const auto unknownFound = conflicts(
-		ipNat({rule(9, {compat("statistic", 0, nat::Bytes(24, 0)), xtMasquerade()})}), config);
+		ipNat({rule(9, {compat("statistic", 0, nft::Bytes(24, 0)), xtMasquerade()})}), config);
 	const auto samples = samplePackets(config, false);
 	const ConflictPass one = findConflicts(ipNat({kubelet(7)}), &agent, samples, node(), {1, 1000000});
 	CHECK(one.conflicts.size() == 1);
@@ -458,8 +458,8 @@ TEST_CASE("a check spread over passes: each resumes where the last stopped, the 
 	  "what one whole pass gives")
 {
 	const Config config = twoRanges();
-	const nat::Table agent = agentTableOf(config);
-	const nat::NatRuleset ruleset = ipNat({kubelet(7)});
+	const nft::Table agent = agentTableOf(config);
+	const nft::NatRuleset ruleset = ipNat({kubelet(7)});
 	const auto samples = samplePackets(config, false);
 	REQUIRE(samples.size() > 2);
 	const ConflictPass whole = findConflicts(ruleset, &agent, samples, node());

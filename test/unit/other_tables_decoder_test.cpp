@@ -14,11 +14,13 @@
 #include <linux/netfilter/xt_addrtype.h>
 #include <net/if.h>
 
-#include "ip-masq-agent/other_tables/decoder.h"
+#include "ip-masq-agent/netlink/codec/decoder.h"
+#include "ip-masq-agent/netlink/codec/vocabulary.h"
 #include "../common/nat_builders.h"
 
 using namespace ipmasq::nat;
-using namespace ipmasq::nat::build;
+using namespace ipmasq::nft;
+using namespace ipmasq::nft::build;
 using ipmasq::Family;
 
 namespace {
@@ -57,6 +59,7 @@ std::vector<size_t> kinds(const Rule &rule)
 }
 
 // A read's slices, as a value to compare.
+using Read = std::vector<Slice>;
 Read readOf(const Rule &rule, ReadId id)
 {
 	const auto slices = rule.read(id);
@@ -74,10 +77,10 @@ Slice valueSlice(ValueId value, uint32_t offset, uint32_t len)
 	return {Slice::Kind::value, value, offset, len};
 }
 
-const Undecodable &lastUndecodable(const Rule &rule)
+const Other &lastOther(const Rule &rule)
 {
 	REQUIRE_FALSE(rule.statements.empty());
-	const auto *u = std::get_if<Undecodable>(&rule.statements.back());
+	const auto *u = std::get_if<Other>(&rule.statements.back());
 	REQUIRE(u);
 	return *u;
 }
@@ -129,8 +132,8 @@ TEST_CASE("registers: what a statement reads is slices of the values loaded befo
 	}
 	SECTION("a short load pads its word with zeros; bytes nothing wrote are unset")
 	{
-		const Rule r = decoded(kIp, {payload(PayloadBase::network, 16, 3), Cmp{NFT_REG_1, CmpOp::eq, {10, 0, 0, 0}},
-					     Cmp{NFT_REG_2, CmpOp::eq, {1, 2}}});
+		const Rule r = decoded(kIp, {payload(PayloadBase::network, 16, 3), Cmp{NFT_REG_1, NFT_CMP_EQ, {10, 0, 0, 0}},
+					     Cmp{NFT_REG_2, NFT_CMP_EQ, {1, 2}}});
 		const std::vector<Compare> compares = all<Compare>(r);
 		REQUIRE(compares.size() == 2);
 		CHECK(readOf(r, compares[0].lhs) == Read{valueSlice(0, 0, 3), Slice{Slice::Kind::zero, 0, 0, 1}});
@@ -139,7 +142,7 @@ TEST_CASE("registers: what a statement reads is slices of the values loaded befo
 	SECTION("meta and ct loads are as wide as the kernel's (nft_meta_get_init, nft_ct_get_init)")
 	{
 		const auto width = [](Expression load) {
-			const Rule r = decoded(kIp, {std::move(load), Cmp{NFT_REG_1, CmpOp::eq, Bytes(4, 0)}});
+			const Rule r = decoded(kIp, {std::move(load), Cmp{NFT_REG_1, NFT_CMP_EQ, Bytes(4, 0)}});
 			return readOf(r, only<Compare>(r).lhs);
 		};
 		const Slice zero2{Slice::Kind::zero, 0, 0, 2}, zero3{Slice::Kind::zero, 0, 0, 3};
@@ -147,18 +150,20 @@ TEST_CASE("registers: what a statement reads is slices of the values loaded befo
 		CHECK(width(meta(NFT_META_PROTOCOL)) == Read{valueSlice(0, 0, 2), zero2});
 		CHECK(width(meta(NFT_META_L4PROTO)) == Read{valueSlice(0, 0, 1), zero3});
 		CHECK(width(meta(NFT_META_MARK)) == Read{valueSlice(0, 0, 4)});
-		CHECK(width(CtLoad{NFT_CT_DIRECTION, {}, NFT_REG_1}) == Read{valueSlice(0, 0, 1), zero3});
-		CHECK(width(CtLoad{NFT_CT_MARK, {}, NFT_REG_1}) == Read{valueSlice(0, 0, 4)});
-		CHECK(metaKey(NFT_META_OIFNAME).len == IFNAMSIZ);
+		CHECK(width(ct(NFT_CT_DIRECTION)) == Read{valueSlice(0, 0, 1), zero3});
+		CHECK(width(ct(NFT_CT_MARK)) == Read{valueSlice(0, 0, 4)});
+		CHECK(metaKey(NFT_META_OIFNAME).kernelLen == IFNAMSIZ);
 		CHECK(std::string(metaKey(NFT_META_SDIFNAME).name) == "sdifname");
-		CHECK(std::string(ctKey(NFT_CT_ID).name) == "id");
+		CHECK(std::string(ctKey(NFT_CT_ID, false).name) == "id");
+		CHECK(ctKey(NFT_CT_SRC, true).kernelLen == 4); // in an ip table
+		CHECK(ctKey(NFT_CT_SRC, false).kernelLen == 16);
 		CHECK(metaKey(1000).name == nullptr);
-		CHECK(ctKey(1000).len == NFT_REG_SIZE);
+		CHECK(ctKey(1000, false).kernelLen == NFT_REG_SIZE);
 	}
 	SECTION("the 4-byte registers alias the 16-byte ones; a later load overwrites")
 	{
-		const Rule r = decoded(kIp, {ipDaddr(NFT_REG32_04), ipSaddr(NFT_REG32_05), Cmp{NFT_REG_2, CmpOp::eq, Bytes(8, 0)},
-					     ipSaddr(NFT_REG32_04), Cmp{NFT_REG_2, CmpOp::eq, Bytes(4, 0)}});
+		const Rule r = decoded(kIp, {ipDaddr(NFT_REG32_04), ipSaddr(NFT_REG32_05), Cmp{NFT_REG_2, NFT_CMP_EQ, Bytes(8, 0)},
+					     ipSaddr(NFT_REG32_04), Cmp{NFT_REG_2, NFT_CMP_EQ, Bytes(4, 0)}});
 		const std::vector<Compare> compares = all<Compare>(r);
 		REQUIRE(compares.size() == 2);
 		CHECK(readOf(r, compares[0].lhs) == Read{valueSlice(0, 0, 4), valueSlice(1, 0, 4)});
@@ -166,9 +171,8 @@ TEST_CASE("registers: what a statement reads is slices of the values loaded befo
 	}
 	SECTION("a mark set mid-rule: the value defined later is the one read later")
 	{
-		const Rule r = decoded(kIp, {meta(NFT_META_MARK), Bitwise{BitwiseOp::boolean, NFT_REG_1, NFT_REG_1, 4,
-									  hostU32(0xffffffff), hostU32(0x4000), 0},
-					     MetaSet{NFT_META_MARK, NFT_REG_1}, meta(NFT_META_MARK), cmp(CmpOp::eq, hostU32(0))});
+		const Rule r = decoded(kIp, {meta(NFT_META_MARK), bitwise(hostU32(0xffffffff), hostU32(0x4000)),
+					     metaSet(NFT_META_MARK), meta(NFT_META_MARK), cmp(CmpOp::eq, hostU32(0))});
 		const SetMeta set = only<SetMeta>(r);
 		CHECK(set.key == NFT_META_MARK);
 		CHECK(readOf(r, set.value) == Read{valueSlice(1, 0, 4)});
@@ -182,13 +186,13 @@ TEST_CASE("registers out of range stop decoding, with the rest undecodable")
 	// A read from a register that does not exist (99), from the verdict register (0),
 	// past the last 4-byte register, and a load that writes past the register file.
 	for (const Expression &bad :
-	     {Expression{Cmp{99, CmpOp::eq, {1}}}, Expression{Cmp{NFT_REG_VERDICT, CmpOp::eq, {1}}},
-	      Expression{Cmp{NFT_REG32_15, CmpOp::eq, Bytes(8, 0)}},
-	      Expression{PayloadLoad{PayloadBase::network, 0, 20, NFT_REG32_15}}}) {
+	     {Expression{Cmp{99, NFT_CMP_EQ, {1}}}, Expression{Cmp{NFT_REG_VERDICT, NFT_CMP_EQ, {1}}},
+	      Expression{Cmp{NFT_REG32_15, NFT_CMP_EQ, Bytes(8, 0)}},
+	      payload(PayloadBase::network, 0, 20, NFT_REG32_15)}) {
 		const Rule r = decoded(kIp, {bad, Counter{}, masquerade()});
 		INFO("statements " << r.statements.size());
-		const Undecodable &u = lastUndecodable(r);
-		CHECK(u.mayDecide);
+		const Other &u = lastOther(r);
+		CHECK(u.effect == Other::Effect::mayDecide);
 		CHECK_THAT(u.reason(), Catch::Contains("past the registers"));
 		CHECK(all<CounterStatement>(r).empty()); // nothing after it is decoded
 		CHECK(all<NatStatement>(r).empty());
@@ -200,13 +204,13 @@ TEST_CASE("more than kMaxExpressionsPerRule expressions: the rest is one undecod
 	std::vector<Expression> counters(kMaxExpressionsPerRule, Counter{});
 	const Rule exact = decoded(kIp, counters);
 	CHECK(all<CounterStatement>(exact).size() == kMaxExpressionsPerRule);
-	CHECK(all<Undecodable>(exact).empty());
+	CHECK(all<Other>(exact).empty());
 	counters.push_back(masquerade());
 	const Rule over = decoded(kIp, counters);
 	CHECK(all<CounterStatement>(over).size() == kMaxExpressionsPerRule);
 	CHECK(all<NatStatement>(over).empty());
-	CHECK(lastUndecodable(over).reason() == "the rule has more than 256 expressions");
-	CHECK(lastUndecodable(over).mayDecide);
+	CHECK(lastOther(over).reason() == "the rule has more than 256 expressions");
+	CHECK(lastOther(over).effect == Other::Effect::mayDecide);
 }
 
 TEST_CASE("xtables: addrtype revisions 0 and 1, with their invert flags")
@@ -237,8 +241,8 @@ TEST_CASE("xtables: addrtype revisions 0 and 1, with their invert flags")
 	// A struct too short for its revision, or a revision it does not know: a match that may.
 	for (const Expression &odd : {compat("addrtype", 0, Bytes(8, 0)), compat("addrtype", 2, Bytes(16, 0))}) {
 		const Rule r = decoded(kIp, {odd, masquerade()});
-		REQUIRE_FALSE(all<Undecodable>(r).empty());
-		CHECK_FALSE(all<Undecodable>(r)[0].mayDecide);
+		REQUIRE_FALSE(all<Other>(r).empty());
+		CHECK(all<Other>(r)[0].effect == Other::Effect::mayNotMatch);
 		CHECK(all<AddressTypeMatch>(r).empty());
 	}
 }
@@ -307,7 +311,7 @@ TEST_CASE("xtables: NAT targets' ranges into NatStatement constants")
 		CHECK(constantOrEmpty(r4, n4.addressMin) == bytesOf("203.0.113.7"));
 		// A struct too short for its layout: may decide anything.
 		const Rule shortRange = decoded(kIp6, {target("SNAT", 1, Bytes(36, 0))});
-		CHECK(lastUndecodable(shortRange).mayDecide);
+		CHECK(lastOther(shortRange).effect == Other::Effect::mayDecide);
 		CHECK(all<NatStatement>(shortRange).empty());
 	}
 	SECTION("NETMAP: a snat that keeps the host part, listed by name")
@@ -327,7 +331,7 @@ TEST_CASE("xtables: NAT targets' ranges into NatStatement constants")
 	SECTION("an xtables target in an inet table is not understood")
 	{
 		const Rule r = decoded(kInet, {target("SNAT", 0, snatV4Info("203.0.113.7"))});
-		CHECK(lastUndecodable(r).mayDecide);
+		CHECK(lastOther(r).effect == Other::Effect::mayDecide);
 		CHECK(all<NatStatement>(r).empty());
 	}
 }
@@ -341,30 +345,31 @@ TEST_CASE("xtables: MARK revision 2, verdicts, LOG, comment")
 	for (const auto &[name, code] : {std::pair{"RETURN", VerdictCode::returnToCaller},
 					 std::pair{"ACCEPT", VerdictCode::accept}, std::pair{"DROP", VerdictCode::drop}})
 		CHECK(only<SetVerdict>(decoded(kIp, {target(name)})).verdict.code == code);
-	CHECK(kinds(decoded(kIp, {target("LOG", 0, Bytes(32, 0))})) == std::vector<size_t>{kindOf<Note>()});
+	CHECK(kinds(decoded(kIp, {target("LOG", 0, Bytes(32, 0))})) == std::vector<size_t>{kindOf<Other>()});
 	Bytes comment(256, 0);
 	std::memcpy(comment.data(), "hello", 5);
-	const Note note = only<Note>(decoded(kIp, {compat("comment", 0, comment)}));
-	CHECK(note.text == "comment \"hello\"");
+	const Other note = only<Other>(decoded(kIp, {compat("comment", 0, comment)}));
+	CHECK(note.effect == Other::Effect::none);
+	CHECK(std::get<Match>(note.expression()).name == "comment");
 }
 
 TEST_CASE("what has no meaning: a match may match, a target may decide, decoding goes on after a match")
 {
 	const Rule match = decoded(kIp, {compat("statistic", 0, Bytes(24, 0)), Counter{}, xtMasquerade()});
-	CHECK(kinds(match) == std::vector<size_t>{kindOf<Undecodable>(), kindOf<CounterStatement>(), kindOf<NatStatement>()});
-	const Undecodable u = all<Undecodable>(match)[0];
-	CHECK_FALSE(u.mayDecide);
-	CHECK(u.text() == "xt match statistic");
+	CHECK(kinds(match) == std::vector<size_t>{kindOf<Other>(), kindOf<CounterStatement>(), kindOf<NatStatement>()});
+	const Other u = all<Other>(match)[0];
+	CHECK(u.effect == Other::Effect::mayNotMatch);
+	CHECK(std::get<Match>(u.expression()).name == "statistic");
 	CHECK(u.reason() == "iptables match statistic (revision 0) is not understood");
 
 	const Rule tgt = decoded(kIp, {target("CONNMARK", 1, Bytes(16, 0)), Counter{}});
-	REQUIRE_FALSE(all<Undecodable>(tgt).empty());
-	CHECK(all<Undecodable>(tgt)[0].mayDecide);
-	CHECK(all<Undecodable>(tgt)[0].text() == "xt target CONNMARK");
+	REQUIRE_FALSE(all<Other>(tgt).empty());
+	CHECK(all<Other>(tgt)[0].effect == Other::Effect::mayDecide);
+	CHECK(std::get<Target>(all<Other>(tgt)[0].expression()).name == "CONNMARK");
 
 	// An unknown expression may have written any register: what was loaded before is
 	// unset after it.
-	const Rule unknown = decoded(kIp, {ipDaddr(), Unknown{"tproxy"}, cmp(CmpOp::eq, bytesOf("192.0.2.1"))});
-	CHECK(all<Undecodable>(unknown)[0].mayDecide);
+	const Rule unknown = decoded(kIp, {ipDaddr(), UnknownExpression{"tproxy"}, cmp(CmpOp::eq, bytesOf("192.0.2.1"))});
+	CHECK(all<Other>(unknown)[0].effect == Other::Effect::mayDecide);
 	CHECK(readOf(unknown, only<Compare>(unknown).lhs) == Read{Slice{Slice::Kind::unset, 0, 0, 4}});
 }

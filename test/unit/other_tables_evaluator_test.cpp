@@ -17,14 +17,17 @@
 #include <linux/rtnetlink.h>
 
 #include "ip-masq-agent/egress.h"
+#include "ip-masq-agent/other_tables/conflicts.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/other_tables/reader.h"
-#include "ip-masq-agent/other_tables/rule_text.h"
+#include "ip-masq-agent/netlink/table_reader.h"
+#include "ip-masq-agent/netlink/codec/rule_text.h"
 #include "../common/nat_builders.h"
 #include "scratch_dir.h"
 
+using namespace ipmasq;
 using namespace ipmasq::nat;
-using namespace ipmasq::nat::build;
+using namespace ipmasq::nft;
+using namespace ipmasq::nft::build;
 using ipmasq::Address;
 using ipmasq::AddressRange;
 using ipmasq::Config;
@@ -351,9 +354,8 @@ TEST_CASE("kube-proxy's marks: its own table and iptables' rule")
 		 chain("masquerading",
 		       {rule(11, {meta(NFT_META_MARK), bitwiseAnd(hostU32(0x4000)), cmp(CmpOp::eq, hostU32(0)),
 				  verdict(VerdictCode::returnToCaller)}),
-			rule(12, {meta(NFT_META_MARK), Bitwise{BitwiseOp::boolean, NFT_REG_1, NFT_REG_1, 4,
-							       hostU32(0xffffffff), hostU32(0x4000), 0},
-				  MetaSet{NFT_META_MARK, NFT_REG_1}}),
+			rule(12, {meta(NFT_META_MARK), bitwise(hostU32(0xffffffff), hostU32(0x4000)),
+				  metaSet(NFT_META_MARK)}),
 			rule(13, {masquerade(NF_NAT_RANGE_PROTO_RANDOM_FULLY)})})});
 	// iptables' `-m mark --mark 0x4000/0x4000 -j MASQUERADE`, natively encoded.
 	const Table iptables = table(
@@ -438,7 +440,7 @@ TEST_CASE("a match the evaluator does not know makes the result may")
 
 TEST_CASE("an unknown expression or target may also decide anything")
 {
-	const NatRuleset expr = iptablesNat({rule(1, {Unknown{"tproxy"}, masquerade()})});
+	const NatRuleset expr = iptablesNat({rule(1, {UnknownExpression{"tproxy"}, masquerade()})});
 	const NatVerdict v = eval(expr, packetV4("198.51.100.2", "192.0.2.2"));
 	CHECK(hasAction(v, NatAction::undetermined));
 	CHECK(hasAction(v, NatAction::masquerade));
@@ -481,32 +483,32 @@ TEST_CASE("expressions: payload, meta, ct, fib, bitwise, byteorder, cmp, range")
 	CHECK(masq({payload(PayloadBase::transport, 2, 2), cmp(CmpOp::eq, {0x1f, 0x90})}));
 	CHECK(masq({payload(PayloadBase::transport, 2, 2), cmp(CmpOp::gte, {0x1f, 0x00}),
 		    cmp(CmpOp::lte, {0x1f, 0xff})}));
-	CHECK(masq({payload(PayloadBase::transport, 2, 2), Range{NFT_REG_1, false, {0x1f, 0x00}, {0x1f, 0xff}}}));
-	CHECK_FALSE(masq({payload(PayloadBase::transport, 2, 2), Range{NFT_REG_1, true, {0x1f, 0x00}, {0x1f, 0xff}}}));
+	CHECK(masq({payload(PayloadBase::transport, 2, 2), Range{NFT_REG_1, NFT_RANGE_EQ, {0x1f, 0x00}, {0x1f, 0xff}}}));
+	CHECK_FALSE(masq({payload(PayloadBase::transport, 2, 2), Range{NFT_REG_1, NFT_RANGE_NEQ, {0x1f, 0x00}, {0x1f, 0xff}}}));
 	CHECK(masq({payload(PayloadBase::network, 16, 4), cmp(CmpOp::lt, {192, 0, 3, 0})}));
 	CHECK_FALSE(masq({payload(PayloadBase::network, 16, 4), cmp(CmpOp::gt, {192, 0, 3, 0})}));
 	// ct state new, ct direction original, ct mark 0
-	CHECK(masq({CtLoad{NFT_CT_STATE, {}, NFT_REG_1}, bitwiseAnd(hostU32(8)), cmp(CmpOp::neq, hostU32(0))}));
-	CHECK_FALSE(masq({CtLoad{NFT_CT_STATE, {}, NFT_REG_1}, bitwiseAnd(hostU32(6)), cmp(CmpOp::neq, hostU32(0))}));
-	CHECK(masq({CtLoad{NFT_CT_DIRECTION, {}, NFT_REG_1}, cmp(CmpOp::eq, {0})}));
-	CHECK(masq({CtLoad{NFT_CT_MARK, {}, NFT_REG_1}, cmp(CmpOp::eq, hostU32(0))}));
+	CHECK(masq({ct(NFT_CT_STATE, NFT_REG_1), bitwiseAnd(hostU32(8)), cmp(CmpOp::neq, hostU32(0))}));
+	CHECK_FALSE(masq({ct(NFT_CT_STATE, NFT_REG_1), bitwiseAnd(hostU32(6)), cmp(CmpOp::neq, hostU32(0))}));
+	CHECK(masq({ct(NFT_CT_DIRECTION, NFT_REG_1), cmp(CmpOp::eq, {0})}));
+	CHECK(masq({ct(NFT_CT_MARK, NFT_REG_1), cmp(CmpOp::eq, hostU32(0))}));
 	// fib daddr type != local; fib saddr type unicast
 	CHECK(masq({Fib{NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, NFT_REG_1}, cmp(CmpOp::neq, hostU32(RTN_LOCAL))}));
 	CHECK(masq({Fib{NFTA_FIB_F_SADDR, NFT_FIB_RESULT_ADDRTYPE, NFT_REG_1}, cmp(CmpOp::eq, hostU32(RTN_UNICAST))}));
 	CHECK_FALSE(masq({Fib{NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, NFT_REG_1}, cmp(CmpOp::eq, hostU32(RTN_LOCAL))}));
 	// byteorder: ntoh of the destination port, compared in host order
-	CHECK(masq({payload(PayloadBase::transport, 2, 2), Byteorder{false, NFT_REG_1, NFT_REG_1, 2, 2},
+	CHECK(masq({payload(PayloadBase::transport, 2, 2), Byteorder{NFT_REG_1, NFT_REG_1, NFT_BYTEORDER_NTOH, 2, 2},
 		    cmp(CmpOp::eq, hostU16(8080))}));
 	// 32-bit registers alias the 128-bit ones: reg 1 is NFT_REG32_00..03
-	CHECK(masq({PayloadLoad{PayloadBase::network, 16, 4, NFT_REG32_01}, Cmp{NFT_REG32_01, CmpOp::eq, {192, 0, 2, 2}}}));
-	CHECK(masq({PayloadLoad{PayloadBase::network, 16, 4, NFT_REG32_00}, Cmp{NFT_REG_1, CmpOp::eq, {192, 0, 2, 2}}}));
+	CHECK(masq({payload(PayloadBase::network, 16, 4, NFT_REG32_01), Cmp{NFT_REG32_01, NFT_CMP_EQ, {192, 0, 2, 2}}}));
+	CHECK(masq({payload(PayloadBase::network, 16, 4, NFT_REG32_00), Cmp{NFT_REG_1, NFT_CMP_EQ, {192, 0, 2, 2}}}));
 	// what the packet does not fix is unknown: may
 	CHECK_FALSE(decide({payload(PayloadBase::network, 8, 1), cmp(CmpOp::eq, {64})}).certain());
 	CHECK_FALSE(decide({meta(NFT_META_SKUID), cmp(CmpOp::eq, hostU32(0))}).certain());
-	CHECK_FALSE(decide({OpaqueLoad{"numgen", NFT_REG_1, 4}, cmp(CmpOp::eq, hostU32(0))}).certain());
-	CHECK_FALSE(decide({RateMatch{"limit"}}).certain());
+	CHECK_FALSE(decide({Numgen{NFT_NG_INCREMENTAL, 2, 0, NFT_REG_1}, cmp(CmpOp::eq, hostU32(0))}).certain());
+	CHECK_FALSE(decide({Limit{10, 1}}).certain());
 	// passthroughs change nothing
-	CHECK(masq({Counter{5, 500}, Log{"x", {}}, Passthrough{"notrack"}}));
+	CHECK(masq({Counter{5, 500}, Log{.prefix = "x"}, Notrack{}}));
 	// a known byte that differs decides even when others are unknown: protocol (known,
 	// tcp) and the first byte of the checksum (unknown)
 	CHECK_FALSE(masq({payload(PayloadBase::network, 9, 2), cmp(CmpOp::eq, {17, 0})}));
@@ -520,12 +522,12 @@ TEST_CASE("marks set by one rule are seen by the next, in this chain and later o
 	const NatRuleset ruleset{
 		{table(TableFamily::ip, "marker",
 		       {baseChain("post", 50,
-				  {rule(1, {Immediate{NFT_REG_1, hostU32(0x10)}, MetaSet{NFT_META_MARK, NFT_REG_1}}),
-				   rule(2, {Immediate{NFT_REG_1, hostU32(0x20)}, CtSet{NFT_CT_MARK, NFT_REG_1}})})}),
+				  {rule(1, {immediate(hostU32(0x10), NFT_REG_1), metaSet(NFT_META_MARK)}),
+				   rule(2, {immediate(hostU32(0x20), NFT_REG_1), ctSet(NFT_CT_MARK)})})}),
 		 table(TableFamily::ip, "reader",
 		       {baseChain("post", 60,
 				  {rule(3, {meta(NFT_META_MARK), cmp(CmpOp::eq, hostU32(0x10)),
-					    CtLoad{NFT_CT_MARK, {}, NFT_REG_2}, Cmp{NFT_REG_2, CmpOp::eq, hostU32(0x20)},
+					    ct(NFT_CT_MARK, NFT_REG_2), Cmp{NFT_REG_2, NFT_CMP_EQ, hostU32(0x20)},
 					    masquerade()})})})}};
 	const NatVerdict v = eval(ruleset, packetV4("198.51.100.2", "192.0.2.2"));
 	CHECK(v.certain());
@@ -634,7 +636,7 @@ TEST_CASE("sets, maps and verdict maps")
 		vmap.add({{192, 0, 2, 3}, {}, false, false, {}, Verdict{VerdictCode::accept, {}}});
 		vmap.finish();
 		const auto snatIt = [] {
-			return chain("snat-it", {rule(5, {Immediate{NFT_REG_1, {203, 0, 113, 7}}, snatFrom(NFT_REG_1)})});
+			return chain("snat-it", {rule(5, {immediate({203, 0, 113, 7}, NFT_REG_1), snatFrom(NFT_REG_1)})});
 		};
 		const NatRuleset r = withSets(ruleWith(vmapLookup("vm"), {}), {vmap}, {snatIt()});
 		const NatVerdict jumped = eval(r, packetV4("198.51.100.2", "192.0.2.2"));
@@ -674,7 +676,7 @@ TEST_CASE("a verdict map of 200,000 elements and an unknown key: the distinct ve
 		return NatRuleset{{table(
 			TableFamily::ip, "hostile",
 			{baseChain("post", 100, {rule(1, {meta(NFT_META_SKUID), vmapLookup("vm")}), rule(2, {masquerade()})}),
-			 chain("snat-it", {rule(5, {Immediate{NFT_REG_1, {203, 0, 113, 7}}, snatFrom(NFT_REG_1)})})},
+			 chain("snat-it", {rule(5, {immediate({203, 0, 113, 7}, NFT_REG_1), snatFrom(NFT_REG_1)})})},
 			{std::move(map)})}};
 	};
 	const NatRuleset ruleset = rulesetWith(vmap);
@@ -693,7 +695,7 @@ TEST_CASE("a verdict map of 200,000 elements and an unknown key: the distinct ve
 	const NatVerdict known = eval(
 		NatRuleset{{table(TableFamily::ip, "hostile",
 				  {baseChain("post", 100, {rule(1, {ipDaddr(), vmapLookup("vm")}), rule(2, {masquerade()})}),
-				   chain("snat-it", {rule(5, {Immediate{NFT_REG_1, {203, 0, 113, 7}}, snatFrom(NFT_REG_1)})})},
+				   chain("snat-it", {rule(5, {immediate({203, 0, 113, 7}, NFT_REG_1), snatFrom(NFT_REG_1)})})},
 				  {vmap})}},
 		packetV4("198.51.100.2", "10.0.0.4")); // element 4: jump snat-it
 	CHECK(known.certain());
@@ -773,26 +775,23 @@ TEST_CASE("verdicts: accept, drop, policy, queue, return, jump and goto")
 TEST_CASE("NAT kinds: snat with an address, dnat, redirect, the first NAT wins")
 {
 	const Packet p = packetV4("198.51.100.2", "192.0.2.2");
-	const NatVerdict s = eval(iptablesNat({rule(1, {Immediate{NFT_REG_1, {203, 0, 113, 1}}, snatFrom(NFT_REG_1)}),
+	const NatVerdict s = eval(iptablesNat({rule(1, {immediate({203, 0, 113, 1}, NFT_REG_1), snatFrom(NFT_REG_1)}),
 					       rule(2, {masquerade()})}),
 				  p);
 	CHECK(s.certain());
 	CHECK(s.decision().action == NatAction::snat);
 	CHECK(s.decision().addresses->toString() == "203.0.113.1");
 	CHECK(describeOutcome(s.decision()).find("rewrites its source to 203.0.113.1") != std::string::npos);
-	Nat dnat;
-	dnat.kind = NatKind::dnat;
-	dnat.family = NFPROTO_IPV4;
-	dnat.addrMinReg = NFT_REG_1;
-	CHECK(eval(iptablesNat({rule(1, {Immediate{NFT_REG_1, {192, 0, 2, 9}}, dnat})}), p).decision().action ==
+	const Nat dnat{.type = NFT_NAT_DNAT, .family = NFPROTO_IPV4, .addressMin = NFT_REG_1};
+	CHECK(eval(iptablesNat({rule(1, {immediate({192, 0, 2, 9}, NFT_REG_1), dnat})}), p).decision().action ==
 	      NatAction::dnat);
-	CHECK(eval(iptablesNat({rule(1, {Nat{NatKind::redirect}})}), p).decision().action == NatAction::redirect);
+	CHECK(eval(iptablesNat({rule(1, {Redir{}})}), p).decision().action == NatAction::redirect);
 	CHECK(eval(iptablesNat({rule(1, {target("SNAT", 0, snatV4Info("203.0.113.5"))})}), p)
 		      .decision()
 		      .addresses->toString() == "203.0.113.5");
 	// "snat ip" in an inet table does nothing to an IPv6 packet: the next rule decides.
 	const NatRuleset inet{{table(TableFamily::inet, "t",
-				     {baseChain("post", 100, {rule(1, {Immediate{NFT_REG_1, {203, 0, 113, 1}}, snatFrom(NFT_REG_1)}),
+				     {baseChain("post", 100, {rule(1, {immediate({203, 0, 113, 1}, NFT_REG_1), snatFrom(NFT_REG_1)}),
 							      rule(2, {masquerade()})})})}};
 	CHECK(eval(inet, packetV6("2001:db8:1::2", "2001:db8:2::2")).decision().action == NatAction::masquerade);
 	// An ip table does not see IPv6 packets, an ip6 table not IPv4 ones.
@@ -842,7 +841,7 @@ TEST_CASE("NETMAP and snat prefix: the mapped address for a known source, the pr
 	{
 		const NatRuleset constant = iptablesNat(
 			{rule(2, {payload(PayloadBase::network, 12, 3), cmp(CmpOp::eq, {198, 18, 10}),
-				  Immediate{NFT_REG_1, bytesOf("198.51.100.0")}, Immediate{NFT_REG_2, bytesOf("198.51.100.255")},
+				  immediate(bytesOf("198.51.100.0"), NFT_REG_1), immediate(bytesOf("198.51.100.255"), NFT_REG_2),
 				  snatFrom(NFT_REG_1, NFT_REG_2, NF_NAT_RANGE_NETMAP)})});
 		CHECK(eval(constant, packetV4("198.18.10.7", "192.0.2.2")).decision().addresses ==
 		      AddressRange{addr("198.51.100.7"), addr("198.51.100.7")});
@@ -894,7 +893,7 @@ TEST_CASE("priority order, ties, and the agent's place")
 	};
 	const auto snatAt = [&](const char *name, int32_t prio) {
 		return table(TableFamily::inet, name,
-			     {baseChain("post", prio, {rule(1, {Immediate{NFT_REG_1, {203, 0, 113, 1}}, snatFrom(NFT_REG_1)})})});
+			     {baseChain("post", prio, {rule(1, {immediate({203, 0, 113, 1}, NFT_REG_1), snatFrom(NFT_REG_1)})})});
 	};
 	const Table masquerading = agentAt(110, true), exempting = agentAt(110, false);
 	SECTION("the lower priority decides first")
@@ -977,8 +976,8 @@ TEST_CASE("bounds: loops, deep jumps, huge chains and many ties end, with undete
 		std::vector<WireRule> rules;
 		for (uint64_t i = 0; i < 3000; i++)
 			rules.push_back(rule(i + 1, {meta(NFT_META_SKUID), cmp(CmpOp::eq, hostU32(uint32_t(i))),
-						     Immediate{NFT_REG_1, hostU32(uint32_t(i))},
-						     MetaSet{NFT_META_MARK, NFT_REG_1}}));
+						     immediate(hostU32(uint32_t(i)), NFT_REG_1),
+						     metaSet(NFT_META_MARK)}));
 		// The bound is counted (steps), not timed: the benchmark's section 8 times an
 		// evaluation.
 		Limits limits;

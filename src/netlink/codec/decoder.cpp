@@ -249,8 +249,10 @@ bool Decoder::xtMatch(const Match &m)
 				    Bytes(m.info.begin(), m.info.begin() + 4)});
 	}
 	if (m.name == "comment")
-		return other(Other::Effect::none, m, {});
-	return other(Other::Effect::mayNotMatch, m,
+		return emit(commentMatch());
+	// The text needs statistic's info; of any other match only its name.
+	Match kept{m.name, m.revision, m.name == "statistic" ? m.info : Bytes{}};
+	return other(Other::Effect::mayNotMatch, kept,
 		     fmt::format("iptables match {} (revision {}) is not understood", m.name, m.revision));
 }
 
@@ -268,8 +270,8 @@ bool Decoder::xtNat(const Target &t, NatKind kind)
 	if (t.info.size() < portAt + 4)
 		return other(Other::Effect::mayDecide, t,
 			     fmt::format("iptables target {} (revision {}) has a short range", t.name, t.revision));
-	NatStatement s{.kind = kind, .xtables = true, .flags = hostAt<uint32_t>(t.info, flagsAt),
-		       .family = v4 ? Family::ipv4 : Family::ipv6, .xtName = t.name};
+	NatStatement s{.kind = kind, .xtables = true, .xtNetmap = t.name == "NETMAP",
+		       .flags = hostAt<uint32_t>(t.info, flagsAt), .family = v4 ? Family::ipv4 : Family::ipv6};
 	const auto bytes = [&t](size_t at, size_t len) {
 		return Bytes(t.info.begin() + static_cast<long>(at), t.info.begin() + static_cast<long>(at + len));
 	};
@@ -457,15 +459,19 @@ bool Decoder::decode(const Expression &expression)
 			[&](const Cmp &c) {
 				static constexpr CmpOp kOps[] = {CmpOp::eq, CmpOp::neq, CmpOp::lt,
 								 CmpOp::lte, CmpOp::gt, CmpOp::gte};
+				if (c.op >= std::size(kOps))
+					return broken(expression, fmt::format("cmp operation {} is not understood", c.op));
 				auto lhs = read(c.sreg, c.data.size());
-				if (!lhs || c.op >= std::size(kOps))
-					return broken(expression, "a comparison is not understood");
+				if (!lhs)
+					return broken(expression, "an expression reads past the registers");
 				return emit(Compare{*lhs, kOps[c.op], c.data});
 			},
 			[&](const Range &r) {
+				if (r.from.size() != r.to.size())
+					return broken(expression, "a range's bounds differ in length");
 				auto lhs = read(r.sreg, r.from.size());
-				if (!lhs || r.from.size() != r.to.size())
-					return broken(expression, "a range is not understood");
+				if (!lhs)
+					return broken(expression, "an expression reads past the registers");
 				Bytes bounds = r.from;
 				bounds.insert(bounds.end(), r.to.begin(), r.to.end());
 				return emit(InRange{*lhs, r.op == NFT_RANGE_NEQ, std::move(bounds)});
@@ -483,6 +489,15 @@ bool Decoder::decode(const Expression &expression)
 }
 
 } // namespace
+
+Other commentMatch()
+{
+	// Held by every rule iptables wrote with a comment (upstream's chain: 30,000 of them),
+	// so one for all: nft lists it as nothing, and nothing depends on its text.
+	static const Other kComment{Other::Effect::none,
+				    std::make_shared<const Other::Detail>(Other::Detail{Match{"comment", 0, {}}, {}, {}})};
+	return kComment;
+}
 
 Rule decodeRule(const Table &table, uint64_t handle, std::span<const Expression> expressions, std::string comment)
 {

@@ -106,6 +106,24 @@ struct Dependencies {
 	uint8_t icmpType = 0;
 };
 
+// Text from the kernel as nft prints it, but on one line and never closing a quote early:
+// quotes and control characters escaped (nft prints them raw; such a rule cannot be read
+// back by nft either way), a backslash as it is (nft's own `eth\*`).
+std::string printable(std::string_view text)
+{
+	std::string out;
+	for (const char c : text) {
+		const auto byte = static_cast<unsigned char>(c);
+		if (c == '"')
+			out += "\\\"";
+		else if (byte < 0x20 || byte == 0x7f)
+			out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : fmt::format("\\x{:02x}", byte);
+		else
+			out += c;
+	}
+	return out;
+}
+
 uint32_t paddedBits(uint32_t bits)
 {
 	return (bits + 31) / 32 * 32;
@@ -165,8 +183,8 @@ std::string verdictText(const Verdict &v)
 	case VerdictCode::stolen: return "stolen";
 	case VerdictCode::continueRule: return "continue";
 	case VerdictCode::breakRule: return "break";
-	case VerdictCode::jump: return "jump " + v.chain;
-	case VerdictCode::goTo: return "goto " + v.chain;
+	case VerdictCode::jump: return "jump " + printable(v.chain);
+	case VerdictCode::goTo: return "goto " + printable(v.chain);
 	case VerdictCode::returnToCaller: return "return";
 	}
 	return "continue";
@@ -218,7 +236,7 @@ std::string logText(const Log &l)
 	static constexpr const char *kLevels[] = {"emerg", "alert", "crit", "err", "warn", "notice", "info", "debug", "audit"};
 	std::string out = "log";
 	if (l.prefix)
-		out += fmt::format(" prefix \"{}\"", *l.prefix);
+		out += fmt::format(" prefix \"{}\"", printable(*l.prefix));
 	if (l.group)
 		out += fmt::format(" group {}", *l.group);
 	if (l.snaplen)
@@ -868,7 +886,8 @@ void Printer::buildNat(Stmt &s, const NatStatement &n)
 			const NodeId high = readNode(*n.addressMax, 0);
 			setType(high, v4 ? Type::ipaddr : Type::ip6addr, ByteOrder::big);
 			s.expr = add({.kind = Kind::range, .a = s.expr, .b = high});
-			if (at(at(s.expr).a).kind == Kind::value && at(high).kind == Kind::value)
+			// libxtables prints an iptables target's range as it is.
+			if (!n.xtables && at(at(s.expr).a).kind == Kind::value && at(high).kind == Kind::value)
 				s.expr = toPrefix(s.expr);
 		}
 	}
@@ -1870,7 +1889,7 @@ std::string Printer::printValue(const Node &n, bool numeric)
 {
 	if (isString(n.type)) {
 		const auto nul = std::find(n.raw.begin(), n.raw.end(), 0);
-		return "\"" + std::string(n.raw.begin(), nul) + "\"";
+		return "\"" + printable(std::string(n.raw.begin(), nul)) + "\"";
 	}
 	if (n.bits > 128)
 		return fmt::format("{}0x{:02x}]", kUnknownMarker, fmt::join(n.raw, ""));
@@ -1941,7 +1960,7 @@ std::string Printer::print(NodeId id, bool numeric, int depth)
 	case Kind::range: return fmt::format("{}-{}", sub(n.a, true), sub(n.b, true));
 	case Kind::setRef: {
 		if (!n.anonymous)
-			return "@" + n.text;
+			return "@" + printable(n.text);
 		std::string out;
 		for (NodeId item : n.items)
 			out += (out.empty() ? "" : ", ") + sub(item);
@@ -1994,7 +2013,7 @@ std::string Printer::printStatement(const Stmt &s)
 std::string Printer::printNat(const Stmt &s, const NatStatement &n)
 {
 	static constexpr const char *kNames[] = {"masquerade", "snat", "dnat", "redirect"};
-	if (n.xtables && n.xtName == "NETMAP")
+	if (n.xtNetmap)
 		return "xt target NETMAP"; // nft 1.0.6 has no translation for it
 	std::string out = kNames[size_t(n.kind)];
 	if (s.expr != kNone || s.proto != kNone) {
@@ -2022,6 +2041,32 @@ std::string Printer::printNat(const Stmt &s, const NatStatement &n)
 
 
 
+// An iptables match as nft lists it through libxtables' translation: a comment prints
+// nothing, -m statistic as nft's own random or numgen match; what is not translated here
+// is marked unknown.
+std::string xtMatchText(const Match &m)
+{
+	const auto u32At = [&m](size_t at) {
+		uint32_t v = 0;
+		std::memcpy(&v, m.info.data() + at, sizeof(v));
+		return v;
+	};
+	if (m.name == "comment")
+		return {};
+	// xt_statistic_info { u16 mode, flags; union { u32 probability; u32 every, packet; } }
+	if (m.name == "statistic" && m.info.size() >= 16) {
+		uint16_t mode = 0, flags = 0;
+		std::memcpy(&mode, m.info.data(), 2);
+		std::memcpy(&flags, m.info.data() + 2, 2);
+		const bool invert = flags & 1;
+		if (mode == 0)
+			return fmt::format("meta random & 2147483647 {} {}", invert ? ">=" : "<", u32At(4));
+		if (mode == 1)
+			return fmt::format("numgen inc mod {} {}{}", u32At(4) + 1, invert ? "!= " : "", u32At(8));
+	}
+	return fmt::format("{}xt match {}]", kUnknownMarker, m.name);
+}
+
 std::string Printer::printOther(const Stmt &s, const Other &o)
 {
 	const auto operand = [&](size_t i) { return i < s.operands.size() ? print(s.operands[i]) : std::string("[unknown: register]"); };
@@ -2035,7 +2080,7 @@ std::string Printer::printOther(const Stmt &s, const Other &o)
 			},
 			[&](const Connlimit &c) { return fmt::format("ct count {}{}", c.flags ? "over " : "", c.count); },
 			[&](const Notrack &) { return std::string("notrack"); },
-			[&](const FlowOffload &f) { return "flow add @" + f.table; },
+			[&](const FlowOffload &f) { return "flow add @" + printable(f.table); },
 			[&](const Objref &r) { return objrefText(s, r); },
 			[&](const Dynset &d) { return dynsetText(s, d); },
 			[&](const Dup &) {
@@ -2065,7 +2110,7 @@ std::string Printer::printOther(const Stmt &s, const Other &o)
 				return out + options;
 			},
 			[&](const Payload &p) { return printPayload(at(payloadRaw(Base(p.base + 1), p.offset * 8, p.len * 8))) + " set " + operand(0); },
-			[&](const Match &m) { return m.name == "comment" ? std::string() : fmt::format("{}xt match {}]", kUnknownMarker, m.name); },
+			[&](const Match &m) { return xtMatchText(m); },
 			[&](const Target &t) { return fmt::format("{}xt target {}]", kUnknownMarker, t.name); },
 			[&](const auto &) { return fmt::format("{}{}]", kUnknownMarker, nameOf(o.expression())); },
 		},
@@ -2086,7 +2131,7 @@ std::string Printer::objrefText(const Stmt &s, const Objref &r)
 	default: verb = fmt::format("{} name ", r.type < std::size(kTypes) ? kTypes[r.type] : "unknown"); break;
 	}
 	if (!r.set)
-		return fmt::format("{}\"{}\"", verb, r.name.value_or(""));
+		return fmt::format("{}\"{}\"", verb, printable(r.name.value_or("")));
 	if (s.operands.empty())
 		return fmt::format("{}{}register]", verb, kUnknownMarker);
 	const Set *set = table_.findSet(*r.set);
@@ -2138,8 +2183,11 @@ std::string Printer::text()
 			first = false;
 		}
 	if (!rule_.comment.empty())
-		out += (out.empty() ? "" : " ") + fmt::format("comment \"{}\"", rule_.comment);
-	return out;
+		out += (first ? "" : " ") + fmt::format("comment \"{}\"", printable(rule_.comment));
+	// A listing line is indented: what nft shows of a rule that starts or ends with an
+	// empty statement has no space there.
+	const size_t from = out.find_first_not_of(' '), to = out.find_last_not_of(' ');
+	return from == std::string::npos ? std::string() : out.substr(from, to - from + 1);
 }
 
 } // namespace

@@ -25,4 +25,8 @@ inline constexpr size_t kMaxExpressionsPerRule = 256;
 Rule decodeRule(const Table &table, uint64_t handle, std::span<const Expression> expressions,
 		std::string comment = {});
 
+// iptables' comment match, as every rule that has one holds it (shared: it costs nothing
+// per rule).
+Other commentMatch();
+
 } // namespace ipmasq::nft

@@ -111,10 +111,10 @@ struct XtMark { uint32_t value, mask; };
 struct NatStatement {
 	NatKind kind = NatKind::masquerade;
 	bool xtables = false; // an iptables target, which nft lists through libxtables
+	bool xtNetmap = false; // iptables' NETMAP, which nft 1.0.6 lists by name
 	uint32_t flags = 0; // NF_NAT_RANGE_*: NETMAP for `snat prefix` and xtables NETMAP
 	std::optional<Family> family = {}; // snat/dnat ip or ip6; nullopt: every family
 	std::optional<ReadId> addressMin = {}, addressMax = {}, portMin = {}, portMax = {};
-	std::string xtName = {}; // the iptables target's name
 };
 struct CounterStatement { uint64_t packets, bytes; };
 // A statement the evaluator interprets by its effect alone: a log, a notrack, a named

@@ -226,10 +226,9 @@ struct NftRule {
 	std::string text;
 };
 
-// Each rule of `nft -a list table FAMILY NAME`, by handle.
-inline std::map<uint64_t, NftRule> nftRules(const std::string &family, const std::string &name)
+// Each rule of a listing of `nft -a list table` (or chain), by handle.
+inline std::map<uint64_t, NftRule> parseNftRules(const std::string &listing)
 {
-	const std::string listing = runOrFail("nft -a list table " + family + " " + name);
 	std::map<uint64_t, NftRule> rules;
 	std::istringstream in(listing);
 	std::string line, chain;
@@ -246,6 +245,12 @@ inline std::map<uint64_t, NftRule> nftRules(const std::string &family, const std
 			rules[std::stoull(m[2])] = {chain, m[1]};
 	}
 	return rules;
+}
+
+// Each rule of `nft -a list table FAMILY NAME`, by handle.
+inline std::map<uint64_t, NftRule> nftRules(const std::string &family, const std::string &name)
+{
+	return parseNftRules(runOrFail("nft -a list table " + family + " " + name));
 }
 
 // The parts of `ours` that the printer marks as not printed as nft prints them

@@ -693,9 +693,6 @@ uint32_t Encoder::setIdOf(const std::string &name) const
 
 } // namespace
 
-namespace {
-
-// The user data attribute of `type`, or nullptr.
 const nftnl_udata *userdataAttribute(const void *data, uint32_t len, uint8_t type)
 {
 	if (!data || len == 0)
@@ -712,8 +709,6 @@ const nftnl_udata *userdataAttribute(const void *data, uint32_t len, uint8_t typ
 	};
 	return nftnl_udata_parse(data, len, collect, &found) < 0 ? nullptr : found.attribute;
 }
-
-} // namespace
 
 std::string userdataComment(const void *data, uint32_t len, uint8_t commentType)
 {

@@ -45,6 +45,25 @@ uint16_t nfprotoOf(TableFamily family)
 
 // ---- Sets ----
 
+// nft's typeof user data names a raw payload: an expression of type EXPR_PAYLOAD (7) whose
+// protocol (NFTNL_UDATA_SET_KEY_PAYLOAD_DESC, 0) is none.
+bool isRawPayload(const nftnl_udata *typeOf)
+{
+	constexpr uint32_t kPayloadExpression = 7;
+	constexpr uint8_t kPayloadDescription = 0;
+	if (!typeOf)
+		return false;
+	const void *data = nftnl_udata_get(typeOf);
+	const uint32_t len = nftnl_udata_len(typeOf);
+	if (netlink::userdataU32(data, len, NFTNL_UDATA_SET_TYPEOF_EXPR) != kPayloadExpression)
+		return false;
+	const nftnl_udata *payload = netlink::userdataAttribute(data, len, NFTNL_UDATA_SET_TYPEOF_DATA);
+	const nftnl_udata *description = payload ? netlink::userdataAttribute(nftnl_udata_get(payload),
+									   nftnl_udata_len(payload), kPayloadDescription)
+						 : nullptr;
+	return description && nftnl_udata_len(description) == sizeof(uint32_t) && nftnl_udata_get_u32(description) == 0;
+}
+
 // A set's declaration, with what nft keeps in its user data to list it; its elements
 // come apart.
 Set declaredSet(const nftnl_set *s)
@@ -57,11 +76,14 @@ Set declaredSet(const nftnl_set *s)
 	set.keyLen = get(NFTNL_SET_KEY_LEN);
 	set.dataType = get(NFTNL_SET_DATA_TYPE);
 	set.dataLen = get(NFTNL_SET_DATA_LEN);
+	set.objectType = get(NFTNL_SET_OBJ_TYPE);
+	set.declaredSize = get(NFTNL_SET_DESC_SIZE);
 	uint32_t len = 0;
 	const void *udata = nftnl_set_get_data(s, NFTNL_SET_USERDATA, &len);
 	set.keyByteorder = netlink::userdataU32(udata, len, NFTNL_UDATA_SET_KEYBYTEORDER);
 	set.dataByteorder = netlink::userdataU32(udata, len, NFTNL_UDATA_SET_DATABYTEORDER);
 	set.dataInterval = netlink::userdataU32(udata, len, NFTNL_UDATA_SET_DATA_INTERVAL) != 0;
+	set.rawPayloadKey = isRawPayload(netlink::userdataAttribute(udata, len, NFTNL_UDATA_SET_KEY_TYPEOF));
 	return set;
 }
 
@@ -98,6 +120,8 @@ int collectElement(nftnl_set_elem *elem, void *arg)
 		e.intervalEnd = flags & NFT_SET_ELEM_INTERVAL_END;
 		e.catchAll = flags & NFT_SET_ELEM_CATCHALL;
 		e.data = elementBytes(elem, NFTNL_SET_ELEM_DATA);
+		if (const char *object = nftnl_set_elem_get_str(elem, NFTNL_SET_ELEM_OBJREF))
+			e.data.assign(object, object + strnlen(object, NFT_OBJ_MAXNAMELEN));
 		if (nftnl_set_elem_is_set(elem, NFTNL_SET_ELEM_VERDICT))
 			e.verdict = verdictOf(static_cast<int32_t>(nftnl_set_elem_get_u32(elem, NFTNL_SET_ELEM_VERDICT)),
 					      stringOf(nftnl_set_elem_get_str(elem, NFTNL_SET_ELEM_CHAIN)));

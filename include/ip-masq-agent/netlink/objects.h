@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <libnftnl/udata.h>
+
 #include "ip-masq-agent/element_diff.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/netlink/handles.h"
@@ -89,6 +91,8 @@ struct EncodedTable {
 	std::vector<EncodedChain> chains;
 };
 
+// The user data attribute of `type` (nft's TLVs, NFTNL_UDATA_*), or nullptr.
+const nftnl_udata *userdataAttribute(const void *data, uint32_t len, uint8_t type);
 // The comment an object carries in its user data (as nft writes it: a TLV of type
 // `commentType`, NFTNL_UDATA_*_COMMENT), or "" without one: the reverse of the encoding.
 std::string userdataComment(const void *data, uint32_t len, uint8_t commentType);

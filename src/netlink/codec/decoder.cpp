@@ -431,7 +431,7 @@ bool Decoder::decode(const Expression &expression)
 					return load(i.dreg, Constant{i.data}, static_cast<uint32_t>(i.data.size()));
 				const Verdict v = verdictOf(static_cast<int32_t>(i.verdict.value_or(NFT_CONTINUE)),
 							    i.chain.value_or(""));
-				return v.code == VerdictCode::continueRule || emit(SetVerdict{v});
+				return emit(SetVerdict{v}); // an explicit continue too: nft lists it
 			},
 			[&](const Bitwise &b) {
 				auto source = read(b.sreg, b.len);

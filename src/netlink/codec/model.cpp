@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/netlink/codec/vocabulary.h"
+
 namespace ipmasq::nft {
 
 const char *tableFamilyName(TableFamily family)
@@ -78,6 +80,9 @@ uint32_t indexOf(std::vector<Verdict> &verdicts, const Verdict &verdict)
 	return static_cast<uint32_t>(verdicts.size() - 1);
 }
 
+// An object map names few objects; a search of more per element would cost too much.
+constexpr size_t kMaxObjectNames = 256;
+
 // Reorders `v` (`width` bytes an entry) by `order`.
 template<typename T>
 void permute(std::vector<T> &v, const std::vector<uint32_t> &order, size_t width)
@@ -109,6 +114,8 @@ void Set::markUnusable(std::string why)
 	data_ = {};
 	intervalEnds_ = {};
 	verdictIndex_ = {};
+	objectNames_ = {};
+	listedAt_ = {};
 	hasCatchAll_ = false;
 }
 
@@ -129,6 +136,17 @@ void Set::add(const SetElement &e)
 	if (e.key.size() != keyLen || e.keyEnd.size() != (ranges ? keyLen : 0) ||
 	    (hasData && e.data.size() != dataLen))
 		return markUnusable(fmt::format("set {} holds elements of another shape", name));
+	if (flags & NFT_SET_OBJECT) { // the name as an index into the few names the map holds
+		const std::string object(e.data.begin(), e.data.end());
+		auto it = std::find(objectNames_.begin(), objectNames_.end(), object);
+		if (it == objectNames_.end() && objectNames_.size() >= kMaxObjectNames)
+			return markUnusable(fmt::format("set {} names more than {} objects", name, kMaxObjectNames));
+		if (it == objectNames_.end())
+			it = objectNames_.insert(it, object);
+		const auto index = static_cast<uint32_t>(it - objectNames_.begin());
+		data_.insert(data_.end(), reinterpret_cast<const uint8_t *>(&index),
+			     reinterpret_cast<const uint8_t *>(&index) + sizeof(index));
+	}
 	keys_.insert(keys_.end(), e.key.begin(), e.key.end());
 	keyEnds_.insert(keyEnds_.end(), e.keyEnd.begin(), e.keyEnd.end());
 	intervalEnds_.push_back(e.intervalEnd ? 1 : 0);
@@ -147,9 +165,11 @@ void Set::finish()
 		return;
 	if (flags & (NFT_SET_EVAL | NFT_SET_TIMEOUT))
 		return markUnusable(fmt::format("set {} changes by itself (dynamic or with timeouts)", name));
-	// The text lists them; the evaluator does not search them.
-	if ((flags & NFT_SET_INTERVAL) && (flags & NFT_SET_CONCAT))
+	// The text lists them, in the kernel's order as nft does; the evaluator does not search them.
+	if ((flags & NFT_SET_INTERVAL) && (flags & NFT_SET_CONCAT)) {
 		unusable_ = fmt::format("set {} holds concatenated ranges", name);
+		return;
+	}
 	// By key; an end before a start at the same key: a range that starts where another
 	// ends wins, as in the kernel's interval tree.
 	std::vector<uint32_t> order(size());
@@ -160,9 +180,14 @@ void Set::finish()
 	});
 	permute(keys_, order, keyLen);
 	permute(keyEnds_, order, keyLen);
-	permute(data_, order, dataLen);
+	permute(data_, order, (flags & NFT_SET_OBJECT) ? sizeof(uint32_t) : dataLen);
 	permute(intervalEnds_, order, 1);
 	permute(verdictIndex_, order, 1);
+	if (const auto type = typeOfId(keyType); type && typeInfo(*type).base == Type::bitmask) {
+		listedAt_.resize(order.size());
+		for (size_t sorted = 0; sorted < order.size(); sorted++)
+			listedAt_[order[sorted]] = static_cast<uint32_t>(sorted);
+	}
 	keys_.shrink_to_fit();
 	keyEnds_.shrink_to_fit();
 	data_.shrink_to_fit();
@@ -171,6 +196,17 @@ void Set::finish()
 const Verdict *Set::verdict(size_t i) const
 {
 	return i < verdictIndex_.size() ? &verdicts_[verdictIndex_[i]] : nullptr;
+}
+
+std::string_view Set::objectName(size_t i) const
+{
+	if (i == kCatchAll)
+		return {reinterpret_cast<const char *>(catchAllData_.data()), catchAllData_.size()};
+	uint32_t index = 0;
+	if ((i + 1) * sizeof(index) > data_.size())
+		return {};
+	std::memcpy(&index, data_.data() + i * sizeof(index), sizeof(index));
+	return index < objectNames_.size() ? std::string_view(objectNames_[index]) : std::string_view();
 }
 
 const Verdict *Set::catchAllVerdict() const
@@ -204,9 +240,11 @@ std::optional<size_t> Set::find(std::span<const uint8_t> k) const
 size_t Set::bytes() const
 {
 	size_t total = keys_.capacity() + keyEnds_.capacity() + data_.capacity() + intervalEnds_.capacity() +
-		       4 * verdictIndex_.capacity();
+		       4 * verdictIndex_.capacity() + 4 * listedAt_.capacity();
 	for (const Verdict &v : verdicts_)
 		total += sizeof(Verdict) + v.chain.capacity();
+	for (const std::string &object : objectNames_)
+		total += sizeof(object) + object.capacity();
 	return total + sizeof(Set);
 }
 

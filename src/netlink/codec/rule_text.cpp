@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <deque>
 #include <functional>
 
 #include <netinet/in.h> // before the kernel's headers, which then leave in_addr alone
@@ -75,15 +76,19 @@ struct Node {
 	std::vector<NodeId> items = {}; // concat, list, an anonymous set's elements
 	const Set *set = nullptr;
 	bool anonymous = false, verdictMap = false, intervalEnd = false;
+	// exthdr: the header (option, chunk) and field once named (field), its number and flags
+	const ExthdrHeader *header = nullptr;
+	uint8_t headerType = 0;
+	uint32_t exthdrFlags = 0;
 };
 
 // A statement as nft's struct stmt: an expression (a match, a vmap) or a statement that
 // prints itself from its operands.
 struct Stmt {
-	enum class Kind : uint8_t { expression, verdict, counter, nat, metaSet, ctSet, xt, other };
+	enum class Kind : uint8_t { expression, verdict, counter, nat, metaSet, ctSet, payloadSet, exthdrSet, xt, other };
 	Kind kind = Kind::expression;
-	NodeId expr = kNone; // expression; nat: address
-	NodeId proto = kNone; // nat: ports
+	NodeId expr = kNone; // expression; nat: address; payloadSet: the field written
+	NodeId proto = kNone; // nat: ports; payloadSet: the value
 	std::vector<NodeId> operands = {}; // other: its reads
 	const Statement *source = nullptr;
 	bool removed = false;
@@ -95,6 +100,7 @@ struct ProtocolContext {
 	TableFamily family = TableFamily::ip;
 	std::array<const Protocol *, 5> protocol{};
 	uint8_t icmpType = 0;
+	std::vector<const Protocol *> stackedLinks; // link headers below the current one (ether, vlan...)
 
 	const Protocol *&at(Base base) { return protocol[size_t(base)]; }
 };
@@ -148,6 +154,16 @@ int lowestSet(Wide v)
 		if ((v >> i) & 1)
 			return i;
 	return -1;
+}
+
+// `bits` bits (at most 128) of big-endian `bytes` from bit `from`, the first bit the most
+// significant.
+Wide bitsAt(const Bytes &bytes, uint32_t from, uint32_t bits)
+{
+	Wide out = 0;
+	for (uint32_t i = from; i < from + bits && i / 8 < bytes.size(); i++)
+		out = (out << 1) | ((bytes[i / 8] >> (7 - i % 8)) & 1);
+	return out;
 }
 
 // The first clear bit at or above `from` (mpz_scan0).
@@ -337,7 +353,7 @@ Bytes exported(const Node &n)
 }
 
 // The key node of an element (a mapping's left side).
-NodeId keyOf(const std::vector<Node> &nodes, NodeId e)
+NodeId keyOf(const std::deque<Node> &nodes, NodeId e)
 {
 	return nodes[size_t(e)].kind == Kind::mapping ? nodes[size_t(e)].a : e;
 }
@@ -397,10 +413,16 @@ private:
 	NodeId metaNode(uint32_t key);
 	NodeId ctNode(uint32_t key, int direction);
 	NodeId loadNode(const Expression &load, std::optional<ReadId> input, uint32_t len, int depth);
+	NodeId exthdrNode(const Exthdr &x);
+	bool findExthdrField(Node &n, uint32_t offset, uint32_t bits, uint32_t flags);
+	bool exthdrTrim(NodeId id, const Node &maskNode, int &shift);
+	void killExthdrDependency(const Node &n);
+	std::string printExthdr(const Node &n);
 	NodeId bitwise(const Masked &m, uint32_t len, int depth);
 	NodeId compare(const Compare &c);
 	void build(const Statement &s);
 	void buildNat(Stmt &s, const NatStatement &n);
+	void buildOther(Stmt &s, const Other &o);
 	bool natMap(NodeId addr, std::optional<Family> family, bool ranges) const;
 
 	// ---- An anonymous set's elements ----
@@ -419,12 +441,15 @@ private:
 	// ---- Post-processing, in nft's order ----
 	void postprocess();
 	void natStatement(size_t i);
+	void payloadStatement(Stmt &s);
+	void payloadWriteBinop(Stmt &s);
 	void expressionStatement(size_t index);
 	void mergeRange(size_t index);
 	void process(NodeId &id, int depth = 0);
 	void processBinop(NodeId id, int depth);
 	void processRelational(NodeId id, int depth);
 	const Protocol *protocolAt(Base base);
+	const Protocol *headerOf(const Node &payload, uint32_t &skip);
 	void completePayload(NodeId id);
 	NodeId fieldNode(const Protocol &desc, size_t i);
 	std::vector<NodeId> expandPayload(NodeId id);
@@ -463,7 +488,7 @@ private:
 
 	const Table &table_;
 	const Rule &rule_;
-	std::vector<Node> nodes_;
+	std::deque<Node> nodes_; // a deque: adding a node leaves references to the others valid
 	std::vector<NodeId> valueNodes_; // built once, cloned for each read
 	std::vector<Stmt> stmts_;
 	size_t current_ = 0; // the statement being post-processed
@@ -659,9 +684,8 @@ NodeId Printer::bitwise(const Masked &m, uint32_t len, int depth)
 	const uint32_t bits = at(left).bits ? at(left).bits : len * 8;
 	if (m.op != BitwiseOp::boolean) {
 		const uint8_t shift[4] = {uint8_t(m.shift), uint8_t(m.shift >> 8), uint8_t(m.shift >> 16), uint8_t(m.shift >> 24)};
-		NodeId right = valueOf(shift);
+		NodeId right = valueOf(shift); // read big-endian as nft reads it; post-processing swaps it
 		at(right).order = ByteOrder::host;
-		at(right).value = m.shift;
 		NodeId b = binop(m.op == BitwiseOp::leftShift ? Op::lshift : Op::rshift, left, right);
 		at(b).bits = bits;
 		return b;
@@ -720,7 +744,11 @@ NodeId Printer::valueNode(ValueId id, int depth)
 				NodeId key = readNode(m.key, depth + 1);
 				return add({.kind = Kind::map, .a = key, .b = setRef(m.set, set ? set->keyLen * 8 : 0)});
 			},
-			[&](const OtherLoad &o) { return loadNode(*o.load, o.input, v.len, depth); },
+			[&](const OtherLoad &o) {
+				if (const auto *x = std::get_if<Exthdr>(o.load.get()))
+					return exthdrNode(*x);
+				return loadNode(*o.load, o.input, v.len, depth);
+			},
 		},
 		v.source);
 	valueNodes_[id] = node;
@@ -794,7 +822,7 @@ NodeId Printer::setRef(const std::string &name, uint32_t keyBits)
 	ref.verdictMap = set && set->isVerdictMap();
 	if (set) {
 		if (const auto type = typeOfId(set->keyType & ((1u << kTypeBits) - 1)); type && set->keyType < (1u << kTypeBits))
-			ref.type = *type;
+			ref.type = set->rawPayloadKey ? Type::xinteger : *type;
 		ref.order = static_cast<ByteOrder>(set->keyByteorder);
 	}
 	if (ref.anonymous && set && set->holdsElements())
@@ -839,14 +867,39 @@ void Printer::build(const Statement &statement)
 			[&](const XtMark &) { s.kind = Stmt::Kind::xt; },
 			[&](const NatStatement &n) { buildNat(s, n); },
 			[&](const CounterStatement &) { s.kind = Stmt::Kind::counter; },
-			[&](const Other &o) {
-				s.kind = Stmt::Kind::other;
-				for (ReadId r : o.detail->reads)
-					s.operands.push_back(readNode(r, 0));
-			},
+			[&](const Other &o) { buildOther(s, o); },
 		},
 		statement);
 	stmts_.push_back(std::move(s));
+}
+
+// A statement the NAT walk does not follow, with its operands typed as nft types them: a
+// payload write (netlink_parse_payload_stmt) and dup's address and device.
+void Printer::buildOther(Stmt &s, const Other &o)
+{
+	s.kind = Stmt::Kind::other;
+	for (ReadId r : o.detail->reads)
+		s.operands.push_back(readNode(r, 0));
+	if (const auto *p = std::get_if<Payload>(&o.expression()); p && s.operands.size() == 1) {
+		s.kind = Stmt::Kind::payloadSet;
+		s.expr = payloadRaw(Base(p->base + 1), p->offset * 8, p->len * 8);
+		s.proto = s.operands[0];
+	} else if (const auto *x = std::get_if<Exthdr>(&o.expression())) {
+		// A write of the field (`tcp option maxseg size set 1360`), or the option stripped
+		// (`reset tcp option sack-perm`, the header present).
+		s.kind = Stmt::Kind::exthdrSet;
+		Exthdr header = *x;
+		if (s.operands.empty())
+			header.flags |= NFT_EXTHDR_F_PRESENT;
+		s.expr = exthdrNode(header);
+		s.proto = s.operands.empty() ? kNone : s.operands[0];
+		if (s.proto != kNone)
+			setType(s.proto, at(s.expr).type, at(s.expr).order);
+	} else if (std::holds_alternative<Dup>(o.expression()) && !s.operands.empty()) {
+		setType(s.operands[0], table_.family == TableFamily::ip6 ? Type::ip6addr : Type::ipaddr, ByteOrder::big);
+		if (s.operands.size() > 1)
+			setType(s.operands[1], Type::ifindex, ByteOrder::host);
+	}
 }
 
 // nft's is_nat_addr_map / is_nat_proto_map: an address taken from a map whose data are
@@ -915,7 +968,7 @@ NodeId Printer::elementKey(std::span<const uint8_t> key, const Set &set, bool in
 	if (parts.size() <= 1) {
 		NodeId v = valueOf(key);
 		Node &n = at(v);
-		n.type = parts.empty() ? Type::invalid : parts[0];
+		n.type = parts.empty() ? Type::invalid : set.rawPayloadKey ? Type::xinteger : parts[0];
 		n.order = static_cast<ByteOrder>(set.keyByteorder);
 		if (!interval && n.order == ByteOrder::host)
 			n.value = swapBytes(n.value, n.bits / 8);
@@ -944,6 +997,12 @@ NodeId Printer::elementData(const Set &set, size_t i)
 {
 	if (const Verdict *v = i == Set::kCatchAll ? set.catchAllVerdict() : set.verdict(i))
 		return add({.kind = Kind::verdict, .text = verdictText(*v)});
+	if (set.flags & NFT_SET_OBJECT) {
+		const std::string_view object = set.objectName(i);
+		Node name{.kind = Kind::value, .type = Type::string, .bits = uint32_t(object.size() * 8)};
+		name.raw.assign(object.begin(), object.end());
+		return add(std::move(name));
+	}
 	const auto data = i == Set::kCatchAll ? set.catchAllData() : set.data(i);
 	const std::vector<Type> parts = subtypes(set.dataType);
 	if (data.empty() || parts.empty())
@@ -999,16 +1058,18 @@ NodeId Printer::reduceRange(NodeId range)
 void Printer::setElements(Node &ref, const Set &set)
 {
 	const bool interval = set.flags & NFT_SET_INTERVAL;
-	const bool map = (set.flags & NFT_SET_MAP) != 0;
+	const bool map = (set.flags & (NFT_SET_MAP | NFT_SET_OBJECT)) != 0;
 	std::vector<NodeId> elements;
-	for (size_t i = 0; i < set.size(); i++) {
+	for (size_t listed = 0; listed < set.size(); listed++) {
+		const size_t i = set.listedAt(listed);
 		NodeId key = elementKey(set.key(i), set, interval);
 		at(key).intervalEnd = set.intervalEnd(i);
 		if (!set.keyEnd(i).empty()) { // a concatenation of ranges: its last key follows
 			elements.push_back(key);
 			key = elementKey(set.keyEnd(i), set, interval);
 			at(key).intervalEnd = true;
-		} else if (map && !set.intervalEnd(i)) {
+		}
+		if (map && !set.intervalEnd(i)) {
 			key = add({.kind = Kind::mapping, .a = key, .b = elementData(set, i)});
 		}
 		elements.push_back(key);
@@ -1054,14 +1115,35 @@ Bytes Printer::sortNumber(NodeId id) const
 	return number;
 }
 
+using SortKeyed = std::pair<Bytes, NodeId>;
+
+// nft's list_expr_sort: a merge sort (the first half the larger) whose merge takes the
+// second half's element first when numbers are equal, so equal numbers (flags sorted by
+// their lowest) come out in nft's order. Its recursion is log2 of the elements deep.
+void nftSort(std::span<SortKeyed> v)
+{
+	if (v.size() < 2)
+		return;
+	const size_t half = (v.size() + 1) / 2;
+	nftSort(v.first(half));
+	nftSort(v.subspan(half));
+	const auto less = [](const SortKeyed &x, const SortKeyed &y) {
+		return x.first.size() != y.first.size() ? x.first.size() < y.first.size() : x.first < y.first;
+	};
+	std::vector<SortKeyed> merged;
+	merged.reserve(v.size());
+	size_t i = 0, j = half;
+	while (i < half || j < v.size())
+		merged.push_back(std::move(j == v.size() || (i < half && less(v[i], v[j])) ? v[i++] : v[j++]));
+	std::move(merged.begin(), merged.end(), v.begin());
+}
+
 std::vector<NodeId> Printer::sorted(std::vector<NodeId> elements) const
 {
-	std::vector<std::pair<Bytes, NodeId>> keyed;
+	std::vector<SortKeyed> keyed;
 	for (NodeId e : elements)
 		keyed.emplace_back(sortNumber(e), e);
-	std::stable_sort(keyed.begin(), keyed.end(), [](const auto &x, const auto &y) {
-		return x.first.size() != y.first.size() ? x.first.size() < y.first.size() : x.first < y.first;
-	});
+	nftSort(keyed);
 	std::vector<NodeId> out;
 	for (const auto &[key, e] : keyed)
 		out.push_back(e);
@@ -1181,11 +1263,18 @@ void Printer::postprocess()
 			i = current_; // expansion replaced the statement by several
 			break;
 		case Stmt::Kind::metaSet:
+			process(stmts_[i].expr);
+			break;
 		case Stmt::Kind::ctSet:
 			process(stmts_[i].expr);
+			if (std::get<SetCt>(*stmts_[i].source).key == NFT_CT_EVENTMASK)
+				stmts_[i].expr = flagList(stmts_[i].expr);
 			break;
 		case Stmt::Kind::nat:
 			natStatement(i);
+			break;
+		case Stmt::Kind::payloadSet:
+			payloadStatement(stmts_[i]);
 			break;
 		case Stmt::Kind::other:
 			for (NodeId &operand : stmts_[i].operands)
@@ -1193,6 +1282,7 @@ void Printer::postprocess()
 			break;
 		case Stmt::Kind::verdict:
 		case Stmt::Kind::counter:
+		case Stmt::Kind::exthdrSet:
 		case Stmt::Kind::xt:
 			break;
 		}
@@ -1221,6 +1311,67 @@ void Printer::expressionStatement(size_t index)
 	stmts_[index].expr = expr;
 	if (deps_.prev && !stmts_[*deps_.prev].removed && stmts_[*deps_.prev].kind == Stmt::Kind::expression)
 		mergeRange(index);
+}
+
+bool isKnown(const Node &payload)
+{
+	return payload.protocol && payload.field >= 0;
+}
+
+// nft's stmt_payload_postprocess: the field written, named, and its value typed by it.
+void Printer::payloadStatement(Stmt &s)
+{
+	completePayload(s.expr);
+	if (!isKnown(at(s.expr)))
+		payloadWriteBinop(s);
+	process(s.expr);
+	setType(s.proto, at(s.expr).type, at(s.expr).order);
+	process(s.proto);
+}
+
+// nft's stmt_payload_binop_postprocess: a write of part of a load is nft's
+// `(x & mask) | value` (or `x | value`, `x & mask`) over the bytes around a field; the
+// mask names the field, the value is shifted to it.
+void Printer::payloadWriteBinop(Stmt &s)
+{
+	const Node v = at(s.proto);
+	if (v.kind != Kind::binop || at(v.b).kind != Kind::value)
+		return;
+	const Node &left = at(v.a);
+	if (left.kind == Kind::binop) {
+		const NodeId payload = left.a, maskId = left.b;
+		const Node &p = at(payload), &dest = at(s.expr);
+		if (v.op != Op::bor || left.op != Op::band || p.kind != Kind::payload || at(maskId).kind != Kind::value ||
+		    p.base != dest.base || p.offset != dest.offset || p.bits != dest.bits)
+			return;
+		const Wide saved = at(maskId).value;
+		at(maskId).value = mask(p.bits) ^ saved ^ at(v.b).value;
+		NodeId binopRef = v.a;
+		if (!binopTrim(s.proto, binopRef) || !isKnown(at(payload))) {
+			at(maskId).value = saved;
+			return;
+		}
+		s.expr = payload;
+		s.proto = v.b;
+		return;
+	}
+	if (left.kind != Kind::payload || (v.op != Op::band && v.op != Op::bor))
+		return;
+	const NodeId payload = v.a, value = v.b;
+	if (v.op == Op::band)
+		at(value).value = mask(at(payload).bits) ^ at(value).value;
+	int shift = 0;
+	if (trimPayload(payload, at(value), shift)) {
+		adjust(value, shift, at(payload).bits);
+		completePayload(payload);
+		setType(value, at(payload).type, at(payload).order);
+	}
+	if (!isKnown(at(payload)))
+		return;
+	if (v.op == Op::band) // the mask cleared the field: a write of zero
+		at(value).value = 0;
+	s.expr = payload;
+	s.proto = value;
 }
 
 // nft's expr_may_merge_range: `x >= a` then `x <= b` is `x a-b`; `x < a` then `x > b` is
@@ -1307,6 +1458,9 @@ void Printer::process(NodeId &id, int depth)
 	case Kind::load:
 		process(at(id).a, depth + 1); // a hash's input
 		break;
+	case Kind::exthdr:
+		killExthdrDependency(n);
+		break;
 	default:
 		break;
 	}
@@ -1353,17 +1507,36 @@ const Protocol *Printer::protocolAt(Base base)
 	return context_.at(base);
 }
 
+// nft's get_stacked_desc: a link-layer load past the first header reads a stacked one
+// (`ether type 8021q vlan id 10`); `skip` is the bits of the headers before it.
+const Protocol *Printer::headerOf(const Node &p, uint32_t &skip)
+{
+	skip = 0;
+	const Protocol *top = protocolAt(p.base);
+	if (!top || p.base != Base::link || p.offset < top->length)
+		return top;
+	uint32_t offset = p.offset;
+	for (const Protocol *stacked : context_.stackedLinks) {
+		if (offset < stacked->length)
+			return stacked;
+		offset -= stacked->length;
+		skip += stacked->length;
+	}
+	return top;
+}
+
 // nft's payload_expr_complete: a raw load that is exactly one field of the protocol its
 // base holds gets that field's name and type.
 void Printer::completePayload(NodeId id)
 {
 	Node &p = at(id);
-	const Protocol *desc = protocolAt(p.base);
+	uint32_t skip = 0;
+	const Protocol *desc = headerOf(p, skip);
 	if (!desc || desc == &protocols::inet)
 		return;
 	for (size_t i = 1; i < desc->fields.size(); i++) {
 		const Field &f = desc->fields[i];
-		if (f.offset != p.offset || f.bits != p.bits)
+		if (f.offset != p.offset - skip || f.bits != p.bits)
 			continue;
 		if (f.icmpDependency && context_.icmpType && context_.icmpType != icmpTypeOf(f.icmpDependency))
 			continue;
@@ -1386,8 +1559,9 @@ std::vector<NodeId> Printer::expandPayload(NodeId id)
 {
 	Node p = at(id);
 	std::vector<NodeId> out;
-	const Protocol *desc = protocolAt(p.base);
-	uint32_t offset = p.offset;
+	uint32_t skip = 0;
+	const Protocol *desc = headerOf(p, skip);
+	uint32_t offset = p.offset - skip;
 	for (size_t i = 1; desc && desc != &protocols::inet && i < desc->fields.size(); i++) {
 		const Field &f = desc->fields[i];
 		if (f.bits == 0)
@@ -1408,7 +1582,7 @@ std::vector<NodeId> Printer::expandPayload(NodeId id)
 			return out;
 		}
 	}
-	out.push_back(payloadRaw(p.base, offset, p.bits));
+	out.push_back(payloadRaw(p.base, offset + skip, p.bits));
 	return out;
 }
 
@@ -1457,15 +1631,16 @@ void Printer::payloadFields(NodeId relationalId, NodeId payload)
 	const Op op = at(relationalId).op;
 	const Node right = at(at(relationalId).b);
 	uint32_t remaining = right.bits;
-	std::vector<Stmt> fields;
-	const size_t first = current_;
 	for (NodeId left : expandPayload(payload)) {
 		const Node l = at(left);
-		// The field's share of the constant: its most significant bits.
+		// The field's share of the constant: its most significant bits (from the bytes: a
+		// merged load may be wider than 128 bits).
 		const uint32_t take = std::min(l.bits, remaining);
 		Node part = right;
 		part.bits = l.bits;
-		part.value = remaining >= 128 ? right.value : (right.value >> (remaining - take)) & mask(take);
+		part.value = right.raw.size() * 8 == right.bits ? bitsAt(right.raw, right.bits - remaining, take)
+								: (right.value >> (remaining - take)) & mask(take);
+		part.raw = {};
 		remaining -= take;
 		part.type = l.type;
 		part.order = l.order;
@@ -1489,7 +1664,6 @@ void Printer::payloadFields(NodeId relationalId, NodeId payload)
 			storeDependency(index, base);
 	}
 	stmts_[current_].removed = true; // the merged match, replaced
-	(void)first;
 }
 
 // nft's payload_is_stacked: a protocol match whose next protocol is at the same base (vlan).
@@ -1506,13 +1680,14 @@ bool Printer::stackedOn(const Node &left, NodeId value)
 bool Printer::trimPayload(NodeId id, const Node &maskNode, int &shift)
 {
 	Node &p = at(id);
-	const Protocol *desc = protocolAt(p.base);
+	uint32_t skip = 0;
+	const Protocol *desc = headerOf(p, skip);
 	if (!desc)
 		return false;
 	const int maskOffset = std::max(lowestSet(maskNode.value), 0);
 	const int maskLen = firstClear(maskNode.value, maskOffset + 1);
 	const uint32_t off = (maskNode.bits + 7) / 8 * 8 - uint32_t(maskLen);
-	uint32_t offset = p.offset + off, remaining = p.bits, len = 0;
+	uint32_t offset = p.offset - skip + off, remaining = p.bits, len = 0;
 	for (size_t i = 1; i < desc->fields.size(); i++) {
 		const Field &f = desc->fields[i];
 		if (f.offset != offset)
@@ -1568,14 +1743,110 @@ bool Printer::binopTrim(NodeId expr, NodeId &binopRef)
 	const NodeId binopId = binopRef;
 	const NodeId left = at(binopId).a;
 	int shift = 0;
-	if (at(left).kind != Kind::payload || !trimPayload(left, at(at(binopId).b), shift))
+	const bool payload = at(left).kind == Kind::payload;
+	if (payload ? !trimPayload(left, at(at(binopId).b), shift)
+		    : at(left).kind != Kind::exthdr || !exthdrTrim(left, at(at(binopId).b), shift))
 		return false;
 	adjust(at(expr).b, shift, at(left).bits);
 	binopRef = left;
 	if (at(expr).kind == Kind::map)
 		at(expr).a = left;
-	payloadMatch(expr, left);
+	if (payload)
+		payloadMatch(expr, left);
+	else
+		setType(at(expr).b, at(left).type, at(left).order);
 	return true;
+}
+
+// ---- Extension headers, options, chunks (exthdr.c, tcpopt.c, ipopt.c, sctp_chunk.c) ----
+
+NodeId Printer::exthdrNode(const Exthdr &x)
+{
+	Node n{.kind = Kind::exthdr, .order = ByteOrder::big, .key = x.op};
+	n.headerType = x.type;
+	findExthdrField(n, x.offset * 8, x.len * 8, x.flags);
+	return add(std::move(n));
+}
+
+// nft's exthdr_init_raw: the header of that number whose field lies at `offset`, `bits`
+// long (a present check is a boolean); without one, the header unnamed or the field.
+bool Printer::findExthdrField(Node &n, uint32_t offset, uint32_t bits, uint32_t flags)
+{
+	n.offset = offset;
+	n.bits = bits;
+	n.exthdrFlags = flags;
+	n.type = (flags & NFT_EXTHDR_F_PRESENT) ? Type::boolean : Type::integer;
+	const auto headers = exthdrHeaders(n.key, n.headerType);
+	n.header = headers.empty() ? nullptr : &headers.front();
+	n.field = -1;
+	for (const ExthdrHeader &header : headers)
+		for (size_t i = 0; i < header.fields.size(); i++)
+			if (header.fields[i].offset == offset && header.fields[i].bits == bits) {
+				n.header = &header;
+				n.field = int(i);
+				if (!(flags & NFT_EXTHDR_F_PRESENT))
+					n.type = header.fields[i].type;
+				return true;
+			}
+	return false;
+}
+
+// nft's exthdr_find_template: a mask that selects one field of the load names it.
+bool Printer::exthdrTrim(NodeId id, const Node &maskNode, int &shift)
+{
+	Node &n = at(id);
+	const int maskOffset = std::max(lowestSet(maskNode.value), 0);
+	const int maskLen = firstClear(maskNode.value, maskOffset + 1);
+	const uint32_t offset = n.offset + (maskNode.bits + 7) / 8 * 8 - uint32_t(maskLen);
+	const bool options = n.key == NFT_EXTHDR_OP_IPV4 || n.key == NFT_EXTHDR_OP_TCPOPT;
+	if ((!options && n.key != NFT_EXTHDR_OP_IPV6) || (options && n.field >= 0))
+		return false;
+	if (!findExthdrField(n, offset, uint32_t(maskLen - maskOffset), 0))
+		return false;
+	shift = maskOffset;
+	return true;
+}
+
+// nft's exthdr_dependency_kill: an option or extension header implies its protocol.
+void Printer::killExthdrDependency(const Node &n)
+{
+	const Base base = n.key == NFT_EXTHDR_OP_TCPOPT ? Base::transport
+			  : n.key == NFT_EXTHDR_OP_IPV6 || n.key == NFT_EXTHDR_OP_IPV4 ? Base::network : Base::invalid;
+	if (base != Base::invalid && dependencyExists(base))
+		releaseDependency(base);
+}
+
+// nft's exthdr_expr_print.
+std::string Printer::printExthdr(const Node &n)
+{
+	const bool present = n.exthdrFlags & NFT_EXTHDR_F_PRESENT;
+	const char *field = n.header && n.field >= 0 ? n.header->fields[size_t(n.field)].name : nullptr;
+	const std::string unknownField = fmt::format("{}exthdr field]", kUnknownMarker);
+	switch (n.key) {
+	case NFT_EXTHDR_OP_TCPOPT:
+		if (!n.header)
+			return present && n.offset == 0 ? fmt::format("tcp option {}", n.headerType)
+							: fmt::format("tcp option @{},{},{}", n.headerType, n.offset, n.bits);
+		if (present)
+			return fmt::format("tcp option {}", n.header->name);
+		return fmt::format("tcp option {}{} {}", n.header->name, n.offset / 64 ? std::to_string(n.offset / 64) : "",
+				   field ? field : unknownField);
+	case NFT_EXTHDR_OP_IPV4:
+	case NFT_EXTHDR_OP_SCTP:
+		if (!n.header)
+			break;
+		return fmt::format("{} {}{}{}", n.key == NFT_EXTHDR_OP_IPV4 ? "ip option" : "sctp chunk", n.header->name,
+				   present ? "" : " ", present ? "" : field ? field : unknownField.c_str());
+	case NFT_EXTHDR_OP_IPV6:
+		if (present)
+			return fmt::format("exthdr {}", n.header ? n.header->name : "unknown-exthdr");
+		if (!n.header || !field)
+			break;
+		return fmt::format("{} {}", n.header->name, field);
+	default:
+		break;
+	}
+	return fmt::format("{}exthdr]", kUnknownMarker);
 }
 
 // ---- Masks, flags and prefixes (relational_binop_postprocess) ----
@@ -1724,6 +1995,9 @@ void Printer::updateContext(NodeId relationalId)
 	case Kind::payload: {
 		const Protocol *base = protocolAt(left.base);
 		const Protocol *desc = base ? base->above(value) : nullptr;
+		if (desc && desc->base == Base::link && base->base == Base::link && left.protocol &&
+		    context_.stackedLinks.size() < kMaxDepth)
+			context_.stackedLinks.push_back(base);
 		if (!desc) {
 			if (base == &protocols::icmp)
 				context_.icmpType = uint8_t(value ? value : 8); // echo-reply counts as echo
@@ -1972,8 +2246,8 @@ std::string Printer::print(NodeId id, bool numeric, int depth)
 	case Kind::flagcmp:
 		return fmt::format("{}{}{} / {}", sub(n.a), n.op == Op::neq ? " != " : " ", sub(n.b), sub(n.c));
 	case Kind::catchAll: return "*";
-	case Kind::unknown:
-	case Kind::exthdr: break;
+	case Kind::exthdr: return printExthdr(n);
+	case Kind::unknown: break;
 	}
 	return fmt::format("{}{}]", kUnknownMarker, n.text);
 }
@@ -1986,6 +2260,10 @@ std::string Printer::printStatement(const Stmt &s)
 {
 	if (s.kind == Stmt::Kind::expression)
 		return print(s.expr);
+	if (s.kind == Stmt::Kind::payloadSet)
+		return print(s.expr) + " set " + print(s.proto);
+	if (s.kind == Stmt::Kind::exthdrSet) // nft post-processes neither side
+		return s.proto == kNone ? "reset " + print(s.expr) : print(s.expr) + " set " + print(s.proto);
 	return std::visit(
 		Overloaded{
 			[&](const SetVerdict &v) { return verdictText(v.verdict); },
@@ -2109,7 +2387,6 @@ std::string Printer::printOther(const Stmt &s, const Other &o)
 					out += fmt::format(" wscale {}", p.wscale);
 				return out + options;
 			},
-			[&](const Payload &p) { return printPayload(at(payloadRaw(Base(p.base + 1), p.offset * 8, p.len * 8))) + " set " + operand(0); },
 			[&](const Match &m) { return xtMatchText(m); },
 			[&](const Target &t) { return fmt::format("{}xt target {}]", kUnknownMarker, t.name); },
 			[&](const auto &) { return fmt::format("{}{}]", kUnknownMarker, nameOf(o.expression())); },
@@ -2122,22 +2399,24 @@ std::string Printer::objrefText(const Stmt &s, const Objref &r)
 {
 	static constexpr const char *kTypes[] = {"unknown", "counter", "quota", "ct helper", "limit", "ct timeout",
 						 "secmark", "ct expectation", "synproxy"};
+	const Set *set = r.set ? table_.findSet(*r.set) : nullptr;
 	std::string verb;
-	switch (r.type) {
+	switch (set ? set->objectType : r.type) {
 	case NFT_OBJECT_CT_HELPER: verb = "ct helper set "; break;
 	case NFT_OBJECT_CT_TIMEOUT: verb = "ct timeout set "; break;
 	case NFT_OBJECT_CT_EXPECT: verb = "ct expectation set "; break;
 	case NFT_OBJECT_SECMARK: verb = "meta secmark set "; break;
-	default: verb = fmt::format("{} name ", r.type < std::size(kTypes) ? kTypes[r.type] : "unknown"); break;
+	default: {
+		const uint32_t type = set ? set->objectType : r.type;
+		verb = fmt::format("{} name ", type < std::size(kTypes) ? kTypes[type] : "unknown");
+		break;
+	}
 	}
 	if (!r.set)
 		return fmt::format("{}\"{}\"", verb, printable(r.name.value_or("")));
 	if (s.operands.empty())
 		return fmt::format("{}{}register]", verb, kUnknownMarker);
-	const Set *set = table_.findSet(*r.set);
-	const bool anonymous = (set && (set->flags & NFT_SET_ANONYMOUS)) || r.set->rfind("__", 0) == 0;
-	return fmt::format("{}{} map {}", verb, print(s.operands[0]),
-			   anonymous ? fmt::format("{}set elements]", kUnknownMarker) : "@" + *r.set);
+	return fmt::format("{}{} map {}", verb, print(s.operands[0]), print(setRef(*r.set, at(s.operands[0]).bits)));
 }
 
 // nft's set_stmt_print / map_stmt_print: `add @s { ip saddr timeout 1s limit rate 10/second }`.
@@ -2145,9 +2424,14 @@ std::string Printer::dynsetText(const Stmt &s, const Dynset &d)
 {
 	static constexpr const char *kOps[] = {"add", "update", "delete"};
 	const Set *set = table_.findSet(d.set);
-	if (s.operands.empty() || (set && (set->flags & NFT_SET_ANONYMOUS)))
-		return fmt::format("{}meter]", kUnknownMarker);
-	std::string out = fmt::format("{} @{} {{ {}", d.op < std::size(kOps) ? kOps[d.op] : "unknown", d.set, print(s.operands[0]));
+	const bool anonymous = set && (set->flags & NFT_SET_ANONYMOUS);
+	// nft's meter: an anonymous set a key and its statements are added to.
+	const bool meter = anonymous && s.operands.size() == 1 && !d.statements.empty();
+	if (s.operands.empty() || (anonymous && !meter))
+		return fmt::format("{}dynset]", kUnknownMarker);
+	std::string out = meter ? fmt::format("meter {} size {} {{ {}", printable(d.set), set->declaredSize, print(s.operands[0]))
+				: fmt::format("{} @{} {{ {}", d.op < std::size(kOps) ? kOps[d.op] : "unknown",
+					      printable(d.set), print(s.operands[0]));
 	if (d.timeout)
 		out += " timeout " + integerText(Type::time, d.timeout, 64);
 	for (const ExpressionBox &nested : d.statements) {

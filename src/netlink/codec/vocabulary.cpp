@@ -13,6 +13,8 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 
+#include <linux/netfilter/nf_tables.h>
+
 #include <fmt/format.h>
 
 namespace ipmasq::nft {
@@ -116,7 +118,7 @@ const TypeRow kTypes[] = {
 	{{"invalid", Type::invalid, kNone, 0, false}, Format::custom, {}, false},
 	{{"verdict", Type::verdict, kNone, 0, false}, Format::custom, {}, false},
 	{{"nf_proto", Type::integer, kNone, 8, false}, Format::decimal, kNfproto, false},
-	{{"bitmask", Type::bitmask, kNone, 0, false}, Format::hex, {}, false},
+	{{"bitmask", Type::integer, kNone, 0, false}, Format::hex, {}, false},
 	{{"integer", Type::integer, kNone, 0, false}, Format::decimal, {}, false},
 	{{"string", Type::string, kHost, 0, false}, Format::custom, {}, false},
 	{{"ll_addr", Type::lladdr, kBig, 0, false}, Format::custom, {}, false},
@@ -360,6 +362,8 @@ std::string integerText(Type type, Wide v, uint32_t bits, bool numeric)
 	for (const Symbol &s : r.symbols)
 		if (!numeric && Wide(s.value) == v)
 			return r.quoted ? fmt::format("\"{}\"", s.name) : s.name;
+	if (numeric && type == Type::time) // nft's numeric time: whole seconds
+		return fmt::format("{}s", static_cast<uint64_t>(v) / 1000);
 	if (r.format == Format::custom && !(numeric && type == Type::inetProtocol))
 		return customText(type, v, bits);
 	const Type base = r.info.base;
@@ -416,7 +420,7 @@ Key socketKey(uint32_t key)
 Key xfrmKey(uint32_t key)
 {
 	static const Key kKeys[] = {{nullptr, Type::integer, kHost, 32, 16}, {"daddr", Type::ipaddr, kBig, 32, 4},
-				    {"saddr", Type::ipaddr, kBig, 32, 4}, {"daddr", Type::ip6addr, kBig, 128, 16},
+				    {"daddr", Type::ip6addr, kBig, 128, 16}, {"saddr", Type::ipaddr, kBig, 32, 4},
 				    {"saddr", Type::ip6addr, kBig, 128, 16}, {"reqid", Type::integer, kHost, 32, 4},
 				    {"spi", Type::integer, kBig, 32, 4}};
 	return key < std::size(kKeys) ? kKeys[key] : kKeys[0];
@@ -546,6 +550,92 @@ bool Protocol::isProtocolKey(size_t i) const
 	// ip's and ip6's own protocol fields count too (nft's proto_key_is_protocol).
 	return (protocolKey != 0 && i == protocolKey) || (this == &protocols::ip && i == 9) ||
 	       (this == &protocols::ip6 && i == 6);
+}
+
+// ---- Extension headers, options and chunks (exthdr.c, tcpopt.c, ipopt.c, sctp_chunk.c) ----
+
+namespace {
+
+constexpr Field kNexthdrLength[] = {{"nexthdr", T::inetProtocol, 0, 8, 0}, {"hdrlength", T::integer, 8, 8, 0}};
+constexpr Field kRt[] = {{"nexthdr", T::inetProtocol, 0, 8, 0}, {"hdrlength", T::integer, 8, 8, 0},
+			 {"type", T::integer, 16, 8, 0}, {"seg-left", T::integer, 24, 8, 0}};
+constexpr Field kSrh[] = {{"last-entry", T::integer, 32, 8, 0}, {"flags", T::integer, 40, 8, 0},
+			  {"tag", T::integer, 48, 16, 0}, {"sid[1]", T::ip6addr, 64, 128, 0},
+			  {"sid[2]", T::ip6addr, 192, 128, 0}};
+constexpr Field kRt0[] = {{"reserved", T::integer, 32, 32, 0}, {"addr[1]", T::ip6addr, 64, 128, 0},
+			  {"addr[2]", T::ip6addr, 192, 128, 0}};
+constexpr Field kFrag[] = {{"nexthdr", T::inetProtocol, 0, 8, 0}, {"reserved", T::integer, 8, 8, 0},
+			   {"frag-off", T::integer, 16, 13, 0}, {"reserved2", T::integer, 29, 2, 0},
+			   {"more-fragments", T::integer, 31, 1, 0}, {"id", T::integer, 32, 32, 0}};
+constexpr Field kMh[] = {{"nexthdr", T::inetProtocol, 0, 8, 0}, {"hdrlength", T::integer, 8, 8, 0},
+			 {"type", T::mhType, 16, 8, 0}, {"reserved", T::integer, 24, 8, 0},
+			 {"checksum", T::integer, 32, 16, 0}};
+// The routing header's variants, tried in nft's order when rt has no field there.
+constexpr ExthdrHeader kIpv6Headers[] = {{"hbh", 0, kNexthdrLength}, {"rt", 43, kRt}, {"srh", 43, kSrh},
+					 {"rt0", 43, kRt0}, {"frag", 44, kFrag}, {"dst", 60, kNexthdrLength},
+					 {"mh", 135, kMh}};
+
+constexpr Field kKind[] = {{"kind", T::integer, 0, 8, 0}};
+constexpr Field kKindLength[] = {{"kind", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0}};
+constexpr Field kMaxseg[] = {{"kind", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0}, {"size", T::integer, 16, 16, 0}};
+constexpr Field kWindow[] = {{"kind", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0}, {"count", T::integer, 16, 8, 0}};
+constexpr Field kSack[] = {{"kind", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0},
+			   {"left", T::integer, 16, 32, 0}, {"right", T::integer, 48, 32, 0},
+			   {"left", T::integer, 80, 32, 0}, {"right", T::integer, 112, 32, 0},
+			   {"left", T::integer, 144, 32, 0}, {"right", T::integer, 176, 32, 0},
+			   {"left", T::integer, 208, 32, 0}, {"right", T::integer, 240, 32, 0}};
+constexpr Field kTimestamp[] = {{"kind", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0},
+				{"tsval", T::integer, 16, 32, 0}, {"tsecr", T::integer, 48, 32, 0}};
+constexpr Field kMptcp[] = {{"kind", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0}, {"subtype", T::integer, 16, 4, 0}};
+constexpr ExthdrHeader kTcpOptions[] = {
+	{"eol", 0, kKind}, {"nop", 1, kKind}, {"maxseg", 2, kMaxseg}, {"window", 3, kWindow},
+	{"sack-perm", 4, kKindLength}, {"sack", 5, kSack}, {"timestamp", 8, kTimestamp},
+	{"md5sig", 19, kKindLength}, {"mptcp", 30, kMptcp}, {"fastopen", 34, kKindLength}};
+
+constexpr Field kRoute[] = {{"type", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0},
+			    {"ptr", T::integer, 16, 8, 0}, {"addr", T::integer, 24, 32, 0}};
+constexpr Field kRouterAlert[] = {{"type", T::integer, 0, 8, 0}, {"length", T::integer, 8, 8, 0},
+				  {"value", T::integer, 16, 16, 0}};
+constexpr ExthdrHeader kIpOptions[] = {{"lsrr", 131, kRoute}, {"rr", 7, kRoute}, {"ssrr", 137, kRoute},
+				       {"ra", 148, kRouterAlert}};
+
+constexpr Field kChunk[] = {{"type", T::integer, 0, 8, 0}, {"flags", T::integer, 8, 8, 0}, {"length", T::integer, 16, 16, 0}};
+#define IPMASQ_CHUNK(...) {"type", T::integer, 0, 8, 0}, {"flags", T::integer, 8, 8, 0}, {"length", T::integer, 16, 16, 0}, __VA_ARGS__
+constexpr Field kData[] = {IPMASQ_CHUNK({"tsn", T::integer, 32, 32, 0}, {"stream", T::integer, 64, 16, 0},
+					{"ssn", T::integer, 80, 16, 0}, {"ppid", T::integer, 96, 32, 0})};
+constexpr Field kInit[] = {IPMASQ_CHUNK({"init-tag", T::integer, 32, 32, 0}, {"a-rwnd", T::integer, 64, 32, 0},
+					{"num-outbound-streams", T::integer, 96, 16, 0},
+					{"num-inbound-streams", T::integer, 112, 16, 0}, {"initial-tsn", T::integer, 128, 32, 0})};
+constexpr Field kSackChunk[] = {IPMASQ_CHUNK({"cum-tsn-ack", T::integer, 32, 32, 0}, {"a-rwnd", T::integer, 64, 32, 0},
+					     {"num-gap-ack-blocks", T::integer, 96, 16, 0},
+					     {"num-dup-tsns", T::integer, 112, 16, 0})};
+constexpr Field kCumTsn[] = {IPMASQ_CHUNK({"cum-tsn-ack", T::integer, 32, 32, 0})};
+constexpr Field kLowestTsn[] = {IPMASQ_CHUNK({"lowest-tsn", T::integer, 32, 32, 0})};
+constexpr Field kSeqno[] = {IPMASQ_CHUNK({"seqno", T::integer, 32, 32, 0})};
+constexpr Field kNewCumTsn[] = {IPMASQ_CHUNK({"new-cum-tsn", T::integer, 32, 32, 0})};
+#undef IPMASQ_CHUNK
+constexpr ExthdrHeader kSctpChunks[] = {
+	{"data", 0, kData}, {"init", 1, kInit}, {"init-ack", 2, kInit}, {"sack", 3, kSackChunk},
+	{"heartbeat", 4, kChunk}, {"heartbeat-ack", 5, kChunk}, {"abort", 6, kChunk}, {"shutdown", 7, kCumTsn},
+	{"shutdown-ack", 8, kChunk}, {"error", 9, kChunk}, {"cookie-echo", 10, kChunk}, {"cookie-ack", 11, kChunk},
+	{"ecne", 12, kLowestTsn}, {"cwr", 13, kLowestTsn}, {"shutdown-complete", 14, kChunk},
+	{"asconf-ack", 128, kSeqno}, {"forward-tsn", 192, kNewCumTsn}, {"asconf", 193, kSeqno}};
+
+} // namespace
+
+std::span<const ExthdrHeader> exthdrHeaders(uint32_t op, uint8_t type)
+{
+	std::span<const ExthdrHeader> all;
+	switch (op) {
+	case NFT_EXTHDR_OP_IPV6: all = kIpv6Headers; break;
+	case NFT_EXTHDR_OP_TCPOPT: all = kTcpOptions; break;
+	case NFT_EXTHDR_OP_IPV4: all = kIpOptions; break;
+	case NFT_EXTHDR_OP_SCTP: all = kSctpChunks; break;
+	default: return {};
+	}
+	const auto first = std::find_if(all.begin(), all.end(), [type](const ExthdrHeader &h) { return h.type == type; });
+	const auto last = std::find_if(first, all.end(), [type](const ExthdrHeader &h) { return h.type != type; });
+	return {first, last};
 }
 
 uint8_t icmpTypeOf(uint8_t dependency)

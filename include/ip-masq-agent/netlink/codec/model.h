@@ -181,7 +181,7 @@ struct SetElement {
 	Bytes keyEnd = {}; // NFTA_SET_ELEM_KEY_END (concatenated ranges)
 	bool intervalEnd = false;
 	bool catchAll = false; // the "*" element of a map
-	Bytes data = {}; // a map's value
+	Bytes data = {}; // a map's value; an object map's object name
 	std::optional<Verdict> verdict = {}; // a verdict map's value
 };
 
@@ -193,10 +193,13 @@ public:
 	std::string name;
 	uint32_t flags = 0; // NFT_SET_* flags
 	uint32_t keyType = 0, keyLen = 0, dataType = 0, dataLen = 0; // nft's datatype ids, bytes
+	uint32_t objectType = 0; // an object map's NFT_OBJECT_*
+	uint32_t declaredSize = 0; // the most elements it was declared for (a meter's size)
 	// What nft keeps in the set's user data to list it: the byte order of integer keys
 	// and data (nft's enum byteorder, 0 when not said) and whether the data are ranges.
 	uint32_t keyByteorder = 0, dataByteorder = 0;
 	bool dataInterval = false;
+	bool rawPayloadKey = false; // declared with a raw payload's typeof (`@nh,0,8`): keys print in hex
 
 	// Not empty: the set cannot be searched (a limit stopped the read, it changes by
 	// itself, its elements have another shape, it holds concatenated ranges); every
@@ -213,6 +216,9 @@ public:
 	void finish();
 
 	size_t size() const { return intervalEnds_.size(); }
+	// The index of the element the kernel listed `j`-th: nft's listing keeps that order
+	// where its own sort ties (flags of a bitmask key sort by their lowest flag).
+	size_t listedAt(size_t j) const { return listedAt_.empty() ? j : listedAt_[j]; }
 	std::span<const uint8_t> key(size_t i) const { return {keys_.data() + i * keyLen, keyLen}; }
 	// A concatenation of ranges: the element's last key (empty for other sets).
 	std::span<const uint8_t> keyEnd(size_t i) const
@@ -226,6 +232,8 @@ public:
 	}
 	bool intervalEnd(size_t i) const { return intervalEnds_[i] != 0; }
 	const Verdict *verdict(size_t i) const;
+	// An object map's object name of element i (or kCatchAll).
+	std::string_view objectName(size_t i) const;
 	bool isVerdictMap() const;
 	// The element `key` (keyLen bytes) falls in, the catch-all, or nullopt; kCatchAll for it.
 	static constexpr size_t kCatchAll = SIZE_MAX;
@@ -242,7 +250,9 @@ private:
 	Bytes keys_, keyEnds_, data_;
 	std::vector<uint8_t> intervalEnds_;
 	std::vector<uint32_t> verdictIndex_; // per element of a verdict map, into verdicts_
+	std::vector<uint32_t> listedAt_; // kept for bitmask keys only
 	std::vector<Verdict> verdicts_;
+	std::vector<std::string> objectNames_; // an object map's: few, each once; data_ holds an index
 	bool hasCatchAll_ = false;
 	bool holdsElements_ = true;
 	Bytes catchAllData_;

@@ -100,6 +100,17 @@ extern const Protocol inet, ip, ip6, icmp, icmp6, igmp, tcp, udp, udplite, sctp,
 	ether, vlan, arp, inetService;
 }
 
+// An IPv6 extension header, a TCP or IP option or an SCTP chunk: its name, its number, the
+// fields nft names in it (offsets from its start).
+struct ExthdrHeader {
+	const char *name;
+	uint8_t type;
+	std::span<const Field> fields;
+};
+// Those of kind `op` (NFT_EXTHDR_OP_*) numbered `type`, in the order nft tries them (the
+// IPv6 routing header's variants: rt, srh, rt0), or none.
+std::span<const ExthdrHeader> exthdrHeaders(uint32_t op, uint8_t type);
+
 // What nft calls the ICMP type a field depends on (nft's icmp_dep_to_type).
 uint8_t icmpTypeOf(uint8_t dependency);
 

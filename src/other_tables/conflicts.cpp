@@ -356,8 +356,6 @@ std::string describeOutcome(const nat::Outcome &o, bool certain)
 	return out;
 }
 
-
-
 Result<LegacyNat> legacyNatTables(const std::string &procNet)
 {
 	const auto lists = [&procNet](const char *file) -> Result<bool> {

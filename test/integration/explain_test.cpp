@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
+#include "nat_components.h"
 #include "netns.h"
 
 using namespace ipmasq::test;
@@ -28,6 +29,7 @@ Explained explain(const std::string &args, const std::string &prefix = "")
 	result.status = run(command + " 2>/dev/null", &result.out);
 	run(command, &result.all, true);
 	INFO(command << "\n" << result.all);
+	requireQuotesAsNft(result.all); // every rule it quotes is nft's text of that handle
 	return result;
 }
 

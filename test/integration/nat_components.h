@@ -323,4 +323,29 @@ inline NftParity requireNftText(const nft::NatRuleset &ruleset)
 	return all;
 }
 
+// Every rule the agent quotes in `output` (its log, /readyz?verbose, --explain: "table
+// FAMILY NAME chain ... rule handle N (`TEXT`)") against nft's listing of that handle in
+// the kernel now, counters' values aside. Returns how many quotes it compared.
+inline size_t requireQuotesAsNft(const std::string &output)
+{
+	const std::regex quote(R"(table (ip|ip6|inet) (\S+) chain [^`]*?rule handle (\d+)(?: in chain \S+)? \(`([^`]*)`\))");
+	size_t compared = 0;
+	for (auto it = std::sregex_iterator(output.begin(), output.end(), quote); it != std::sregex_iterator(); ++it) {
+		const std::smatch &m = *it;
+		const auto listed = nftRules(m[1].str(), m[2].str());
+		const auto rule = listed.find(std::stoull(m[3].str()));
+		INFO("quoted: " << m[0].str());
+		REQUIRE(rule != listed.end());
+		// A counter counts on between the agent's read and nft's.
+		const std::regex counter(R"(counter packets \d+ bytes \d+)");
+		const auto counted = [&counter](const std::string &text) {
+			return std::regex_replace(text, counter, "counter packets N bytes N");
+		};
+		if (unknownParts(m[4].str()).empty())
+			CHECK(counted(m[4].str()) == counted(rule->second.text));
+		compared++;
+	}
+	return compared;
+}
+
 } // namespace ipmasq::test

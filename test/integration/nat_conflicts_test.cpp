@@ -67,6 +67,8 @@ void requireNonZero(const Agent &agent, const char *certainty)
 {
 	requireWithin([&] { return !gauge(certainty).empty() && gauge(certainty) != "0"; }, kCheckDeadline,
 		      agent.process(), certainty, metricsAndReadiness);
+	// Every rule /readyz?verbose quotes is nft's text of that handle.
+	CHECK(requireQuotesAsNft(curlGet(kHealth + "/readyz?verbose")) > 0);
 }
 
 // The first complete cycle finds nothing, and /readyz?verbose says nothing (the Agent's

@@ -631,7 +631,7 @@ NodeId Printer::loadNode(const Expression &load, std::optional<ReadId> input, ui
 			},
 			[&](const Numgen &g) {
 				n.text = fmt::format("numgen {} mod {}", g.type == NFT_NG_INCREMENTAL ? "inc"
-									 : g.type == NFT_NG_RANDOM ? "random" : "[unknown numgen]",
+									 : g.type == NFT_NG_RANDOM ? "random" : "[unknown: numgen type]",
 						     g.modulus) + (g.offset ? fmt::format(" offset {}", g.offset) : "");
 				n.bits = 32;
 			},

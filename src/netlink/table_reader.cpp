@@ -394,6 +394,32 @@ Status Reader::readElements(Table &table, Set &set)
 	return {};
 }
 
+// The chains a rule jumps to and the sets it looks up (a map of objects and an update's
+// set too, for the text).
+void referencesOf(const Rule &rule, std::vector<std::string> &reached, std::vector<std::string> &sets)
+{
+	for (const Statement &st : rule.statements)
+		std::visit(Overloaded{
+				   [&](const SetVerdict &v) {
+					   if (v.verdict.code == VerdictCode::jump || v.verdict.code == VerdictCode::goTo)
+						   reached.push_back(v.verdict.chain);
+				   },
+				   [&](const VerdictMap &m) { sets.push_back(m.set); },
+				   [&](const InSet &in) { sets.push_back(in.set); },
+				   [&](const Other &o) {
+					   if (const auto *d = std::get_if<Dynset>(&o.expression()))
+						   sets.push_back(d->set);
+					   else if (const auto *r = std::get_if<Objref>(&o.expression()); r && r->set)
+						   sets.push_back(*r->set);
+				   },
+				   [&](const auto &) {},
+			   },
+			   st);
+	for (const Value &v : rule.values)
+		if (const auto *m = std::get_if<MapData>(&v.source))
+			sets.push_back(m->set);
+}
+
 Status Reader::readRules(Table &table, Chain &chain, std::vector<std::string> &reached,
 			 std::set<std::string> &looked)
 {
@@ -418,27 +444,7 @@ Status Reader::readRules(Table &table, Chain &chain, std::vector<std::string> &r
 					       ruleComment(r.get()));
 			if ((bytes_ += ruleBytes(rule)) > limits_.maxBytes)
 				return overBudget("bytes of sets and rules", limits_.maxBytes);
-			for (const Statement &st : rule.statements)
-				std::visit(Overloaded{
-						   [&](const SetVerdict &v) {
-							   if (v.verdict.code == VerdictCode::jump ||
-							       v.verdict.code == VerdictCode::goTo)
-								   reached.push_back(v.verdict.chain);
-						   },
-						   [&](const VerdictMap &m) { sets.push_back(m.set); },
-						   [&](const InSet &in) { sets.push_back(in.set); },
-						   [&](const Other &o) { // a map of objects, an update's set: for the text
-							   if (const auto *d = std::get_if<Dynset>(&o.expression()))
-								   sets.push_back(d->set);
-							   else if (const auto *r = std::get_if<Objref>(&o.expression()); r && r->set)
-								   sets.push_back(*r->set);
-						   },
-						   [&](const auto &) {},
-					   },
-					   st);
-			for (const Value &v : rule.values)
-				if (const auto *m = std::get_if<MapData>(&v.source))
-					sets.push_back(m->set);
+			referencesOf(rule, reached, sets);
 			chain.rules.push_back(std::move(rule));
 			return {};
 		});

@@ -845,6 +845,41 @@ void Walk::nat(const NatStatement &n, RuleRun &run)
 	run.endWith(std::move(e));
 }
 
+// A bitwise and/xor byte by byte (a byte masked to 0 is known); a shift is unknown.
+Known masked(const Masked &m, const Known &source, uint32_t len)
+{
+	Known out = Known::unknown(len);
+	const auto mask = m.mask(), xorValue = m.xorValue();
+	if (m.op != BitwiseOp::boolean || mask.size() < len || xorValue.size() < len || source.bytes.size() < len)
+		return out;
+	for (uint32_t i = 0; i < len; i++)
+		if (mask[i] == 0 || source.known[i]) {
+			out.bytes[i] = (source.bytes[i] & mask[i]) ^ xorValue[i];
+			out.known[i] = true;
+		}
+	return out;
+}
+
+// ntoh/hton in units of `size` bytes: a swap on a little-endian host; a unit is known
+// when all its bytes are.
+Known swapped(const Swapped &s, const Known &source, uint32_t len)
+{
+	if (s.size != 2 && s.size != 4 && s.size != 8)
+		return Known::unknown(len);
+	Known out = source;
+	if (std::endian::native == std::endian::big)
+		return out;
+	for (size_t unit = 0; unit + s.size <= out.bytes.size(); unit += s.size) {
+		const bool known = std::all_of(source.known.begin() + long(unit), source.known.begin() + long(unit + s.size),
+					       [](bool k) { return k; });
+		for (size_t i = 0; i < s.size; i++) {
+			out.bytes[unit + i] = source.bytes[unit + s.size - 1 - i];
+			out.known[unit + i] = known;
+		}
+	}
+	return out;
+}
+
 void Walk::define(const Table &t, ValueId id, RuleRun &run, const RuleRef &ref)
 {
 	const Value &value = run.rule->values[id];
@@ -861,39 +896,8 @@ void Walk::define(const Table &t, ValueId id, RuleRun &run, const RuleRef &ref)
 			[&](const FromFib &f) { out = fibValue(f); },
 			[&](const Constant &c) { out = Known::of(c.bytes); },
 			[&](const OtherLoad &) { out = Known::unknown(value.len); },
-			[&](const Masked &m) {
-				const Known source = run.read(m.source);
-				out = Known::unknown(value.len);
-				const auto mask = m.mask(), xorValue = m.xorValue();
-				if (m.op != BitwiseOp::boolean || mask.size() < value.len ||
-				    xorValue.size() < value.len || source.bytes.size() < value.len)
-					return;
-				for (uint32_t i = 0; i < value.len; i++)
-					if (mask[i] == 0 || source.known[i]) {
-						out.bytes[i] = (source.bytes[i] & mask[i]) ^ xorValue[i];
-						out.known[i] = true; // a byte masked to 0 is known
-					}
-			},
-			[&](const Swapped &s) {
-				// ntoh/hton in units of `size` bytes: a swap on a little-endian host.
-				out = run.read(s.source);
-				if (s.size != 2 && s.size != 4 && s.size != 8) {
-					out = Known::unknown(value.len);
-					return;
-				}
-				if (std::endian::native == std::endian::big)
-					return;
-				const Known source = out;
-				for (size_t unit = 0; unit + s.size <= out.bytes.size(); unit += s.size) {
-					const bool known = std::all_of(source.known.begin() + long(unit),
-								       source.known.begin() + long(unit + s.size),
-								       [](bool k) { return k; });
-					for (size_t i = 0; i < s.size; i++) {
-						out.bytes[unit + i] = source.bytes[unit + s.size - 1 - i];
-						out.known[unit + i] = known;
-					}
-				}
-			},
+			[&](const Masked &m) { out = masked(m, run.read(m.source), value.len); },
+			[&](const Swapped &s) { out = swapped(s, run.read(s.source), value.len); },
 			[&](const MapData &m) {
 				const Known key = run.read(m.key);
 				out = Known::unknown(value.len);

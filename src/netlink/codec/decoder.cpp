@@ -84,6 +84,12 @@ private:
 	bool lookup(const Lookup &l);
 	bool nat(NatKind kind, uint32_t family, uint32_t flags, const std::array<Reg, 4> &regs);
 	bool statementOf(const Expression &e);
+	bool payload(const Payload &p, const Expression &e);
+	template<typename Keyed>
+	bool keyed(const Keyed &k, const Expression &e, uint32_t len);
+	bool bitwise(const Bitwise &b, const Expression &e);
+	bool compare(const Cmp &c, const Expression &e);
+	bool range(const Range &r, const Expression &e);
 	bool xtMatch(const Match &m);
 	bool xtTarget(const Target &t);
 	bool xtNat(const Target &t, NatKind kind);
@@ -374,6 +380,77 @@ bool Decoder::statementOf(const Expression &e)
 		e);
 }
 
+bool Decoder::payload(const Payload &p, const Expression &e)
+{
+	if (p.sreg)
+		return other(Other::Effect::mayDecide, e, "a payload write rewrites the packet", {{p.sreg, p.len}});
+	if (p.base > NFT_PAYLOAD_INNER_HEADER)
+		return other(Other::Effect::mayDecide, e, fmt::format("payload base {} is not understood", p.base));
+	return load(p.dreg, FromPayload{PayloadBase(p.base), p.offset}, p.len);
+}
+
+// A meta or ct key: a load into dreg, or a statement that sets the key from sreg.
+template<typename Keyed>
+bool Decoder::keyed(const Keyed &k, const Expression &e, uint32_t len)
+{
+	if (k.dreg) {
+		if constexpr (std::is_same_v<Keyed, Meta>)
+			return load(k.dreg, FromMeta{k.key}, len);
+		else
+			return load(k.dreg, FromCt{k.key, k.direction}, len);
+	}
+	auto value = k.sreg ? read(*k.sreg, len) : std::nullopt;
+	if (!value)
+		return broken(e, "an expression reads past the registers");
+	if constexpr (std::is_same_v<Keyed, Meta>)
+		return emit(SetMeta{k.key, *value});
+	else
+		return emit(SetCt{k.key, k.direction, *value});
+}
+
+bool Decoder::bitwise(const Bitwise &b, const Expression &e)
+{
+	auto source = read(b.sreg, b.len);
+	if (!source)
+		return broken(e, "an expression reads past the registers");
+	const uint32_t op = b.op.value_or(NFT_BITWISE_BOOL);
+	// The mask and xor value as long as the operation (shorter ones are padded).
+	Bytes maskAndXor = b.mask;
+	maskAndXor.resize(b.len, 0);
+	maskAndXor.insert(maskAndXor.end(), b.xorValue.begin(), b.xorValue.end());
+	maskAndXor.resize(2 * size_t(b.len), 0);
+	uint32_t shift = 0;
+	if (b.shift.size() >= 4)
+		std::memcpy(&shift, b.shift.data(), 4);
+	const BitwiseOp kind = op == NFT_BITWISE_LSHIFT	  ? BitwiseOp::leftShift
+			       : op == NFT_BITWISE_RSHIFT ? BitwiseOp::rightShift
+							  : BitwiseOp::boolean;
+	return load(b.dreg, Masked{*source, kind, shift, std::move(maskAndXor)}, b.len);
+}
+
+bool Decoder::compare(const Cmp &c, const Expression &e)
+{
+	static constexpr CmpOp kOps[] = {CmpOp::eq, CmpOp::neq, CmpOp::lt, CmpOp::lte, CmpOp::gt, CmpOp::gte};
+	if (c.op >= std::size(kOps))
+		return broken(e, fmt::format("cmp operation {} is not understood", c.op));
+	auto lhs = read(c.sreg, c.data.size());
+	if (!lhs)
+		return broken(e, "an expression reads past the registers");
+	return emit(Compare{*lhs, kOps[c.op], c.data});
+}
+
+bool Decoder::range(const Range &r, const Expression &e)
+{
+	if (r.from.size() != r.to.size())
+		return broken(e, "a range's bounds differ in length");
+	auto lhs = read(r.sreg, r.from.size());
+	if (!lhs)
+		return broken(e, "an expression reads past the registers");
+	Bytes bounds = r.from;
+	bounds.insert(bounds.end(), r.to.begin(), r.to.end());
+	return emit(InRange{*lhs, r.op == NFT_RANGE_NEQ, std::move(bounds)});
+}
+
 bool Decoder::decode(const Expression &expression)
 {
 	const bool ipv4 = table_.family == TableFamily::ip;
@@ -382,32 +459,9 @@ bool Decoder::decode(const Expression &expression)
 	};
 	return std::visit(
 		Overloaded{
-			[&](const Payload &p) {
-				if (p.sreg)
-					return other(Other::Effect::mayDecide, expression, "a payload write rewrites the packet",
-						     {{p.sreg, p.len}});
-				if (p.base > NFT_PAYLOAD_INNER_HEADER)
-					return other(Other::Effect::mayDecide, expression,
-						     fmt::format("payload base {} is not understood", p.base));
-				return load(p.dreg, FromPayload{PayloadBase(p.base), p.offset}, p.len);
-			},
-			[&](const Meta &m) {
-				if (!m.dreg) {
-					auto value = m.sreg ? read(*m.sreg, metaKey(m.key).kernelLen) : std::nullopt;
-					return value ? emit(SetMeta{m.key, *value})
-						     : broken(expression, "an expression reads past the registers");
-				}
-				return load(m.dreg, FromMeta{m.key}, metaKey(m.key).kernelLen);
-			},
-			[&](const Ct &c) {
-				const uint32_t len = ctKey(c.key, ipv4).kernelLen;
-				if (!c.dreg) {
-					auto value = c.sreg ? read(*c.sreg, len) : std::nullopt;
-					return value ? emit(SetCt{c.key, c.direction, *value})
-						     : broken(expression, "an expression reads past the registers");
-				}
-				return load(c.dreg, FromCt{c.key, c.direction}, len);
-			},
+			[&](const Payload &p) { return payload(p, expression); },
+			[&](const Meta &m) { return keyed(m, expression, metaKey(m.key).kernelLen); },
+			[&](const Ct &c) { return keyed(c, expression, ctKey(c.key, ipv4).kernelLen); },
 			[&](const Fib &f) { return load(f.dreg, FromFib{f.flags, f.result}, fibLength(f.result)); },
 			[&](const Exthdr &x) {
 				if (x.dreg)
@@ -433,49 +487,14 @@ bool Decoder::decode(const Expression &expression)
 							    i.chain.value_or(""));
 				return emit(SetVerdict{v}); // an explicit continue too: nft lists it
 			},
-			[&](const Bitwise &b) {
-				auto source = read(b.sreg, b.len);
-				if (!source)
-					return broken(expression, "an expression reads past the registers");
-				const uint32_t op = b.op.value_or(NFT_BITWISE_BOOL);
-				// The mask and xor value as long as the operation (shorter ones are padded).
-				Bytes maskAndXor = b.mask;
-				maskAndXor.resize(b.len, 0);
-				maskAndXor.insert(maskAndXor.end(), b.xorValue.begin(), b.xorValue.end());
-				maskAndXor.resize(2 * size_t(b.len), 0);
-				uint32_t shift = 0;
-				if (b.shift.size() >= 4)
-					std::memcpy(&shift, b.shift.data(), 4);
-				const BitwiseOp kind = op == NFT_BITWISE_LSHIFT	  ? BitwiseOp::leftShift
-						       : op == NFT_BITWISE_RSHIFT ? BitwiseOp::rightShift
-										  : BitwiseOp::boolean;
-				return load(b.dreg, Masked{*source, kind, shift, std::move(maskAndXor)}, b.len);
-			},
+			[&](const Bitwise &b) { return bitwise(b, expression); },
 			[&](const Byteorder &b) {
 				auto source = read(b.sreg, b.len);
 				return source ? load(b.dreg, Swapped{*source, b.op == NFT_BYTEORDER_HTON, b.size}, b.len)
 					      : broken(expression, "an expression reads past the registers");
 			},
-			[&](const Cmp &c) {
-				static constexpr CmpOp kOps[] = {CmpOp::eq, CmpOp::neq, CmpOp::lt,
-								 CmpOp::lte, CmpOp::gt, CmpOp::gte};
-				if (c.op >= std::size(kOps))
-					return broken(expression, fmt::format("cmp operation {} is not understood", c.op));
-				auto lhs = read(c.sreg, c.data.size());
-				if (!lhs)
-					return broken(expression, "an expression reads past the registers");
-				return emit(Compare{*lhs, kOps[c.op], c.data});
-			},
-			[&](const Range &r) {
-				if (r.from.size() != r.to.size())
-					return broken(expression, "a range's bounds differ in length");
-				auto lhs = read(r.sreg, r.from.size());
-				if (!lhs)
-					return broken(expression, "an expression reads past the registers");
-				Bytes bounds = r.from;
-				bounds.insert(bounds.end(), r.to.begin(), r.to.end());
-				return emit(InRange{*lhs, r.op == NFT_RANGE_NEQ, std::move(bounds)});
-			},
+			[&](const Cmp &c) { return compare(c, expression); },
+			[&](const Range &r) { return range(r, expression); },
 			[&](const Lookup &l) { return lookup(l); },
 			[&](const Nat &n) {
 				return nat(n.type == NFT_NAT_DNAT ? NatKind::dnat : NatKind::snat, n.family,

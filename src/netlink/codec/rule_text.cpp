@@ -447,6 +447,7 @@ private:
 	void mergeRange(size_t index);
 	void process(NodeId &id, int depth = 0);
 	void processBinop(NodeId id, int depth);
+	NodeId processValue(NodeId id);
 	void processRelational(NodeId id, int depth);
 	const Protocol *protocolAt(Base base);
 	const Protocol *headerOf(const Node &payload, uint32_t &skip);
@@ -610,6 +611,18 @@ std::string fibText(const Fib &f)
 	return out + " " + (f.result < std::size(kResults) ? kResults[f.result] : "unknown");
 }
 
+// nft's xfrm_expr_print: `ipsec in spnum 1 ip saddr`.
+std::string xfrmText(const Xfrm &x)
+{
+	const Key k = xfrmKey(x.key);
+	const char *dir = x.direction == 0 ? "in" : x.direction == 1 ? "out" : nullptr;
+	const char *family = x.key == NFT_XFRM_KEY_DADDR_IP4 || x.key == NFT_XFRM_KEY_SADDR_IP4   ? " ip"
+			     : x.key == NFT_XFRM_KEY_DADDR_IP6 || x.key == NFT_XFRM_KEY_SADDR_IP6 ? " ip6" : "";
+	if (!dir || !k.name)
+		return {};
+	return fmt::format("ipsec {}{}{} {}", dir, x.spnum ? fmt::format(" spnum {}", x.spnum) : "", family, k.name);
+}
+
 // A load only the kernel can answer (fib, numgen, hash, rt, socket, osf, xfrm, exthdr): its
 // text, type and width.
 NodeId Printer::loadNode(const Expression &load, std::optional<ReadId> input, uint32_t len, int depth)
@@ -648,7 +661,10 @@ NodeId Printer::loadNode(const Expression &load, std::optional<ReadId> input, ui
 					n.a = input ? readNode(*input, depth + 1) : unknown("hash input");
 				}
 			},
-			[&](const Rt &r) { keyed(rtKey(r.key), fmt::format("rt {}{}", r.key == NFT_RT_NEXTHOP4 ? "ip " : r.key == NFT_RT_NEXTHOP6 ? "ip6 " : "", rtKey(r.key).name ? rtKey(r.key).name : "")); },
+			[&](const Rt &r) {
+				const char *family = r.key == NFT_RT_NEXTHOP4 ? "ip " : r.key == NFT_RT_NEXTHOP6 ? "ip6 " : "";
+				keyed(rtKey(r.key), fmt::format("rt {}{}", family, rtKey(r.key).name ? rtKey(r.key).name : ""));
+			},
 			[&](const Socket &s) {
 				keyed(socketKey(s.key), fmt::format("socket {}", socketKey(s.key).name ? socketKey(s.key).name : ""));
 				if (s.key == NFT_SOCKET_CGROUPV2)
@@ -660,14 +676,7 @@ NodeId Printer::loadNode(const Expression &load, std::optional<ReadId> input, ui
 				n.type = Type::string;
 				n.bits = 128;
 			},
-			[&](const Xfrm &x) {
-				const Key k = xfrmKey(x.key);
-				const char *dir = x.direction == 0 ? "in" : x.direction == 1 ? "out" : nullptr;
-				const char *family = x.key == NFT_XFRM_KEY_DADDR_IP4 || x.key == NFT_XFRM_KEY_SADDR_IP4 ? " ip"
-						     : x.key == NFT_XFRM_KEY_DADDR_IP6 || x.key == NFT_XFRM_KEY_SADDR_IP6 ? " ip6" : "";
-				keyed(k, dir ? fmt::format("ipsec {}{}{} {}", dir, x.spnum ? fmt::format(" spnum {}", x.spnum) : "",
-							   family, k.name ? k.name : "") : "");
-			},
+			[&](const Xfrm &x) { keyed(xfrmKey(x.key), xfrmText(x)); },
 			[&](const auto &) {},
 		},
 		load);
@@ -1440,12 +1449,7 @@ void Printer::process(NodeId &id, int depth)
 		killDependency(id);
 		break;
 	case Kind::value:
-		if (n.order == ByteOrder::host)
-			n.value = swapBytes(n.value, n.bits / 8);
-		if (isString(n.type))
-			id = stringValue(id);
-		if (isBitmask(at(id).type))
-			id = bitmaskToBinops(id);
+		id = processValue(id);
 		break;
 	case Kind::range:
 	case Kind::prefix:
@@ -1464,6 +1468,18 @@ void Printer::process(NodeId &id, int depth)
 	default:
 		break;
 	}
+}
+
+// nft's value post-processing: host byte order swapped, strings as names or wildcards,
+// several flags as `a | b`.
+NodeId Printer::processValue(NodeId id)
+{
+	Node &n = at(id);
+	if (n.order == ByteOrder::host)
+		n.value = swapBytes(n.value, n.bits / 8);
+	if (isString(n.type))
+		id = stringValue(id);
+	return isBitmask(at(id).type) ? bitmaskToBinops(id) : id;
 }
 
 void Printer::processBinop(NodeId id, int depth)
@@ -2178,12 +2194,28 @@ std::string Printer::printPayload(const Node &n)
 	return fmt::format("@{},{},{}", kBases[size_t(n.base)], n.offset, n.bits);
 }
 
+std::string ctText(const Node &n)
+{
+	std::string out = "ct ";
+	if (n.direction == 0 || n.direction == 1)
+		out += n.direction == 0 ? "original " : "reply ";
+	if ((n.key == NFT_CT_SRC || n.key == NFT_CT_DST) && n.direction >= 0 && n.nfproto)
+		out += n.nfproto == NFPROTO_IPV4 ? "ip " : "ip6 ";
+	return out + ctKey(n.key, false).name;
+}
+
 std::string Printer::print(NodeId id, bool numeric, int depth)
 {
 	if (id == kNone || depth > kMaxDepth)
 		return fmt::format("{}nesting]", kUnknownMarker);
 	const Node &n = at(id);
 	const auto sub = [&](NodeId child, bool num = false) { return print(child, num || numeric, depth + 1); };
+	const auto joined = [&](const char *separator) {
+		std::string out;
+		for (NodeId item : n.items)
+			out += (out.empty() ? "" : separator) + sub(item);
+		return out;
+	};
 	switch (n.kind) {
 	case Kind::value: return printValue(n, numeric);
 	case Kind::verdict: return n.text;
@@ -2192,14 +2224,7 @@ std::string Printer::print(NodeId id, bool numeric, int depth)
 		const char *name = metaKey(n.key).name;
 		return metaUnqualified(n.key) ? name : fmt::format("meta {}", name);
 	}
-	case Kind::ct: {
-		std::string out = "ct ";
-		if (n.direction == 0 || n.direction == 1)
-			out += n.direction == 0 ? "original " : "reply ";
-		if ((n.key == NFT_CT_SRC || n.key == NFT_CT_DST) && n.direction >= 0 && n.nfproto)
-			out += n.nfproto == NFPROTO_IPV4 ? "ip " : "ip6 ";
-		return out + ctKey(n.key, false).name;
-	}
+	case Kind::ct: return ctText(n);
 	case Kind::load: return n.a == kNone ? n.text : n.text + sub(n.a) + n.after;
 	case Kind::binop: {
 		const auto arg = [&](NodeId child) {
@@ -2210,36 +2235,18 @@ std::string Printer::print(NodeId id, bool numeric, int depth)
 		return fmt::format("{} {} {}", arg(n.a), opText(n.op), arg(n.b));
 	}
 	case Kind::relational: {
-		const Node &l = at(n.a), &r = at(n.b);
-		const bool eq = (isBitmask(r.type) && r.kind == Kind::value) || l.kind == Kind::binop;
+		// nft's must_print_eq_op: `==` only before a flag value or after a binop.
+		const bool eq = (isBitmask(at(n.b).type) && at(n.b).kind == Kind::value) || at(n.a).kind == Kind::binop;
 		const char *op = opText(n.op);
-		if (op && (n.op != Op::eq || eq))
-			return fmt::format("{} {} {}", sub(n.a), op, sub(n.b));
-		return fmt::format("{} {}", sub(n.a), sub(n.b));
+		return op && (n.op != Op::eq || eq) ? fmt::format("{} {} {}", sub(n.a), op, sub(n.b))
+						     : fmt::format("{} {}", sub(n.a), sub(n.b));
 	}
 	case Kind::unary: return sub(n.a);
-	case Kind::concat: {
-		std::string out;
-		for (NodeId item : n.items)
-			out += (out.empty() ? "" : " . ") + sub(item);
-		return out;
-	}
-	case Kind::list: {
-		std::string out;
-		for (NodeId item : n.items)
-			out += (out.empty() ? "" : ",") + sub(item);
-		return out;
-	}
+	case Kind::concat: return joined(" . ");
+	case Kind::list: return joined(",");
 	case Kind::prefix: return fmt::format("{}/{}", sub(n.a), uint32_t(n.value));
 	case Kind::range: return fmt::format("{}-{}", sub(n.a, true), sub(n.b, true));
-	case Kind::setRef: {
-		if (!n.anonymous)
-			return "@" + printable(n.text);
-		std::string out;
-		for (NodeId item : n.items)
-			out += (out.empty() ? "" : ", ") + sub(item);
-		return "{ " + out + " }";
-	}
+	case Kind::setRef: return n.anonymous ? "{ " + joined(", ") + " }" : "@" + printable(n.text);
 	case Kind::map:
 		return fmt::format("{} {} {}", sub(n.a), at(n.b).verdictMap ? "vmap" : "map", sub(n.b));
 	case Kind::mapping: return fmt::format("{} : {}", sub(n.a), sub(n.b));

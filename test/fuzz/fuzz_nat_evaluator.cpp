@@ -108,61 +108,97 @@ Verdict verdict(Input &in, uint32_t chains)
 	return v;
 }
 
-Expression expression(Input &in, uint32_t chains, uint32_t sets)
+// Any kind the kernel has, with attributes from the input (registers valid or not,
+// lengths that fit or not): as libnftnl would parse them from a dump.
+Expression load(Input &in)
 {
-	static constexpr PayloadBase kBases[] = {PayloadBase::link, PayloadBase::network,
-						 PayloadBase::transport, PayloadBase::inner};
-	static constexpr CmpOp kOps[] = {CmpOp::eq, CmpOp::neq, CmpOp::lt, CmpOp::lte, CmpOp::gt, CmpOp::gte};
-	switch (in.below(24)) {
-	case 0: return PayloadLoad{kBases[in.below(4)], in.below(48), in.below(24), reg(in)};
-	case 1: return MetaLoad{in.below(40), reg(in)};
-	case 2: return MetaSet{in.below(6), reg(in)};
-	case 3: return CtLoad{in.below(26), in.flag() ? std::optional<uint8_t>(in.below(2)) : std::nullopt, reg(in)};
-	case 4: return CtSet{in.below(6), reg(in)};
-	case 5: return Fib{in.below(64), in.below(5), reg(in)};
-	case 6: {
+	switch (in.below(12)) {
+	case 0: return Payload{.base = in.below(5), .offset = in.below(48), .len = in.below(24), .dreg = reg(in)};
+	case 1: return Meta{.key = in.below(40), .dreg = reg(in)};
+	case 2: return Ct{.key = in.below(26), .direction = in.flag() ? std::optional<uint8_t>(in.below(2)) : std::nullopt,
+			  .dreg = reg(in)};
+	case 3: return Fib{.flags = in.below(64), .result = in.below(5), .dreg = reg(in)};
+	case 4: return Exthdr{.type = in.byte(), .offset = in.below(40), .len = in.below(20), .flags = in.below(2),
+			      .op = in.below(4), .dreg = reg(in)};
+	case 5: return Numgen{.type = in.below(3), .modulus = in.u32(), .offset = in.u32(), .dreg = reg(in)};
+	case 6: return Hash{.type = in.below(3), .len = in.below(20), .modulus = in.u32(), .offset = in.below(4),
+			    .seed = in.flag() ? std::optional<uint32_t>(in.u32()) : std::nullopt, .sreg = optReg(in),
+			    .dreg = reg(in)};
+	case 7: return Rt{.key = in.below(8), .dreg = reg(in)};
+	case 8: return Socket{.key = in.below(6), .level = in.below(4), .dreg = reg(in)};
+	case 9: return Xfrm{.key = in.below(8), .spnum = in.below(4), .direction = uint8_t(in.below(3)), .dreg = reg(in)};
+	case 10: return Osf{.ttl = uint8_t(in.below(3)), .flags = in.below(2), .dreg = reg(in)};
+	default: return Tunnel{.key = in.below(3), .dreg = reg(in)};
+	}
+}
+
+Expression operation(Input &in, uint32_t sets)
+{
+	const auto setName = [&] { return "s" + std::to_string(in.below(sets + 1)); };
+	switch (in.below(8)) {
+	case 0: {
 		const uint32_t len = in.below(20);
-		return Bitwise{static_cast<BitwiseOp>(in.below(3)), reg(in), reg(in), len,
-			       in.bytes(in.below(len + 2)), in.bytes(in.below(len + 2)), in.below(40)};
+		return Bitwise{.sreg = reg(in), .dreg = reg(in), .len = len,
+			       .op = in.flag() ? std::optional<uint32_t>(in.below(4)) : std::nullopt,
+			       .mask = in.bytes(in.below(len + 2)), .xorValue = in.bytes(in.below(len + 2)),
+			       .shift = in.bytes(in.below(6))};
 	}
-	case 7: return Byteorder{in.flag(), reg(in), reg(in), in.below(20), in.below(10)};
-	case 8: return Cmp{reg(in), kOps[in.below(6)], in.bytes(in.below(18))};
-	case 9: {
+	case 1: return Byteorder{.sreg = reg(in), .dreg = reg(in), .op = in.below(3), .len = in.below(20), .size = in.below(10)};
+	case 2: return Cmp{.sreg = reg(in), .op = in.below(7), .data = in.bytes(in.below(18))};
+	case 3: {
 		const size_t len = in.below(6);
-		return Range{reg(in), in.flag(), in.bytes(len), in.bytes(in.flag() ? len : in.below(6))};
+		return Range{.sreg = reg(in), .op = in.below(2), .from = in.bytes(len), .to = in.bytes(in.flag() ? len : in.below(6))};
 	}
-	case 10: return Lookup{"s" + std::to_string(in.below(sets + 1)), reg(in), optReg(in), in.flag()};
-	case 11: return Immediate{reg(in), in.bytes(in.below(20))};
-	case 12: return ImmediateVerdict{verdict(in, chains)};
-	case 13: return Nat{NatKind::masquerade, 0, {}, {}, optReg(in), optReg(in), in.u32()};
-	case 14: {
-		Nat n;
-		n.kind = in.flag() ? NatKind::snat : NatKind::dnat;
-		n.family = in.below(12);
-		n.addrMinReg = optReg(in);
-		n.addrMaxReg = optReg(in);
-		n.protoMinReg = optReg(in);
-		n.protoMaxReg = optReg(in);
-		n.flags = in.u32();
-		return n;
+	case 4: return Lookup{.set = setName(), .sreg = reg(in), .dreg = optReg(in),
+			      .flags = in.flag() ? std::optional<uint32_t>(NFT_LOOKUP_F_INV) : std::nullopt};
+	case 5: return Immediate{.dreg = reg(in), .data = in.bytes(in.below(20))};
+	case 6: return Dynset{.set = setName(), .key = reg(in), .op = in.below(3), .data = optReg(in), .timeout = in.u32()};
+	default: return Objref{.type = in.below(10), .name = in.flag() ? std::optional<std::string>(in.text(6)) : std::nullopt,
+			       .set = in.flag() ? std::optional<std::string>(setName()) : std::nullopt, .sreg = optReg(in)};
 	}
-	case 15: return Nat{NatKind::redirect, 0, {}, {}, optReg(in), optReg(in), in.u32()};
-	case 16: return Counter{in.u32(), in.u32()};
-	case 17: return Log{in.flag() ? std::optional<std::string>(in.text(8)) : std::nullopt, {}};
-	case 18: return Passthrough{in.text(6)};
-	case 19: return RateMatch{"limit"};
-	case 20: return OpaqueLoad{"numgen", reg(in), in.below(24)};
-	case 21: {
-		static const char *kNames[] = {"addrtype", "mark", "comment", "statistic"};
-		return CompatMatch{kNames[in.below(4)], in.below(3), in.bytes(in.below(16))};
+}
+
+Expression statement(Input &in, uint32_t chains)
+{
+	switch (in.below(16)) {
+	case 0: return Immediate{.dreg = NFT_REG_VERDICT, .verdict = verdictNumber(verdict(in, chains).code),
+				 .chain = chainName(in, chains)};
+	case 1: return Masq{.flags = in.u32(), .portMin = optReg(in), .portMax = optReg(in)};
+	case 2: return Nat{.type = in.below(3), .family = in.below(12), .addressMin = optReg(in), .addressMax = optReg(in),
+			   .portMin = optReg(in), .portMax = optReg(in), .flags = in.u32()};
+	case 3: return Redir{.flags = in.u32(), .portMin = optReg(in), .portMax = optReg(in)};
+	case 4: return Counter{.packets = in.u32(), .bytes = in.u32()};
+	case 5: return Log{.prefix = in.flag() ? std::optional<std::string>(in.text(8)) : std::nullopt,
+			   .level = in.flag() ? std::optional<uint32_t>(in.below(10)) : std::nullopt,
+			   .flags = in.flag() ? std::optional<uint32_t>(in.below(64)) : std::nullopt};
+	case 6: return Limit{.rate = in.u32(), .unit = in.below(90000), .burst = in.below(8), .type = in.below(2), .flags = in.below(2)};
+	case 7: return Meta{.key = in.below(40), .sreg = reg(in)};
+	case 8: return Ct{.key = in.below(26), .sreg = reg(in)};
+	case 9: return Payload{.base = in.below(4), .offset = in.below(48), .len = in.below(24), .sreg = reg(in)};
+	case 10: return Exthdr{.type = in.byte(), .offset = in.below(40), .len = in.below(20), .op = in.below(4),
+			       .sreg = optReg(in)};
+	case 11: return Dup{.address = optReg(in), .device = optReg(in)};
+	case 12: {
+		static const char *kNames[] = {"addrtype", "mark", "comment", "statistic", "multiport"};
+		return Match{.name = kNames[in.below(std::size(kNames))], .revision = in.below(3), .info = in.bytes(in.below(24))};
 	}
-	case 22: {
+	case 13: {
 		// The xtables NAT targets' info structs are 24 (compat) and 40 bytes (nf_nat_range).
 		static const char *kNames[] = {"MASQUERADE", "SNAT", "DNAT", "REDIRECT", "RETURN",
 					       "ACCEPT", "DROP", "MARK", "NETMAP", "LOG"};
-		return CompatTarget{kNames[in.below(std::size(kNames))], in.below(3), in.bytes(in.below(48))};
+		return Target{.name = kNames[in.below(std::size(kNames))], .revision = in.below(3), .info = in.bytes(in.below(48))};
 	}
-	default: return Unknown{in.text(6)};
+	case 14: return Quota{.bytes = in.u32(), .consumed = in.u32(), .flags = in.below(2)};
+	default: return UnknownExpression{.name = in.text(6)};
+	}
+}
+
+Expression expression(Input &in, uint32_t chains, uint32_t sets)
+{
+	switch (in.below(3)) {
+	case 0: return load(in);
+	case 1: return operation(in, sets);
+	default: return statement(in, chains);
 	}
 }
 
@@ -171,7 +207,8 @@ Expression expression(Input &in, uint32_t chains, uint32_t sets)
 Set set(Input &in, uint32_t index, uint32_t chains)
 {
 	static constexpr uint32_t kFlags[] = {0, NFT_SET_INTERVAL, NFT_SET_MAP, NFT_SET_TIMEOUT,
-					      NFT_SET_INTERVAL | NFT_SET_CONCAT, NFT_SET_ANONYMOUS};
+					      NFT_SET_INTERVAL | NFT_SET_CONCAT, NFT_SET_ANONYMOUS, NFT_SET_OBJECT,
+					      NFT_SET_ANONYMOUS | NFT_SET_EVAL};
 	Set s;
 	s.name = "s" + std::to_string(index);
 	s.flags = kFlags[in.below(std::size(kFlags))];
@@ -361,7 +398,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		agent = Table{TableFamily::inet, "ip-masq-agent", {}, {}};
 		nft::Chain chain{"postrouting", BaseHook{"nat", NF_INET_POST_ROUTING, agentPriority, VerdictCode::accept}, {}};
 		if (agentMasquerades)
-			chain.rules.push_back(decodeRule(*agent, 1, std::vector<Expression>{Nat{NatKind::masquerade}}));
+			chain.rules.push_back(decodeRule(*agent, 1, std::vector<Expression>{Masq{}}));
 		agent->chains.push_back(std::move(chain));
 		break;
 	}

@@ -135,6 +135,17 @@ uint32_t paddedBits(uint32_t bits)
 	return (bits + 31) / 32 * 32;
 }
 
+// Shifts of a value by a width the kernel gave: 128 or more bits shift everything out.
+Wide shiftedLeft(Wide v, uint32_t bits)
+{
+	return bits >= 128 ? 0 : v << bits;
+}
+
+Wide shiftedRight(Wide v, uint32_t bits)
+{
+	return bits >= 128 ? 0 : v >> bits;
+}
+
 Wide mask(uint32_t bits)
 {
 	return bits >= 128 ? ~Wide(0) : (Wide(1) << bits) - 1;
@@ -815,7 +826,7 @@ NodeId Printer::compare(const Compare &c)
 		right = add(std::move(parts));
 	} else if (l.bits > dataBits && !isString(l.type)) {
 		// Fewer bytes than the value: a prefix of it.
-		at(right).value <<= (l.bits - dataBits);
+		at(right).value = shiftedLeft(at(right).value, l.bits - dataBits);
 		at(right).bits = l.bits;
 		right = add({.kind = Kind::prefix, .bits = l.bits, .value = dataBits, .a = right});
 	}
@@ -1655,7 +1666,7 @@ void Printer::payloadFields(NodeId relationalId, NodeId payload)
 		Node part = right;
 		part.bits = l.bits;
 		part.value = right.raw.size() * 8 == right.bits ? bitsAt(right.raw, right.bits - remaining, take)
-								: (right.value >> (remaining - take)) & mask(take);
+								: shiftedRight(right.value, remaining - take) & mask(take);
 		part.raw = {};
 		remaining -= take;
 		part.type = l.type;
@@ -1663,7 +1674,7 @@ void Printer::payloadFields(NodeId relationalId, NodeId payload)
 		NodeId value = add(std::move(part));
 		if (l.protocol && l.field >= 0 && l.bits < l.protocol->fields[size_t(l.field)].bits) {
 			const uint32_t full = l.protocol->fields[size_t(l.field)].bits;
-			at(value).value <<= (full - l.bits);
+			at(value).value = shiftedLeft(at(value).value, full - l.bits);
 			at(value).bits = full;
 			value = add({.kind = Kind::prefix, .bits = full, .value = l.bits, .a = value});
 		}
@@ -1733,7 +1744,7 @@ void Printer::adjust(NodeId id, int shift, uint32_t bits, int depth)
 	Node &n = at(id);
 	switch (n.kind) {
 	case Kind::value:
-		n.value >>= shift;
+		n.value = shiftedRight(n.value, uint32_t(shift));
 		n.bits = bits;
 		break;
 	case Kind::range:
@@ -2256,7 +2267,7 @@ std::string Printer::print(NodeId id, bool numeric, int depth)
 	case Kind::exthdr: return printExthdr(n);
 	case Kind::unknown: break;
 	}
-	return fmt::format("{}{}]", kUnknownMarker, n.text);
+	return fmt::format("{}{}]", kUnknownMarker, printable(n.text));
 }
 
 
@@ -2349,7 +2360,7 @@ std::string xtMatchText(const Match &m)
 		if (mode == 1)
 			return fmt::format("numgen inc mod {} {}{}", u32At(4) + 1, invert ? "!= " : "", u32At(8));
 	}
-	return fmt::format("{}xt match {}]", kUnknownMarker, m.name);
+	return fmt::format("{}xt match {}]", kUnknownMarker, printable(m.name));
 }
 
 std::string Printer::printOther(const Stmt &s, const Other &o)
@@ -2395,8 +2406,8 @@ std::string Printer::printOther(const Stmt &s, const Other &o)
 				return out + options;
 			},
 			[&](const Match &m) { return xtMatchText(m); },
-			[&](const Target &t) { return fmt::format("{}xt target {}]", kUnknownMarker, t.name); },
-			[&](const auto &) { return fmt::format("{}{}]", kUnknownMarker, nameOf(o.expression())); },
+			[&](const Target &t) { return fmt::format("{}xt target {}]", kUnknownMarker, printable(t.name)); },
+			[&](const auto &) { return fmt::format("{}{}]", kUnknownMarker, printable(nameOf(o.expression()))); },
 		},
 		o.expression());
 }
@@ -2452,7 +2463,7 @@ std::string Printer::dynsetText(const Stmt &s, const Dynset &d)
 		else if (const auto *n = std::get_if<Connlimit>(&e))
 			out += fmt::format(" ct count {}{}", n->flags ? "over " : "", n->count);
 		else
-			out += fmt::format(" {}{}]", kUnknownMarker, nameOf(e));
+			out += fmt::format(" {}{}]", kUnknownMarker, printable(nameOf(e)));
 	}
 	if (s.operands.size() > 1)
 		out += " : " + print(s.operands[1]);

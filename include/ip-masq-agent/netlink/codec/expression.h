@@ -287,7 +287,7 @@ struct Dynset {
 	IPMASQ_FIELDS(f(NFTNL_EXPR_DYNSET_SET_NAME, s.set); f(NFTNL_EXPR_DYNSET_SREG_KEY, s.key);
 		      f(NFTNL_EXPR_DYNSET_OP, s.op); f(NFTNL_EXPR_DYNSET_SREG_DATA, s.data);
 		      f(NFTNL_EXPR_DYNSET_TIMEOUT, s.timeout))
-	std::vector<ExpressionBox> statements = {}; // decoded apart (nested expressions)
+	std::vector<ExpressionBox> statements; // decoded apart (nested expressions); no initializer: clang would need ExpressionBox complete here
 };
 // A stateful object by name (counter name "x"), or by a map's data.
 struct Objref {

@@ -370,17 +370,6 @@ std::string integerText(Type type, Wide v, uint32_t bits, bool numeric)
 	return numberText(r.format != Format::custom ? r.format : base == Type::bitmask ? Format::hex : Format::decimal, v);
 }
 
-std::string valueText(Type type, std::span<const uint8_t> bytes, ByteOrder order, bool numeric)
-{
-	if (typeInfo(type).base == Type::string) {
-		const auto nul = std::find(bytes.begin(), bytes.end(), 0);
-		return "\"" + std::string(bytes.begin(), nul) + "\"";
-	}
-	if (bytes.size() > 16)
-		return fmt::format("0x{:02x}", fmt::join(bytes, ""));
-	return integerText(type, integerOf(bytes, order), static_cast<uint32_t>(bytes.size() * 8), numeric);
-}
-
 Key metaKey(uint32_t key)
 {
 	return key < std::size(kMetaKeys) ? kMetaKeys[key] : Key{nullptr, Type::integer, kHost, 32, 16};

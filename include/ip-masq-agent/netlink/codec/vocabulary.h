@@ -39,10 +39,8 @@ const TypeInfo &typeInfo(Type type);
 // The type a kernel id names (a set's key or data type); nullopt for an unknown one.
 std::optional<Type> typeOfId(uint32_t id);
 
-// How one value of `type` prints, `bits` wide, in the kernel's byte order `order`.
-// `numeric`: as a number where nft prints ranges numerically.
-std::string valueText(Type type, std::span<const uint8_t> bytes, ByteOrder order, bool numeric = false);
-// The same for an integer already in host terms.
+// How one value of `type` (an integer in host terms) prints, `bits` wide. `numeric`: as
+// a number, where nft prints ranges numerically.
 std::string integerText(Type type, Wide value, uint32_t bits, bool numeric = false);
 // Its bytes as an integer, read in `order`.
 Wide integerOf(std::span<const uint8_t> bytes, ByteOrder order);

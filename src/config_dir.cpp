@@ -47,11 +47,12 @@ Result<bool> isRegularFileIn(int dirFd, const std::string &dir, const char *name
 {
 	struct stat st {};
 	if (fstatat(dirFd, name, &st, 0) != 0) {
-		if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)
+		const int err = errno; // before the message allocates
+		if (err == ENOENT || err == ELOOP || err == ENOTDIR)
 			return false;
 		return fail(fmt::format("{}: cannot tell what it is: {}", escaped(joinPath(dir, name)),
-					std::strerror(errno)),
-			    errno);
+					std::strerror(err)),
+			    err);
 	}
 	return S_ISREG(st.st_mode);
 }

@@ -108,9 +108,11 @@ Result<std::unique_ptr<Daemon>> Daemon::create(std::unique_ptr<DesiredStateSourc
 	// loop (a clean exit) instead of killing the process half-way.
 	const sigset_t mask = loopSignalMask();
 	sigset_t previous;
-	if (sigprocmask(SIG_BLOCK, &mask, &previous) != 0)
+	if (sigprocmask(SIG_BLOCK, &mask, &previous) != 0) {
+		const int err = errno; // before the message allocates
 		return fail(fmt::format("cannot block signals for the event loop: {}",
-					std::strerror(errno)), errno);
+					std::strerror(err)), err);
+	}
 	const auto undo = [&previous](const char *what) {
 		const int err = errno;
 		sigprocmask(SIG_SETMASK, &previous, nullptr);

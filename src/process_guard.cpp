@@ -204,9 +204,11 @@ DescriptorRoom descriptorRoom()
 Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted)
 {
 	rlimit limit{};
-	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+		const int err = errno; // before the message allocates
 		return fail(fmt::format("cannot read the open-files limit (RLIMIT_NOFILE): {}",
-					std::strerror(errno)), errno);
+					std::strerror(err)), err);
+	}
 	DescriptorRoom room = descriptorRoom();
 	if (room.free() < wanted && limit.rlim_cur != limit.rlim_max) {
 		// Raising the soft limit up to the hard one needs no privilege.

@@ -364,9 +364,10 @@ Result<LegacyNat> legacyNatTables(const std::string &procNet)
 		const std::string path = procNet + "/" + file;
 		struct stat st;
 		if (stat(path.c_str(), &st) != 0) {
-			if (errno == ENOENT)
+			const int err = errno; // before the message allocates
+			if (err == ENOENT)
 				return false; // the module is not loaded
-			return fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)), errno);
+			return fail(fmt::format("cannot read {}: {}", path, std::strerror(err)), err);
 		}
 		std::ifstream in(path);
 		if (!in)

@@ -23,11 +23,6 @@ namespace ipmasq {
 
 namespace {
 
-struct DirCloser {
-	void operator()(DIR *dir) const { closedir(dir); }
-};
-using DirHandle = std::unique_ptr<DIR, DirCloser>;
-
 std::string joinPath(const std::string &dir, const std::string &name)
 {
 	return (std::filesystem::path(dir) / name).string();

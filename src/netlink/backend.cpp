@@ -291,8 +291,11 @@ std::string describeOwner(std::optional<uint32_t> portId)
 		return "the kernel does not say which";
 	const auto owner = findPortOwner(*portId);
 	if (!owner)
+		return fmt::format("netlink port {}; its process cannot be looked up: {}", *portId,
+				   owner.error().message);
+	if (!*owner)
 		return fmt::format("netlink port {}; its process is not visible from here", *portId);
-	return fmt::format("netlink port {}, pid {} {}", *portId, owner->pid, quoted(owner->command));
+	return fmt::format("netlink port {}, pid {} {}", *portId, (*owner)->pid, quoted((*owner)->command));
 }
 
 } // namespace

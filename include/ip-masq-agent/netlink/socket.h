@@ -135,6 +135,8 @@ private:
 	nlmsghdr *putHeader(char *buffer, uint16_t type, uint16_t family, uint16_t flags,
 			    uint32_t seq) const;
 	Status growBuffer(int option, int forceOption, size_t bytes);
+	// The acknowledgements and errors of a batch just sent, and its generation.
+	Result<BatchAnswer> collectAnswers(const Batch &batch);
 	Error timedOut(const std::string &detail = {}) const;
 	// Takes NLM_F_DUMP_INTR off the messages of the datagram in the buffer, counting them.
 	void clearInterruptions(ssize_t length);

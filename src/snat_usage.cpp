@@ -138,46 +138,53 @@ std::string PortPool::toString() const
 
 SnatPlan snatPlanOf(const Ruleset &ruleset)
 {
-	// Which families reach the agent's chain at all (without --enable-ipv6 the jump is
-	// IPv4's only).
-	bool reaches[2] = {false, false};
+	// Per family: whether it reaches the agent's chain at all (without --enable-ipv6 the
+	// jump is IPv4's only), its SNAT, and a masquerade that covers it.
+	struct FamilyRules {
+		bool reaches = false;
+		std::optional<SnatFamilyPlan> snat, masquerade;
+	} families[2];
+	const auto each = [&families](std::optional<Family> only, const auto &note) {
+		for (const Family family : {Family::ipv4, Family::ipv6})
+			if (!only || *only == family)
+				note(families[family == Family::ipv6]);
+	};
+	const auto addPorts = [](std::optional<SnatFamilyPlan> &plan, std::optional<AddressRange> to,
+				 const std::optional<PortRange> &ports) {
+		if (!plan)
+			plan = SnatFamilyPlan{to, {}};
+		if (ports)
+			plan->toPorts.push_back(*ports);
+	};
+	// Every kind decides here (STYLE.md idiom 20): a new one is a compile error until it
+	// says whether, and where, it translates.
 	for (const Chain &chain : ruleset.chains)
 		for (const Rule &rule : chain.rules)
-			if (const auto *jump = std::get_if<JumpIfNotLocal>(&rule.statement)) {
-				if (!jump->onlyFamily || *jump->onlyFamily == Family::ipv4)
-					reaches[0] = true;
-				if (!jump->onlyFamily || *jump->onlyFamily == Family::ipv6)
-					reaches[1] = true;
-			}
+			std::visit(Overloaded{
+					   [&](const JumpIfNotLocal &jump) {
+						   each(jump.onlyFamily, [](FamilyRules &f) { f.reaches = true; });
+					   },
+					   [&](const SourceNat &s) {
+						   each(s.family, [&](FamilyRules &f) { addPorts(f.snat, s.to, s.toPorts); });
+					   },
+					   [&](const Masquerade &m) {
+						   each(m.onlyFamily, [&](FamilyRules &f) {
+							   addPorts(f.masquerade, std::nullopt, m.toPorts);
+						   });
+					   },
+					   // These translate nothing: the packet leaves as it is, or goes on.
+					   [](const ReturnIfDestinationInSet &) {},
+					   [](const ReturnIfOutputInterfaceInSet &) {},
+					   [](const MatchUnlistedSource &) {},
+				   },
+				   rule.statement);
 	SnatPlan plan;
 	for (const Family family : {Family::ipv4, Family::ipv6}) {
-		if (!reaches[family == Family::ipv6])
-			continue;
-		std::optional<SnatFamilyPlan> snat, masquerade;
-		for (const Chain &chain : ruleset.chains)
-			for (const Rule &rule : chain.rules)
-				std::visit(Overloaded{
-						   [&](const SourceNat &s) {
-							   if (s.family != family)
-								   return;
-							   if (!snat)
-								   snat = SnatFamilyPlan{s.to, {}};
-							   if (s.toPorts)
-								   snat->toPorts.push_back(*s.toPorts);
-						   },
-						   [&](const Masquerade &m) {
-							   if (m.onlyFamily && *m.onlyFamily != family)
-								   return;
-							   if (!masquerade)
-								   masquerade = SnatFamilyPlan{};
-							   if (m.toPorts)
-								   masquerade->toPorts.push_back(*m.toPorts);
-						   },
-						   [](const auto &) {},
-					   },
-					   rule.statement);
+		FamilyRules &rules = families[family == Family::ipv6];
 		auto &chosen = family == Family::ipv4 ? plan.ipv4 : plan.ipv6;
-		chosen = snat ? snat : masquerade;
+		// A packet the SNAT translates never reaches a later masquerade.
+		if (rules.reaches)
+			chosen = rules.snat ? rules.snat : rules.masquerade;
 		if (chosen)
 			std::sort(chosen->toPorts.begin(), chosen->toPorts.end(),
 				  [](const PortRange &a, const PortRange &b) { return a.first < b.first; });

@@ -158,7 +158,7 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 					// Logged and reported by the reconciler, which keeps the last
 					// good ruleset (and the source the last good config); the
 					// loop goes on.
-					(void)reconciler_.setDesired(fail(desired.error()));
+					reconciler_.setConfigError(desired.error());
 					return true;
 				}
 				noteConfigTaken();
@@ -187,7 +187,7 @@ void Daemon::handOver(DesiredState desired)
 {
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
 	snatUsageCheck_.setDesired(desired.ruleset);
-	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
+	reconciler_.setDesired(std::move(desired));
 }
 
 bool Daemon::readAddresses(Clock::time_point now, bool required)

@@ -187,8 +187,12 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 	Reconciler reconciler(backend, Reconciler::Settings{options.ruleset, false, options.config.path},
 			      status);
 	// A bad config is logged here and fails the reconcile below.
-	(void)reconciler.setDesired(desiredFromLocation(options.config, options.configFlags,
-							options.ruleset, readNodeAddresses()));
+	auto desired = desiredFromLocation(options.config, options.configFlags, options.ruleset,
+					   readNodeAddresses());
+	if (desired)
+		reconciler.setDesired(std::move(*desired));
+	else
+		reconciler.setConfigError(desired.error());
 	return reconciler.reconcile(SyncTrigger::startup) ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

@@ -13,6 +13,7 @@
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/table_reader.h"
+#include "ip-masq-agent/other_tables/conflicts.h"
 #include "ip-masq-agent/policy.h"
 
 namespace ipmasq {

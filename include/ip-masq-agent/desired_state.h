@@ -12,7 +12,7 @@
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/node_addresses.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/sampled_packet.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {

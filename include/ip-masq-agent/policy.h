@@ -10,7 +10,7 @@
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/sampled_packet.h"
 
 namespace ipmasq {
 

@@ -24,21 +24,9 @@
 #include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
 #include "ip-masq-agent/netlink/codec/model.h"
+#include "ip-masq-agent/sampled_packet.h"
 
 namespace ipmasq {
-
-// One packet to check: the first of a connection from `source` (or from any source of the
-// family) to `destination`, leaving by `outputInterface` (nullopt: not known, so a rule
-// that matches on it "may").
-struct SampledPacket {
-	Address destination;
-	std::optional<Address> source = {};
-	std::optional<std::string> outputInterface = {};
-	// The config entry that decides it, in --explain's words: "nonMasqueradeCIDRs
-	// 198.18.0.0/15 (FILE:LINE)", "built-in default 10.0.0.0/8", "no entry covers it".
-	std::string entry = {};
-	bool operator==(const SampledPacket &) const = default;
-};
 
 struct NatConflict {
 	enum class Kind {

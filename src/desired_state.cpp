@@ -68,10 +68,8 @@ std::vector<Prefix> outputSubnets(const LoadedConfig &loaded)
 SubnetAddresses chooseSubnetAddresses(const LoadedConfig &loaded, const NodeAddresses &node)
 {
 	SubnetAddresses chosen;
-	if (!node)
-		return chosen;
 	for (const Prefix &subnet : outputSubnets(loaded))
-		if (auto picked = pickAddressIn(subnet, *node))
+		if (auto picked = pickAddressIn(subnet, node.addresses))
 			(subnet.network.family == Family::ipv4 ? chosen.ipv4 : chosen.ipv6) =
 				picked->address;
 	return chosen;
@@ -89,8 +87,8 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 		if (!output)
 			continue;
 		if (output->form != OutputAddress::Form::subnet) {
-			if (node)
-				if (auto warning = notOwnedWarning(config, family, *node))
+			if (node.known())
+				if (auto warning = notOwnedWarning(config, family, node.addresses))
 					warnings.push_back(std::move(*warning));
 			continue;
 		}
@@ -122,10 +120,8 @@ Result<DesiredState> desiredFromContent(const ConfigContent &content,
 Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
 					 const Result<std::vector<NodeAddress>> &read)
 {
-	if (read)
-		return NodeAddresses(*read);
-	if (!dependsOnNodeAddresses(loaded))
-		return NodeAddresses();
+	if (read || !dependsOnNodeAddresses(loaded))
+		return NodeAddresses::fromRead(read);
 	std::string subnets;
 	for (const Prefix &subnet : outputSubnets(loaded))
 		subnets += (subnets.empty() ? "" : ", ") + subnet.toString();

@@ -41,15 +41,14 @@ void logWarnings(const std::vector<std::string> &warnings)
 }
 
 // This node's addresses, for --explain: what is local, the outputAddress subnet's address,
-// other tables' address-type matches; nullopt, with a warning, when they cannot be read.
+// other tables' address-type matches; not known, with a warning, when they cannot be read.
 NodeAddresses nodeAddresses()
 {
 	auto read = readNodeAddresses();
-	if (read)
-		return std::move(*read);
-	log::warning("{}; --explain goes on without this node's addresses (only loopback is "
-		     "local, and an outputAddress subnet gives no address)", read.error().message);
-	return std::nullopt;
+	if (!read)
+		log::warning("{}; --explain goes on without this node's addresses (only loopback is "
+			     "local, and an outputAddress subnet gives no address)", read.error().message);
+	return NodeAddresses::fromRead(read);
 }
 
 // A subnet that gives this node no address makes the script masquerade: say why, as the
@@ -84,17 +83,6 @@ int dryRun(const AgentOptions &options)
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
-// What masquerade translates to: the node's addresses, or nullopt (any address counts).
-std::optional<std::vector<Address>> masqueradeAddresses(const NodeAddresses &node)
-{
-	if (!node)
-		return std::nullopt;
-	std::vector<Address> addresses;
-	for (const NodeAddress &a : *node)
-		addresses.push_back(a.address);
-	return addresses;
-}
-
 // --snat-usage: the agent's ranges from the config and flags (as the daemon would make
 // them here), one conntrack dump, the table.
 int snatUsage(const AgentOptions &options)
@@ -106,8 +94,8 @@ int snatUsage(const AgentOptions &options)
 		return EXIT_FAILURE;
 	}
 	logWarnings(state->warnings);
-	const NodeAddresses node = read ? NodeAddresses(*read) : std::nullopt;
-	SnatUsageCounter counter(snatPlanOf(state->ruleset), masqueradeAddresses(node));
+	SnatUsageCounter counter(snatPlanOf(state->ruleset),
+				 translatedByMasquerade(NodeAddresses::fromRead(read)));
 	auto dump = countSourceNatEntries(counter);
 	if (!dump) {
 		log::error("{}", dump.error().message);
@@ -126,7 +114,7 @@ std::vector<std::string> snatUsageClauses(const Ruleset &ruleset, const NodeAddr
 {
 	std::vector<SnatUsageCounter> counters;
 	for (const Address &destination : destinations) {
-		counters.emplace_back(snatPlanOf(ruleset), masqueradeAddresses(node));
+		counters.emplace_back(snatPlanOf(ruleset), translatedByMasquerade(node));
 		counters.back().onlyToward(destination);
 	}
 	auto dump = netlink::dumpSourceNatEntries([&counters](const ConntrackEntry &entry) {
@@ -161,8 +149,7 @@ int explain(const AgentOptions &options)
 	context.outputInterface = options.explainInterface;
 	const NodeAddresses node = nodeAddresses();
 	context.subnet = chooseSubnetAddresses(*loaded, node);
-	if (node)
-		context.node = {*node, true};
+	context.node = node;
 	context.kernel = readKernelView(options.ruleset.table);
 	// The agent's own rules as the daemon would make them here, walked with the others'.
 	const Ruleset desired = desiredFromConfig(*loaded, options.config, options.ruleset, node).ruleset;

@@ -2,6 +2,7 @@
 // The node's addresses as values: how one is printed, and the choice in a subnet.
 #include "ip-masq-agent/node_addresses.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -32,6 +33,18 @@ std::string NodeAddress::toString() const
 		if (set)
 			text += fmt::format(" {}", word);
 	return text;
+}
+
+NodeAddresses NodeAddresses::fromRead(const Result<std::vector<NodeAddress>> &read)
+{
+	return read ? NodeAddresses{*read, true} : NodeAddresses{};
+}
+
+bool NodeAddresses::isLocal(const Address &address) const
+{
+	const bool loopback = address.family == Family::ipv4 ? (address.value >> 24) == 127 : address.value == 1;
+	return loopback || std::any_of(addresses.begin(), addresses.end(),
+				       [&address](const NodeAddress &a) { return a.address == address; });
 }
 
 std::optional<NodeAddress> pickAddressIn(const Prefix &subnet,

@@ -136,6 +136,17 @@ std::string PortPool::toString() const
 	return fmt::format("{}", fmt::join(parts, ","));
 }
 
+std::optional<std::vector<Address>> translatedByMasquerade(const NodeAddresses &node)
+{
+	if (!node.known())
+		return std::nullopt;
+	std::vector<Address> addresses;
+	addresses.reserve(node.addresses.size());
+	for (const NodeAddress &a : node.addresses)
+		addresses.push_back(a.address);
+	return addresses;
+}
+
 SnatPlan snatPlanOf(const Ruleset &ruleset)
 {
 	// Per family: whether it reaches the agent's chain at all (without --enable-ipv6 the

@@ -59,7 +59,7 @@ struct ExplainContext {
 	std::string table = kDefaultTableName;
 	// This node's addresses, read once: what is local (fib daddr type local), and for the
 	// other tables' fib and addrtype matches.
-	nat::NodeAddresses node;
+	NodeAddresses node;
 	KernelView kernel;
 	// --explain-source: each applies to the destinations of its family.
 	std::vector<Address> sources;

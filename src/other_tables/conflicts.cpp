@@ -55,7 +55,7 @@ bool contains(const AddressRange &range, const Address &a)
 
 // Whether the node's fate leaves the packet with another source than the agent's fate.
 Differs differs(const Fate &node, const Fate &agent, const SampledPacket &packet,
-		const nat::NodeAddresses &addresses)
+		const NodeAddresses &addresses)
 {
 	using K = Fate::Kind;
 	if (node.kind == K::dropped || agent.kind == K::dropped)
@@ -132,7 +132,7 @@ bool holds(const std::vector<NatConflict> &list, const NatConflict &conflict)
 } // namespace
 
 std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
-				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
+				     const nat::NatVerdict &agentAlone, const NodeAddresses &addresses,
 				     const nft::NatRuleset &ruleset, const nft::Table *agent)
 {
 	const bool agentExempts = std::all_of(agentAlone.outcomes.begin(), agentAlone.outcomes.end(),
@@ -207,7 +207,7 @@ std::string NatConflict::describe() const
 }
 
 ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *agent,
-			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
+			   std::span<const SampledPacket> samples, const NodeAddresses &addresses,
 			   const CheckLimits &limits)
 {
 	static const nft::NatRuleset kNone;

@@ -606,7 +606,7 @@ void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgr
 			if (*content) { // a bad config shows in reconcile() below
 				auto desired = desiredFromContent(**content, options.config,
 								  options.configFlags, options.ruleset,
-								  std::nullopt);
+								  NodeAddresses{});
 				if (desired)
 					reconciler.setDesired(std::move(*desired));
 				else
@@ -1016,7 +1016,7 @@ ConflictRow measureConflictPass(const std::string &label, const DesiredState &de
 	ConflictRow row;
 	row.label = label;
 	const auto addresses = require(readNodeAddresses(), "reading the node's addresses");
-	const nat::NodeAddresses node{addresses, true};
+	const NodeAddresses node{addresses, true};
 	nft::NatReadLimits limits;
 	limits.skipInetTable = desired.ruleset.table;
 	CheckLimits budget;

@@ -328,7 +328,7 @@ TEST_CASE("the reconciler falls back to the full replacement when its update is 
 	Reconciler reconciler(backend, Reconciler::Settings{{}, false, location.path}, status);
 	const auto desired = [&location](const std::vector<std::string> &list) {
 		return desiredFromContent(ConfigContent::single(location.path, configText(list)),
-					  location, {}, {}, std::nullopt);
+					  location, {}, {}, NodeAddresses{});
 	};
 	const std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
 					     "100.64.0.0/10"};

@@ -55,7 +55,7 @@ struct NatConflict {
 // The conflicts one packet shows: `node` is the whole node's verdict, `agentAlone` the
 // verdict of the agent's table alone for the same packet.
 std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
-				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
+				     const nat::NatVerdict &agentAlone, const NodeAddresses &addresses,
 				     const nft::NatRuleset &ruleset, const nft::Table *agent);
 
 struct CheckLimits {
@@ -74,7 +74,7 @@ struct ConflictPass {
 };
 
 ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *agent,
-			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
+			   std::span<const SampledPacket> samples, const NodeAddresses &addresses,
 			   const CheckLimits &limits = {});
 
 // The check spread over passes: each resumes at the first sample the last did not reach,

@@ -275,12 +275,12 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 			out.files.push_back(std::move(file));
 		// After the files, so that a message can name both.
 		if (auto s = mergeOutputAddress(out, out.outputAddress, std::move(in.outputAddress),
-						offset, "outputAddress");
+						offset, outputAddressKey(Family::ipv4));
 		    !s)
 			return fail(s.error());
 		if (auto s = mergeOutputAddress(out, out.outputAddressIPv6,
 						std::move(in.outputAddressIPv6), offset,
-						"outputAddressIPv6");
+						outputAddressKey(Family::ipv6));
 		    !s)
 			return fail(s.error());
 		for (std::string &warning : part.warnings)

@@ -15,11 +15,6 @@ namespace ipmasq {
 
 namespace {
 
-const char *keyOf(Family family)
-{
-	return family == Family::ipv4 ? "outputAddress" : "outputAddressIPv6";
-}
-
 bool ownsAddress(const std::vector<NodeAddress> &addresses, const Address &address)
 {
 	return std::any_of(addresses.begin(), addresses.end(),
@@ -41,7 +36,7 @@ std::optional<std::string> notOwnedWarning(const Config &config, Family family,
 	return fmt::format("{}: {}: {} is not an address of this node: replies to it reach the "
 			   "node only if the network routes them here (a load balancer, a route "
 			   "on the router); the agent SNATs to it as configured",
-			   describeOrigin(config, output->origin), keyOf(family), output->toString());
+			   describeOrigin(config, output->origin), outputAddressKey(family), output->toString());
 }
 
 } // namespace
@@ -93,7 +88,7 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 			continue;
 		}
 		subnets.push_back(SubnetChoice{family,
-					       fmt::format("{} ({}, {})", output->toString(), keyOf(family),
+					       fmt::format("{} ({}, {})", output->toString(), outputAddressKey(family),
 							   describeOrigin(config, output->origin)),
 					       chosen.of(family)});
 	}

@@ -15,34 +15,57 @@
 #include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/other_tables/conflicts.h"
 #include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/snat_usage.h"
 
 namespace ipmasq {
 
 namespace {
 
+// What the compiled desired state decides, which --explain reports (STYLE.md idiom 23); the
+// config only names the entries behind it.
+
+// Whether the desired ruleset's set `name` holds `key` (an address, or an interface's key).
+bool desiredHolds(const ExplainContext &context, std::string_view name, const Address &key)
+{
+	const AddressSet *set = context.desired.findSet(name);
+	return set && set->elements.contains(key);
+}
+
+// Where the desired ruleset source-NATs a family's traffic; nullopt: masquerade.
+std::optional<AddressRange> desiredSnatTarget(const ExplainContext &context, Family family)
+{
+	const SnatPlan plan = snatPlanOf(context.desired);
+	return plan.of(family) ? plan.of(family)->to : std::nullopt;
+}
+
 // Where a masqueraded destination's traffic is source-NATed, for the verdict: "masqueraded",
 // "SNAT to 203.0.113.7 (outputAddress, FILE:LINE)", or a subnet's address of this node.
 std::string natAction(const Config &config, const ExplainContext &context, Family family)
 {
+	const std::optional<AddressRange> target = desiredSnatTarget(context, family);
 	const std::optional<OutputAddress> &address = config.outputAddressOf(family);
-	if (!address)
-		return "masqueraded";
-	const std::string key = fmt::format("{}, {}", family == Family::ipv4 ? "outputAddress"
-									     : "outputAddressIPv6",
-					    describeOrigin(config, address->origin));
-	if (address->form != OutputAddress::Form::subnet)
-		return fmt::format("SNAT to {} ({})", address->toString(), key);
-	if (const std::optional<Address> &own = context.subnet.of(family))
-		return fmt::format("SNAT to {}, this node's address in {} ({})", own->toString(),
+	const std::string key = address ? fmt::format("{}, {}", outputAddressKey(family),
+						      describeOrigin(config, address->origin))
+					: std::string();
+	const bool subnet = address && address->form == OutputAddress::Form::subnet;
+	if (target && subnet)
+		return fmt::format("SNAT to {}, this node's address in {} ({})", target->toString(),
 				   address->toString(), key);
-	return fmt::format("masqueraded (this node has no address in {}: {})", address->toString(), key);
+	if (target)
+		return fmt::format("SNAT to {}{}", target->toString(), key.empty() ? "" : " (" + key + ")");
+	if (subnet)
+		return fmt::format("masqueraded (this node has no address in {}: {})", address->toString(), key);
+	return "masqueraded";
 }
 
+// `masqueraded` is the desired state's verdict; the decision names the config's entries.
 std::string describeDecision(const Config &config, const ExplainContext &context,
-			     const ExplainDecision &decision, Family family)
+			     const ExplainDecision &decision, Family family, bool masqueraded)
 {
-	std::string text = decision.masqueraded ? natAction(config, context, family) + ": "
-						: "not masqueraded: ";
+	std::string text = masqueraded ? natAction(config, context, family) + ": " : "not masqueraded: ";
+	if (decision.masqueraded != masqueraded)
+		return text + "the desired ruleset and the config's entries disagree (" +
+		       describeDecidingEntry(config, decision) + "): please report this";
 	if (!decision.decidedBy)
 		return text + "no entry covers it";
 	text += describeEntry(config, *decision.decidedBy);
@@ -87,11 +110,13 @@ std::string describeSources(const Config &config, const ExplainContext &context,
 	std::string text;
 	for (const Address &source : sources) {
 		const Prefix *entry = longestCovering(allowed, source);
-		if (entry)
-			text += fmt::format("; from {}: {}: source in masqueradeSourceCIDRs {} ({})",
+		if (desiredHolds(context, sourceSetName(family), source))
+			text += fmt::format("; from {}: {}: source in masqueradeSourceCIDRs {}",
 					    source.toString(),
 					    masqueraded ? "masqueraded" : "not masqueraded",
-					    entry->toString(), describeOrigin(config, entry->origin));
+					    entry ? fmt::format("{} ({})", entry->toString(),
+								describeOrigin(config, entry->origin))
+						  : "(no entry names it: please report this)");
 		else
 			text += fmt::format("; from {}: not masqueraded: source in no masqueradeSourceCIDRs "
 					    "entry, so the agent leaves it alone whatever the destination",
@@ -158,14 +183,18 @@ std::optional<std::string> interfaceGate(const Config &config, const ExplainCont
 	const std::string &name = context.outputInterface;
 	if (name.empty())
 		return std::nullopt;
-	if (!config.outputInterfaces.empty() && !matchingPattern(config.outputInterfaces, name))
+	const Address key = interfaceKeyRange(InterfacePattern{name, false, {}}).first;
+	if (context.desired.findSet(kOutputInterfaceSetName) &&
+	    !desiredHolds(context, kOutputInterfaceSetName, key))
 		return fmt::format("leaves through {}, which is in no outputInterface entry ({}), so the "
 				   "agent leaves it alone", escaped(name),
 				   entries(config.outputInterfaces.size()));
-	if (const InterfacePattern *excluded = matchingPattern(config.nonMasqueradeInterfaces, name))
-		return fmt::format("leaves through {}: {}", escaped(name),
-				   describePattern(config, "nonMasqueradeInterfaces", *excluded));
-	return std::nullopt;
+	if (!desiredHolds(context, kNonMasqueradeInterfaceSetName, key))
+		return std::nullopt;
+	const InterfacePattern *excluded = matchingPattern(config.nonMasqueradeInterfaces, name);
+	return fmt::format("leaves through {}: {}", escaped(name),
+			   excluded ? describePattern(config, "nonMasqueradeInterfaces", *excluded)
+				    : "in nonMasqueradeInterfaces (no entry names it: please report this)");
 }
 
 // The interface part of a line whose traffic may be source-NATed: which interface keys it
@@ -193,12 +222,11 @@ std::string describeInterfaces(const Config &config, const ExplainContext &conte
 
 // Why the one --explain-source of the destination's family is left alone, if it is: with
 // one source given, the line leads with its verdict.
-std::optional<std::string> sourceGate(const Config &config, const ExplainContext &context,
-				      Family family)
+std::optional<std::string> sourceGate(const ExplainContext &context, Family family)
 {
 	const std::vector<Address> sources = ofFamily(context.sources, family);
-	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
-	if (sources.size() != 1 || allowed.empty() || longestCovering(allowed, sources.front()))
+	if (sources.size() != 1 || !context.desired.findSet(sourceSetName(family)) ||
+	    desiredHolds(context, sourceSetName(family), sources.front()))
 		return std::nullopt;
 	return fmt::format("from {}: source in no masqueradeSourceCIDRs entry, so the agent leaves "
 			   "it alone whatever the destination", sources.front().toString());
@@ -208,13 +236,7 @@ std::optional<std::string> sourceGate(const Config &config, const ExplainContext
 void compareEgress(const Config &config, const ExplainContext &context, Family family,
 		   std::vector<std::string> &differences)
 {
-	std::optional<AddressRange> expected;
-	if (const auto &address = config.outputAddressOf(family)) {
-		if (address->form != OutputAddress::Form::subnet)
-			expected = address->range;
-		else if (const auto &own = context.subnet.of(family))
-			expected = AddressRange{*own, *own};
-	}
+	const std::optional<AddressRange> expected = desiredSnatTarget(context, family);
 	std::optional<AddressRange> inKernel;
 	for (const KernelSnatRule &rule : context.kernel.snatRules)
 		if (rule.family == family)
@@ -296,9 +318,11 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 		       describeKernel(config, context, destination, false);
 
 	const Family family = destination.family;
+	const AddressSet *exempt = context.desired.findSet(family);
+	const bool masqueraded = !exempt || !exempt->elements.contains(destination);
 	const ExplainDecision decision = explainDecision(config, destination);
-	const std::string kernel = describeKernel(config, context, destination, decision.masqueraded);
-	const std::string decided = describeDecision(config, context, decision, family);
+	const std::string kernel = describeKernel(config, context, destination, masqueraded);
+	const std::string decided = describeDecision(config, context, decision, family, masqueraded);
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
 	if (context.node.isLocal(destination))
@@ -306,10 +330,10 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 		       "enters the agent's chain); by the config alone: " + decided + kernel;
 	if (auto gate = interfaceGate(config, context))
 		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
-	if (auto gate = sourceGate(config, context, family); gate && decision.masqueraded)
+	if (auto gate = sourceGate(context, family); gate && masqueraded)
 		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
-	return decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
-	       describeSources(config, context, destination, decision.masqueraded) + kernel;
+	return decided + (masqueraded ? describeInterfaces(config, context) : "") +
+	       describeSources(config, context, destination, masqueraded) + kernel;
 }
 
 // The packet --explain asks about: from the one --explain-source of its family (any source

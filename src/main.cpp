@@ -148,14 +148,14 @@ int explain(const AgentOptions &options)
 	context.sources = options.explainSources;
 	context.outputInterface = options.explainInterface;
 	const NodeAddresses node = nodeAddresses();
-	context.subnet = chooseSubnetAddresses(*loaded, node);
 	context.node = node;
 	context.kernel = readKernelView(options.ruleset.table);
-	// The agent's own rules as the daemon would make them here, walked with the others'.
-	const Ruleset desired = desiredFromConfig(*loaded, options.config, options.ruleset, node).ruleset;
-	context.otherTables = readOtherTablesView(desired);
+	// The agent's own rules as the daemon would make them here: what each line reports,
+	// and walked with the other tables' rules.
+	context.desired = desiredFromConfig(*loaded, options.config, options.ruleset, node).ruleset;
+	context.otherTables = readOtherTablesView(context.desired);
 	const std::vector<std::string> lines = explainDestinations(loaded->config, context, options.explain);
-	const std::vector<std::string> usage = snatUsageClauses(desired, node, options.explain);
+	const std::vector<std::string> usage = snatUsageClauses(context.desired, node, options.explain);
 	for (size_t i = 0; i < lines.size(); i++)
 		std::fprintf(stdout, "%s%s\n", lines[i].c_str(), i < usage.size() ? usage[i].c_str() : "");
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -170,11 +170,6 @@ private:
 	bool enabled_;
 };
 
-const char *outputAddressKey(Family family)
-{
-	return family == Family::ipv4 ? "outputAddress" : "outputAddressIPv6";
-}
-
 // The last SNAT rule's comment says which form of outputAddress made it, and for a subnet
 // which one: the kernel's rule holds only the address, and adoption reads the rest back
 // from here (snatFormOf).

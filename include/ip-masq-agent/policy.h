@@ -65,10 +65,10 @@ struct ExplainDecision {
 	std::optional<ExplainEntry> overrides;
 };
 
-// The decision of the config alone (no local-address or source check), for one address
-// of a family the agent handles. Deliberately its own scan, apart from
-// resolveNonMasquerade's sweep that builds the kernel's sets, so that --explain's live
-// check compares two derivations.
+// The entries of the config that decide one address of a family the agent handles (no
+// local-address or source check): what --explain and the samples name. --explain's verdict
+// is the desired ruleset's; this, a linear scan apart from resolveNonMasquerade's sweep, is
+// also what the tests and fuzz_config check that sweep against.
 ExplainDecision explainDecision(const Config &config, const Address &destination);
 
 // An entry in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",

@@ -30,7 +30,9 @@ namespace {
 // Parsing a config, encoding its batch and reading the table back for verification
 // allocate many times what the model keeps (~7 MiB at 10,000 CIDRs); freed, glibc keeps
 // most of it in its arenas. malloc_trim() returns it to the kernel: with little free it
-// takes microseconds, so it runs after every sync, the verifying resyncs included.
+// takes microseconds, so it runs after every sync, the verifying resyncs included. It
+// locks every arena in turn: a check's (process_guard.h) for one of its allocations at
+// most; the checks themselves never call it.
 void giveMemoryBack()
 {
 	(void)malloc_trim(0); // 1: some memory was released; 0: there was none to release

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The paced background thread: wait until a pass is due and the pace allows it, run it at
-// nice 19, measure its CPU time, give its memory back.
+// nice 19, measure its CPU time.
 #include "ip-masq-agent/paced_thread.h"
 
 #include <ctime>
-#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -98,8 +97,9 @@ void PacedThread::run()
 			due_ = false;
 		}
 		const Clock::duration cpu = threadCpuTime();
+		// What a pass read is given back as it is freed, in this thread's own arena
+		// (process_guard.h): no malloc_trim(), which would lock the loop's arena too.
 		const bool again = runPass();
-		(void)malloc_trim(0); // what a pass read is given back at once
 		next = Clock::now() + pause(pace_, threadCpuTime() - cpu);
 		if (again) {
 			std::lock_guard lock(mutex_);

@@ -327,18 +327,6 @@ SnatUsage SnatUsageCounter::finish() const
 	usage.leftOut = leftOut_;
 	usage.otherConnections = others_connections_;
 	usage.destinations = agents_.size();
-	const auto destinationOf = [this](const Key &key, uint32_t connections) {
-		SnatDestination d;
-		d.family = key.family ? Family::ipv6 : Family::ipv4;
-		d.protocol = key.protocol;
-		d.translated = unpacked(d.family, key.translated);
-		d.destination = unpacked(d.family, key.destination);
-		d.port = key.port;
-		const std::optional<SnatFamilyPlan> &plan = plan_.of(d.family);
-		d.pool = poolOfKind(plan ? &*plan : nullptr, static_cast<PortPoolKind>(key.pool));
-		d.connections = connections;
-		return d;
-	};
 	// The top `limits_.top`, kept sorted while the map is walked once.
 	const auto keepTop = [&](std::vector<SnatDestination> &top, const SnatDestination &d,
 				 const auto &before) {
@@ -364,11 +352,30 @@ SnatUsage SnatUsageCounter::finish() const
 	};
 	for (const auto &[key, connections] : others_)
 		keepTop(usage.otherTop, destinationOf(key, connections), moreConnections);
+	usage.totals = totalsOf(usage.top);
+	return usage;
+}
 
-	// The top destinations over every address of the agent's: one more walk, summing
-	// only the keys of those few destinations.
-	for (const SnatDestination &d : usage.top) {
-		const bool seen = std::any_of(usage.totals.begin(), usage.totals.end(), [&](const auto &t) {
+SnatDestination SnatUsageCounter::destinationOf(const Key &key, uint32_t connections) const
+{
+	SnatDestination d;
+	d.family = key.family ? Family::ipv6 : Family::ipv4;
+	d.protocol = key.protocol;
+	d.translated = unpacked(d.family, key.translated);
+	d.destination = unpacked(d.family, key.destination);
+	d.port = key.port;
+	const std::optional<SnatFamilyPlan> &plan = plan_.of(d.family);
+	d.pool = poolOfKind(plan ? &*plan : nullptr, static_cast<PortPoolKind>(key.pool));
+	d.connections = connections;
+	return d;
+}
+
+std::vector<SnatDestinationTotal> SnatUsageCounter::totalsOf(const std::vector<SnatDestination> &top) const
+{
+	// One more walk of the map, summing only the keys of those few destinations.
+	std::vector<SnatDestinationTotal> totals;
+	for (const SnatDestination &d : top) {
+		const bool seen = std::any_of(totals.begin(), totals.end(), [&](const auto &t) {
 			return t.family == d.family && t.protocol == d.protocol &&
 			       t.destination == d.destination && t.port == d.port && t.pool == d.pool.kind;
 		});
@@ -378,17 +385,17 @@ SnatUsage SnatUsageCounter::finish() const
 		const std::optional<SnatFamilyPlan> &plan = plan_.of(d.family);
 		total.addresses = plan && plan->to ? addressCount(*plan->to) : 1;
 		total.available = total.addresses * d.pool.size();
-		usage.totals.push_back(total);
+		totals.push_back(total);
 	}
 	for (const auto &[key, connections] : agents_)
-		for (SnatDestinationTotal &total : usage.totals)
+		for (SnatDestinationTotal &total : totals)
 			if (total.protocol == key.protocol && (total.family == Family::ipv6) == key.family &&
 			    packed(total.destination) == key.destination && total.port == key.port &&
 			    static_cast<uint8_t>(total.pool) == key.pool) {
 				total.connections += connections;
 				total.addressesInUse++;
 			}
-	return usage;
+	return totals;
 }
 
 std::string snatUsageTable(const SnatUsage &usage)

@@ -197,6 +197,9 @@ public:
 
 private:
 	bool isAgents(const ConntrackEntry &entry, const SnatFamilyPlan &plan) const;
+	SnatDestination destinationOf(const Key &key, uint32_t connections) const;
+	// The top destinations over every address of the agent's.
+	std::vector<SnatDestinationTotal> totalsOf(const std::vector<SnatDestination> &top) const;
 	void count(std::unordered_map<Key, uint32_t, KeyHash> &map, size_t limit, const Key &key,
 		   uint64_t &overflow);
 

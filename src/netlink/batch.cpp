@@ -263,6 +263,66 @@ Status Batch::addDeletion(uint16_t type, std::string description, const std::fun
 	return finishMessage(nlh);
 }
 
+namespace {
+
+// Every object of table `name` that the plan does not keep, deleted by name: the rules
+// first (a DELRULE that names only the table deletes every rule of every chain, "flush
+// table": what referred to the chains, sets and objects below lets go of them).
+Status addDeletions(Batch &batch, const std::string &name, const ReplacementPlan &plan)
+{
+	RulePtr rules = newRule();
+	nftnl_rule_set_u32(rules.get(), NFTNL_RULE_FAMILY, NFPROTO_INET);
+	nftnl_rule_set_str(rules.get(), NFTNL_RULE_TABLE, name.c_str());
+	const auto deletion = [&](uint16_t type, std::string what, const auto &payload) -> Status {
+		return batch.addDeletion(type, std::move(what), payload);
+	};
+	if (auto s = deletion(NFT_MSG_DELRULE, fmt::format("the rules of table {} (flushing them)", name),
+			      [&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, rules.get()); });
+	    !s)
+		return s;
+	for (const std::string &chain : plan.deleteChains) {
+		ChainPtr object = newChain();
+		nftnl_chain_set_str(object.get(), NFTNL_CHAIN_TABLE, name.c_str());
+		nftnl_chain_set_str(object.get(), NFTNL_CHAIN_NAME, chain.c_str());
+		if (auto s = deletion(NFT_MSG_DELCHAIN, fmt::format("chain {} (deleting the previous one)", chain),
+				      [&](nlmsghdr *nlh) { nftnl_chain_nlmsg_build_payload(nlh, object.get()); });
+		    !s)
+			return s;
+	}
+	for (const std::string &set : plan.deleteSets) {
+		SetPtr object = newSet();
+		nftnl_set_set_str(object.get(), NFTNL_SET_TABLE, name.c_str());
+		nftnl_set_set_str(object.get(), NFTNL_SET_NAME, set.c_str());
+		if (auto s = deletion(NFT_MSG_DELSET, fmt::format("set {} (deleting the previous one)", set),
+				      [&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, object.get()); });
+		    !s)
+			return s;
+	}
+	for (const auto &[object, type] : plan.deleteObjects) {
+		ObjPtr handleOf = newObj();
+		nftnl_obj_set_str(handleOf.get(), NFTNL_OBJ_TABLE, name.c_str());
+		nftnl_obj_set_str(handleOf.get(), NFTNL_OBJ_NAME, object.c_str());
+		nftnl_obj_set_u32(handleOf.get(), NFTNL_OBJ_TYPE, type);
+		if (auto s = deletion(NFT_MSG_DELOBJ, fmt::format("object {} (deleting the previous one)", object),
+				      [&](nlmsghdr *nlh) { nftnl_obj_nlmsg_build_payload(nlh, handleOf.get()); });
+		    !s)
+			return s;
+	}
+	for (const std::string &flowtable : plan.deleteFlowtables) {
+		FlowtablePtr object = newFlowtable();
+		nftnl_flowtable_set_str(object.get(), NFTNL_FLOWTABLE_TABLE, name.c_str());
+		nftnl_flowtable_set_str(object.get(), NFTNL_FLOWTABLE_NAME, flowtable.c_str());
+		if (auto s = deletion(NFT_MSG_DELFLOWTABLE,
+				      fmt::format("flowtable {} (deleting it)", flowtable),
+				      [&](nlmsghdr *nlh) { nftnl_flowtable_nlmsg_build_payload(nlh, object.get()); });
+		    !s)
+			return s;
+	}
+	return {};
+}
+
+} // namespace
+
 Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const ReplacementPlan &plan,
 					  uint32_t firstSeq)
 {
@@ -277,56 +337,8 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 				    fmt::format("{} (kept, with its counters)", table.description));
 	    !s)
 		return fail(s.error());
-	// A DELRULE that names only the table deletes every rule of every chain ("flush
-	// table"): what referred to the chains, sets and objects below lets go of them.
-	RulePtr rules = newRule();
-	nftnl_rule_set_u32(rules.get(), NFTNL_RULE_FAMILY, NFPROTO_INET);
-	nftnl_rule_set_str(rules.get(), NFTNL_RULE_TABLE, name.c_str());
-	const auto deletion = [&](uint16_t type, std::string what, const auto &payload) -> Status {
-		return batch.addDeletion(type, std::move(what), payload);
-	};
-	if (auto s = deletion(NFT_MSG_DELRULE, fmt::format("the rules of table {} (flushing them)", name),
-			      [&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, rules.get()); });
-	    !s)
+	if (auto s = addDeletions(batch, name, plan); !s)
 		return fail(s.error());
-	for (const std::string &chain : plan.deleteChains) {
-		ChainPtr object = newChain();
-		nftnl_chain_set_str(object.get(), NFTNL_CHAIN_TABLE, name.c_str());
-		nftnl_chain_set_str(object.get(), NFTNL_CHAIN_NAME, chain.c_str());
-		if (auto s = deletion(NFT_MSG_DELCHAIN, fmt::format("chain {} (deleting the previous one)", chain),
-				      [&](nlmsghdr *nlh) { nftnl_chain_nlmsg_build_payload(nlh, object.get()); });
-		    !s)
-			return fail(s.error());
-	}
-	for (const std::string &set : plan.deleteSets) {
-		SetPtr object = newSet();
-		nftnl_set_set_str(object.get(), NFTNL_SET_TABLE, name.c_str());
-		nftnl_set_set_str(object.get(), NFTNL_SET_NAME, set.c_str());
-		if (auto s = deletion(NFT_MSG_DELSET, fmt::format("set {} (deleting the previous one)", set),
-				      [&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, object.get()); });
-		    !s)
-			return fail(s.error());
-	}
-	for (const auto &[object, type] : plan.deleteObjects) {
-		ObjPtr handleOf = newObj();
-		nftnl_obj_set_str(handleOf.get(), NFTNL_OBJ_TABLE, name.c_str());
-		nftnl_obj_set_str(handleOf.get(), NFTNL_OBJ_NAME, object.c_str());
-		nftnl_obj_set_u32(handleOf.get(), NFTNL_OBJ_TYPE, type);
-		if (auto s = deletion(NFT_MSG_DELOBJ, fmt::format("object {} (deleting the previous one)", object),
-				      [&](nlmsghdr *nlh) { nftnl_obj_nlmsg_build_payload(nlh, handleOf.get()); });
-		    !s)
-			return fail(s.error());
-	}
-	for (const std::string &flowtable : plan.deleteFlowtables) {
-		FlowtablePtr object = newFlowtable();
-		nftnl_flowtable_set_str(object.get(), NFTNL_FLOWTABLE_TABLE, name.c_str());
-		nftnl_flowtable_set_str(object.get(), NFTNL_FLOWTABLE_NAME, flowtable.c_str());
-		if (auto s = deletion(NFT_MSG_DELFLOWTABLE,
-				      fmt::format("flowtable {} (deleting it)", flowtable),
-				      [&](nlmsghdr *nlh) { nftnl_flowtable_nlmsg_build_payload(nlh, object.get()); });
-		    !s)
-			return fail(s.error());
-	}
 	if (auto s = batch.addTableContents(table, plan.keptCounters); !s)
 		return fail(s.error());
 	batch.end();

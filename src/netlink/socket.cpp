@@ -290,10 +290,7 @@ void Socket::clearInterruptions(ssize_t length)
 	int left = static_cast<int>(length);
 	for (auto *nlh = reinterpret_cast<nlmsghdr *>(buffer_.data()); mnl_nlmsg_ok(nlh, left);
 	     nlh = mnl_nlmsg_next(nlh, &left))
-		if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) {
-			nlh->nlmsg_flags &= static_cast<uint16_t>(~NLM_F_DUMP_INTR);
-			interruptedDumps_++;
-		}
+		nlh->nlmsg_flags &= static_cast<uint16_t>(~NLM_F_DUMP_INTR);
 }
 
 Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,

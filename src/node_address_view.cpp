@@ -16,10 +16,8 @@ NodeAddressView::Key NodeAddressView::keyOf(const NodeAddress &address)
 
 bool NodeAddressView::inAny(const Address &address, const std::vector<Prefix> &prefixes)
 {
-	return std::any_of(prefixes.begin(), prefixes.end(), [&](const Prefix &prefix) {
-		return prefix.network.family == address.family && prefix.first() <= address &&
-		       address <= prefix.last();
-	});
+	return std::any_of(prefixes.begin(), prefixes.end(),
+			   [&](const Prefix &prefix) { return prefix.contains(address); });
 }
 
 NodeAddresses NodeAddressView::addresses() const

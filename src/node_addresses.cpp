@@ -53,8 +53,7 @@ std::optional<NodeAddress> pickAddressIn(const Prefix &subnet,
 	const NodeAddress *best = nullptr;
 	for (const NodeAddress &candidate : addresses) {
 		const Address &a = candidate.address;
-		if (a.family != subnet.network.family || a < subnet.first() || a > subnet.last() ||
-		    !usable(candidate))
+		if (!subnet.contains(a) || !usable(candidate))
 			continue;
 		if (!best || a.value < best->address.value ||
 		    (a.value == best->address.value && candidate.ifindex < best->ifindex))

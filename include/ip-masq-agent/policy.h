@@ -40,9 +40,8 @@ IntervalSet resolveNonMasquerade(const Config &config, Family family);
 // lists none of that family (then no source of that family is restricted).
 IntervalSet masqueradeSources(const Config &config, Family family);
 
-// Whether `prefix` covers `address`; of `prefixes`, the longest that does (the first
-// listed among equals), or nullptr.
-bool covers(const Prefix &prefix, const Address &address);
+// Of `prefixes`, the longest that contains `address` (the first listed among equals), or
+// nullptr.
 const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address &address);
 
 // One entry that takes part in the destination decision.

@@ -125,33 +125,28 @@ std::string describeSources(const Config &config, const ExplainContext &context,
 	return text;
 }
 
-// Where the kernel's source set differs from the config, for the sources asked about.
-void compareSourceSet(const Config &config, const ExplainContext &context, Family family,
-		      std::vector<std::string> &differences)
+// Where the kernel's set `name` differs from the desired ruleset's: whether it is there,
+// then, for each key asked about (an address, an interface's key, with its words), whether
+// it holds it.
+void compareSet(const ExplainContext &context, const char *name,
+		const std::vector<std::pair<Address, std::string>> &keys,
+		std::vector<std::string> &differences)
 {
-	const char *name = sourceSetName(family);
-	const AddressSet *set = findSet(context.kernel.sets, name);
-	const std::vector<Address> sources = ofFamily(context.sources, family);
-	if (sources.empty())
+	const AddressSet *inKernel = findSet(context.kernel.sets, name);
+	const AddressSet *desired = context.desired.findSet(name);
+	if (keys.empty() || (!inKernel && !desired))
 		return;
-	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
-	if (!set) {
-		if (!allowed.empty())
-			differences.push_back(fmt::format("it has no set {} although masqueradeSourceCIDRs "
-							  "lists {} prefixes", name, familyName(family)));
+	if (!inKernel || !desired) {
+		differences.push_back(fmt::format("it {} set {} although the agent's ruleset {}",
+						  inKernel ? "has" : "has no", name,
+						  inKernel ? "has none" : "has one"));
 		return;
 	}
-	if (allowed.empty()) {
-		differences.push_back(fmt::format("it has set {} although masqueradeSourceCIDRs lists "
-						  "no {} prefix", name, familyName(family)));
-		return;
-	}
-	for (const Address &source : sources) {
-		const bool inKernel = set->elements.contains(source);
-		if (inKernel != (longestCovering(allowed, source) != nullptr))
-			differences.push_back(fmt::format("its set {} {} source {}", name,
-							  inKernel ? "holds" : "does not hold",
-							  source.toString()));
+	for (const auto &[key, words] : keys) {
+		const bool held = inKernel->elements.contains(key);
+		if (held != desired->elements.contains(key))
+			differences.push_back(fmt::format("its set {} {} {}", name,
+							  held ? "holds" : "does not hold", words));
 	}
 }
 
@@ -232,9 +227,9 @@ std::optional<std::string> sourceGate(const ExplainContext &context, Family fami
 			   "it alone whatever the destination", sources.front().toString());
 }
 
-// Where the kernel's SNAT and interface sets differ from the config, for this line.
-void compareEgress(const Config &config, const ExplainContext &context, Family family,
-		   std::vector<std::string> &differences)
+// Where the kernel's SNAT rule, source and interface sets differ from the desired
+// ruleset's, for this line.
+void compareEgress(const ExplainContext &context, Family family, std::vector<std::string> &differences)
 {
 	const std::optional<AddressRange> expected = desiredSnatTarget(context, family);
 	std::optional<AddressRange> inKernel;
@@ -246,30 +241,22 @@ void compareEgress(const Config &config, const ExplainContext &context, Family f
 			inKernel ? fmt::format("its {} traffic is SNATed to {}", familyName(family),
 					       inKernel->toString())
 				 : fmt::format("it masquerades {} traffic instead of SNAT", familyName(family)));
+	std::vector<std::pair<Address, std::string>> sources;
+	for (const Address &source : ofFamily(context.sources, family))
+		sources.emplace_back(source, "source " + source.toString());
+	compareSet(context, sourceSetName(family), sources, differences);
 	const std::string &name = context.outputInterface;
 	if (name.empty())
 		return;
-	const AddressRange key = interfaceKeyRange(InterfacePattern{name, false, {}});
-	for (const auto &[setName, list] :
-	     {std::pair{kOutputInterfaceSetName, &config.outputInterfaces},
-	      std::pair{kNonMasqueradeInterfaceSetName, &config.nonMasqueradeInterfaces}}) {
-		const AddressSet *set = findSet(context.kernel.sets, setName);
-		if (!set || list->empty()) {
-			if (bool(set) != !list->empty())
-				differences.push_back(fmt::format("it {} set {}", set ? "has" : "lacks", setName));
-			continue;
-		}
-		const bool held = set->elements.contains(key.first);
-		if (held != (matchingPattern(*list, name) != nullptr))
-			differences.push_back(fmt::format("its set {} {} {}", setName,
-							  held ? "holds" : "does not hold", escaped(name)));
-	}
+	const Address key = interfaceKeyRange(InterfacePattern{name, false, {}}).first;
+	for (const char *set : {kOutputInterfaceSetName, kNonMasqueradeInterfaceSetName})
+		compareSet(context, set, {{key, escaped(name)}}, differences);
 }
 
 // The live check: "; the kernel agrees", what differs, or why it could not be checked.
-// `masqueraded` is the config's decision (set membership, before the local check).
-std::string describeKernel(const Config &config, const ExplainContext &context,
-			   const Address &destination, bool masqueraded)
+// `masqueraded` is the desired state's decision (set membership, before the local check).
+std::string describeKernel(const ExplainContext &context, const Address &destination,
+			   bool masqueraded)
 {
 	const KernelView &kernel = context.kernel;
 	switch (kernel.state) {
@@ -300,8 +287,7 @@ std::string describeKernel(const Config &config, const ExplainContext &context,
 			differences.push_back(fmt::format("its set {} {} it, so the kernel {}", setName,
 							  inSet ? "holds" : "does not hold",
 							  inSet ? "does not masquerade it" : "masquerades it"));
-		compareSourceSet(config, context, family, differences);
-		compareEgress(config, context, family, differences);
+		compareEgress(context, family, differences);
 	}
 	if (differences.empty())
 		return "; the kernel agrees";
@@ -315,13 +301,13 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 {
 	if (destination.family == Family::ipv6 && !context.enableIpv6)
 		return "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
-		       describeKernel(config, context, destination, false);
+		       describeKernel(context, destination, false);
 
 	const Family family = destination.family;
 	const AddressSet *exempt = context.desired.findSet(family);
 	const bool masqueraded = !exempt || !exempt->elements.contains(destination);
 	const ExplainDecision decision = explainDecision(config, destination);
-	const std::string kernel = describeKernel(config, context, destination, masqueraded);
+	const std::string kernel = describeKernel(context, destination, masqueraded);
 	const std::string decided = describeDecision(config, context, decision, family, masqueraded);
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.

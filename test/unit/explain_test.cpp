@@ -306,8 +306,8 @@ TEST_CASE("the kernel's source set is compared for the sources asked about")
 		"was edited, or was made from another config or other flags)"));
 	config.masqueradeSourceCIDRs.clear();
 	CHECK(line(config, context, "192.0.2.1").find(
-		      "; the kernel disagrees: it has set masq-src-v4 although masqueradeSourceCIDRs lists "
-		      "no IPv4 prefix") != std::string::npos);
+		      "; the kernel disagrees: it has set masq-src-v4 although the agent's ruleset has "
+		      "none") != std::string::npos);
 }
 
 TEST_CASE("file names are escaped: no config path can break or forge a line")

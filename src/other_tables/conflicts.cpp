@@ -347,7 +347,7 @@ std::string describeOutcome(const nat::Outcome &o, bool certain)
 		out += " cannot be evaluated: " + o.reason;
 		return o.rule ? out + fmt::format(" (rule handle {})", o.rule->handle) : out;
 	}
-	out += " " + actionText(o, certain);
+	out += fmt::format(" {}", actionText(o, certain)); // not " " + ...: GCC bug 105329 at -O3
 	if (o.rule) {
 		out += fmt::format(": rule handle {}", o.rule->handle);
 		if (o.rule->chain != o.base->chain)

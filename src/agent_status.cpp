@@ -105,6 +105,44 @@ std::string labelValue(std::string_view text)
 	return out;
 }
 
+// The busiest destinations, kTopDestinations at most, by rank: one metric a figure.
+std::string snatTopText(const SnatUsage &u)
+{
+	const struct {
+		const char *name, *help;
+		std::function<std::string(const SnatDestination &)> value;
+	} tops[] = {
+		{"ip_masq_agent_snat_top_usage_ratio",
+		 "Share of source ports in use toward one of the busiest destinations, by rank "
+		 "(1 is the highest ratio).",
+		 [](const SnatDestination &d) { return fmt::format("{}", d.ratio()); }},
+		{"ip_masq_agent_snat_top_connections",
+		 "Connections toward one of the busiest destinations, by rank.",
+		 [](const SnatDestination &d) { return std::to_string(d.connections); }},
+		{"ip_masq_agent_snat_top_available_ports",
+		 "Source ports the agent's rules can give toward one of the busiest "
+		 "destinations from its translated address, by rank.",
+		 [](const SnatDestination &d) { return std::to_string(d.available()); }},
+	};
+	std::string out;
+	for (const auto &top : tops) {
+		if (u.top.empty())
+			break;
+		out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", top.name, top.help, top.name);
+		for (size_t i = 0; i < u.top.size(); i++) {
+			const SnatDestination &d = u.top[i];
+			out += fmt::format("{}{{rank=\"{}\",family=\"{}\",protocol=\"{}\","
+					   "destination=\"{}\",source=\"{}\",ports=\"{}\"}} {}\n",
+					   top.name, i + 1, familyLabel(d.family),
+					   labelValue(protocolName(d.protocol)),
+					   labelValue(d.destinationText()),
+					   labelValue(d.translated.toString()),
+					   labelValue(d.pool.toString()), top.value(d));
+		}
+	}
+	return out;
+}
+
 // The SNAT usage: node-wide gauges, and kTopDestinations destinations by rank. The
 // number of series never depends on the number of destinations.
 std::string snatUsageMetrics(const AgentStatus::Snapshot &s)
@@ -138,37 +176,7 @@ std::string snatUsageMetrics(const AgentStatus::Snapshot &s)
 			     "Source-NATed connections that the agent's rules did not make (another "
 			     "address, or ports outside its ranges): never counted above.",
 			     u->otherConnections);
-		const struct {
-			const char *name, *help;
-			std::function<std::string(const SnatDestination &)> value;
-		} tops[] = {
-			{"ip_masq_agent_snat_top_usage_ratio",
-			 "Share of source ports in use toward one of the busiest destinations, by rank "
-			 "(1 is the highest ratio).",
-			 [](const SnatDestination &d) { return fmt::format("{}", d.ratio()); }},
-			{"ip_masq_agent_snat_top_connections",
-			 "Connections toward one of the busiest destinations, by rank.",
-			 [](const SnatDestination &d) { return std::to_string(d.connections); }},
-			{"ip_masq_agent_snat_top_available_ports",
-			 "Source ports the agent's rules can give toward one of the busiest "
-			 "destinations from its translated address, by rank.",
-			 [](const SnatDestination &d) { return std::to_string(d.available()); }},
-		};
-		for (const auto &top : tops) {
-			if (u->top.empty())
-				break;
-			out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", top.name, top.help, top.name);
-			for (size_t i = 0; i < u->top.size(); i++) {
-				const SnatDestination &d = u->top[i];
-				out += fmt::format("{}{{rank=\"{}\",family=\"{}\",protocol=\"{}\","
-						   "destination=\"{}\",source=\"{}\",ports=\"{}\"}} {}\n",
-						   top.name, i + 1, familyLabel(d.family),
-						   labelValue(protocolName(d.protocol)),
-						   labelValue(d.destinationText()),
-						   labelValue(d.translated.toString()),
-						   labelValue(d.pool.toString()), top.value(d));
-			}
-		}
+		out += snatTopText(*u);
 	}
 	if (s.snatReadUnixSeconds > 0)
 		appendMetric(out, "ip_masq_agent_snat_last_read_timestamp_seconds", "gauge",
@@ -404,64 +412,72 @@ std::string AgentStatus::Snapshot::summary() const
 			   table, intervalsV4, intervalsV6);
 }
 
-std::string AgentStatus::Snapshot::prometheusText() const
+namespace {
+
+// The syncs' counters and durations, readiness, and the sets in force.
+std::string syncText(const AgentStatus::Snapshot &s)
 {
 	std::string out;
 	const auto metric = [&](const char *name, const char *type, const char *help,
 				const auto &value) { appendMetric(out, name, type, help, value); };
-	metric("ip_masq_agent_syncs_total", "counter",
-	       "Rulesets committed to the kernel.", syncs);
+	metric("ip_masq_agent_syncs_total", "counter", "Rulesets committed to the kernel.", s.syncs);
 	metric("ip_masq_agent_sync_failures_total", "counter",
-	       "Syncs that failed (kernel rejected the batch, or netlink failed).", syncFailures);
+	       "Syncs that failed (kernel rejected the batch, or netlink failed).", s.syncFailures);
 	metric("ip_masq_agent_noop_resyncs_total", "counter",
-	       "Syncs skipped because nothing had changed.", noopResyncs);
+	       "Syncs skipped because nothing had changed.", s.noopResyncs);
 	metric("ip_masq_agent_drift_repairs_total", "counter",
 	       "Times the table was restored after being deleted or changed outside the agent.",
-	       driftRepairs);
+	       s.driftRepairs);
 	metric("ip_masq_agent_config_errors_total", "counter",
-	       "Config loads that failed (counted once per change of the file).", configErrors);
+	       "Config loads that failed (counted once per change of the file).", s.configErrors);
 	metric("ip_masq_agent_last_successful_sync_timestamp_seconds", "gauge",
-	       "Unix time of the last successful sync.", fmt::format("{:.3f}", lastSuccessUnixSeconds));
+	       "Unix time of the last successful sync.", fmt::format("{:.3f}", s.lastSuccessUnixSeconds));
 	metric("ip_masq_agent_healthy", "gauge", "1 when /readyz (and /healthz) report ok.",
-	       health().ok ? 1 : 0);
-
+	       s.health().ok ? 1 : 0);
 	out += "# HELP ip_masq_agent_sync_duration_seconds Time to commit a ruleset to the kernel.\n"
 	       "# TYPE ip_masq_agent_sync_duration_seconds histogram\n";
-	for (size_t i = 0; i < kDurationBuckets.size(); i++)
+	for (size_t i = 0; i < AgentStatus::kDurationBuckets.size(); i++)
 		out += fmt::format("ip_masq_agent_sync_duration_seconds_bucket{{le=\"{}\"}} {}\n",
-				   kDurationBuckets[i], durationBucketCounts[i]);
+				   AgentStatus::kDurationBuckets[i], s.durationBucketCounts[i]);
 	out += fmt::format("ip_masq_agent_sync_duration_seconds_bucket{{le=\"+Inf\"}} {}\n"
 			   "ip_masq_agent_sync_duration_seconds_sum {}\n"
 			   "ip_masq_agent_sync_duration_seconds_count {}\n",
-			   durationCount, durationSum, durationCount);
-
+			   s.durationCount, s.durationSum, s.durationCount);
 	out += "# HELP ip_masq_agent_nonmasquerade_intervals Intervals in the non-masquerade sets "
 	       "in force.\n# TYPE ip_masq_agent_nonmasquerade_intervals gauge\n";
 	out += fmt::format("ip_masq_agent_nonmasquerade_intervals{{family=\"ipv4\"}} {}\n"
 			   "ip_masq_agent_nonmasquerade_intervals{{family=\"ipv6\"}} {}\n",
-			   intervalsV4, intervalsV6);
-	out += fmt::format("# HELP ip_masq_agent_build_info The agent's version.\n"
-			   "# TYPE ip_masq_agent_build_info gauge\n"
-			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
-			   IP_MASQ_AGENT_VERSION);
-	if (!subnets.empty()) {
+			   s.intervalsV4, s.intervalsV6);
+	return out;
+}
+
+// The outputAddress subnets' choices, and whether the addresses they use are followed.
+std::string addressText(const AgentStatus::Snapshot &s)
+{
+	using State = AgentStatus::AddressFollowing::State;
+	std::string out;
+	if (!s.subnets.empty()) {
 		out += "# HELP ip_masq_agent_output_address_available 1 when this node has an address "
 		       "in the family's outputAddress subnet and SNATs to it, 0 when it has none and "
 		       "masquerades instead.\n# TYPE ip_masq_agent_output_address_available gauge\n";
-		for (const SubnetChoice &choice : subnets)
+		for (const SubnetChoice &choice : s.subnets)
 			out += fmt::format("ip_masq_agent_output_address_available{{family=\"{}\"}} {}\n",
-					   familyLabel(choice.family),
-					   choice.address ? 1 : 0);
+					   familyLabel(choice.family), choice.address ? 1 : 0);
 	}
-	if (!subnets.empty() || addresses.state != AddressFollowing::State::following)
+	if (!s.subnets.empty() || s.addresses.state != State::following)
 		appendMetric(out, "ip_masq_agent_node_addresses_stale", "gauge",
 			     "1 while the outputAddress subnets use the node's addresses last known "
 			     "(they could not be read again, or change notifications were lost) or "
 			     "wait for a first read; 0 while they are followed.",
-			     addresses.state == AddressFollowing::State::following ? 0 : 1);
-	out += connectionsText(connections);
-	out += conntrackText(*this);
-	if (natConflicts)
+			     s.addresses.state == State::following ? 0 : 1);
+	return out;
+}
+
+// The NAT conflict check's last cycle and its counts.
+std::string natCheckText(const AgentStatus::Snapshot &s)
+{
+	std::string out;
+	if (s.natConflicts)
 		out += fmt::format(
 			"# HELP ip_masq_agent_nat_conflicts Rules of other tables after which a sampled "
 			"packet leaves with another source than the agent's rules give it (NAT what it "
@@ -472,13 +488,27 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			"ip_masq_agent_nat_conflicts{{certainty=\"certain\"}} {}\n"
 			"ip_masq_agent_nat_conflicts{{certainty=\"may\"}} {}\n"
 			"ip_masq_agent_nat_conflicts{{certainty=\"undetermined\"}} {}\n",
-			natConflicts->certain, natConflicts->may, natConflicts->undetermined);
-	metric("ip_masq_agent_nat_check_failures_total", "counter",
-	       "Passes of the NAT conflict check that could not read other tables.", natCheckFailures);
-	metric("ip_masq_agent_nat_check_cycles_total", "counter",
-	       "Cycles of the NAT conflict check completed over the whole sample.", natCheckCycles);
-	out += snatUsageMetrics(*this);
+			s.natConflicts->certain, s.natConflicts->may, s.natConflicts->undetermined);
+	appendMetric(out, "ip_masq_agent_nat_check_failures_total", "counter",
+		     "Passes of the NAT conflict check that could not read other tables.",
+		     s.natCheckFailures);
+	appendMetric(out, "ip_masq_agent_nat_check_cycles_total", "counter",
+		     "Cycles of the NAT conflict check completed over the whole sample.",
+		     s.natCheckCycles);
 	return out;
+}
+
+} // namespace
+
+std::string AgentStatus::Snapshot::prometheusText() const
+{
+	return syncText(*this) +
+	       fmt::format("# HELP ip_masq_agent_build_info The agent's version.\n"
+			   "# TYPE ip_masq_agent_build_info gauge\n"
+			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
+			   IP_MASQ_AGENT_VERSION) +
+	       addressText(*this) + connectionsText(connections) + conntrackText(*this) +
+	       natCheckText(*this) + snatUsageMetrics(*this);
 }
 
 } // namespace ipmasq

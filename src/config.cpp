@@ -1215,9 +1215,7 @@ std::string describeConfig(const Config &config)
 	// The egress keys only when used, for the same reason.
 	for (const Family family : {Family::ipv4, Family::ipv6})
 		if (const auto &address = config.outputAddressOf(family))
-			out += fmt::format("{}={} ", family == Family::ipv4 ? "outputAddress"
-									    : "outputAddressIPv6",
-					   address->toString());
+			out += fmt::format("{}={} ", outputAddressKey(family), address->toString());
 	const auto names = [](const std::vector<InterfacePattern> &list) {
 		std::vector<std::string> out;
 		for (const InterfacePattern &pattern : list)

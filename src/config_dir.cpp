@@ -23,11 +23,6 @@ namespace ipmasq {
 
 namespace {
 
-struct DirCloser {
-	void operator()(DIR *dir) const { closedir(dir); }
-};
-using DirHandle = std::unique_ptr<DIR, DirCloser>;
-
 std::string joinPath(const std::string &dir, const std::string &name)
 {
 	return (std::filesystem::path(dir) / name).string();
@@ -47,11 +42,12 @@ Result<bool> isRegularFileIn(int dirFd, const std::string &dir, const char *name
 {
 	struct stat st {};
 	if (fstatat(dirFd, name, &st, 0) != 0) {
-		if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)
+		const int err = errno; // before the message allocates
+		if (err == ENOENT || err == ELOOP || err == ENOTDIR)
 			return false;
 		return fail(fmt::format("{}: cannot tell what it is: {}", escaped(joinPath(dir, name)),
-					std::strerror(errno)),
-			    errno);
+					std::strerror(err)),
+			    err);
 	}
 	return S_ISREG(st.st_mode);
 }
@@ -154,6 +150,50 @@ Status checkMergedLimit(const Config &config, const std::vector<Prefix> &list, c
 				limit));
 }
 
+// One file's config merged into what the files before it made: lists appended (their
+// origins moved past those files), the flags or-ed, the limits by the rules of
+// docs/configuration.md, outputAddress at most once.
+Status mergeInto(LoadedConfig &merged, LoadedConfig part)
+{
+	Config &out = merged.config;
+	Config &in = part.config;
+	const auto offset = static_cast<uint32_t>(out.files.size());
+	if (in.nonMasqueradeCIDRsGiven) {
+		out.nonMasqueradeCIDRsGiven = true;
+		appendRemapped(out.nonMasqueradeCIDRs, std::move(in.nonMasqueradeCIDRs), offset);
+	}
+	appendRemapped(out.masqueradeCIDRs, std::move(in.masqueradeCIDRs), offset);
+	appendRemapped(out.masqueradeSourceCIDRs, std::move(in.masqueradeSourceCIDRs), offset);
+	appendRemapped(out.outputInterfaces, std::move(in.outputInterfaces), offset);
+	appendRemapped(out.nonMasqueradeInterfaces, std::move(in.nonMasqueradeInterfaces), offset);
+	out.masqLinkLocal = out.masqLinkLocal || in.masqLinkLocal;
+	out.masqLinkLocalIPv6 = out.masqLinkLocalIPv6 || in.masqLinkLocalIPv6;
+	// A file that leaves a key out does not vote with the default.
+	if (part.cidrLimitGiven)
+		out.cidrLimit = merged.cidrLimitGiven ? std::max(out.cidrLimit, in.cidrLimit) : in.cidrLimit;
+	if (part.resyncIntervalGiven)
+		out.resyncInterval = merged.resyncIntervalGiven
+			? std::min(out.resyncInterval, in.resyncInterval)
+			: in.resyncInterval;
+	merged.cidrLimitGiven = merged.cidrLimitGiven || part.cidrLimitGiven;
+	merged.resyncIntervalGiven = merged.resyncIntervalGiven || part.resyncIntervalGiven;
+	for (std::string &file : in.files)
+		out.files.push_back(std::move(file));
+	// After the files, so that a message can name both.
+	if (auto s = mergeOutputAddress(out, out.outputAddress, std::move(in.outputAddress), offset,
+					outputAddressKey(Family::ipv4));
+	    !s)
+		return s;
+	if (auto s = mergeOutputAddress(out, out.outputAddressIPv6, std::move(in.outputAddressIPv6),
+					offset, outputAddressKey(Family::ipv6));
+	    !s)
+		return s;
+	for (std::string &warning : part.warnings)
+		merged.warnings.push_back(std::move(warning));
+	merged.fromFile = merged.fromFile || part.fromFile;
+	return {};
+}
+
 } // namespace
 
 bool isConfigDirName(std::string_view name)
@@ -250,47 +290,10 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 	});
 
 	LoadedConfig merged;
+	for (LoadedConfig &part : parts)
+		if (auto s = mergeInto(merged, std::move(part)); !s)
+			return fail(s.error());
 	Config &out = merged.config;
-	for (LoadedConfig &part : parts) {
-		Config &in = part.config;
-		const auto offset = static_cast<uint32_t>(out.files.size());
-		if (in.nonMasqueradeCIDRsGiven) {
-			out.nonMasqueradeCIDRsGiven = true;
-			appendRemapped(out.nonMasqueradeCIDRs, std::move(in.nonMasqueradeCIDRs), offset);
-		}
-		appendRemapped(out.masqueradeCIDRs, std::move(in.masqueradeCIDRs), offset);
-		appendRemapped(out.masqueradeSourceCIDRs, std::move(in.masqueradeSourceCIDRs), offset);
-		appendRemapped(out.outputInterfaces, std::move(in.outputInterfaces), offset);
-		appendRemapped(out.nonMasqueradeInterfaces, std::move(in.nonMasqueradeInterfaces),
-			       offset);
-		out.masqLinkLocal = out.masqLinkLocal || in.masqLinkLocal;
-		out.masqLinkLocalIPv6 = out.masqLinkLocalIPv6 || in.masqLinkLocalIPv6;
-		// A file that leaves a key out does not vote with the default.
-		if (part.cidrLimitGiven)
-			out.cidrLimit = merged.cidrLimitGiven ? std::max(out.cidrLimit, in.cidrLimit)
-							      : in.cidrLimit;
-		if (part.resyncIntervalGiven)
-			out.resyncInterval = merged.resyncIntervalGiven
-				? std::min(out.resyncInterval, in.resyncInterval)
-				: in.resyncInterval;
-		merged.cidrLimitGiven = merged.cidrLimitGiven || part.cidrLimitGiven;
-		merged.resyncIntervalGiven = merged.resyncIntervalGiven || part.resyncIntervalGiven;
-		for (std::string &file : in.files)
-			out.files.push_back(std::move(file));
-		// After the files, so that a message can name both.
-		if (auto s = mergeOutputAddress(out, out.outputAddress, std::move(in.outputAddress),
-						offset, "outputAddress");
-		    !s)
-			return fail(s.error());
-		if (auto s = mergeOutputAddress(out, out.outputAddressIPv6,
-						std::move(in.outputAddressIPv6), offset,
-						"outputAddressIPv6");
-		    !s)
-			return fail(s.error());
-		for (std::string &warning : part.warnings)
-			merged.warnings.push_back(std::move(warning));
-		merged.fromFile = merged.fromFile || part.fromFile;
-	}
 	if (!out.nonMasqueradeCIDRsGiven)
 		out.nonMasqueradeCIDRs = defaultNonMasqueradeCIDRs(flags);
 

@@ -130,17 +130,19 @@ void ConfigSource::armWatch(Clock::time_point now)
 			noteChange(now);
 		return;
 	}
-	if (errno == ENOENT || errno == ENOTDIR) {
+	const int err = errno; // before the message allocates
+	if (err == ENOENT || err == ENOTDIR) {
 		watchAncestor();
 		return;
 	}
 	warnWatch(fmt::format("cannot watch {} for config changes: {}; changes are picked up "
-			      "at the next resync instead", ipmasq::quoted(dir_), std::strerror(errno)));
+			      "at the next resync instead", ipmasq::quoted(dir_), std::strerror(err)));
 }
 
 void ConfigSource::watchAncestor()
 {
 	std::filesystem::path child(dir_);
+	int err = 0;
 	for (int depth = 0; depth < kMaxAncestors; depth++) {
 		std::filesystem::path parent = child.parent_path();
 		if (parent.empty())
@@ -155,13 +157,14 @@ void ConfigSource::watchAncestor()
 				   ipmasq::quoted(parent.string()), ipmasq::quoted(ancestorChild_));
 			return;
 		}
-		if ((errno != ENOENT && errno != ENOTDIR) || parent == child)
+		err = errno; // before anything allocates
+		if ((err != ENOENT && err != ENOTDIR) || parent == child)
 			break;
 		child = parent;
 	}
 	warnWatch(fmt::format("cannot watch {} nor any directory above it for config changes: "
 			      "{}; changes are picked up at the next resync instead",
-			      ipmasq::quoted(dir_), std::strerror(errno)));
+			      ipmasq::quoted(dir_), std::strerror(err)));
 }
 
 void ConfigSource::dropAncestorWatch()

@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/log.h"
-#include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/table_reader.h"
 
 namespace ipmasq {
@@ -28,6 +27,11 @@ void ConflictCheck::setDesired(const Ruleset &ruleset, std::vector<SampledPacket
 	auto input = std::make_shared<Input>(Input{ruleset, std::nullopt, std::move(samples)});
 	thread_.locked([&] { next_ = std::move(input); });
 	thread_.nudge();
+}
+
+void ConflictCheck::setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses)
+{
+	thread_.locked([&] { addresses_ = std::move(addresses); });
 }
 
 bool ConflictCheck::pass()
@@ -72,12 +76,11 @@ bool ConflictCheck::pass(Input &input)
 	if (!lastError_.empty())
 		log::info("other tables' NAT is readable again");
 	lastError_.clear();
-	auto addresses = readNodeAddresses();
-	const nat::NodeAddresses node = addresses ? nat::NodeAddresses{std::move(*addresses), true} : nat::NodeAddresses{};
+	const std::shared_ptr<const NodeAddresses> node = thread_.locked([this] { return addresses_; });
 	CheckLimits budget;
 	budget.maxSteps = kStepsPerPass;
 	const std::span<const SampledPacket> rest = std::span(input.samples).subspan(cycle_.next());
-	const ConflictPass pass = findConflicts(*ruleset, &*input.agent, rest, node, budget);
+	const ConflictPass pass = findConflicts(*ruleset, &*input.agent, rest, *node, budget);
 	auto cycle = cycle_.add(pass, input.samples.size());
 	if (!cycle) {
 		log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} steps "

@@ -30,7 +30,9 @@ namespace {
 // Parsing a config, encoding its batch and reading the table back for verification
 // allocate many times what the model keeps (~7 MiB at 10,000 CIDRs); freed, glibc keeps
 // most of it in its arenas. malloc_trim() returns it to the kernel: with little free it
-// takes microseconds, so it runs after every sync, the verifying resyncs included.
+// takes microseconds, so it runs after every sync, the verifying resyncs included. It
+// locks every arena in turn: a check's (process_guard.h) for one of its allocations at
+// most; the checks themselves never call it.
 void giveMemoryBack()
 {
 	(void)malloc_trim(0); // 1: some memory was released; 0: there was none to release
@@ -108,9 +110,11 @@ Result<std::unique_ptr<Daemon>> Daemon::create(std::unique_ptr<DesiredStateSourc
 	// loop (a clean exit) instead of killing the process half-way.
 	const sigset_t mask = loopSignalMask();
 	sigset_t previous;
-	if (sigprocmask(SIG_BLOCK, &mask, &previous) != 0)
+	if (sigprocmask(SIG_BLOCK, &mask, &previous) != 0) {
+		const int err = errno; // before the message allocates
 		return fail(fmt::format("cannot block signals for the event loop: {}",
-					std::strerror(errno)), errno);
+					std::strerror(err)), err);
+	}
 	const auto undo = [&previous](const char *what) {
 		const int err = errno;
 		sigprocmask(SIG_SETMASK, &previous, nullptr);
@@ -156,7 +160,7 @@ bool Daemon::takeConfig(ConfigLook why, Clock::time_point now)
 					// Logged and reported by the reconciler, which keeps the last
 					// good ruleset (and the source the last good config); the
 					// loop goes on.
-					(void)reconciler_.setDesired(fail(desired.error()));
+					reconciler_.setConfigError(desired.error());
 					return true;
 				}
 				noteConfigTaken();
@@ -176,8 +180,6 @@ NodeAddresses Daemon::addressesForConfig(Clock::time_point now, bool needed)
 
 void Daemon::noteConfigTaken()
 {
-	if (!source_->dependsOnNodeAddresses())
-		nextAddressRead_.reset(); // nothing needs them read again until a config does
 	reportAddresses();
 }
 
@@ -185,16 +187,17 @@ void Daemon::handOver(DesiredState desired)
 {
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
 	snatUsageCheck_.setDesired(desired.ruleset);
-	(void)reconciler_.setDesired(std::move(desired)); // never fails: it is a ruleset
+	reconciler_.setDesired(std::move(desired));
 }
 
 bool Daemon::readAddresses(Clock::time_point now, bool required)
 {
 	lastAddressRead_ = now;
 	auto read = readNodeAddressesUnnamed();
+	addressesChangedSinceHandOver_ = addressesChangedSinceHandOver_ || read;
 	if (read) {
 		addressView_.replace(*read);
-		nextAddressRead_.reset();
+		timers_[addressRead].reset();
 		addressRetry_ = kFirstAddressRetry;
 		if (!lastAddressError_.empty())
 			log::info("this node's addresses are readable again ({} addresses)", read->size());
@@ -206,10 +209,11 @@ bool Daemon::readAddresses(Clock::time_point now, bool required)
 	// stays right, the next resync reads again.
 	if (!required || addressView_.state() == NodeAddressView::State::current) {
 		log::debug("{}; the addresses followed so far stay in use", read.error().message);
+		timers_[addressRead].reset(); // the next resync reads them again
 		return false;
 	}
 	const std::chrono::milliseconds retry = addressRetry_;
-	nextAddressRead_ = now + retry;
+	timers_[addressRead] = now + retry;
 	addressRetry_ = std::min(2 * addressRetry_, kLongestAddressRetry);
 	// Said once per distinct message: under churn every failure reads the same.
 	if (read.error().message != lastAddressError_) {
@@ -235,12 +239,15 @@ bool Daemon::followAddresses(Clock::time_point now)
 			     "resync only", drained.error().message);
 		addressMonitor_.reset();
 		addressView_.lose();
+		addressesChangedSinceHandOver_ = true;
 		scheduleAddressRead(now);
 		return false;
 	}
 	bool watched = false;
 	for (const AddressChange &change : drained->changes)
 		watched = addressView_.apply(change, source_->watchedSubnets()) || watched;
+	addressesChangedSinceHandOver_ = addressesChangedSinceHandOver_ || !drained->changes.empty() ||
+					 drained->overrun;
 	if (drained->overrun) {
 		// Some changes are missing: a fresh subscription (whose queue holds nothing
 		// older), then one read of them all. The old queue goes with the old socket.
@@ -263,12 +270,11 @@ bool Daemon::followAddresses(Clock::time_point now)
 
 void Daemon::scheduleAddressRead(Clock::time_point now)
 {
-	// Only a config with a subnet needs them read again; others read at their next load.
-	if (!source_->dependsOnNodeAddresses() || nextAddressRead_)
-		return;
 	// Coalesced and spaced: however often notifications are lost, one read of every
 	// address per kAddressReadSpacing at most.
-	nextAddressRead_ = std::max(now, lastAddressRead_ + kAddressReadSpacing);
+	if (timers_[addressRead])
+		return;
+	timers_[addressRead] = std::max(now, lastAddressRead_ + kAddressReadSpacing);
 	reportAddresses();
 }
 
@@ -342,11 +348,11 @@ void Daemon::noteIgnoredSignal(const signalfd_siginfo &info)
 Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 {
 	// The heartbeat (/livez) must stay fresh while nothing happens.
-	Clock::time_point wake = std::min(nextResync_, now + AgentStatus::kHeartbeatPeriod);
-	wake = std::min({wake, nextConntrackRead_, nextCountersRead_});
-	if (nextAddressRead_)
-		wake = std::min(wake, *nextAddressRead_);
-	for (const auto &deadline : {source_->nextWake(), reconciler_.nextWake(), nextWatchdog_})
+	Clock::time_point wake = now + AgentStatus::kHeartbeatPeriod;
+	for (const auto &deadline : timers_)
+		if (deadline)
+			wake = std::min(wake, *deadline);
+	for (const auto &deadline : {source_->nextWake(), reconciler_.nextWake()})
 		if (deadline)
 			wake = std::min(wake, *deadline);
 	return wake;
@@ -383,10 +389,10 @@ void Daemon::readConnectionCounters()
 	// Without counters in the table (--connection-counters=false) there is nothing to
 	// read, ever: the timer never fires.
 	if (!source_->rulesetOptions().connectionCounters) {
-		nextCountersRead_ = Clock::time_point::max();
+		timers_[countersRead].reset();
 		return;
 	}
-	nextCountersRead_ = Clock::now() + kCountersReadPeriod;
+	timers_[countersRead] = Clock::now() + kCountersReadPeriod;
 	auto values = backend_.readCounters(source_->rulesetOptions().table);
 	if (values) {
 		lastCountersError_.clear();
@@ -404,7 +410,7 @@ void Daemon::readConnectionCounters()
 
 void Daemon::readConntrack()
 {
-	nextConntrackRead_ = Clock::now() + kConntrackReadPeriod;
+	timers_[conntrackRead] = Clock::now() + kConntrackReadPeriod;
 	auto stats = netlink::readConntrackStats();
 	if (stats) {
 		if (!lastConntrackError_.empty())
@@ -464,26 +470,40 @@ std::optional<int> Daemon::pauseForSignals(std::chrono::milliseconds pause)
 
 int Daemon::run()
 {
+	start();
+	for (;;) {
+		Events events;
+		if (auto exit = waitForEvents(events))
+			return *exit;
+		act(events);
+	}
+}
+
+void Daemon::start()
+{
 	status_.loopTurned();
-	Clock::time_point now = Clock::now();
-	takeConfig(ConfigLook::reload, now);
+	takeConfig(ConfigLook::reload, Clock::now());
 	// A failed sync is logged, counted and reported (/readyz) by the reconciler, and
 	// retried by the loop: nothing more to do with it here.
 	(void)reconciler_.reconcile(SyncTrigger::startup);
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
+	handAddressesToChecks(Clock::now());
 	conflictCheck_.start();
 	snatUsageCheck_.start();
 	readConnectionCounters();
 	resyncEvery_ = source_->resyncInterval();
-	nextResync_ = Clock::now() + resyncEvery_;
+	timers_[resync] = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
 	if (const auto period = notifier_.watchdogPeriod()) {
 		notifier_.notify("WATCHDOG=1");
-		nextWatchdog_ = Clock::now() + *period;
+		timers_[watchdog] = Clock::now() + *period;
 	}
 	reportToSystemd();
+}
 
+std::optional<int> Daemon::waitForEvents(Events &events)
+{
 	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kCount };
 	std::array<pollfd, kCount> fds{};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
@@ -491,101 +511,125 @@ int Daemon::run()
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
 	fds[kAddresses] = {addressMonitor_ ? addressMonitor_->fd() : -1, POLLIN, 0};
 	fds[kTimer] = {timerFd_.get(), POLLIN, 0};
-
-	for (;;) {
-		armWakeTimer(nextWake(Clock::now()));
-		if (poll(fds.data(), fds.size(), -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			log::error("poll: {}", std::strerror(errno));
-			return EXIT_FAILURE;
-		}
-		now = Clock::now();
-		status_.loopTurned();
-
-		bool reload = false;
-		if (fds[kSignal].revents & POLLIN)
-			if (auto exit = readSignals(reload))
-				return *exit;
-		if (fds[kConfig].revents & POLLIN)
-			source_->onWatchEvents(now);
-		bool tableChanged = false;
-		// POLLERR on a netlink socket is an overrun (ENOBUFS), which drain() reads
-		// and reports as a change; anything else it cannot read would make poll()
-		// return at once forever, so the monitor is dropped and resyncs remain.
-		if (fds[kMonitor].revents & (POLLIN | POLLERR | POLLHUP)) {
-			auto changed = monitor_->drain();
-			if (!changed) {
-				log::warning("{}; changes to the table are repaired at the next "
-					     "resync only", changed.error().message);
-				fds[kMonitor].fd = -1;
-			}
-			tableChanged = !changed || *changed;
-			// Other tables matter to the conflict check only (and their churn costs
-			// it at most one pass per ConflictCheck::kPeriod).
-			if (monitor_->takeOtherTablesChanged() || !changed)
-				conflictCheck_.nudge();
-		}
-		// Each notification applied as it comes: only a change inside an outputAddress
-		// subnet can change the desired state.
-		bool addressesChanged = false;
-		if (addressMonitor_ && (fds[kAddresses].revents & (POLLIN | POLLERR | POLLHUP)))
-			addressesChanged = followAddresses(now);
-		if (fds[kTimer].revents & POLLIN) {
-			uint64_t expirations = 0;
-			(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
-		}
-
-		const bool resyncDue = now >= nextResync_;
-		if (resyncDue)
-			nextResync_ = now + resyncEvery_;
-		// The addresses first: a config read in the same turn is then made with them. A
-		// resync reads them all once more (the safety net); a read due after lost
-		// notifications or a failure is retried on the timer.
-		if (source_->dependsOnNodeAddresses() &&
-		    (resyncDue || reload || (nextAddressRead_ && now >= *nextAddressRead_)))
-			addressesChanged = readAddresses(now, true) || addressesChanged;
-		fds[kAddresses].fd = addressMonitor_ ? addressMonitor_->fd() : -1;
-		const bool subnetChanged = addressesChanged && takeNodeAddresses();
-		const bool configChanged = takeConfig(
-			reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
-		const auto retryAt = reconciler_.nextWake();
-
-		std::optional<SyncTrigger> trigger;
-		if (reload)
-			trigger = SyncTrigger::reload;
-		else if (configChanged)
-			trigger = SyncTrigger::configChange;
-		else if (subnetChanged)
-			trigger = SyncTrigger::addressChange;
-		else if (tableChanged)
-			trigger = SyncTrigger::nftablesChange;
-		else if (resyncDue)
-			trigger = SyncTrigger::resync;
-		else if (retryAt && now >= *retryAt)
-			trigger = SyncTrigger::retry;
-		if (trigger) {
-			(void)reconciler_.reconcile(*trigger); // reported by the reconciler (above)
-			giveMemoryBack();
-			reportToSystemd();
-			conflictCheck_.nudge();
-		}
-
-		if (source_->resyncInterval() != resyncEvery_) {
-			resyncEvery_ = source_->resyncInterval();
-			nextResync_ = Clock::now() + resyncEvery_;
-			log::debug("resync every {}", formatGoDuration(resyncEvery_));
-		}
-		if (Clock::now() >= nextConntrackRead_)
-			readConntrack();
-		if (Clock::now() >= nextCountersRead_)
-			readConnectionCounters();
-		// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.
-		if (nextWatchdog_ && Clock::now() >= *nextWatchdog_) {
-			notifier_.notify("WATCHDOG=1");
-			nextWatchdog_ = Clock::now() + *notifier_.watchdogPeriod();
-		}
+	armWakeTimer(nextWake(Clock::now()));
+	int ready;
+	while ((ready = poll(fds.data(), fds.size(), -1)) < 0 && errno == EINTR)
+		;
+	if (ready < 0) {
+		const int err = errno;
+		log::error("poll: {}", std::strerror(err));
+		return EXIT_FAILURE;
 	}
+	events.now = Clock::now();
+	status_.loopTurned();
+	if (fds[kSignal].revents & POLLIN)
+		if (auto exit = readSignals(events.reload))
+			return exit;
+	if (fds[kConfig].revents & POLLIN)
+		source_->onWatchEvents(events.now);
+	// POLLERR on a netlink socket is an overrun (ENOBUFS), which a drain reads and reports.
+	constexpr short kReadable = POLLIN | POLLERR | POLLHUP;
+	if (fds[kMonitor].revents & kReadable)
+		events.tableChanged = drainTableMonitor();
+	// Each notification applied as it comes: only a change inside an outputAddress subnet
+	// can change the desired state.
+	if (fds[kAddresses].revents & kReadable)
+		events.addressesChanged = followAddresses(events.now);
+	if (fds[kTimer].revents & POLLIN) {
+		uint64_t expirations = 0;
+		(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
+	}
+	return std::nullopt;
+}
+
+bool Daemon::drainTableMonitor()
+{
+	auto changed = monitor_->drain();
+	// Other tables matter to the conflict check only (and their churn costs it at most one
+	// pass per ConflictCheck::kPeriod).
+	if (monitor_->takeOtherTablesChanged() || !changed)
+		conflictCheck_.nudge();
+	if (changed)
+		return *changed;
+	// Whatever drain() cannot read would make poll() return at once forever: the monitor
+	// is dropped, and the resyncs remain.
+	log::warning("{}; changes to the table are repaired at the next resync only",
+		     changed.error().message);
+	monitor_ = nullptr;
+	return true;
+}
+
+void Daemon::act(const Events &events)
+{
+	const Clock::time_point now = events.now;
+	const bool resyncDue = due(resync, now);
+	if (resyncDue)
+		timers_[resync] = now + resyncEvery_;
+	// The addresses first: a config read in the same turn is then made with them. A resync
+	// reads them all once more (the safety net); a read due after lost notifications or a
+	// failure is retried on the timer.
+	bool addressesChanged = events.addressesChanged;
+	if (resyncDue || events.reload || due(addressRead, now))
+		addressesChanged = readAddresses(now, source_->dependsOnNodeAddresses()) || addressesChanged;
+	const bool subnetChanged = addressesChanged && takeNodeAddresses();
+	const bool configChanged = takeConfig(
+		events.reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
+	const auto retryAt = reconciler_.nextWake();
+	// One sync at most, named by its most specific cause.
+	const std::pair<bool, SyncTrigger> causes[] = {
+		{events.reload, SyncTrigger::reload},
+		{configChanged, SyncTrigger::configChange},
+		{subnetChanged, SyncTrigger::addressChange},
+		{events.tableChanged, SyncTrigger::nftablesChange},
+		{resyncDue, SyncTrigger::resync},
+		{retryAt && now >= *retryAt, SyncTrigger::retry},
+	};
+	for (const auto &[happened, trigger] : causes)
+		if (happened) {
+			sync(trigger);
+			break;
+		}
+	if (source_->resyncInterval() != resyncEvery_) {
+		resyncEvery_ = source_->resyncInterval();
+		timers_[resync] = Clock::now() + resyncEvery_;
+		log::debug("resync every {}", formatGoDuration(resyncEvery_));
+	}
+	runDueTimers(Clock::now());
+}
+
+void Daemon::sync(SyncTrigger trigger)
+{
+	(void)reconciler_.reconcile(trigger); // logged, counted and reported by the reconciler
+	giveMemoryBack();
+	reportToSystemd();
+	conflictCheck_.nudge();
+}
+
+void Daemon::runDueTimers(Clock::time_point now)
+{
+	if (due(conntrackRead, now))
+		readConntrack();
+	if (due(countersRead, now))
+		readConnectionCounters();
+	// Sent from the loop itself, only as it turns: if it hangs, systemd restarts us.
+	if (due(watchdog, now)) {
+		notifier_.notify("WATCHDOG=1");
+		timers_[watchdog] = now + *notifier_.watchdogPeriod();
+	}
+	if (addressesChangedSinceHandOver_ && !timers_[addressHandOver])
+		timers_[addressHandOver] = std::max(now, lastAddressHandOver_ + kAddressHandOverSpacing);
+	if (due(addressHandOver, now))
+		handAddressesToChecks(now);
+}
+
+void Daemon::handAddressesToChecks(Clock::time_point now)
+{
+	auto snapshot = std::make_shared<const NodeAddresses>(addressView_.addresses());
+	conflictCheck_.setNodeAddresses(snapshot);
+	snatUsageCheck_.setNodeAddresses(std::move(snapshot));
+	addressesChangedSinceHandOver_ = false;
+	lastAddressHandOver_ = now;
+	timers_[addressHandOver].reset();
 }
 
 } // namespace ipmasq

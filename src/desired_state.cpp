@@ -15,11 +15,6 @@ namespace ipmasq {
 
 namespace {
 
-const char *keyOf(Family family)
-{
-	return family == Family::ipv4 ? "outputAddress" : "outputAddressIPv6";
-}
-
 bool ownsAddress(const std::vector<NodeAddress> &addresses, const Address &address)
 {
 	return std::any_of(addresses.begin(), addresses.end(),
@@ -41,7 +36,7 @@ std::optional<std::string> notOwnedWarning(const Config &config, Family family,
 	return fmt::format("{}: {}: {} is not an address of this node: replies to it reach the "
 			   "node only if the network routes them here (a load balancer, a route "
 			   "on the router); the agent SNATs to it as configured",
-			   describeOrigin(config, output->origin), keyOf(family), output->toString());
+			   describeOrigin(config, output->origin), outputAddressKey(family), output->toString());
 }
 
 } // namespace
@@ -68,10 +63,8 @@ std::vector<Prefix> outputSubnets(const LoadedConfig &loaded)
 SubnetAddresses chooseSubnetAddresses(const LoadedConfig &loaded, const NodeAddresses &node)
 {
 	SubnetAddresses chosen;
-	if (!node)
-		return chosen;
 	for (const Prefix &subnet : outputSubnets(loaded))
-		if (auto picked = pickAddressIn(subnet, *node))
+		if (auto picked = pickAddressIn(subnet, node.addresses))
 			(subnet.network.family == Family::ipv4 ? chosen.ipv4 : chosen.ipv6) =
 				picked->address;
 	return chosen;
@@ -89,13 +82,13 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 		if (!output)
 			continue;
 		if (output->form != OutputAddress::Form::subnet) {
-			if (node)
-				if (auto warning = notOwnedWarning(config, family, *node))
+			if (node.known())
+				if (auto warning = notOwnedWarning(config, family, node.addresses))
 					warnings.push_back(std::move(*warning));
 			continue;
 		}
 		subnets.push_back(SubnetChoice{family,
-					       fmt::format("{} ({}, {})", output->toString(), keyOf(family),
+					       fmt::format("{} ({}, {})", output->toString(), outputAddressKey(family),
 							   describeOrigin(config, output->origin)),
 					       chosen.of(family)});
 	}
@@ -122,10 +115,8 @@ Result<DesiredState> desiredFromContent(const ConfigContent &content,
 Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
 					 const Result<std::vector<NodeAddress>> &read)
 {
-	if (read)
-		return NodeAddresses(*read);
-	if (!dependsOnNodeAddresses(loaded))
-		return NodeAddresses();
+	if (read || !dependsOnNodeAddresses(loaded))
+		return NodeAddresses::fromRead(read);
 	std::string subnets;
 	for (const Prefix &subnet : outputSubnets(loaded))
 		subnets += (subnets.empty() ? "" : ", ") + subnet.toString();

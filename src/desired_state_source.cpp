@@ -65,7 +65,7 @@ DesiredStateSource::look(ConfigLook why, Clock::time_point now,
 		addressDependentConfig_.reset();
 	// A failed read is never "no address": a config with a subnet waits for the first
 	// read, and whatever is in force stays meanwhile.
-	addressesAwaited_ = depends && !node;
+	addressesAwaited_ = depends && !node.known();
 	if (addressesAwaited_)
 		return Found(AwaitingNodeAddresses{});
 	return Found(Result<DesiredState>(std::move(desired)));
@@ -76,7 +76,7 @@ std::optional<DesiredState> DesiredStateSource::nodeAddressesChanged(const NodeA
 	// Only a config with a subnet cares.
 	if (!addressDependentConfig_)
 		return std::nullopt;
-	if (!node)
+	if (!node.known())
 		return std::nullopt; // still never read: the config keeps waiting
 	// A node's addresses change with every pod (their veths): remake the desired state,
 	// which may hold 100,000 ranges, only when a subnet gives another address, or for a

@@ -32,6 +32,43 @@ using ascii::isDigit;
 // Fractional digits kept: 10^18 keeps more than nanosecond precision for every unit.
 constexpr Int128 kFractionScaleLimit = static_cast<Int128>(1000000000000000000LL);
 
+// Takes one term ("1.5h") off the front of `s` into `nanoseconds`; nullptr, or why it is
+// not one (kTooLarge: its number exceeds `limit`).
+constexpr const char *kTooLarge = "too large";
+const char *takeTerm(std::string_view &s, Int128 limit, Int128 &nanoseconds)
+{
+	Int128 whole = 0;
+	size_t i = 0;
+	bool digits = false;
+	for (; i < s.size() && isDigit(s[i]); i++) {
+		whole = whole * 10 + (s[i] - '0');
+		digits = true;
+		if (whole > limit)
+			return kTooLarge;
+	}
+	Int128 fraction = 0, scale = 1;
+	if (i < s.size() && s[i] == '.')
+		for (i++; i < s.size() && isDigit(s[i]); i++) {
+			digits = true;
+			// Digits past nanoseconds of an hour cannot change the result.
+			if (scale < kFractionScaleLimit) {
+				fraction = fraction * 10 + (s[i] - '0');
+				scale *= 10;
+			}
+		}
+	if (!digits)
+		return "a number is missing";
+	s.remove_prefix(i);
+	for (const auto &[name, unit] : kUnits)
+		if (s.substr(0, name.size()) == name &&
+		    (s.size() == name.size() || isDigit(s[name.size()]) || s[name.size()] == '.')) {
+			s.remove_prefix(name.size());
+			nanoseconds = whole * unit + fraction * unit / scale;
+			return nullptr;
+		}
+	return s.empty() || isDigit(s[0]) ? "a unit is missing (ns, us, ms, s, m, h)" : "unknown unit";
+}
+
 } // namespace
 
 Result<Duration> parseGoDuration(std::string_view text)
@@ -40,7 +77,6 @@ Result<Duration> parseGoDuration(std::string_view text)
 		return fail(fmt::format("{} is not a duration: {} (write e.g. \"60s\", \"1m30s\", "
 					"\"1.5h\" or \"300ms\")", quoted(text), why));
 	};
-
 	std::string_view s = text;
 	bool negative = false;
 	if (!s.empty() && (s[0] == '-' || s[0] == '+')) {
@@ -51,59 +87,22 @@ Result<Duration> parseGoDuration(std::string_view text)
 		return Duration(0);
 	if (s.empty())
 		return invalid("it is empty");
-
 	// Go's bounds: the magnitude may reach 2^63 for a negative duration (the minimum
-	// int64), 2^63 - 1 otherwise. Every step below stays far inside 128 bits: each
-	// number is capped at `limit` before it is multiplied by a unit (at most 3.6e12),
-	// and the total is checked after every term, so nothing can overflow.
+	// int64), 2^63 - 1 otherwise. Every step stays far inside 128 bits: each number is
+	// capped at `limit` before it is multiplied by a unit (at most 3.6e12), and the total
+	// is checked after every term, so nothing can overflow.
 	const Int128 limit = negative ? Int128(std::numeric_limits<int64_t>::max()) + 1
 				      : Int128(std::numeric_limits<int64_t>::max());
-	const auto tooLarge = [&] {
-		return invalid(negative ? "it is below the minimum, -2562047h47m16.854775808s"
-					: "it is above the maximum, 2562047h47m16.854775807s");
-	};
 	Int128 total = 0;
 	while (!s.empty()) {
-		Int128 whole = 0;
-		size_t i = 0;
-		bool digits = false;
-		for (; i < s.size() && isDigit(s[i]); i++) {
-			whole = whole * 10 + (s[i] - '0');
-			digits = true;
-			if (whole > limit)
-				return tooLarge();
-		}
-		Int128 fraction = 0, scale = 1;
-		if (i < s.size() && s[i] == '.') {
-			i++;
-			for (; i < s.size() && isDigit(s[i]); i++) {
-				digits = true;
-				// Digits past nanoseconds of an hour cannot change the result.
-				if (scale < kFractionScaleLimit) {
-					fraction = fraction * 10 + (s[i] - '0');
-					scale *= 10;
-				}
-			}
-		}
-		if (!digits)
-			return invalid("a number is missing");
-		s.remove_prefix(i);
-
-		int64_t unit = 0;
-		for (const auto &[name, factor] : kUnits) {
-			if (s.substr(0, name.size()) == name &&
-			    (s.size() == name.size() || isDigit(s[name.size()]) || s[name.size()] == '.')) {
-				unit = factor;
-				s.remove_prefix(name.size());
-				break;
-			}
-		}
-		if (unit == 0)
-			return invalid(s.empty() || isDigit(s[0]) ? "a unit is missing (ns, us, ms, s, m, h)"
-								  : "unknown unit");
-		total += whole * unit + fraction * unit / scale;
-		if (total > limit)
-			return tooLarge();
+		Int128 term = 0;
+		const char *why = takeTerm(s, limit, term);
+		total += term;
+		if (why == kTooLarge || (!why && total > limit))
+			return invalid(negative ? "it is below the minimum, -2562047h47m16.854775808s"
+						: "it is above the maximum, 2562047h47m16.854775807s");
+		if (why)
+			return invalid(why);
 	}
 	// total <= 2^63 when negative, so -total fits int64 exactly.
 	return Duration(static_cast<int64_t>(negative ? -total : total));

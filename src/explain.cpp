@@ -13,35 +13,59 @@
 #include "ip-masq-agent/netlink/backend.h"
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/table_reader.h"
+#include "ip-masq-agent/other_tables/conflicts.h"
 #include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/snat_usage.h"
 
 namespace ipmasq {
 
 namespace {
 
+// What the compiled desired state decides, which --explain reports (STYLE.md idiom 23); the
+// config only names the entries behind it.
+
+// Whether the desired ruleset's set `name` holds `key` (an address, or an interface's key).
+bool desiredHolds(const ExplainContext &context, std::string_view name, const Address &key)
+{
+	const AddressSet *set = context.desired.findSet(name);
+	return set && set->elements.contains(key);
+}
+
+// Where the desired ruleset source-NATs a family's traffic; nullopt: masquerade.
+std::optional<AddressRange> desiredSnatTarget(const ExplainContext &context, Family family)
+{
+	const SnatPlan plan = snatPlanOf(context.desired);
+	return plan.of(family) ? plan.of(family)->to : std::nullopt;
+}
+
 // Where a masqueraded destination's traffic is source-NATed, for the verdict: "masqueraded",
 // "SNAT to 203.0.113.7 (outputAddress, FILE:LINE)", or a subnet's address of this node.
 std::string natAction(const Config &config, const ExplainContext &context, Family family)
 {
+	const std::optional<AddressRange> target = desiredSnatTarget(context, family);
 	const std::optional<OutputAddress> &address = config.outputAddressOf(family);
-	if (!address)
-		return "masqueraded";
-	const std::string key = fmt::format("{}, {}", family == Family::ipv4 ? "outputAddress"
-									     : "outputAddressIPv6",
-					    describeOrigin(config, address->origin));
-	if (address->form != OutputAddress::Form::subnet)
-		return fmt::format("SNAT to {} ({})", address->toString(), key);
-	if (const std::optional<Address> &own = context.subnet.of(family))
-		return fmt::format("SNAT to {}, this node's address in {} ({})", own->toString(),
+	const std::string key = address ? fmt::format("{}, {}", outputAddressKey(family),
+						      describeOrigin(config, address->origin))
+					: std::string();
+	const bool subnet = address && address->form == OutputAddress::Form::subnet;
+	if (target && subnet)
+		return fmt::format("SNAT to {}, this node's address in {} ({})", target->toString(),
 				   address->toString(), key);
-	return fmt::format("masqueraded (this node has no address in {}: {})", address->toString(), key);
+	if (target)
+		return fmt::format("SNAT to {}{}", target->toString(), key.empty() ? "" : " (" + key + ")");
+	if (subnet)
+		return fmt::format("masqueraded (this node has no address in {}: {})", address->toString(), key);
+	return "masqueraded";
 }
 
+// `masqueraded` is the desired state's verdict; the decision names the config's entries.
 std::string describeDecision(const Config &config, const ExplainContext &context,
-			     const ExplainDecision &decision, Family family)
+			     const ExplainDecision &decision, Family family, bool masqueraded)
 {
-	std::string text = decision.masqueraded ? natAction(config, context, family) + ": "
-						: "not masqueraded: ";
+	std::string text = masqueraded ? natAction(config, context, family) + ": " : "not masqueraded: ";
+	if (decision.masqueraded != masqueraded)
+		return text + "the desired ruleset and the config's entries disagree (" +
+		       describeDecidingEntry(config, decision) + "): please report this";
 	if (!decision.decidedBy)
 		return text + "no entry covers it";
 	text += describeEntry(config, *decision.decidedBy);
@@ -86,11 +110,13 @@ std::string describeSources(const Config &config, const ExplainContext &context,
 	std::string text;
 	for (const Address &source : sources) {
 		const Prefix *entry = longestCovering(allowed, source);
-		if (entry)
-			text += fmt::format("; from {}: {}: source in masqueradeSourceCIDRs {} ({})",
+		if (desiredHolds(context, sourceSetName(family), source))
+			text += fmt::format("; from {}: {}: source in masqueradeSourceCIDRs {}",
 					    source.toString(),
 					    masqueraded ? "masqueraded" : "not masqueraded",
-					    entry->toString(), describeOrigin(config, entry->origin));
+					    entry ? fmt::format("{} ({})", entry->toString(),
+								describeOrigin(config, entry->origin))
+						  : "(no entry names it: please report this)");
 		else
 			text += fmt::format("; from {}: not masqueraded: source in no masqueradeSourceCIDRs "
 					    "entry, so the agent leaves it alone whatever the destination",
@@ -99,33 +125,28 @@ std::string describeSources(const Config &config, const ExplainContext &context,
 	return text;
 }
 
-// Where the kernel's source set differs from the config, for the sources asked about.
-void compareSourceSet(const Config &config, const ExplainContext &context, Family family,
-		      std::vector<std::string> &differences)
+// Where the kernel's set `name` differs from the desired ruleset's: whether it is there,
+// then, for each key asked about (an address, an interface's key, with its words), whether
+// it holds it.
+void compareSet(const ExplainContext &context, const char *name,
+		const std::vector<std::pair<Address, std::string>> &keys,
+		std::vector<std::string> &differences)
 {
-	const char *name = sourceSetName(family);
-	const AddressSet *set = findSet(context.kernel.sets, name);
-	const std::vector<Address> sources = ofFamily(context.sources, family);
-	if (sources.empty())
+	const AddressSet *inKernel = findSet(context.kernel.sets, name);
+	const AddressSet *desired = context.desired.findSet(name);
+	if (keys.empty() || (!inKernel && !desired))
 		return;
-	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
-	if (!set) {
-		if (!allowed.empty())
-			differences.push_back(fmt::format("it has no set {} although masqueradeSourceCIDRs "
-							  "lists {} prefixes", name, familyName(family)));
+	if (!inKernel || !desired) {
+		differences.push_back(fmt::format("it {} set {} although the agent's ruleset {}",
+						  inKernel ? "has" : "has no", name,
+						  inKernel ? "has none" : "has one"));
 		return;
 	}
-	if (allowed.empty()) {
-		differences.push_back(fmt::format("it has set {} although masqueradeSourceCIDRs lists "
-						  "no {} prefix", name, familyName(family)));
-		return;
-	}
-	for (const Address &source : sources) {
-		const bool inKernel = set->elements.contains(source);
-		if (inKernel != (longestCovering(allowed, source) != nullptr))
-			differences.push_back(fmt::format("its set {} {} source {}", name,
-							  inKernel ? "holds" : "does not hold",
-							  source.toString()));
+	for (const auto &[key, words] : keys) {
+		const bool held = inKernel->elements.contains(key);
+		if (held != desired->elements.contains(key))
+			differences.push_back(fmt::format("its set {} {} {}", name,
+							  held ? "holds" : "does not hold", words));
 	}
 }
 
@@ -157,14 +178,18 @@ std::optional<std::string> interfaceGate(const Config &config, const ExplainCont
 	const std::string &name = context.outputInterface;
 	if (name.empty())
 		return std::nullopt;
-	if (!config.outputInterfaces.empty() && !matchingPattern(config.outputInterfaces, name))
+	const Address key = interfaceKeyRange(InterfacePattern{name, false, {}}).first;
+	if (context.desired.findSet(kOutputInterfaceSetName) &&
+	    !desiredHolds(context, kOutputInterfaceSetName, key))
 		return fmt::format("leaves through {}, which is in no outputInterface entry ({}), so the "
 				   "agent leaves it alone", escaped(name),
 				   entries(config.outputInterfaces.size()));
-	if (const InterfacePattern *excluded = matchingPattern(config.nonMasqueradeInterfaces, name))
-		return fmt::format("leaves through {}: {}", escaped(name),
-				   describePattern(config, "nonMasqueradeInterfaces", *excluded));
-	return std::nullopt;
+	if (!desiredHolds(context, kNonMasqueradeInterfaceSetName, key))
+		return std::nullopt;
+	const InterfacePattern *excluded = matchingPattern(config.nonMasqueradeInterfaces, name);
+	return fmt::format("leaves through {}: {}", escaped(name),
+			   excluded ? describePattern(config, "nonMasqueradeInterfaces", *excluded)
+				    : "in nonMasqueradeInterfaces (no entry names it: please report this)");
 }
 
 // The interface part of a line whose traffic may be source-NATed: which interface keys it
@@ -192,28 +217,21 @@ std::string describeInterfaces(const Config &config, const ExplainContext &conte
 
 // Why the one --explain-source of the destination's family is left alone, if it is: with
 // one source given, the line leads with its verdict.
-std::optional<std::string> sourceGate(const Config &config, const ExplainContext &context,
-				      Family family)
+std::optional<std::string> sourceGate(const ExplainContext &context, Family family)
 {
 	const std::vector<Address> sources = ofFamily(context.sources, family);
-	const std::vector<Prefix> allowed = ofFamily(config.masqueradeSourceCIDRs, family);
-	if (sources.size() != 1 || allowed.empty() || longestCovering(allowed, sources.front()))
+	if (sources.size() != 1 || !context.desired.findSet(sourceSetName(family)) ||
+	    desiredHolds(context, sourceSetName(family), sources.front()))
 		return std::nullopt;
 	return fmt::format("from {}: source in no masqueradeSourceCIDRs entry, so the agent leaves "
 			   "it alone whatever the destination", sources.front().toString());
 }
 
-// Where the kernel's SNAT and interface sets differ from the config, for this line.
-void compareEgress(const Config &config, const ExplainContext &context, Family family,
-		   std::vector<std::string> &differences)
+// Where the kernel's SNAT rule, source and interface sets differ from the desired
+// ruleset's, for this line.
+void compareEgress(const ExplainContext &context, Family family, std::vector<std::string> &differences)
 {
-	std::optional<AddressRange> expected;
-	if (const auto &address = config.outputAddressOf(family)) {
-		if (address->form != OutputAddress::Form::subnet)
-			expected = address->range;
-		else if (const auto &own = context.subnet.of(family))
-			expected = AddressRange{*own, *own};
-	}
+	const std::optional<AddressRange> expected = desiredSnatTarget(context, family);
 	std::optional<AddressRange> inKernel;
 	for (const KernelSnatRule &rule : context.kernel.snatRules)
 		if (rule.family == family)
@@ -223,30 +241,22 @@ void compareEgress(const Config &config, const ExplainContext &context, Family f
 			inKernel ? fmt::format("its {} traffic is SNATed to {}", familyName(family),
 					       inKernel->toString())
 				 : fmt::format("it masquerades {} traffic instead of SNAT", familyName(family)));
+	std::vector<std::pair<Address, std::string>> sources;
+	for (const Address &source : ofFamily(context.sources, family))
+		sources.emplace_back(source, "source " + source.toString());
+	compareSet(context, sourceSetName(family), sources, differences);
 	const std::string &name = context.outputInterface;
 	if (name.empty())
 		return;
-	const AddressRange key = interfaceKeyRange(InterfacePattern{name, false, {}});
-	for (const auto &[setName, list] :
-	     {std::pair{kOutputInterfaceSetName, &config.outputInterfaces},
-	      std::pair{kNonMasqueradeInterfaceSetName, &config.nonMasqueradeInterfaces}}) {
-		const AddressSet *set = findSet(context.kernel.sets, setName);
-		if (!set || list->empty()) {
-			if (bool(set) != !list->empty())
-				differences.push_back(fmt::format("it {} set {}", set ? "has" : "lacks", setName));
-			continue;
-		}
-		const bool held = set->elements.contains(key.first);
-		if (held != (matchingPattern(*list, name) != nullptr))
-			differences.push_back(fmt::format("its set {} {} {}", setName,
-							  held ? "holds" : "does not hold", escaped(name)));
-	}
+	const Address key = interfaceKeyRange(InterfacePattern{name, false, {}}).first;
+	for (const char *set : {kOutputInterfaceSetName, kNonMasqueradeInterfaceSetName})
+		compareSet(context, set, {{key, escaped(name)}}, differences);
 }
 
 // The live check: "; the kernel agrees", what differs, or why it could not be checked.
-// `masqueraded` is the config's decision (set membership, before the local check).
-std::string describeKernel(const Config &config, const ExplainContext &context,
-			   const Address &destination, bool masqueraded)
+// `masqueraded` is the desired state's decision (set membership, before the local check).
+std::string describeKernel(const ExplainContext &context, const Address &destination,
+			   bool masqueraded)
 {
 	const KernelView &kernel = context.kernel;
 	switch (kernel.state) {
@@ -277,8 +287,7 @@ std::string describeKernel(const Config &config, const ExplainContext &context,
 			differences.push_back(fmt::format("its set {} {} it, so the kernel {}", setName,
 							  inSet ? "holds" : "does not hold",
 							  inSet ? "does not masquerade it" : "masquerades it"));
-		compareSourceSet(config, context, family, differences);
-		compareEgress(config, context, family, differences);
+		compareEgress(context, family, differences);
 	}
 	if (differences.empty())
 		return "; the kernel agrees";
@@ -292,12 +301,14 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 {
 	if (destination.family == Family::ipv6 && !context.enableIpv6)
 		return "not masqueraded: the agent leaves IPv6 alone without --enable-ipv6" +
-		       describeKernel(config, context, destination, false);
+		       describeKernel(context, destination, false);
 
 	const Family family = destination.family;
+	const AddressSet *exempt = context.desired.findSet(family);
+	const bool masqueraded = !exempt || !exempt->elements.contains(destination);
 	const ExplainDecision decision = explainDecision(config, destination);
-	const std::string kernel = describeKernel(config, context, destination, decision.masqueraded);
-	const std::string decided = describeDecision(config, context, decision, family);
+	const std::string kernel = describeKernel(context, destination, masqueraded);
+	const std::string decided = describeDecision(config, context, decision, family, masqueraded);
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
 	if (context.node.isLocal(destination))
@@ -305,10 +316,10 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 		       "enters the agent's chain); by the config alone: " + decided + kernel;
 	if (auto gate = interfaceGate(config, context))
 		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
-	if (auto gate = sourceGate(config, context, family); gate && decision.masqueraded)
+	if (auto gate = sourceGate(context, family); gate && masqueraded)
 		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
-	return decided + (decision.masqueraded ? describeInterfaces(config, context) : "") +
-	       describeSources(config, context, destination, decision.masqueraded) + kernel;
+	return decided + (masqueraded ? describeInterfaces(config, context) : "") +
+	       describeSources(config, context, destination, masqueraded) + kernel;
 }
 
 // The packet --explain asks about: from the one --explain-source of its family (any source

@@ -109,73 +109,70 @@ struct StatementText {
 	std::string action;
 };
 
+// One overload per kind: a new kind is a compile error in statementText until it has one.
+StatementText textOf(const JumpIfNotLocal &s)
+{
+	std::string out;
+	if (!s.outputInterfaceSet.empty())
+		out = fmt::format("oifname @{} ", s.outputInterfaceSet);
+	// "ip saddr" implies the family, and nft lists it without the meta nfproto match it adds.
+	if (!s.sourceSet.empty())
+		out += fmt::format("{} saddr @{} ", s.onlyFamily == Family::ipv6 ? "ip6" : "ip", s.sourceSet);
+	else
+		out += familyMatch(s.onlyFamily);
+	return StatementText{out + "fib daddr type != local ", fmt::format("jump {}", s.target)};
+}
+
+StatementText textOf(const ReturnIfDestinationInSet &s)
+{
+	return StatementText{fmt::format("{} daddr @{} ", s.family == Family::ipv4 ? "ip" : "ip6", s.set),
+			     "return"};
+}
+
+StatementText textOf(const ReturnIfOutputInterfaceInSet &s)
+{
+	return StatementText{familyMatch(s.family) + fmt::format("oifname @{} ", s.set), "return"};
+}
+
+StatementText textOf(const MatchUnlistedSource &s)
+{
+	std::string out;
+	if (!s.outputInterfaceSet.empty())
+		out = fmt::format("oifname @{} ", s.outputInterfaceSet);
+	return StatementText{out + fmt::format("{} saddr != @{} fib daddr type != local ",
+					       s.family == Family::ipv4 ? "ip" : "ip6", s.sourceSet),
+			     ""};
+}
+
+StatementText textOf(const SourceNat &s)
+{
+	const bool ports = s.toPorts.has_value();
+	std::string action = fmt::format("snat {} to {}", s.family == Family::ipv4 ? "ip" : "ip6",
+					 natAddress(s.to.first, ports));
+	if (s.to.last != s.to.first)
+		action += fmt::format("-{}", natAddress(s.to.last, ports));
+	if (ports)
+		action += fmt::format(":{}", s.toPorts->toString());
+	if (s.fullyRandom)
+		action += " fully-random";
+	return StatementText{familyMatch(s.matchFamily ? std::optional(s.family) : std::nullopt) +
+				     portSelection(s.toPorts, s.sample),
+			     action};
+}
+
+StatementText textOf(const Masquerade &s)
+{
+	std::string action = "masquerade";
+	if (s.toPorts)
+		action += " to :" + s.toPorts->toString();
+	if (s.fullyRandom)
+		action += " fully-random";
+	return StatementText{familyMatch(s.onlyFamily) + portSelection(s.toPorts, s.sample), action};
+}
+
 StatementText statementText(const Statement &statement)
 {
-	return std::visit(
-		Overloaded{
-			[](const JumpIfNotLocal &s) {
-				std::string out;
-				if (!s.outputInterfaceSet.empty())
-					out = fmt::format("oifname @{} ", s.outputInterfaceSet);
-				// "ip saddr" implies the family, and nft lists it without the
-				// meta nfproto match it adds.
-				if (!s.sourceSet.empty())
-					out += fmt::format("{} saddr @{} ",
-							   s.onlyFamily == Family::ipv6 ? "ip6" : "ip",
-							   s.sourceSet);
-				else
-					out += familyMatch(s.onlyFamily);
-				return StatementText{out + "fib daddr type != local ",
-						     fmt::format("jump {}", s.target)};
-			},
-			[](const ReturnIfDestinationInSet &s) {
-				return StatementText{fmt::format("{} daddr @{} ",
-								 s.family == Family::ipv4 ? "ip" : "ip6",
-								 s.set),
-						     "return"};
-			},
-			[](const ReturnIfOutputInterfaceInSet &s) {
-				return StatementText{familyMatch(s.family) + fmt::format("oifname @{} ", s.set),
-						     "return"};
-			},
-			[](const MatchUnlistedSource &s) {
-				std::string out;
-				if (!s.outputInterfaceSet.empty())
-					out = fmt::format("oifname @{} ", s.outputInterfaceSet);
-				return StatementText{out + fmt::format("{} saddr != @{} fib daddr type != "
-								       "local ",
-								       s.family == Family::ipv4 ? "ip" : "ip6",
-								       s.sourceSet),
-						     ""};
-			},
-			[](const SourceNat &s) {
-				const bool ports = s.toPorts.has_value();
-				std::string action = fmt::format("snat {} to {}",
-								 s.family == Family::ipv4 ? "ip" : "ip6",
-								 natAddress(s.to.first, ports));
-				if (s.to.last != s.to.first)
-					action += fmt::format("-{}", natAddress(s.to.last, ports));
-				if (ports)
-					action += fmt::format(":{}", s.toPorts->toString());
-				if (s.fullyRandom)
-					action += " fully-random";
-				return StatementText{familyMatch(s.matchFamily ? std::optional(s.family)
-									      : std::nullopt) +
-							     portSelection(s.toPorts, s.sample),
-						     action};
-			},
-			[](const Masquerade &s) {
-				std::string action = "masquerade";
-				if (s.toPorts)
-					action += " to :" + s.toPorts->toString();
-				if (s.fullyRandom)
-					action += " fully-random";
-				return StatementText{familyMatch(s.onlyFamily) +
-							     portSelection(s.toPorts, s.sample),
-						     action};
-			},
-		},
-		statement);
+	return std::visit([](const auto &s) { return textOf(s); }, statement);
 }
 
 // A text and the next part, one space apart where both are there.

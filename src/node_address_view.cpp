@@ -16,20 +16,16 @@ NodeAddressView::Key NodeAddressView::keyOf(const NodeAddress &address)
 
 bool NodeAddressView::inAny(const Address &address, const std::vector<Prefix> &prefixes)
 {
-	return std::any_of(prefixes.begin(), prefixes.end(), [&](const Prefix &prefix) {
-		return prefix.network.family == address.family && prefix.first() <= address &&
-		       address <= prefix.last();
-	});
+	return std::any_of(prefixes.begin(), prefixes.end(),
+			   [&](const Prefix &prefix) { return prefix.contains(address); });
 }
 
-std::optional<std::vector<NodeAddress>> NodeAddressView::addresses() const
+NodeAddresses NodeAddressView::addresses() const
 {
-	if (state_ == State::unknown)
-		return std::nullopt;
-	std::vector<NodeAddress> out;
-	out.reserve(addresses_.size());
+	NodeAddresses out{{}, state_ == State::current, state_ == State::stale};
+	out.addresses.reserve(addresses_.size());
 	for (const auto &[key, address] : addresses_)
-		out.push_back(address);
+		out.addresses.push_back(address);
 	return out;
 }
 

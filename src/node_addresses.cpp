@@ -2,6 +2,7 @@
 // The node's addresses as values: how one is printed, and the choice in a subnet.
 #include "ip-masq-agent/node_addresses.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -34,14 +35,25 @@ std::string NodeAddress::toString() const
 	return text;
 }
 
+NodeAddresses NodeAddresses::fromRead(const Result<std::vector<NodeAddress>> &read)
+{
+	return read ? NodeAddresses{*read, true} : NodeAddresses{};
+}
+
+bool NodeAddresses::isLocal(const Address &address) const
+{
+	const bool loopback = address.family == Family::ipv4 ? (address.value >> 24) == 127 : address.value == 1;
+	return loopback || std::any_of(addresses.begin(), addresses.end(),
+				       [&address](const NodeAddress &a) { return a.address == address; });
+}
+
 std::optional<NodeAddress> pickAddressIn(const Prefix &subnet,
 					 const std::vector<NodeAddress> &addresses)
 {
 	const NodeAddress *best = nullptr;
 	for (const NodeAddress &candidate : addresses) {
 		const Address &a = candidate.address;
-		if (a.family != subnet.network.family || a < subnet.first() || a > subnet.last() ||
-		    !usable(candidate))
+		if (!subnet.contains(a) || !usable(candidate))
 			continue;
 		if (!best || a.value < best->address.value ||
 		    (a.value == best->address.value && candidate.ifindex < best->ifindex))

@@ -184,6 +184,13 @@ Status explainFlags(const std::vector<std::string> &destinations,
 	return {};
 }
 
+// What the rows take in as text, for the checks that span several flags.
+struct FlagTexts {
+	std::string configFile, configDir, version;
+	std::vector<std::string> explain, explainSources;
+};
+using Values = std::vector<std::string>;
+
 // One flag, described once: its name, its default as --help shows it (none: absent unless
 // given), its help, how its texts become options (an error names the flag and the value),
 // and what the start-up line says of it (none: nothing).
@@ -198,8 +205,8 @@ struct FlagRow {
 	std::optional<std::string> defaultText;
 	Kind kind;
 	const char *help;
-	std::function<Status(AgentOptions &, const std::vector<std::string> &)> apply;
-	std::function<std::optional<std::string>(const AgentOptions &)> effective;
+	std::function<Status(AgentOptions &, FlagTexts &, const Values &)> apply;
+	std::function<std::optional<std::string>(const AgentOptions &)> effective = nullptr;
 	// The whole "--name=value" when it is not that (--config says --config-dir=DIR too).
 	std::function<std::string(const AgentOptions &)> logged = nullptr;
 
@@ -225,191 +232,191 @@ struct FlagRow {
 	}
 };
 
-} // namespace
-
-Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
+// A bool flag whose value is `field(options)`: one generic accessor serves the row's
+// setter (on AgentOptions &) and its start-up line (on const AgentOptions &).
+template<typename Field>
+FlagRow boolRow(const char *name, bool defaultValue, const char *help, Field field)
 {
-	CommandLine cl;
-	AgentOptions &o = cl.options;
-	// What the rows take in as text before the checks that span several flags.
-	struct Texts {
-		std::string configFile, configDir, version;
-		std::vector<std::string> explain, explainSources;
-	} texts;
-	using Values = std::vector<std::string>;
-	// Every value is taken as text and converted by its row, so that each error names the
-	// flag and the offending value in our words (see flagError).
-	const auto boolRow = [](const char *name, bool defaultValue, const char *help, auto field) {
-		return FlagRow{name, boolText(defaultValue), FlagRow::Kind::boolean, help,
-			       [name, field](AgentOptions &o, const Values &v) -> Status {
-				       auto value = boolFlag(name, v.back());
-				       if (!value)
-					       return fail(value.error());
-				       field(o) = *value;
-				       return {};
-			       },
-			       [field](const AgentOptions &o) {
-				       return std::optional(boolText(field(const_cast<AgentOptions &>(o))));
-			       }};
-	};
-	// clang-format off
-	const std::vector<FlagRow> rows = {
-		{"config", kDefaultConfigPath, FlagRow::Kind::value,
-		 "Config file (YAML or JSON). Absent means all defaults.",
-		 [&texts](AgentOptions &, const Values &v) { texts.configFile = v.back(); return Status{}; },
-		 [](const AgentOptions &) { return std::optional(std::string()); },
-		 [](const AgentOptions &o) { return o.config.flag(); }}, // or --config-dir=DIR
-		{"config-dir", std::nullopt, FlagRow::Kind::value,
-		 "Instead of --config: merge every file in this directory whose name starts with "
-		 "\"ip-masq\" (e.g. a projected volume of several ConfigMaps). Missing or empty means "
-		 "all defaults.",
-		 [&texts](AgentOptions &, const Values &v) { texts.configDir = v.back(); return Status{}; },
-		 nullptr},
-		{"masq-chain", kDefaultMasqChain, FlagRow::Kind::value,
-		 "Name of the chain holding the masquerade rules.",
-		 [](AgentOptions &o, const Values &v) { o.ruleset.masqChain = v.back(); return Status{}; },
-		 [](const AgentOptions &o) { return std::optional(o.ruleset.masqChain); }},
-		boolRow("nomasq-all-reserved-ranges", false,
-			"Also keep all reserved IPv4 ranges (RFC 6598, 5737, 2544, 7526, 6890, class E) "
-			"un-NATed when the config gives no nonMasqueradeCIDRs.",
-			[](AgentOptions &o) -> bool & { return o.configFlags.nomasqAllReservedRanges; }),
-		boolRow("enable-ipv6", false, "Also masquerade IPv6, with fe80::/10 and IPv6 "
-			"nonMasqueradeCIDRs un-NATed.",
-			[](AgentOptions &o) -> bool & { return o.configFlags.enableIpv6; }),
-		boolRow("random-fully", true, "Masquerade with fully randomized source ports.",
-			[](AgentOptions &o) -> bool & { return o.ruleset.randomFully; }),
-		boolRow("connection-counters", true, "Count new connections per decision in named "
-			"counters of the table (ip_masq_agent_connections_total); false leaves them out.",
-			[](AgentOptions &o) -> bool & { return o.ruleset.connectionCounters; }),
-		{"to-ports", "", FlagRow::Kind::value,
-		 "Masquerade tcp, udp and sctp to these source ports only, e.g. \"1024-29999,32768-65535\".",
-		 [](AgentOptions &o, const Values &v) -> Status {
-			 auto ports = parsePortRanges(v.back());
-			 if (!ports)
-				 return fail(ports.error());
-			 o.ruleset.toPorts = std::move(*ports);
-			 return {};
-		 },
-		 [](const AgentOptions &o) {
-			 std::vector<std::string> ranges;
-			 for (const PortRange &range : o.ruleset.toPorts)
-				 ranges.push_back(range.toString());
-			 return std::optional(fmt::format("{}", fmt::join(ranges, ",")));
-		 }},
-		{"table", kDefaultTableName, FlagRow::Kind::value,
-		 "Name of the agent's own nftables table (family inet).",
-		 [](AgentOptions &o, const Values &v) { o.ruleset.table = v.back(); return Status{}; },
-		 [](const AgentOptions &o) { return std::optional(o.ruleset.table); }},
-		{"priority", formatChainPriority(kDefaultPriority), FlagRow::Kind::value,
-		 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").",
-		 [](AgentOptions &o, const Values &v) -> Status {
-			 auto priority = parseChainPriority(v.back());
-			 if (!priority)
-				 return fail(priority.error());
-			 o.ruleset.priority = *priority;
-			 return {};
-		 },
-		 [](const AgentOptions &o) { return std::optional(formatChainPriority(o.ruleset.priority)); }},
-		boolRow("dry-run", false, "Print the ruleset as nft -f input and exit; needs no privileges.",
-			[](AgentOptions &o) -> bool & { return o.dryRun; }),
-		boolRow("once", false, "Apply the ruleset once and exit; the exit status says whether it worked.",
-			[](AgentOptions &o) -> bool & { return o.once; }),
-		boolRow("cleanup", false, "Delete the agent's table, and nothing else, and exit.",
-			[](AgentOptions &o) -> bool & { return o.cleanup; }),
-		boolRow("snat-usage", false, "Print how many source ports are in use toward the "
-			"busiest destinations, of those the agent's rules (by this config and these "
-			"flags) can give, and exit. Reads conntrack: needs CAP_NET_ADMIN.",
-			[](AgentOptions &o) -> bool & { return o.snatUsage; }),
-		{"explain", std::nullopt, FlagRow::Kind::values,
-		 "Say why this destination address is (not) masqueraded and exit; repeatable. "
-		 "Needs no privileges; with CAP_NET_ADMIN also checks the kernel's table.",
-		 [&texts](AgentOptions &, const Values &v) { texts.explain = v; return Status{}; }, nullptr},
-		{"explain-source", std::nullopt, FlagRow::Kind::values,
-		 "A source address for --explain, checked against masqueradeSourceCIDRs; repeatable.",
-		 [&texts](AgentOptions &, const Values &v) { texts.explainSources = v; return Status{}; }, nullptr},
-		{"explain-interface", std::nullopt, FlagRow::Kind::value,
-		 "The output interface for --explain, checked against outputInterface and "
-		 "nonMasqueradeInterfaces.",
-		 [](AgentOptions &o, const Values &v) { o.explainInterface = v.back(); return Status{}; }, nullptr},
-		{"health-addr", kDefaultHealthAddr, FlagRow::Kind::value,
-		 "Serve /livez, /readyz, /healthz and /metrics on this host:port (\":port\" = every "
-		 "address); empty turns it off.",
-		 [](AgentOptions &o, const Values &v) -> Status {
-			 o.healthAddr = v.back();
-			 if (o.healthAddr.empty())
-				 return {};
-			 auto address = parseListenAddress(o.healthAddr);
-			 return address ? Status{} : fail(address.error());
-		 },
-		 [](const AgentOptions &o) { return std::optional(o.healthAddr); }},
-		{"v", "0", FlagRow::Kind::value,
-		 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).",
-		 [](AgentOptions &o, const Values &v) -> Status {
-			 auto level = verbosityFlag(v.back());
-			 if (!level)
-				 return fail(level.error());
-			 o.verbosity = *level;
-			 return {};
-		 },
-		 [](const AgentOptions &o) { return std::optional(std::to_string(o.verbosity)); }},
-		{"logging-format", "text", FlagRow::Kind::value,
-		 "Log format: \"text\" (one line per message) or \"json\" (one JSON object per line).",
-		 [](AgentOptions &o, const Values &v) -> Status {
-			 auto format = loggingFormatFlag(v.back());
-			 if (!format)
-				 return fail(format.error());
-			 o.loggingFormat = *format;
-			 return {};
-		 },
-		 [](const AgentOptions &o) {
-			 return std::optional<std::string>(o.loggingFormat == log::Format::json ? "json" : "text");
-		 }},
-		{"version", std::nullopt, FlagRow::Kind::optionalValue,
-		 "Print the version and exit (upstream's --version=raw works too).",
-		 [&texts](AgentOptions &, const Values &v) { texts.version = v.back(); return Status{}; }, nullptr},
-	};
-	// clang-format on
+	return FlagRow{name, boolText(defaultValue), FlagRow::Kind::boolean, help,
+		       [name, field](AgentOptions &o, FlagTexts &, const Values &v) -> Status {
+			       auto value = boolFlag(name, v.back());
+			       if (!value)
+				       return fail(value.error());
+			       field(o) = *value;
+			       return {};
+		       },
+		       [field](const AgentOptions &o) { return std::optional(boolText(field(o))); }};
+}
 
-	po::options_description desc("Usage: ip-masq-agent [flags]\n\n"
-				     "Keeps pod traffic to non-masquerade destinations un-NATed and "
-				     "masquerades the rest,\nusing its own nftables table.\n\nFlags");
-	std::map<std::string, Values> given;
-	for (const FlagRow &row : rows)
-		desc.add_options()(row.name, row.semantic(given[row.name]), row.help);
-	desc.add_options()("help,h", "Print this help and exit.");
-
-	// Upstream registers klog's flags, and manifests written for it carry some of them.
-	// They are accepted and ignored (logs always go to stderr), with a warning.
-	po::options_description klog("Accepted for upstream (klog) compatibility and ignored");
-	std::vector<std::string> klogGiven;
-	std::map<std::string, std::string> klogBools;
-	const auto klogBool = [&](const char *name) {
-		klog.add_options()(name, po::value(&klogBools[name])->implicit_value("true")->notifier(
-						 [&klogGiven, name](const std::string &) { klogGiven.push_back(name); }),
-				   "");
+// A flag whose text is converted by `parse` (its error names the value) into `field(options)`.
+template<typename Parse, typename Field>
+auto parsedInto(Parse parse, Field field)
+{
+	return [parse, field](AgentOptions &o, FlagTexts &, const Values &v) -> Status {
+		auto value = parse(v.back());
+		if (!value)
+			return fail(value.error());
+		field(o) = std::move(*value);
+		return {};
 	};
-	const auto klogString = [&](const char *name) {
-		klog.add_options()(name, po::value<std::string>()->notifier(
-						 [&klogGiven, name](const std::string &) { klogGiven.push_back(name); }),
-				   "");
+}
+
+// A flag taken in as text, into `field(texts)`, for the checks after every row.
+template<typename Field>
+auto textInto(Field field)
+{
+	return [field](AgentOptions &, FlagTexts &texts, const Values &v) {
+		field(texts, v);
+		return Status{};
+	};
+}
+
+std::string toPortsText(const AgentOptions &o)
+{
+	std::vector<std::string> ranges;
+	for (const PortRange &range : o.ruleset.toPorts)
+		ranges.push_back(range.toString());
+	return fmt::format("{}", fmt::join(ranges, ","));
+}
+
+Status healthAddrFlag(AgentOptions &o, FlagTexts &, const Values &v)
+{
+	o.healthAddr = v.back();
+	if (o.healthAddr.empty())
+		return {};
+	auto address = parseListenAddress(o.healthAddr);
+	return address ? Status{} : fail(address.error());
+}
+
+// clang-format off
+const std::vector<FlagRow> kFlagRows = {
+	{"config", kDefaultConfigPath, FlagRow::Kind::value,
+	 "Config file (YAML or JSON). Absent means all defaults.",
+	 textInto([](FlagTexts &t, const Values &v) { t.configFile = v.back(); }),
+	 [](const AgentOptions &) { return std::optional(std::string()); },
+	 [](const AgentOptions &o) { return o.config.flag(); }}, // or --config-dir=DIR
+	{"config-dir", std::nullopt, FlagRow::Kind::value,
+	 "Instead of --config: merge every file in this directory whose name starts with "
+	 "\"ip-masq\" (e.g. a projected volume of several ConfigMaps). Missing or empty means "
+	 "all defaults.",
+	 textInto([](FlagTexts &t, const Values &v) { t.configDir = v.back(); })},
+	{"masq-chain", kDefaultMasqChain, FlagRow::Kind::value,
+	 "Name of the chain holding the masquerade rules.",
+	 [](AgentOptions &o, FlagTexts &, const Values &v) { o.ruleset.masqChain = v.back(); return Status{}; },
+	 [](const AgentOptions &o) { return std::optional(o.ruleset.masqChain); }},
+	boolRow("nomasq-all-reserved-ranges", false,
+		"Also keep all reserved IPv4 ranges (RFC 6598, 5737, 2544, 7526, 6890, class E) "
+		"un-NATed when the config gives no nonMasqueradeCIDRs.",
+		[](auto &o) -> auto & { return o.configFlags.nomasqAllReservedRanges; }),
+	boolRow("enable-ipv6", false, "Also masquerade IPv6, with fe80::/10 and IPv6 "
+		"nonMasqueradeCIDRs un-NATed.",
+		[](auto &o) -> auto & { return o.configFlags.enableIpv6; }),
+	boolRow("random-fully", true, "Masquerade with fully randomized source ports.",
+		[](auto &o) -> auto & { return o.ruleset.randomFully; }),
+	boolRow("connection-counters", true, "Count new connections per decision in named "
+		"counters of the table (ip_masq_agent_connections_total); false leaves them out.",
+		[](auto &o) -> auto & { return o.ruleset.connectionCounters; }),
+	{"to-ports", "", FlagRow::Kind::value,
+	 "Masquerade tcp, udp and sctp to these source ports only, e.g. \"1024-29999,32768-65535\".",
+	 parsedInto(parsePortRanges, [](AgentOptions &o) -> auto & { return o.ruleset.toPorts; }),
+	 [](const AgentOptions &o) { return std::optional(toPortsText(o)); }},
+	{"table", kDefaultTableName, FlagRow::Kind::value,
+	 "Name of the agent's own nftables table (family inet).",
+	 [](AgentOptions &o, FlagTexts &, const Values &v) { o.ruleset.table = v.back(); return Status{}; },
+	 [](const AgentOptions &o) { return std::optional(o.ruleset.table); }},
+	{"priority", formatChainPriority(kDefaultPriority), FlagRow::Kind::value,
+	 "Priority of the nat postrouting base chain (a number, or e.g. \"srcnat + 10\").",
+	 parsedInto(parseChainPriority, [](AgentOptions &o) -> auto & { return o.ruleset.priority; }),
+	 [](const AgentOptions &o) { return std::optional(formatChainPriority(o.ruleset.priority)); }},
+	boolRow("dry-run", false, "Print the ruleset as nft -f input and exit; needs no privileges.",
+		[](auto &o) -> auto & { return o.dryRun; }),
+	boolRow("once", false, "Apply the ruleset once and exit; the exit status says whether it worked.",
+		[](auto &o) -> auto & { return o.once; }),
+	boolRow("cleanup", false, "Delete the agent's table, and nothing else, and exit.",
+		[](auto &o) -> auto & { return o.cleanup; }),
+	boolRow("snat-usage", false, "Print how many source ports are in use toward the "
+		"busiest destinations, of those the agent's rules (by this config and these "
+		"flags) can give, and exit. Reads conntrack: needs CAP_NET_ADMIN.",
+		[](auto &o) -> auto & { return o.snatUsage; }),
+	{"explain", std::nullopt, FlagRow::Kind::values,
+	 "Say why this destination address is (not) masqueraded and exit; repeatable. "
+	 "Needs no privileges; with CAP_NET_ADMIN also checks the kernel's table.",
+	 textInto([](FlagTexts &t, const Values &v) { t.explain = v; })},
+	{"explain-source", std::nullopt, FlagRow::Kind::values,
+	 "A source address for --explain, checked against masqueradeSourceCIDRs; repeatable.",
+	 textInto([](FlagTexts &t, const Values &v) { t.explainSources = v; })},
+	{"explain-interface", std::nullopt, FlagRow::Kind::value,
+	 "The output interface for --explain, checked against outputInterface and "
+	 "nonMasqueradeInterfaces.",
+	 [](AgentOptions &o, FlagTexts &, const Values &v) { o.explainInterface = v.back(); return Status{}; }},
+	{"health-addr", kDefaultHealthAddr, FlagRow::Kind::value,
+	 "Serve /livez, /readyz, /healthz, /metrics and /snat-usage on this host:port (\":port\" "
+	 "= every address); empty turns it off.",
+	 healthAddrFlag, [](const AgentOptions &o) { return std::optional(o.healthAddr); }},
+	{"v", "0", FlagRow::Kind::value,
+	 "Log verbosity; 1 or more adds debug messages (-v=2 and --v 2 are accepted too).",
+	 parsedInto(verbosityFlag, [](AgentOptions &o) -> auto & { return o.verbosity; }),
+	 [](const AgentOptions &o) { return std::optional(std::to_string(o.verbosity)); }},
+	{"logging-format", "text", FlagRow::Kind::value,
+	 "Log format: \"text\" (one line per message) or \"json\" (one JSON object per line).",
+	 parsedInto(loggingFormatFlag, [](AgentOptions &o) -> auto & { return o.loggingFormat; }),
+	 [](const AgentOptions &o) {
+		 return std::optional<std::string>(o.loggingFormat == log::Format::json ? "json" : "text");
+	 }},
+	{"version", std::nullopt, FlagRow::Kind::optionalValue,
+	 "Print the version and exit (upstream's --version=raw works too).",
+	 textInto([](FlagTexts &t, const Values &v) { t.version = v.back(); })},
+};
+// clang-format on
+
+// Upstream registers klog's flags, and manifests written for it carry some of them. They
+// are accepted and ignored (logs always go to stderr), with a warning.
+struct KlogFlags {
+	std::vector<std::string> given;
+	std::map<std::string, std::string> bools; // their texts, checked as Go bools
+};
+
+po::options_description klogOptions(KlogFlags &klog)
+{
+	po::options_description out("Accepted for upstream (klog) compatibility and ignored");
+	const auto note = [&klog](const char *name) {
+		return [&klog, name](const std::string &) { klog.given.push_back(name); };
 	};
 	for (const char *name : {"logtostderr", "alsologtostderr", "skip_headers", "skip_log_headers",
 				 "add_dir_header", "one_output"})
-		klogBool(name);
+		out.add_options()(name, po::value(&klog.bools[name])->implicit_value("true")->notifier(note(name)), "");
 	for (const char *name : {"stderrthreshold", "log_dir", "log_file", "log_file_max_size",
 				 "vmodule", "log_backtrace_at"})
-		klogString(name);
+		out.add_options()(name, po::value<std::string>()->notifier(note(name)), "");
+	return out;
+}
 
+// Every flag for Boost, each row's texts collected into `given`; --help's text.
+po::options_description describeFlags(std::map<std::string, Values> &given, KlogFlags &klog,
+				      std::string &helpText)
+{
+	po::options_description desc("Usage: ip-masq-agent [flags]\n\n"
+				     "Keeps pod traffic to non-masquerade destinations un-NATed and "
+				     "masquerades the rest,\nusing its own nftables table.\n\nFlags");
+	for (const FlagRow &row : kFlagRows)
+		desc.add_options()(row.name, row.semantic(given[row.name]), row.help);
+	desc.add_options()("help,h", "Print this help and exit.");
 	std::ostringstream help;
 	help << desc;
 	help << "\nAlso accepted and ignored, for manifests written for upstream: --logtostderr, "
 		"--alsologtostderr,\n--stderrthreshold, --log_dir, --log_file, --log_file_max_size, "
 		"--vmodule, --log_backtrace_at,\n--skip_headers, --skip_log_headers, --add_dir_header, "
 		"--one_output. Logs always go to stderr.\n";
-	cl.helpText = help.str();
+	helpText = help.str();
 	po::options_description all;
-	all.add(desc).add(klog);
+	all.add(desc).add(klogOptions(klog));
+	return all;
+}
 
+// Boost's parse of the words, in our words on error.
+Result<po::variables_map> parseWords(int argc, const char *const argv[],
+				     const po::options_description &all)
+{
 	po::variables_map vm;
 	try {
 		const auto parsed = po::command_line_parser(goStyleArguments(argc, argv))
@@ -435,23 +442,14 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 		return fail("the command line cannot be parsed: write flags as --flag=value "
 			    "(see --help)");
 	}
+	return vm;
+}
 
-	if (vm.count("help")) {
-		cl.action = CommandLine::Action::help;
-		return cl;
-	}
-	for (const FlagRow &row : rows) {
-		const Values &values = given[row.name];
-		if (values.empty())
-			continue; // not given, and no default
-		if (auto status = row.apply(o, values); !status)
-			return fail(status.error());
-	}
-	if (vm.count("version") && texts.version != "false") {
-		cl.action = CommandLine::Action::version;
-		return cl;
-	}
-	for (const auto &[flag, text] : klogBools)
+// The checks that span several flags, once every row is applied.
+Status checkTogether(const po::variables_map &vm, const FlagTexts &texts, const KlogFlags &klog,
+		     AgentOptions &o)
+{
+	for (const auto &[flag, text] : klog.bools)
 		if (vm.count(flag))
 			if (auto value = boolFlag(flag, text); !value)
 				return fail(value.error());
@@ -461,23 +459,57 @@ Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
 	o.config = std::move(*location);
 	o.ruleset.enableIpv6 = o.configFlags.enableIpv6;
 	if (auto status = validateRulesetOptions(o.ruleset); !status)
-		return fail(status.error());
+		return status;
 	if (int(o.dryRun) + int(o.once) + int(o.cleanup) + int(!texts.explain.empty()) +
 		    int(o.snatUsage) > 1)
 		return fail("--dry-run, --once, --cleanup, --explain and --snat-usage exclude each "
 			    "other: pick one");
-	if (auto status = explainFlags(texts.explain, texts.explainSources, o); !status)
-		return fail(status.error());
-	if (!klogGiven.empty())
-		cl.warnings.push_back(fmt::format("ignoring upstream's klog flags --{}: logs always go "
-						  "to stderr", fmt::join(klogGiven, ", --")));
+	return explainFlags(texts.explain, texts.explainSources, o);
+}
 
-	// Values from outside are escaped: these go into the start-up log line.
-	for (const FlagRow &row : rows)
+// The start-up line's "--name=value" of every row that has one; values from outside are
+// escaped.
+std::vector<std::string> effectiveFlags(const AgentOptions &o)
+{
+	std::vector<std::string> out;
+	for (const FlagRow &row : kFlagRows)
 		if (row.effective)
 			if (auto value = row.effective(o))
-				cl.effectiveFlags.push_back(row.logged ? row.logged(o)
-								       : fmt::format("--{}={}", row.name, escaped(*value)));
+				out.push_back(row.logged ? row.logged(o)
+							 : fmt::format("--{}={}", row.name, escaped(*value)));
+	return out;
+}
+
+} // namespace
+
+Result<CommandLine> parseCommandLine(int argc, const char *const argv[])
+{
+	CommandLine cl;
+	std::map<std::string, Values> given;
+	KlogFlags klog;
+	const po::options_description all = describeFlags(given, klog, cl.helpText);
+	const auto vm = parseWords(argc, argv, all);
+	if (!vm)
+		return fail(vm.error());
+	if (vm->count("help")) {
+		cl.action = CommandLine::Action::help;
+		return cl;
+	}
+	FlagTexts texts;
+	for (const FlagRow &row : kFlagRows)
+		if (const Values &values = given[row.name]; !values.empty()) // given, or a default
+			if (auto status = row.apply(cl.options, texts, values); !status)
+				return fail(status.error());
+	if (vm->count("version") && texts.version != "false") {
+		cl.action = CommandLine::Action::version;
+		return cl;
+	}
+	if (auto status = checkTogether(*vm, texts, klog, cl.options); !status)
+		return fail(status.error());
+	if (!klog.given.empty())
+		cl.warnings.push_back(fmt::format("ignoring upstream's klog flags --{}: logs always go "
+						  "to stderr", fmt::join(klog.given, ", --")));
+	cl.effectiveFlags = effectiveFlags(cl.options);
 	return cl;
 }
 

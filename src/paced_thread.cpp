@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The paced background thread: wait until a pass is due and the pace allows it, run it at
-// nice 19, measure its CPU time, give its memory back.
+// nice 19, measure its CPU time.
 #include "ip-masq-agent/paced_thread.h"
 
 #include <ctime>
-#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -55,6 +54,30 @@ PacedThread::Clock::duration PacedThread::pause(Pace pace, Clock::duration passC
 	return std::max<Clock::duration>(pace.period, pace.cpuMultiple * passCpu);
 }
 
+bool PacedThread::runPass() noexcept
+{
+	try {
+		return pass_();
+	} catch (const std::bad_alloc &) {
+		logFailure("out of memory");
+	} catch (const std::exception &e) {
+		logFailure(e.what());
+	} catch (...) {
+		logFailure("an unknown exception");
+	}
+	return true; // tried again later
+}
+
+void PacedThread::logFailure(const char *what) const noexcept
+{
+	// The line allocates: out of memory it may fail too, and is then left out. Nothing
+	// thrown here may end the thread, and the process with it.
+	try {
+		log::error("{} failed: {}; it tries again later", what_, what);
+	} catch (...) {
+	}
+}
+
 void PacedThread::run()
 {
 	// Below the loop (nice 0) and the health endpoint (10): on a busy node this waits.
@@ -74,14 +97,9 @@ void PacedThread::run()
 			due_ = false;
 		}
 		const Clock::duration cpu = threadCpuTime();
-		bool again = false;
-		try {
-			again = pass_();
-		} catch (const std::bad_alloc &) {
-			log::error("out of memory in {}; it tries again later", what_);
-			again = true;
-		}
-		(void)malloc_trim(0); // what a pass read is given back at once
+		// What a pass read is given back as it is freed, in this thread's own arena
+		// (process_guard.h): no malloc_trim(), which would lock the loop's arena too.
+		const bool again = runPass();
 		next = Clock::now() + pause(pace_, threadCpuTime() - cpu);
 		if (again) {
 			std::lock_guard lock(mutex_);

@@ -298,17 +298,11 @@ IntervalSet masqueradeSources(const Config &config, Family family)
 	return IntervalSet::fromPrefixes(family, config.masqueradeSourceCIDRs);
 }
 
-bool covers(const Prefix &prefix, const Address &address)
-{
-	return prefix.network.family == address.family && prefix.first() <= address &&
-	       address <= prefix.last();
-}
-
 const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address &address)
 {
 	const Prefix *best = nullptr;
 	for (const Prefix &prefix : prefixes)
-		if (covers(prefix, address) && (!best || prefix.length > best->length))
+		if (prefix.contains(address) && (!best || prefix.length > best->length))
 			best = &prefix;
 	return best;
 }
@@ -345,7 +339,7 @@ ExplainDecision explainDecision(const Config &config, const Address &destination
 		nonMasquerade = ExplainEntry{ExplainEntry::Kind::nonMasquerade, *entry};
 	if (!config.masqueradesLinkLocal(family)) {
 		const Prefix linkLocal = linkLocalPrefix(family);
-		if (covers(linkLocal, destination) &&
+		if (linkLocal.contains(destination) &&
 		    (!nonMasquerade || linkLocal.length > nonMasquerade->prefix.length))
 			nonMasquerade = ExplainEntry{ExplainEntry::Kind::linkLocal, linkLocal};
 	}

@@ -204,9 +204,11 @@ DescriptorRoom descriptorRoom()
 Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted)
 {
 	rlimit limit{};
-	if (getrlimit(RLIMIT_NOFILE, &limit) != 0)
+	if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+		const int err = errno; // before the message allocates
 		return fail(fmt::format("cannot read the open-files limit (RLIMIT_NOFILE): {}",
-					std::strerror(errno)), errno);
+					std::strerror(err)), err);
+	}
 	DescriptorRoom room = descriptorRoom();
 	if (room.free() < wanted && limit.rlim_cur != limit.rlim_max) {
 		// Raising the soft limit up to the hard one needs no privilege.
@@ -230,7 +232,6 @@ Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted)
 Status reserveLessPerThread()
 {
 	constexpr size_t kThreadStack = 1 << 20;
-	constexpr int kArenas = 2;
 	pthread_attr_t attr;
 	if (const int error = pthread_attr_init(&attr); error != 0)
 		return fail(fmt::format("pthread_attr_init: {}", std::strerror(error)), error);
@@ -243,6 +244,8 @@ Status reserveLessPerThread()
 					kThreadStack, std::strerror(error)), error);
 	if (mallopt(M_ARENA_MAX, kArenas) != 1)
 		return fail(fmt::format("mallopt(M_ARENA_MAX, {}) refused", kArenas));
+	if (mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1)
+		return fail(fmt::format("mallopt(M_MMAP_THRESHOLD, {}) refused", kMmapThreshold));
 	return {};
 }
 

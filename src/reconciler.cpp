@@ -95,36 +95,35 @@ Status Reconciler::configStatus() const
 	return configError_.empty() ? Status() : fail(configError_);
 }
 
-Status Reconciler::setDesired(Result<DesiredState> desired)
+void Reconciler::setConfigError(const Error &error)
 {
-	if (!desired) {
-		// Say it (and count it) once per change, not once per resync.
-		const std::string &message = desired.error().message;
-		if (message != configError_) {
-			log::error({{"file", settings_.source}, {"err", message}}, "{}; {}", message,
-				   desired_ ? "keeping the last good ruleset in force"
-					    : "no ruleset of this config is applied");
-			status_.configFailed(message);
-		}
-		configError_ = message;
-		return fail(desired.error());
+	// Say it (and count it) once per change, not once per resync.
+	const std::string &message = error.message;
+	if (message != configError_) {
+		log::error({{"file", settings_.source}, {"err", message}}, "{}; {}", message,
+			   desired_ ? "keeping the last good ruleset in force"
+				    : "no ruleset of this config is applied");
+		status_.configFailed(message);
 	}
+	configError_ = message;
+}
 
-	if (desired->cause == DesiredState::Cause::config) {
-		for (const std::string &warning : desired->warnings)
+void Reconciler::setDesired(DesiredState desired)
+{
+	if (desired.cause == DesiredState::Cause::config) {
+		for (const std::string &warning : desired.warnings)
 			log::warning("{}", warning);
 		if (!configError_.empty())
 			log::info("the config is valid again");
 		configError_.clear();
-		log::info("config {}: {}", desired->origin, desired->summary);
+		log::info("config {}: {}", desired.origin, desired.summary);
 	}
-	noteSubnets(desired->subnets);
+	noteSubnets(desired.subnets);
 	// Compare rulesets once per config change, not on every sync.
-	if (!desired_ || desired->ruleset != *desired_) {
-		desired_ = std::make_shared<const Ruleset>(std::move(desired->ruleset));
+	if (!desired_ || desired.ruleset != *desired_) {
+		desired_ = std::make_shared<const Ruleset>(std::move(desired.ruleset));
 		desiredVersion_++;
 	}
-	return {};
 }
 
 void Reconciler::noteSubnets(const std::vector<SubnetChoice> &subnets)

@@ -170,11 +170,6 @@ private:
 	bool enabled_;
 };
 
-const char *outputAddressKey(Family family)
-{
-	return family == Family::ipv4 ? "outputAddress" : "outputAddressIPv6";
-}
-
 // The last SNAT rule's comment says which form of outputAddress made it, and for a subnet
 // which one: the kernel's rule holds only the address, and adoption reads the rest back
 // from here (snatFormOf).
@@ -305,22 +300,12 @@ void addNatRules(Chain &chain, const Config &config, const std::vector<Family> &
 				     "masqueraded"));
 }
 
-} // namespace
-
-Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
-		     const SubnetAddresses &subnet)
+// The table's sets: destinations per family, then sources, then interfaces, each only
+// where its key lists something (without the keys the table is exactly upstream's).
+void addSets(Ruleset &ruleset, const Config &config, const std::vector<Family> &families)
 {
-	Ruleset ruleset;
-	ruleset.table = options.table;
-	ruleset.comment = "managed by ip-masq-agent: edits are overwritten, change its config";
-
-	std::vector<Family> families{Family::ipv4};
-	if (options.enableIpv6)
-		families.push_back(Family::ipv6);
 	for (Family family : families)
 		ruleset.sets.push_back(nonMasqueradeSet(family, config));
-	// Source sets only where masqueradeSourceCIDRs lists the family: without the key the
-	// table is exactly upstream's.
 	for (Family family : families)
 		if (hasFamily(config.masqueradeSourceCIDRs, family))
 			ruleset.sets.push_back(sourceSet(family, config));
@@ -334,6 +319,20 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 						    config.nonMasqueradeInterfaces,
 						    "output interfaces never source-NATed: "
 						    "nonMasqueradeInterfaces"));
+}
+
+} // namespace
+
+Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
+		     const SubnetAddresses &subnet)
+{
+	Ruleset ruleset;
+	ruleset.table = options.table;
+	ruleset.comment = "managed by ip-masq-agent: edits are overwritten, change its config";
+	std::vector<Family> families{Family::ipv4};
+	if (options.enableIpv6)
+		families.push_back(Family::ipv6);
+	addSets(ruleset, config, families);
 
 	CounterBook counters(ruleset, options.connectionCounters);
 	const std::string outputInterfaceSet =

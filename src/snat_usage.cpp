@@ -136,48 +136,66 @@ std::string PortPool::toString() const
 	return fmt::format("{}", fmt::join(parts, ","));
 }
 
+std::optional<std::vector<Address>> translatedByMasquerade(const NodeAddresses &node)
+{
+	if (!node.known())
+		return std::nullopt;
+	std::vector<Address> addresses;
+	addresses.reserve(node.addresses.size());
+	for (const NodeAddress &a : node.addresses)
+		addresses.push_back(a.address);
+	return addresses;
+}
+
 SnatPlan snatPlanOf(const Ruleset &ruleset)
 {
-	// Which families reach the agent's chain at all (without --enable-ipv6 the jump is
-	// IPv4's only).
-	bool reaches[2] = {false, false};
+	// Per family: whether it reaches the agent's chain at all (without --enable-ipv6 the
+	// jump is IPv4's only), its SNAT, and a masquerade that covers it.
+	struct FamilyRules {
+		bool reaches = false;
+		std::optional<SnatFamilyPlan> snat, masquerade;
+	} families[2];
+	const auto each = [&families](std::optional<Family> only, const auto &note) {
+		for (const Family family : {Family::ipv4, Family::ipv6})
+			if (!only || *only == family)
+				note(families[family == Family::ipv6]);
+	};
+	const auto addPorts = [](std::optional<SnatFamilyPlan> &plan, std::optional<AddressRange> to,
+				 const std::optional<PortRange> &ports) {
+		if (!plan)
+			plan = SnatFamilyPlan{to, {}};
+		if (ports)
+			plan->toPorts.push_back(*ports);
+	};
+	// Every kind decides here (STYLE.md idiom 20): a new one is a compile error until it
+	// says whether, and where, it translates.
 	for (const Chain &chain : ruleset.chains)
 		for (const Rule &rule : chain.rules)
-			if (const auto *jump = std::get_if<JumpIfNotLocal>(&rule.statement)) {
-				if (!jump->onlyFamily || *jump->onlyFamily == Family::ipv4)
-					reaches[0] = true;
-				if (!jump->onlyFamily || *jump->onlyFamily == Family::ipv6)
-					reaches[1] = true;
-			}
+			std::visit(Overloaded{
+					   [&](const JumpIfNotLocal &jump) {
+						   each(jump.onlyFamily, [](FamilyRules &f) { f.reaches = true; });
+					   },
+					   [&](const SourceNat &s) {
+						   each(s.family, [&](FamilyRules &f) { addPorts(f.snat, s.to, s.toPorts); });
+					   },
+					   [&](const Masquerade &m) {
+						   each(m.onlyFamily, [&](FamilyRules &f) {
+							   addPorts(f.masquerade, std::nullopt, m.toPorts);
+						   });
+					   },
+					   // These translate nothing: the packet leaves as it is, or goes on.
+					   [](const ReturnIfDestinationInSet &) {},
+					   [](const ReturnIfOutputInterfaceInSet &) {},
+					   [](const MatchUnlistedSource &) {},
+				   },
+				   rule.statement);
 	SnatPlan plan;
 	for (const Family family : {Family::ipv4, Family::ipv6}) {
-		if (!reaches[family == Family::ipv6])
-			continue;
-		std::optional<SnatFamilyPlan> snat, masquerade;
-		for (const Chain &chain : ruleset.chains)
-			for (const Rule &rule : chain.rules)
-				std::visit(Overloaded{
-						   [&](const SourceNat &s) {
-							   if (s.family != family)
-								   return;
-							   if (!snat)
-								   snat = SnatFamilyPlan{s.to, {}};
-							   if (s.toPorts)
-								   snat->toPorts.push_back(*s.toPorts);
-						   },
-						   [&](const Masquerade &m) {
-							   if (m.onlyFamily && *m.onlyFamily != family)
-								   return;
-							   if (!masquerade)
-								   masquerade = SnatFamilyPlan{};
-							   if (m.toPorts)
-								   masquerade->toPorts.push_back(*m.toPorts);
-						   },
-						   [](const auto &) {},
-					   },
-					   rule.statement);
+		FamilyRules &rules = families[family == Family::ipv6];
 		auto &chosen = family == Family::ipv4 ? plan.ipv4 : plan.ipv6;
-		chosen = snat ? snat : masquerade;
+		// A packet the SNAT translates never reaches a later masquerade.
+		if (rules.reaches)
+			chosen = rules.snat ? rules.snat : rules.masquerade;
 		if (chosen)
 			std::sort(chosen->toPorts.begin(), chosen->toPorts.end(),
 				  [](const PortRange &a, const PortRange &b) { return a.first < b.first; });
@@ -309,18 +327,6 @@ SnatUsage SnatUsageCounter::finish() const
 	usage.leftOut = leftOut_;
 	usage.otherConnections = others_connections_;
 	usage.destinations = agents_.size();
-	const auto destinationOf = [this](const Key &key, uint32_t connections) {
-		SnatDestination d;
-		d.family = key.family ? Family::ipv6 : Family::ipv4;
-		d.protocol = key.protocol;
-		d.translated = unpacked(d.family, key.translated);
-		d.destination = unpacked(d.family, key.destination);
-		d.port = key.port;
-		const std::optional<SnatFamilyPlan> &plan = plan_.of(d.family);
-		d.pool = poolOfKind(plan ? &*plan : nullptr, static_cast<PortPoolKind>(key.pool));
-		d.connections = connections;
-		return d;
-	};
 	// The top `limits_.top`, kept sorted while the map is walked once.
 	const auto keepTop = [&](std::vector<SnatDestination> &top, const SnatDestination &d,
 				 const auto &before) {
@@ -346,11 +352,30 @@ SnatUsage SnatUsageCounter::finish() const
 	};
 	for (const auto &[key, connections] : others_)
 		keepTop(usage.otherTop, destinationOf(key, connections), moreConnections);
+	usage.totals = totalsOf(usage.top);
+	return usage;
+}
 
-	// The top destinations over every address of the agent's: one more walk, summing
-	// only the keys of those few destinations.
-	for (const SnatDestination &d : usage.top) {
-		const bool seen = std::any_of(usage.totals.begin(), usage.totals.end(), [&](const auto &t) {
+SnatDestination SnatUsageCounter::destinationOf(const Key &key, uint32_t connections) const
+{
+	SnatDestination d;
+	d.family = key.family ? Family::ipv6 : Family::ipv4;
+	d.protocol = key.protocol;
+	d.translated = unpacked(d.family, key.translated);
+	d.destination = unpacked(d.family, key.destination);
+	d.port = key.port;
+	const std::optional<SnatFamilyPlan> &plan = plan_.of(d.family);
+	d.pool = poolOfKind(plan ? &*plan : nullptr, static_cast<PortPoolKind>(key.pool));
+	d.connections = connections;
+	return d;
+}
+
+std::vector<SnatDestinationTotal> SnatUsageCounter::totalsOf(const std::vector<SnatDestination> &top) const
+{
+	// One more walk of the map, summing only the keys of those few destinations.
+	std::vector<SnatDestinationTotal> totals;
+	for (const SnatDestination &d : top) {
+		const bool seen = std::any_of(totals.begin(), totals.end(), [&](const auto &t) {
 			return t.family == d.family && t.protocol == d.protocol &&
 			       t.destination == d.destination && t.port == d.port && t.pool == d.pool.kind;
 		});
@@ -360,17 +385,17 @@ SnatUsage SnatUsageCounter::finish() const
 		const std::optional<SnatFamilyPlan> &plan = plan_.of(d.family);
 		total.addresses = plan && plan->to ? addressCount(*plan->to) : 1;
 		total.available = total.addresses * d.pool.size();
-		usage.totals.push_back(total);
+		totals.push_back(total);
 	}
 	for (const auto &[key, connections] : agents_)
-		for (SnatDestinationTotal &total : usage.totals)
+		for (SnatDestinationTotal &total : totals)
 			if (total.protocol == key.protocol && (total.family == Family::ipv6) == key.family &&
 			    packed(total.destination) == key.destination && total.port == key.port &&
 			    static_cast<uint8_t>(total.pool) == key.pool) {
 				total.connections += connections;
 				total.addressesInUse++;
 			}
-	return usage;
+	return totals;
 }
 
 std::string snatUsageTable(const SnatUsage &usage)

@@ -3,7 +3,6 @@
 #include "ip-masq-agent/snat_usage_check.h"
 
 #include "ip-masq-agent/log.h"
-#include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/conntrack_dump.h"
 
 namespace ipmasq {
@@ -19,6 +18,11 @@ void SnatUsageCheck::setDesired(const Ruleset &ruleset)
 	thread_.locked([&] { next_ = std::move(plan); });
 }
 
+void SnatUsageCheck::setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses)
+{
+	thread_.locked([&] { addresses_ = std::move(addresses); });
+}
+
 void SnatUsageCheck::start()
 {
 	thread_.start();
@@ -27,20 +31,12 @@ void SnatUsageCheck::start()
 
 bool SnatUsageCheck::pass()
 {
-	if (auto next = thread_.locked([this] { return std::exchange(next_, std::nullopt); }))
-		plan_ = std::move(*next);
-	// Masquerade translates to the node's addresses: read with every pass (a few
-	// microseconds); unreadable, any address counts as the node's, and the log says so.
-	std::optional<std::vector<Address>> node;
-	if (auto addresses = readNodeAddresses()) {
-		node.emplace();
-		for (const NodeAddress &a : *addresses)
-			node->push_back(a.address);
-	} else {
-		log::debug("{}; the SNAT usage read takes any translated address for the node's",
-			   addresses.error().message);
-	}
-	SnatUsageCounter counter(plan_, std::move(node));
+	const auto node = thread_.locked([this] {
+		if (next_)
+			plan_ = *std::exchange(next_, std::nullopt);
+		return addresses_;
+	});
+	SnatUsageCounter counter(plan_, translatedByMasquerade(*node));
 	auto dump = countSourceNatEntries(counter);
 	if (!dump) {
 		status_.snatUsageReadFailed();

@@ -18,9 +18,10 @@
 
 namespace ipmasq {
 
-// Written by the daemon's loop, read by the HTTP server's thread. Readiness and counters
-// are guarded by one lock and read as one Snapshot; the loop's heartbeat is an atomic of
-// its own, so that liveness never waits for anything the loop could hold.
+// Written by the daemon's loop and by the threads of the NAT conflict check and the SNAT
+// usage read (each its own part), read by the HTTP server's thread. Readiness and
+// counters are guarded by one lock and read as one Snapshot; the loop's heartbeat is an
+// atomic of its own, so that liveness never waits for anything the loop could hold.
 class AgentStatus
 {
 public:

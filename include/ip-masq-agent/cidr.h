@@ -59,6 +59,11 @@ struct Prefix {
 	Address first() const { return network; }
 	Address last() const;
 	std::string toString() const; // canonical "network/length"
+	// Whether `address` (of the same family) lies in it.
+	bool contains(const Address &address) const
+	{
+		return network.family == address.family && first() <= address && address <= last();
+	}
 
 	bool operator==(const Prefix &other) const
 	{

@@ -96,7 +96,7 @@ struct Config {
 	{
 		return family == Family::ipv4 ? masqLinkLocal : masqLinkLocalIPv6;
 	}
-	// outputAddress or outputAddressIPv6.
+	// outputAddress or outputAddressIPv6 (outputAddressKey names it).
 	const std::optional<OutputAddress> &outputAddressOf(Family family) const
 	{
 		return family == Family::ipv4 ? outputAddress : outputAddressIPv6;
@@ -107,6 +107,12 @@ struct Config {
 	// ruleset. Every other member does, a key added later included.
 	bool operator==(const Config &) const = default;
 };
+
+// The key of a family's outputAddress: "outputAddress" or "outputAddressIPv6".
+constexpr const char *outputAddressKey(Family family)
+{
+	return family == Family::ipv4 ? "outputAddress" : "outputAddressIPv6";
+}
 
 // A config that passed validation, with the non-fatal findings to log
 // (unknown keys, a resyncInterval raised to the minimum).

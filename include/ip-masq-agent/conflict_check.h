@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/other_tables/conflicts.h"
 #include "ip-masq-agent/paced_thread.h"
 #include "ip-masq-agent/ruleset.h"
@@ -28,6 +29,9 @@ public:
 	// The desired state changed: the agent's ruleset and the packets to check. A new cycle
 	// starts with the next pass.
 	void setDesired(const Ruleset &ruleset, std::vector<SampledPacket> samples);
+	// The loop's snapshot of this node's addresses (fib and addrtype matches), shared with
+	// the SNAT usage read: the next pass uses it. Until one comes, nothing is known of them.
+	void setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses);
 	// Starts the thread (the loop calls it after its first sync: the agent's own table
 	// comes first). Without a thread nothing is checked: --once has none.
 	void start() { thread_.start(); }
@@ -51,7 +55,9 @@ private:
 	std::vector<std::string> legacyWarnings();
 
 	AgentStatus &status_;
-	std::shared_ptr<Input> next_; // a new desired state for the thread, under thread_.locked()
+	// Under thread_.locked(): a new desired state for the thread, the latest addresses.
+	std::shared_ptr<Input> next_;
+	std::shared_ptr<const NodeAddresses> addresses_ = std::make_shared<const NodeAddresses>();
 
 	// The thread's own.
 	std::shared_ptr<Input> input_;

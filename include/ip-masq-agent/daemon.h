@@ -3,6 +3,7 @@
 // Reconciler. It sees desired states only, never config types.
 #pragma once
 
+#include <array>
 #include <bitset>
 #include <csignal>
 #include <chrono>
@@ -33,11 +34,12 @@ class NftablesMonitor;
 
 // One thread, one poll() over five descriptors: the signalfd, the desired state source's
 // config watch (inotify), the nftables monitor, the node's address monitor and one timerfd
-// for every deadline (debounce, absent grace, paced restores, resync, heartbeat, systemd
-// watchdog, a due read of the node's addresses). All decisions belong to the
-// DesiredStateSource (what the config and the node's addresses make), the Reconciler (what
-// the kernel must hold) and the ConflictCheck (what other tables undo, on a thread of its
-// own); the loop only says what happened and when.
+// for every deadline (debounce, absent grace, paced restores, and the loop's own table of
+// them: resync, reads, the addresses handed to the checks, systemd's watchdog; and the
+// heartbeat). Each turn waits and collects what happened (waitForEvents), then decides
+// and acts (act). The decisions belong to the DesiredStateSource (what the config and the
+// node's addresses make), the Reconciler (what the kernel must hold), the ConflictCheck
+// and the SnatUsageCheck (on threads of their own); the loop says what happened and when.
 class Daemon
 {
 public:
@@ -73,9 +75,43 @@ public:
 private:
 	using Clock = std::chrono::steady_clock;
 
+	// The loop's own deadlines; the timerfd is armed for the earliest of them, the config
+	// source's and the reconciler's (nextWake). None: not pending.
+	enum Timer : size_t {
+		resync,          // the safety net: config and kernel looked at (resyncInterval)
+		conntrackRead,   // conntrack's statistics (kConntrackReadPeriod)
+		countersRead,    // the table's connection counters (kCountersReadPeriod)
+		addressRead,     // every address read again: lost notifications, a failed read
+		addressHandOver, // the followed addresses to the checks (kAddressHandOverSpacing)
+		watchdog,        // systemd's WATCHDOG=1
+		kTimers,
+	};
+	// What one turn of the loop found on its descriptors, not acted on yet.
+	struct Events {
+		Clock::time_point now;
+		bool reload = false; // SIGHUP
+		bool tableChanged = false; // the agent's table changed, or notifications were lost
+		bool addressesChanged = false; // an address inside an outputAddress subnet changed
+	};
+
 	Daemon(std::unique_ptr<DesiredStateSource> source, TableBackend &backend,
 	       NftablesMonitor *monitor, SystemdNotifier notifier, UniqueFd signalFd,
 	       UniqueFd timerFd, std::optional<AddressMonitor> addressMonitor);
+
+	// The first turn: the config, the first sync, the checks started, the timers armed.
+	void start();
+	// Waits for a descriptor or the next deadline and collects what came into `events`;
+	// an exit status when a signal ends the daemon or poll() fails.
+	std::optional<int> waitForEvents(Events &events);
+	// Decides what the events and the deadlines due call for, and does it.
+	void act(const Events &events);
+	// The reads and notices whose deadline has come (conntrack, counters, watchdog, the
+	// addresses handed to the checks).
+	void runDueTimers(Clock::time_point now);
+	bool due(Timer timer, Clock::time_point now) const
+	{
+		return timers_[timer] && now >= *timers_[timer];
+	}
 
 	// Look at the config (and read it if `why` or the source says so), then hand what
 	// it yields to the reconciler. True if there was new content (or a read error).
@@ -83,10 +119,15 @@ private:
 	// This node's addresses for a config just loaded, read first when they are not known
 	// to be current (the first config, lost notifications, no monitor to follow them).
 	NodeAddresses addressesForConfig(Clock::time_point now, bool needed);
-	// A good config was taken in: the address reads it needs, and how they are known.
+	// A good config was taken in: how the addresses are known, for /readyz.
 	void noteConfigTaken();
 	// A new desired state to the reconciler, and to the checks that compare with it.
 	void handOver(DesiredState desired);
+	// The reconciler told why it looks, then what it did reported on.
+	void sync(SyncTrigger trigger);
+	// The nftables monitor's notifications: true when the agent's table changed (or some
+	// were lost); another table's nudge the conflict check. A monitor that fails is dropped.
+	bool drainTableMonitor();
 	// Handle the pending signals; an exit status when the daemon must stop.
 	std::optional<int> readSignals(bool &reload);
 	// A signal that would have ended the process by default, and does not here.
@@ -111,10 +152,13 @@ private:
 	// Applies the monitor's notifications to the view; true when one was about an address
 	// inside an outputAddress subnet. Lost notifications: a new subscription, and a read.
 	bool followAddresses(Clock::time_point now);
-	// A read of every address, when a config with a subnet needs one: coalesced, spaced.
+	// A read of every address: coalesced, spaced.
 	void scheduleAddressRead(Clock::time_point now);
 	// How the addresses are known, for /readyz and /metrics.
 	void reportAddresses();
+	// The view's snapshot to both checks (one copy, shared): they never read the addresses
+	// themselves.
+	void handAddressesToChecks(Clock::time_point now);
 	// How often the loop reads conntrack's statistics (and once at start). The loop
 	// reads them, never a scrape: however many scrapes come, the kernel is asked at
 	// this rate, and a scrape never waits on netlink.
@@ -127,23 +171,23 @@ private:
 	// doubling up to the longest.
 	static constexpr std::chrono::milliseconds kFirstAddressRetry{50};
 	static constexpr std::chrono::milliseconds kLongestAddressRetry{5000};
+	// The checks get the followed addresses at most this often: under a pod churn the
+	// view changes with every notification, and the checks' passes are seconds apart.
+	static constexpr std::chrono::seconds kAddressHandOverSpacing{1};
 
 	std::unique_ptr<DesiredStateSource> source_;
-	NftablesMonitor *monitor_;
+	NftablesMonitor *monitor_; // null: none, or dropped after it failed
 	AgentStatus status_;
 	Reconciler reconciler_;
 	SystemdNotifier notifier_;
 	UniqueFd signalFd_;
 	UniqueFd timerFd_;
 
-	Clock::time_point nextResync_;
+	std::array<std::optional<Clock::time_point>, kTimers> timers_{};
 	Duration resyncEvery_{0};
-	std::optional<Clock::time_point> nextWatchdog_;
 	bool readySent_ = false;
 	std::bitset<NSIG> ignoredSignalsSeen_;
 	std::string lastStatusLine_;
-	Clock::time_point nextConntrackRead_;
-	Clock::time_point nextCountersRead_;
 	std::string lastCountersError_; // logged once per distinct message
 	TableBackend &backend_;
 	std::string lastConntrackError_; // logged once per distinct message
@@ -154,15 +198,16 @@ private:
 	// own with the last desired state's ranges.
 	SnatUsageCheck snatUsageCheck_;
 
-	// This node's addresses (for outputAddress subnets): their change notifications (none:
-	// read at each resync only) and the view they keep current. Which of them matter, and
-	// whether any does, the source says.
+	// This node's addresses: their change notifications (none: read at each resync only)
+	// and the view they keep current, for an outputAddress subnet and for both checks.
+	// Which of them can change the desired state, and whether any does, the source says.
 	std::optional<AddressMonitor> addressMonitor_;
 	NodeAddressView addressView_;
-	std::optional<Clock::time_point> nextAddressRead_;
 	Clock::time_point lastAddressRead_{};
 	std::chrono::milliseconds addressRetry_ = kFirstAddressRetry;
 	std::string lastAddressError_;
+	bool addressesChangedSinceHandOver_ = false;
+	Clock::time_point lastAddressHandOver_{};
 };
 
 } // namespace ipmasq

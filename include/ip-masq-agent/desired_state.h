@@ -12,7 +12,7 @@
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/node_addresses.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/sampled_packet.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -33,11 +33,6 @@ struct SubnetChoice {
 	std::optional<Address> address;
 	bool operator==(const SubnetChoice &) const = default;
 };
-
-// This node's addresses when they are known (nullopt: never read; then a subnet has no
-// address of the node, and no address is warned about; the daemon gives a config with a
-// subnet no desired state until they are known).
-using NodeAddresses = std::optional<std::vector<NodeAddress>>;
 
 struct DesiredState {
 	// What made it: a config read (its lines are logged), or a change of this node's
@@ -72,7 +67,9 @@ std::vector<Prefix> outputSubnets(const LoadedConfig &loaded);
 
 // This node's address in each outputAddress subnet of the config (pickAddressIn), or none:
 // cheap, so that a change of the node's addresses remakes the desired state only when
-// it changes what the subnets give.
+// it changes what the subnets give. Addresses not known (never read) give a subnet no
+// address, and no address is warned about; the daemon gives a config with a subnet no
+// desired state until they are known.
 SubnetAddresses chooseSubnetAddresses(const LoadedConfig &loaded, const NodeAddresses &node);
 
 // A validated config (and the flags) as the desired state, on a node with these addresses.

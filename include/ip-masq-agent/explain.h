@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// --explain: why a destination is (not) masqueraded, from the config, this host and the kernel.
+// --explain: why a destination is (not) masqueraded, from the desired state, this host and the
+// kernel.
 //
-// The decision is made here by a plain scan over the config's entries, independently of
-// the interval sets the ruleset is built from, so that each checks the other: the live
-// check compares this answer with the kernel's set.
+// Each decision is the compiled desired ruleset's (its sets and SNAT statements, as the
+// daemon would apply them here), named by the config's entries behind it; the live check
+// compares the kernel's table with it.
 #pragma once
 
 #include <optional>
@@ -59,14 +60,16 @@ struct ExplainContext {
 	std::string table = kDefaultTableName;
 	// This node's addresses, read once: what is local (fib daddr type local), and for the
 	// other tables' fib and addrtype matches.
-	nat::NodeAddresses node;
+	NodeAddresses node;
 	KernelView kernel;
 	// --explain-source: each applies to the destinations of its family.
 	std::vector<Address> sources;
 	// --explain-interface: the interface the traffic leaves through; "" when not given.
 	std::string outputInterface;
-	// This node's addresses in outputAddress subnets, as the daemon would choose them.
-	SubnetAddresses subnet;
+	// The agent's ruleset as the daemon would make it here (desiredFromConfig): every
+	// decision a line reports is read from it (STYLE.md idiom 23), the config only names
+	// the entries behind it.
+	Ruleset desired;
 	OtherTablesView otherTables;
 };
 

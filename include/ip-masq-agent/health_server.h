@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The HTTP endpoint: /livez, /readyz, /healthz and /metrics, served by Boost.Beast on a
-// thread of its own.
+// The HTTP endpoint: /livez, /readyz, /healthz, /metrics and /snat-usage, served by
+// Boost.Beast on a thread of its own.
 #pragma once
 
 #include <cstddef>
@@ -31,6 +31,8 @@ Result<ListenAddress> parseListenAddress(std::string_view text);
 //             else 503 with the reason
 //   /healthz  the same as /readyz (its name before /readyz existed)
 //   /metrics  Prometheus text
+//   /snat-usage  the SNAT usage table of the last read (snat_usage.h), as --snat-usage
+//             prints it; never a read of its own
 // Requests are handled one thread away from the daemon's loop, so a slow client can
 // never delay a sync, and a stuck loop cannot stop /livez from saying so.
 //

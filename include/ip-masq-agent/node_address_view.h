@@ -34,8 +34,9 @@ public:
 
 	State state() const { return state_; }
 	size_t size() const { return addresses_.size(); }
-	// The addresses, in a fixed order; nullopt while unknown.
-	std::optional<std::vector<NodeAddress>> addresses() const;
+	// The addresses, in a fixed order: complete while current, stale after lost changes,
+	// not known while unknown.
+	NodeAddresses addresses() const;
 
 	// A complete read, made after the monitor whose changes follow subscribed: the view
 	// becomes it, current.

@@ -55,6 +55,30 @@ struct AddressChange {
 // with that many is misconfigured or under attack, and a dump must end.
 inline constexpr size_t kMaxNodeAddresses = 100000;
 
+// This node's addresses as the agent knows them, one type for every reader: the choice in
+// an outputAddress subnet, the NAT evaluator's fib and addrtype matches, what masquerade
+// translates to. The daemon's loop keeps them (node_address_view.h) and hands the checks
+// its snapshot; the modes that run once read them once (fromRead).
+struct NodeAddresses {
+	std::vector<NodeAddress> addresses;
+	// Every address of the node is listed, as read and followed since: an address that is
+	// none of them is not this node's.
+	bool complete = false;
+	// The last known ones, kept after lost notifications or a failed read: they still say
+	// what is local, and what an outputAddress subnet gives until a read succeeds.
+	bool stale = false;
+
+	// Neither: never read, and the list is empty. A failed read is never "this node has
+	// no address".
+	bool known() const { return complete || stale; }
+	// A read that succeeded (complete), or nothing known when it failed.
+	static NodeAddresses fromRead(const Result<std::vector<NodeAddress>> &read);
+	// Whether the kernel routes `address` here (fib type local): one of the addresses, or
+	// loopback (127.0.0.0/8, ::1).
+	bool isLocal(const Address &address) const;
+	bool operator==(const NodeAddresses &) const = default;
+};
+
 
 // The address `outputAddress: <subnet>` SNATs to on this node, or none (then the agent
 // masquerades as usual). Of the node's addresses inside `subnet` (same family), the

@@ -59,6 +59,10 @@ public:
 
 private:
 	void run();
+	// One pass; whatever it throws is caught and logged (a pass that failed is due again
+	// as soon as the pace allows), so that no pass can end the thread or the process.
+	bool runPass() noexcept;
+	void logFailure(const char *what) const noexcept;
 
 	const std::string what_;
 	const Pace pace_;

@@ -10,7 +10,7 @@
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/error.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/sampled_packet.h"
 
 namespace ipmasq {
 
@@ -40,9 +40,8 @@ IntervalSet resolveNonMasquerade(const Config &config, Family family);
 // lists none of that family (then no source of that family is restricted).
 IntervalSet masqueradeSources(const Config &config, Family family);
 
-// Whether `prefix` covers `address`; of `prefixes`, the longest that does (the first
-// listed among equals), or nullptr.
-bool covers(const Prefix &prefix, const Address &address);
+// Of `prefixes`, the longest that contains `address` (the first listed among equals), or
+// nullptr.
 const Prefix *longestCovering(const std::vector<Prefix> &prefixes, const Address &address);
 
 // One entry that takes part in the destination decision.
@@ -65,10 +64,10 @@ struct ExplainDecision {
 	std::optional<ExplainEntry> overrides;
 };
 
-// The decision of the config alone (no local-address or source check), for one address
-// of a family the agent handles. Deliberately its own scan, apart from
-// resolveNonMasquerade's sweep that builds the kernel's sets, so that --explain's live
-// check compares two derivations.
+// The entries of the config that decide one address of a family the agent handles (no
+// local-address or source check): what --explain and the samples name. --explain's verdict
+// is the desired ruleset's; this, a linear scan apart from resolveNonMasquerade's sweep, is
+// also what the tests and fuzz_config check that sweep against.
 ExplainDecision explainDecision(const Config &config, const Address &destination);
 
 // An entry in --explain's words: "nonMasqueradeCIDRs 198.18.0.0/15 (FILE:LINE)",

@@ -25,10 +25,18 @@ void installFatalHandlers();
 
 // Each thread the daemon starts (the health endpoint's, the paced checks') reserves less
 // address space: a 1 MiB stack instead of the 8 MiB of RLIMIT_STACK (their work is bounded
-// and never recurses on input; main()'s own stack, where YAML is parsed, keeps the limit),
-// and malloc keeps at most two arenas instead of one per thread (each reserves 64 MiB). A
-// node that caps the agent's address space (RLIMIT_AS) then leaves it room for its table.
+// and never recurses on input; main()'s own stack, where YAML is parsed, keeps the limit).
+// And each allocates in a malloc arena of its own (kArenas: the loop's and one per thread,
+// not glibc's 8 per core, each of which reserves 64 MiB): a check's pass then never waits
+// for the loop's allocator lock nor makes it wait, and gives its memory back as it frees
+// it, without a malloc_trim() (which locks every arena in turn): blocks from
+// kMmapThreshold on are mapped apart and unmapped when freed (a fixed threshold: glibc's
+// default one grows to 32 MiB as large blocks are freed, and keeps them), and a heap's
+// free top beyond glibc's trim threshold (128 KiB) is given back by free() itself. Under
+// an address-space limit (RLIMIT_AS) too tight for an arena, glibc shares one instead.
 // Call before any thread starts. Fails, naming the call, only where glibc refuses.
+inline constexpr int kArenas = 4;
+inline constexpr int kMmapThreshold = 128 * 1024;
 Status reserveLessPerThread();
 
 // How many descriptors the process may still open: the open-files limit (the soft

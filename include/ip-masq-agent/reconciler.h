@@ -67,10 +67,13 @@ public:
 	Reconciler(TableBackend &backend, Settings settings, AgentStatus &status,
 		   std::function<Clock::time_point()> clock = Clock::now);
 
-	// A new desired state (from desiredFromContent), or why there is none (a bad or
-	// unreadable config): a new ruleset is applied at the next reconcile(); an error
-	// keeps the last good one in force. Errors are logged once per distinct message.
-	Status setDesired(Result<DesiredState> desired);
+	// A new desired state (from desiredFromContent): a new ruleset is applied at the next
+	// reconcile().
+	void setDesired(DesiredState desired);
+	// Why the config makes no desired state (it is bad, or cannot be read): the last good
+	// ruleset stays in force, and reconcile() fails with this until a desired state comes.
+	// Logged and reported once per distinct message.
+	void setConfigError(const Error &error);
 
 	// Make the kernel hold the desired ruleset, doing nothing when nothing changed:
 	// apply a new ruleset; skip when the generation is the one of our last commit;

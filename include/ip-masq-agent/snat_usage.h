@@ -31,6 +31,7 @@
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/netlink/conntrack_dump.h"
+#include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/port_ranges.h"
 #include "ip-masq-agent/ruleset.h"
 
@@ -152,6 +153,10 @@ struct SnatUsage {
 	static constexpr double kWarningRatio = 0.8;
 };
 
+// What masquerade translates to: this node's addresses, or nullopt when they are not known
+// (then any translated address counts as the node's).
+std::optional<std::vector<Address>> translatedByMasquerade(const NodeAddresses &node);
+
 // The aggregation: add() every entry of a dump, then finish(). Memory is bounded by the
 // limits whatever conntrack holds; time is linear in the entries.
 class SnatUsageCounter
@@ -192,6 +197,9 @@ public:
 
 private:
 	bool isAgents(const ConntrackEntry &entry, const SnatFamilyPlan &plan) const;
+	SnatDestination destinationOf(const Key &key, uint32_t connections) const;
+	// The top destinations over every address of the agent's.
+	std::vector<SnatDestinationTotal> totalsOf(const std::vector<SnatDestination> &top) const;
 	void count(std::unordered_map<Key, uint32_t, KeyHash> &map, size_t limit, const Key &key,
 		   uint64_t &overflow);
 

@@ -5,10 +5,12 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/paced_thread.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/snat_usage.h"
@@ -25,6 +27,10 @@ public:
 	// The desired ruleset changed: its SNAT addresses and port ranges (the read after
 	// the next counts by them).
 	void setDesired(const Ruleset &ruleset);
+	// The loop's snapshot of this node's addresses (what masquerade translates to), shared
+	// with the conflict check: the next read counts by it. Until one comes (or while none is
+	// known), any translated address counts as the node's.
+	void setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses);
 	// Starts the thread (after the first sync); a read is due at once, then every period.
 	void start();
 
@@ -38,7 +44,9 @@ private:
 	bool pass();
 
 	AgentStatus &status_;
-	std::optional<SnatPlan> next_; // under thread_.locked()
+	// Under thread_.locked().
+	std::optional<SnatPlan> next_;
+	std::shared_ptr<const NodeAddresses> addresses_ = std::make_shared<const NodeAddresses>();
 	// The thread's own.
 	SnatPlan plan_;
 	std::string lastError_;

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// UniqueFd: sole owner of a file descriptor (inotify, timerfd, signalfd), closed on destruction.
+// UniqueFd: sole owner of a file descriptor (inotify, timerfd, signalfd), closed on destruction;
+// DirHandle: the same for a directory stream (opendir, fdopendir).
 #pragma once
 
+#include <dirent.h>
+#include <memory>
 #include <unistd.h>
 #include <utility>
 
@@ -37,5 +40,10 @@ public:
 private:
 	int fd_ = -1;
 };
+
+struct DirCloser {
+	void operator()(DIR *dir) const { closedir(dir); }
+};
+using DirHandle = std::unique_ptr<DIR, DirCloser>;
 
 } // namespace ipmasq

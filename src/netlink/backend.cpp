@@ -291,8 +291,11 @@ std::string describeOwner(std::optional<uint32_t> portId)
 		return "the kernel does not say which";
 	const auto owner = findPortOwner(*portId);
 	if (!owner)
+		return fmt::format("netlink port {}; its process cannot be looked up: {}", *portId,
+				   owner.error().message);
+	if (!*owner)
 		return fmt::format("netlink port {}; its process is not visible from here", *portId);
-	return fmt::format("netlink port {}, pid {} {}", *portId, owner->pid, quoted(owner->command));
+	return fmt::format("netlink port {}, pid {} {}", *portId, (*owner)->pid, quoted((*owner)->command));
 }
 
 } // namespace
@@ -338,6 +341,22 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 			return fail(batch.error());
 		return commitReplacement(ruleset, *batch, carriers);
 	}
+	if (auto kept = replaceKeepingCounters(ruleset, *encoded, carriers))
+		return std::move(*kept);
+	// The table deletes and creates its counters: they start from the values read just
+	// before the batch is built, and what is counted until the commit is lost.
+	log::debug("table inet {}: replaced whole, its counters created again from the values "
+		   "just read", ruleset.table);
+	startCountersAt(*encoded, carriedCounters(ruleset.table));
+	auto whole = replaceTableBatch(*encoded, socket_.sequence());
+	if (!whole)
+		return fail(whole.error());
+	return commitReplacement(ruleset, *whole, carriers);
+}
+
+std::optional<Result<uint32_t>> NetlinkBackend::replaceKeepingCounters(
+	const Ruleset &ruleset, EncodedTable &encoded, const std::vector<FeatureCarrier> &carriers)
+{
 	// Read, plan and commit, guarded by the generation read: a commit by anyone in
 	// between refuses the batch, and the next attempt reads again. When the plan is
 	// the same (the commits were other tables'), the batch built for it is sent again
@@ -349,7 +368,7 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 		if (!contents) {
 			if (contents.error().errnum == EINTR) // a dump interrupted by another commit
 				continue;
-			return fail(contents.error());
+			return Result<uint32_t>(fail(contents.error()));
 		}
 		if (!*contents)
 			break; // deleted meanwhile: the whole replacement below creates it
@@ -361,10 +380,10 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 		if (batch && sent && sent->sameChanges(*plan)) {
 			batch->setGuard(plan->generation);
 		} else {
-			startCountersAt(*encoded, plan->createdCounters);
-			auto built = replaceKeepingCountersBatch(*encoded, *plan, socket_.sequence());
+			startCountersAt(encoded, plan->createdCounters);
+			auto built = replaceKeepingCountersBatch(encoded, *plan, socket_.sequence());
 			if (!built)
-				return fail(built.error());
+				return Result<uint32_t>(fail(built.error()));
 			batch = std::move(*built);
 		}
 		sent = std::move(plan);
@@ -374,15 +393,7 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 		log::debug("table inet {}: a commit by someone else since it was read (generation {}); "
 			   "reading it again", ruleset.table, sent->generation);
 	}
-	// The table deletes and creates its counters: they start from the values read just
-	// before the batch is built, and what is counted until the commit is lost.
-	log::debug("table inet {}: replaced whole, its counters created again from the values "
-		   "just read", ruleset.table);
-	startCountersAt(*encoded, carriedCounters(ruleset.table));
-	auto whole = replaceTableBatch(*encoded, socket_.sequence());
-	if (!whole)
-		return fail(whole.error());
-	return commitReplacement(ruleset, *whole, carriers);
+	return std::nullopt;
 }
 
 Result<uint32_t> NetlinkBackend::commitReplacement(const Ruleset &ruleset, const Batch &batch,
@@ -665,6 +676,63 @@ void NetlinkBackend::rememberCounters(const TableContents &contents)
 	remember(values);
 }
 
+namespace {
+
+// A named object of the table as a replacement plans with it: a counter with its values.
+TableContents::Object objectOf(nftnl_obj *obj)
+{
+	TableContents::Object read;
+	read.name = stringOf(nftnl_obj_get_str(obj, NFTNL_OBJ_NAME));
+	read.type = nftnl_obj_get_u32(obj, NFTNL_OBJ_TYPE);
+	uint32_t len = 0;
+	const void *data = nftnl_obj_get_data(obj, NFTNL_OBJ_USERDATA, &len);
+	read.comment = userdataComment(data, len, NFTNL_UDATA_OBJ_COMMENT);
+	if (read.type == NFT_OBJECT_COUNTER) {
+		read.packets = nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_PKTS);
+		read.bytes = nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_BYTES);
+	}
+	return read;
+}
+
+// The names of the table's chains (a rule's anonymous ones go with the rule), sets (not
+// anonymous ones), objects and flowtables, into `contents`.
+Status readTableObjects(Socket &socket, const std::string &table, TableContents &contents)
+{
+	const auto context = [&table](const std::string &what) {
+		return fmt::format("reading the {} of table inet {}: ", what, table);
+	};
+	std::vector<ChainPtr> chains;
+	if (auto s = dumpChains(socket, table, chains); !s)
+		return fail(s.error().withContext(context("chains")));
+	for (const ChainPtr &chain : chains) {
+		const uint32_t flags = nftnl_chain_is_set(chain.get(), NFTNL_CHAIN_FLAGS)
+			? nftnl_chain_get_u32(chain.get(), NFTNL_CHAIN_FLAGS)
+			: 0;
+		if (!(flags & NFT_CHAIN_BINDING)) // a rule's anonymous chain goes with the rule
+			contents.chains.push_back(stringOf(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_NAME)));
+	}
+	std::vector<SetPtr> sets;
+	if (auto s = dumpSets(socket, table, sets); !s)
+		return fail(s.error().withContext(context("sets")));
+	for (const SetPtr &set : sets)
+		if (!(nftnl_set_get_u32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS))
+			contents.sets.push_back(stringOf(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
+	std::vector<ObjPtr> objects;
+	if (auto s = dumpObjects(socket, table, objects); !s)
+		return fail(s.error().withContext(context("objects")));
+	for (const ObjPtr &object : objects)
+		contents.objects.push_back(objectOf(object.get()));
+	std::vector<FlowtablePtr> flowtables;
+	if (auto s = dumpFlowtables(socket, table, flowtables); !s)
+		return fail(s.error().withContext(context("flowtables")));
+	for (const FlowtablePtr &flowtable : flowtables)
+		contents.flowtables.push_back(
+			stringOf(nftnl_flowtable_get_str(flowtable.get(), NFTNL_FLOWTABLE_NAME)));
+	return {};
+}
+
+} // namespace
+
 Result<std::optional<TableContents>> NetlinkBackend::readTableContents(const std::string &table)
 {
 	const auto context = [&table](const std::string &what) {
@@ -689,45 +757,8 @@ Result<std::optional<TableContents>> NetlinkBackend::readTableContents(const std
 	const void *data = nftnl_table_get_data(reply, NFTNL_TABLE_USERDATA, &len);
 	contents.comment = userdataComment(data, len, NFTNL_UDATA_TABLE_COMMENT);
 
-	std::vector<ChainPtr> chains;
-	if (auto s = dumpChains(socket_, table, chains); !s)
-		return fail(withPermissionHint(s.error().withContext(context("chains"))));
-	for (const ChainPtr &chain : chains) {
-		const uint32_t flags = nftnl_chain_is_set(chain.get(), NFTNL_CHAIN_FLAGS)
-			? nftnl_chain_get_u32(chain.get(), NFTNL_CHAIN_FLAGS)
-			: 0;
-		if (!(flags & NFT_CHAIN_BINDING)) // a rule's anonymous chain goes with the rule
-			contents.chains.push_back(stringOf(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_NAME)));
-	}
-	std::vector<SetPtr> sets;
-	if (auto s = dumpSets(socket_, table, sets); !s)
-		return fail(withPermissionHint(s.error().withContext(context("sets"))));
-	for (const SetPtr &set : sets)
-		if (!(nftnl_set_get_u32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS))
-			contents.sets.push_back(stringOf(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
-	std::vector<ObjPtr> objects;
-	if (auto s = dumpObjects(socket_, table, objects); !s)
-		return fail(withPermissionHint(s.error().withContext(context("objects"))));
-	for (const ObjPtr &object : objects) {
-		nftnl_obj *obj = object.get();
-		TableContents::Object read;
-		read.name = stringOf(nftnl_obj_get_str(obj, NFTNL_OBJ_NAME));
-		read.type = nftnl_obj_get_u32(obj, NFTNL_OBJ_TYPE);
-		uint32_t len = 0;
-		const void *data = nftnl_obj_get_data(obj, NFTNL_OBJ_USERDATA, &len);
-		read.comment = userdataComment(data, len, NFTNL_UDATA_OBJ_COMMENT);
-		if (read.type == NFT_OBJECT_COUNTER) {
-			read.packets = nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_PKTS);
-			read.bytes = nftnl_obj_get_u64(obj, NFTNL_OBJ_CTR_BYTES);
-		}
-		contents.objects.push_back(std::move(read));
-	}
-	std::vector<FlowtablePtr> flowtables;
-	if (auto s = dumpFlowtables(socket_, table, flowtables); !s)
-		return fail(withPermissionHint(s.error().withContext(context("flowtables"))));
-	for (const FlowtablePtr &flowtable : flowtables)
-		contents.flowtables.push_back(
-			stringOf(nftnl_flowtable_get_str(flowtable.get(), NFTNL_FLOWTABLE_NAME)));
+	if (auto s = readTableObjects(socket_, table, contents); !s)
+		return fail(withPermissionHint(s.error()));
 	return std::optional(std::move(contents));
 }
 
@@ -739,6 +770,44 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTable(const std::string &
 			read.error().withContext(fmt::format("reading table inet {}: ", table))));
 	return read;
 }
+
+namespace {
+
+// An address set of the table (or one of interface names), as declared.
+struct DeclaredSet {
+	std::string name;
+	SetKeys keys;
+	std::string comment;
+};
+
+std::vector<DeclaredSet> declaredAddressSets(const std::vector<SetPtr> &sets)
+{
+	std::vector<DeclaredSet> declared;
+	for (const SetPtr &set : sets) {
+		const char *name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
+		if (const auto keys = addressSetKeys(set.get()); name && keys)
+			declared.push_back({name, *keys, setComment(set.get())});
+	}
+	return declared;
+}
+
+// The elements collected from `set` as the model's AddressSet, or why they are not one.
+Result<AddressSet> addressSetOf(const DeclaredSet &set, BoundaryCollector collector)
+{
+	const Family family = set.keys.family;
+	if (collector.malformed)
+		return fail(fmt::format("set {} holds elements that are not {}", set.name,
+					set.keys.interfaceNames
+						? "interface names"
+						: familyName(family) + std::string(" addresses")),
+			    EPROTO);
+	auto ranges = rangesFromBoundaries(family, std::move(collector.boundaries), set.name);
+	if (!ranges)
+		return fail(ranges.error());
+	return AddressSet{set.name, std::move(*ranges), set.comment, set.keys.interfaceNames};
+}
+
+} // namespace
 
 Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::string &table)
 {
@@ -754,22 +823,9 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::stri
 	Status s = dumpSets(socket_, table, sets);
 	if (!s)
 		return fail(s.error());
-	struct Declared {
-		std::string name;
-		SetKeys keys;
-		std::string comment;
-	};
-	std::vector<Declared> declared;
-	for (const SetPtr &set : sets) {
-		const char *name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
-		if (const auto keys = addressSetKeys(set.get()); name && keys)
-			declared.push_back({name, *keys, setComment(set.get())});
-	}
-
 	std::vector<AddressSet> out;
-	for (const Declared &set : declared) {
-		const Family family = set.keys.family;
-		BoundaryCollector collector{familyBits(family) / 8, {}};
+	for (const DeclaredSet &set : declaredAddressSets(sets)) {
+		BoundaryCollector collector{familyBits(set.keys.family) / 8, {}};
 		s = dumpSetElements(table, set.name, [&collector](const nftnl_set *part) -> Status {
 			if (nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), collectBoundary,
 						   &collector) < 0)
@@ -778,17 +834,10 @@ Result<std::optional<KernelTable>> NetlinkBackend::readTableOnce(const std::stri
 		});
 		if (!s)
 			return fail(s.error().withContext("elements of set " + set.name + ": "));
-		if (collector.malformed)
-			return fail(fmt::format("set {} holds elements that are not {}", set.name,
-						set.keys.interfaceNames ? "interface names"
-									: familyName(family) +
-										  std::string(" addresses")),
-				    EPROTO);
-		auto ranges = rangesFromBoundaries(family, std::move(collector.boundaries), set.name);
-		if (!ranges)
-			return fail(ranges.error());
-		out.push_back(AddressSet{set.name, std::move(*ranges), set.comment,
-					 set.keys.interfaceNames});
+		auto read = addressSetOf(set, std::move(collector));
+		if (!read)
+			return fail(read.error());
+		out.push_back(std::move(*read));
 	}
 
 	std::vector<RulePtr> rules;

@@ -54,18 +54,7 @@ Status Batch::finishMessage(nlmsghdr *nlh)
 	return {};
 }
 
-void Batch::begin(bool echoGeneration)
-{
-	messages_.push_back({"transaction start"});
-	nlmsghdr *nlh = nftnl_batch_begin(static_cast<char *>(nftnl_batch_buffer(batch_.get())),
-					  nextSequence() - 1);
-	if (echoGeneration)
-		nlh->nlmsg_flags |= NLM_F_ECHO;
-	if (nftnl_batch_update(batch_.get()) < 0)
-		throw std::bad_alloc();
-}
-
-void Batch::beginGuarded(uint32_t generation)
+void Batch::begin(std::optional<uint32_t> generation)
 {
 	messages_.push_back({"transaction start"});
 	nlmsghdr *nlh = nftnl_batch_begin(static_cast<char *>(nftnl_batch_buffer(batch_.get())),
@@ -73,8 +62,10 @@ void Batch::beginGuarded(uint32_t generation)
 	nlh->nlmsg_flags |= NLM_F_ECHO;
 	// The attribute goes at the message's tail, and stays there: the batch's pages are
 	// never moved, only added.
-	guard_ = static_cast<nlattr *>(mnl_nlmsg_get_payload_tail(nlh));
-	mnl_attr_put_u32(nlh, NFNL_BATCH_GENID, htonl(generation));
+	if (generation) {
+		guard_ = static_cast<nlattr *>(mnl_nlmsg_get_payload_tail(nlh));
+		mnl_attr_put_u32(nlh, NFNL_BATCH_GENID, htonl(*generation));
+	}
 	if (nftnl_batch_update(batch_.get()) < 0)
 		throw std::bad_alloc();
 }
@@ -234,7 +225,7 @@ std::vector<iovec> Batch::iovecs() const
 Result<Batch> replaceTableBatch(const EncodedTable &table, uint32_t firstSeq)
 {
 	Batch batch(firstSeq);
-	batch.begin(true);
+	batch.begin();
 	const std::string name = nftnl_table_get_str(table.table.get(), NFTNL_TABLE_NAME);
 	// "table inet NAME" then "delete table inet NAME": the delete cannot fail, and the
 	// whole replacement is one transaction, so no packet sees a missing table.
@@ -263,22 +254,13 @@ Status Batch::addDeletion(uint16_t type, std::string description, const std::fun
 	return finishMessage(nlh);
 }
 
-Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const ReplacementPlan &plan,
-					  uint32_t firstSeq)
+namespace {
+
+// Every object of table `name` that the plan does not keep, deleted by name: the rules
+// first (a DELRULE that names only the table deletes every rule of every chain, "flush
+// table": what referred to the chains, sets and objects below lets go of them).
+Status addDeletions(Batch &batch, const std::string &name, const ReplacementPlan &plan)
 {
-	Batch batch(firstSeq);
-	batch.beginGuarded(plan.generation);
-	const std::string name = nftnl_table_get_str(table.table.get(), NFTNL_TABLE_NAME);
-	// The table exists (the plan was read from it, and the generation guard holds): a
-	// NEWTABLE without flags changes nothing, and carries the echo request for the
-	// commit's generation (see replaceTableBatch()).
-	TablePtr handle = tableHandle(name, false);
-	if (auto s = batch.addTable(NFT_MSG_NEWTABLE, NLM_F_ECHO, handle.get(),
-				    fmt::format("{} (kept, with its counters)", table.description));
-	    !s)
-		return fail(s.error());
-	// A DELRULE that names only the table deletes every rule of every chain ("flush
-	// table"): what referred to the chains, sets and objects below lets go of them.
 	RulePtr rules = newRule();
 	nftnl_rule_set_u32(rules.get(), NFTNL_RULE_FAMILY, NFPROTO_INET);
 	nftnl_rule_set_str(rules.get(), NFTNL_RULE_TABLE, name.c_str());
@@ -288,7 +270,7 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 	if (auto s = deletion(NFT_MSG_DELRULE, fmt::format("the rules of table {} (flushing them)", name),
 			      [&](nlmsghdr *nlh) { nftnl_rule_nlmsg_build_payload(nlh, rules.get()); });
 	    !s)
-		return fail(s.error());
+		return s;
 	for (const std::string &chain : plan.deleteChains) {
 		ChainPtr object = newChain();
 		nftnl_chain_set_str(object.get(), NFTNL_CHAIN_TABLE, name.c_str());
@@ -296,7 +278,7 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 		if (auto s = deletion(NFT_MSG_DELCHAIN, fmt::format("chain {} (deleting the previous one)", chain),
 				      [&](nlmsghdr *nlh) { nftnl_chain_nlmsg_build_payload(nlh, object.get()); });
 		    !s)
-			return fail(s.error());
+			return s;
 	}
 	for (const std::string &set : plan.deleteSets) {
 		SetPtr object = newSet();
@@ -305,7 +287,7 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 		if (auto s = deletion(NFT_MSG_DELSET, fmt::format("set {} (deleting the previous one)", set),
 				      [&](nlmsghdr *nlh) { nftnl_set_nlmsg_build_payload(nlh, object.get()); });
 		    !s)
-			return fail(s.error());
+			return s;
 	}
 	for (const auto &[object, type] : plan.deleteObjects) {
 		ObjPtr handleOf = newObj();
@@ -315,7 +297,7 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 		if (auto s = deletion(NFT_MSG_DELOBJ, fmt::format("object {} (deleting the previous one)", object),
 				      [&](nlmsghdr *nlh) { nftnl_obj_nlmsg_build_payload(nlh, handleOf.get()); });
 		    !s)
-			return fail(s.error());
+			return s;
 	}
 	for (const std::string &flowtable : plan.deleteFlowtables) {
 		FlowtablePtr object = newFlowtable();
@@ -325,8 +307,29 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 				      fmt::format("flowtable {} (deleting it)", flowtable),
 				      [&](nlmsghdr *nlh) { nftnl_flowtable_nlmsg_build_payload(nlh, object.get()); });
 		    !s)
-			return fail(s.error());
+			return s;
 	}
+	return {};
+}
+
+} // namespace
+
+Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const ReplacementPlan &plan,
+					  uint32_t firstSeq)
+{
+	Batch batch(firstSeq);
+	batch.begin(plan.generation);
+	const std::string name = nftnl_table_get_str(table.table.get(), NFTNL_TABLE_NAME);
+	// The table exists (the plan was read from it, and the generation guard holds): a
+	// NEWTABLE without flags changes nothing, and carries the echo request for the
+	// commit's generation (see replaceTableBatch()).
+	TablePtr handle = tableHandle(name, false);
+	if (auto s = batch.addTable(NFT_MSG_NEWTABLE, NLM_F_ECHO, handle.get(),
+				    fmt::format("{} (kept, with its counters)", table.description));
+	    !s)
+		return fail(s.error());
+	if (auto s = addDeletions(batch, name, plan); !s)
+		return fail(s.error());
 	if (auto s = batch.addTableContents(table, plan.keptCounters); !s)
 		return fail(s.error());
 	batch.end();
@@ -336,7 +339,7 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 Result<Batch> createTableBatch(const EncodedTable &table, uint32_t firstSeq)
 {
 	Batch batch(firstSeq);
-	batch.begin(true);
+	batch.begin();
 	// NLM_F_ECHO on the first message for the commit's generation, as in
 	// replaceTableBatch(); NLM_F_EXCL so that a table created meanwhile is an error.
 	if (auto s = batch.addEncodedTable(table, NLM_F_EXCL | NLM_F_ECHO); !s)
@@ -348,7 +351,7 @@ Result<Batch> createTableBatch(const EncodedTable &table, uint32_t firstSeq)
 Result<Batch> deleteTableBatch(const std::string &table, uint32_t firstSeq)
 {
 	Batch batch(firstSeq);
-	batch.begin(true);
+	batch.begin();
 	TablePtr handle = tableHandle(table, false);
 	if (auto s = batch.addTable(NFT_MSG_DELTABLE, 0, handle.get(),
 				    fmt::format("table {} (deleting it)", table));
@@ -362,7 +365,7 @@ Result<Batch> updateElementsBatch(const std::string &table, const EncodedElement
 				  uint32_t generation, uint32_t firstSeq)
 {
 	Batch batch(firstSeq);
-	batch.beginGuarded(generation);
+	batch.begin(generation);
 	// Without flags, NEWTABLE of an existing table changes nothing; it is here because
 	// the kernel takes the echo request for the commit's NEWGEN from the first message
 	// (see replaceTableBatch). An element message would echo every element instead.
@@ -383,15 +386,6 @@ Result<Batch> updateElementsBatch(const std::string &table, const EncodedElement
 		    !s)
 			return fail(s.error());
 	batch.end();
-	return batch;
-}
-
-Result<Batch> checkTableBatch(const EncodedTable &table, uint32_t firstSeq)
-{
-	Batch batch(firstSeq);
-	batch.begin(false);
-	if (auto s = batch.addEncodedTable(table); !s)
-		return fail(s.error());
 	return batch;
 }
 

@@ -3,14 +3,19 @@
 #include "ip-masq-agent/netlink/port_owner.h"
 
 #include <cctype>
+#include <cstdio>
+#include <cerrno>
 #include <cstdlib>
-#include <dirent.h>
+#include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <linux/netlink.h>
 #include <sstream>
 #include <unistd.h>
 
 #include <fmt/format.h>
+
+#include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq::netlink {
 
@@ -21,11 +26,17 @@ constexpr int kMaxProcesses = 4096;
 constexpr int kMaxDescriptors = 65536;
 constexpr int kMaxNetlinkLines = 65536;
 
-std::optional<unsigned long> socketInode(uint32_t portId)
+// The inode of the NETLINK_NETFILTER socket of `portId`, nullopt when none is listed.
+Result<std::optional<unsigned long>> socketInode(const std::string &proc, uint32_t portId)
 {
-	std::ifstream in("/proc/net/netlink");
+	const std::string path = proc + "/net/netlink";
+	errno = 0;
+	std::ifstream in(path);
 	std::string line;
-	std::getline(in, line); // the header
+	if (!std::getline(in, line)) { // the header
+		const int err = errno != 0 ? errno : EIO; // before the message allocates
+		return fail(fmt::format("cannot read {}: {}", path, std::strerror(err)), err);
+	}
 	for (int lines = 0; lines < kMaxNetlinkLines && std::getline(in, line); lines++) {
 		std::istringstream fields(line);
 		std::string sk;
@@ -51,62 +62,68 @@ bool isNumber(const char *name)
 	return true;
 }
 
-std::string commandOf(pid_t pid)
+std::string commandOf(const std::string &proc, pid_t pid)
 {
-	std::ifstream in(fmt::format("/proc/{}/comm", pid));
+	std::ifstream in(fmt::format("{}/{}/comm", proc, pid));
 	std::string command;
 	std::getline(in, command);
 	return command;
 }
 
-// Whether process `pid` has a descriptor on `target` ("socket:[inode]"); counts the
-// descriptors it looked at into `budget`.
-bool holds(const std::string &pid, const std::string &target, int &budget)
+// Whether process `pid` (an entry of the open /proc, `procFd`) has a descriptor on
+// `target` ("socket:[inode]"); counts the descriptors it looked at into `budget`. A
+// process whose descriptors cannot be listed (gone, or not ours to read) holds none.
+bool holds(int procFd, const char *pid, std::string_view target, int &budget)
 {
-	const std::string fdDir = "/proc/" + pid + "/fd";
-	DIR *dir = opendir(fdDir.c_str());
-	if (dir == nullptr)
-		return false; // gone, or not ours to read
-	bool found = false;
+	char fdDir[64];
+	if (std::snprintf(fdDir, sizeof(fdDir), "%s/fd", pid) >= int(sizeof(fdDir)))
+		return false;
+	UniqueFd fd(openat(procFd, fdDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	DirHandle dir(fd.isValid() ? fdopendir(fd.get()) : nullptr);
+	if (!dir)
+		return false;
+	(void)fd.release(); // closedir() closes it now
 	char link[64];
-	while (!found && budget > 0) {
-		const dirent *entry = readdir(dir);
+	while (budget > 0) {
+		const dirent *entry = readdir(dir.get());
 		if (entry == nullptr)
-			break;
+			return false;
 		if (!isNumber(entry->d_name))
 			continue;
 		budget--;
-		const ssize_t n = readlinkat(dirfd(dir), entry->d_name, link, sizeof(link) - 1);
-		found = n > 0 && std::string_view(link, static_cast<size_t>(n)) == target;
+		const ssize_t n = readlinkat(dirfd(dir.get()), entry->d_name, link, sizeof(link) - 1);
+		if (n > 0 && std::string_view(link, static_cast<size_t>(n)) == target)
+			return true;
 	}
-	closedir(dir);
-	return found;
+	return false;
 }
 
 } // namespace
 
-std::optional<PortOwner> findPortOwner(uint32_t portId)
+Result<std::optional<PortOwner>> findPortOwner(uint32_t portId, const std::string &proc)
 {
-	const auto inode = socketInode(portId);
+	const auto inode = socketInode(proc, portId);
 	if (!inode)
+		return fail(inode.error());
+	if (!*inode)
 		return std::nullopt;
-	const std::string target = fmt::format("socket:[{}]", *inode);
-	DIR *proc = opendir("/proc");
-	if (proc == nullptr)
-		return std::nullopt;
-	std::optional<PortOwner> owner;
+	const std::string target = fmt::format("socket:[{}]", **inode);
+	DirHandle dir(opendir(proc.c_str()));
+	if (!dir) {
+		const int err = errno; // before the message allocates
+		return fail(fmt::format("cannot list {}: {}", proc, std::strerror(err)), err);
+	}
 	int budget = kMaxDescriptors;
-	for (int processes = 0; !owner && processes < kMaxProcesses && budget > 0; processes++) {
-		const dirent *entry = readdir(proc);
+	for (int processes = 0; processes < kMaxProcesses && budget > 0; processes++) {
+		const dirent *entry = readdir(dir.get());
 		if (entry == nullptr)
 			break;
-		if (!isNumber(entry->d_name) || !holds(entry->d_name, target, budget))
+		if (!isNumber(entry->d_name) || !holds(dirfd(dir.get()), entry->d_name, target, budget))
 			continue;
 		const auto pid = static_cast<pid_t>(std::strtol(entry->d_name, nullptr, 10));
-		owner = PortOwner{pid, commandOf(pid)};
+		return PortOwner{pid, commandOf(proc, pid)};
 	}
-	closedir(proc);
-	return owner;
+	return std::nullopt;
 }
 
 } // namespace ipmasq::netlink

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -27,9 +28,14 @@ namespace {
 // and acknowledgements are capped.
 constexpr size_t kReceiveBufferSize = 64 * 1024 + 4096;
 
-Error systemError(const std::string &what, int errnum)
+// The error of a call that just failed. Callers pass errno first and the message's parts
+// unformatted: no argument allocates, so nothing changes errno before it is read.
+template<typename... Args>
+Error systemError(int errnum, fmt::format_string<Args...> what, Args &&...args)
 {
-	return Error(fmt::format("{}: {}", what, std::strerror(errnum)), errnum);
+	return Error(fmt::format("{}: {}", fmt::format(what, std::forward<Args>(args)...),
+				 std::strerror(errnum)),
+		     errnum);
 }
 
 // How messages name the socket, the kernel side answering it, and what interrupts a dump.
@@ -52,24 +58,44 @@ const ProtocolWords &words(Protocol protocol)
 struct CallbackContext {
 	const ReplyHandler *handler;
 	std::optional<Error> error;
+	std::exception_ptr exception = {}; // what the handler threw
 };
 
-// libmnl calls this for every data message. No exception may unwind through C.
-int dataCallback(const nlmsghdr *nlh, void *data)
+// libmnl calls this for every data message. No exception may unwind through C, and
+// nothing here allocates: out of memory, a handler's bad_alloc is only kept (taking
+// the exception in flight costs no allocation), and looked at once libmnl has returned.
+int dataCallback(const nlmsghdr *nlh, void *data) noexcept
 {
 	auto *context = static_cast<CallbackContext *>(data);
 	try {
 		if (Status s = (*context->handler)(nlh); !s) {
-			context->error = s.error();
+			context->error.emplace(std::move(s.error())); // moved: no allocation
 			return MNL_CB_ERROR;
 		}
 		return MNL_CB_OK;
-	} catch (const std::exception &e) {
-		context->error = Error(fmt::format("handling a netlink reply: {}", e.what()));
 	} catch (...) {
-		context->error = Error("handling a netlink reply: unknown exception");
+		context->exception = std::current_exception();
 	}
 	return MNL_CB_ERROR;
+}
+
+// What a reply handler threw, as the exchange's error, once back from C. Out of memory the
+// message may be the short one, which needs no allocation.
+Error handlerFailure(const std::exception_ptr &exception)
+{
+	try {
+		std::rethrow_exception(exception);
+	} catch (const std::bad_alloc &) {
+		try {
+			return Error("out of memory while handling a netlink reply", ENOMEM);
+		} catch (...) {
+			return Error("out of memory", ENOMEM); // short enough to need no allocation
+		}
+	} catch (const std::exception &e) {
+		return Error(fmt::format("handling a netlink reply: {}", e.what()));
+	} catch (...) {
+		return Error("handling a netlink reply: unknown exception");
+	}
 }
 
 // The kernel's extended-ack text of an NLMSG_ERROR message, if any.
@@ -109,9 +135,9 @@ Result<Socket> Socket::open(Protocol protocol)
 	const ProtocolWords &w = words(protocol);
 	MnlSocketPtr nl(mnl_socket_open2(w.netlinkFamily, SOCK_CLOEXEC));
 	if (!nl)
-		return fail(systemError(fmt::format("cannot open a {}", w.socket), errno));
+		return fail(systemError(errno, "cannot open a {}", w.socket));
 	if (mnl_socket_bind(nl.get(), 0, MNL_SOCKET_AUTOPID) < 0)
-		return fail(systemError(fmt::format("cannot bind the {}", w.socket), errno));
+		return fail(systemError(errno, "cannot bind the {}", w.socket));
 	// Both are optional (older kernels): errors then come without the kernel's text,
 	// or with the failed message echoed, which the answer parsing handles too.
 	int on = 1;
@@ -136,9 +162,8 @@ Status Socket::setReplyTimeout(std::chrono::milliseconds timeout)
 	// timeout bounds it should that ever change.
 	for (const int option : {SO_RCVTIMEO, SO_SNDTIMEO})
 		if (setsockopt(fd(), SOL_SOCKET, option, &value, sizeof(value)) != 0)
-			return fail(systemError(fmt::format("cannot set the {}'s timeouts",
-							    words(protocol_).socket),
-						errno));
+			return fail(systemError(errno, "cannot set the {}'s timeouts",
+						words(protocol_).socket));
 	replyTimeout_ = timeout;
 	return {};
 }
@@ -171,8 +196,7 @@ Status Socket::growBuffer(int option, int forceOption, size_t bytes)
 		return {};
 	if (setsockopt(fd(), SOL_SOCKET, option, &value, sizeof(value)) == 0)
 		return {};
-	return fail(systemError(fmt::format("cannot size a netlink socket buffer to {} bytes",
-					    bytes), errno));
+	return fail(systemError(errno, "cannot size a netlink socket buffer to {} bytes", bytes));
 }
 
 Status Socket::reserveBuffers(size_t sendBytes, size_t receiveBytes)
@@ -186,7 +210,7 @@ Status Socket::joinGroup(unsigned group)
 {
 	int value = static_cast<int>(group);
 	if (mnl_socket_setsockopt(socket_.get(), NETLINK_ADD_MEMBERSHIP, &value, sizeof(value)) < 0)
-		return fail(systemError(fmt::format("cannot join netlink group {}", group), errno));
+		return fail(systemError(errno, "cannot join netlink group {}", group));
 	return {};
 }
 
@@ -194,7 +218,7 @@ Status Socket::leaveGroup(unsigned group)
 {
 	int value = static_cast<int>(group);
 	if (mnl_socket_setsockopt(socket_.get(), NETLINK_DROP_MEMBERSHIP, &value, sizeof(value)) < 0)
-		return fail(systemError(fmt::format("cannot leave netlink group {}", group), errno));
+		return fail(systemError(errno, "cannot leave netlink group {}", group));
 	return {};
 }
 
@@ -219,9 +243,7 @@ Result<bool> Socket::receivePending(const std::function<void(const nlmsghdr *)> 
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
 			return false;
-		return fail(systemError(fmt::format("cannot receive from the {}",
-						    words(protocol_).socket),
-					errno));
+		return fail(systemError(errno, "cannot receive from the {}", words(protocol_).socket));
 	}
 	int len = static_cast<int>(n);
 	for (auto *nlh = reinterpret_cast<const nlmsghdr *>(buffer_.data()); mnl_nlmsg_ok(nlh, len);
@@ -268,10 +290,7 @@ void Socket::clearInterruptions(ssize_t length)
 	int left = static_cast<int>(length);
 	for (auto *nlh = reinterpret_cast<nlmsghdr *>(buffer_.data()); mnl_nlmsg_ok(nlh, left);
 	     nlh = mnl_nlmsg_next(nlh, &left))
-		if (nlh->nlmsg_flags & NLM_F_DUMP_INTR) {
-			nlh->nlmsg_flags &= static_cast<uint16_t>(~NLM_F_DUMP_INTR);
-			interruptedDumps_++;
-		}
+		nlh->nlmsg_flags &= static_cast<uint16_t>(~NLM_F_DUMP_INTR);
 }
 
 Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const RequestBuilder &build,
@@ -289,7 +308,7 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 	if (build)
 		build(nlh);
 	if (mnl_socket_sendto(socket_.get(), nlh, nlh->nlmsg_len) < 0)
-		return fail(systemError("cannot send a netlink request", errno));
+		return fail(systemError(errno, "cannot send a netlink request"));
 
 	CallbackContext context{&onReply, std::nullopt};
 	for (;;) {
@@ -300,7 +319,7 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK) // SO_RCVTIMEO expired
 				return fail(timedOut());
-			return fail(systemError("cannot receive a netlink reply", errno));
+			return fail(systemError(errno, "cannot receive a netlink reply"));
 		}
 		// The kernel never mixes exchanges in one datagram. One that answers another
 		// sequence number is late, for an exchange we gave up on: not ours to read.
@@ -313,8 +332,10 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 		if (ret == MNL_CB_STOP)
 			return {};
 		if (ret == MNL_CB_ERROR) {
+			if (context.exception)
+				return fail(handlerFailure(context.exception));
 			if (context.error)
-				return fail(*context.error);
+				return fail(std::move(*context.error));
 			const int err = errno;
 			if (err == EINTR) // NLM_F_DUMP_INTR
 				return fail(fmt::format("a concurrent {} change interrupted the dump",
@@ -328,12 +349,10 @@ Status Socket::query(uint16_t type, uint16_t family, uint16_t flags, const Reque
 Result<BatchAnswer> Socket::sendBatch(const Batch &batch)
 {
 	discardPending();
-	const size_t expected = batch.acknowledgedMessages();
 	// An acknowledgement costs about 1 KiB of receive buffer (its skb), twice that
 	// leaves room for the generation message and kernels with larger skbs.
-	if (auto s = reserveBuffers(batch.bytes() + 4096, expected * 2048 + 64 * 1024); !s)
+	if (auto s = reserveBuffers(batch.bytes() + 4096, batch.acknowledgedMessages() * 2048 + 64 * 1024); !s)
 		return fail(s.error());
-
 	std::vector<iovec> iov = batch.iovecs();
 	sockaddr_nl kernel{};
 	kernel.nl_family = AF_NETLINK;
@@ -347,70 +366,77 @@ Result<BatchAnswer> Socket::sendBatch(const Batch &batch)
 		sent = sendmsg(fd(), &msg, 0);
 	while (sent < 0 && errno == EINTR);
 	if (sent < 0)
-		return fail(systemError(
-			fmt::format("cannot send a batch of {} bytes", batch.bytes()), errno));
+		return fail(systemError(errno, "cannot send a batch of {} bytes", batch.bytes()));
 	seq_ = batch.nextSequence();
+	return collectAnswers(batch);
+}
 
-	const uint32_t first = batch.firstSequence();
-	const uint32_t count = batch.nextSequence() - first;
-	const uint16_t kNewGenType = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN;
-	BatchAnswer answer;
+namespace {
+
+// The kernel's answers to one batch, message by message: acknowledgements and errors of
+// its messages, and the generation its commit made.
+struct AnswerCollector {
+	uint32_t first; // the batch's sequence numbers: [first, first + count)
+	uint32_t count;
+	BatchAnswer answer = {};
 	size_t answered = 0;
-	const auto onMessage = [&](const nlmsghdr *nlh) {
-		if (nlh->nlmsg_type == NLMSG_ERROR) {
-			if (mnl_nlmsg_get_payload_len(nlh) < sizeof(nlmsgerr))
-				return;
-			const auto *err = static_cast<const nlmsgerr *>(mnl_nlmsg_get_payload(nlh));
-			if (err->msg.nlmsg_seq - first >= count)
-				return; // not ours: left over from an earlier exchange
-			answered++;
-			if (err->error == 0)
-				answer.acknowledged++;
-			else
-				answer.failures.push_back(
-					{err->msg.nlmsg_seq, -err->error, extackMessage(nlh)});
-		} else if (nlh->nlmsg_type == kNewGenType && nlh->nlmsg_seq - first < count) {
+
+	bool ours(uint32_t seq) const { return seq - first < count; }
+
+	void take(const nlmsghdr *nlh)
+	{
+		constexpr uint16_t kNewGenType = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWGEN;
+		if (nlh->nlmsg_type == kNewGenType && ours(nlh->nlmsg_seq)) {
 			GenPtr gen = newGen();
 			if (nftnl_gen_nlmsg_parse(nlh, gen.get()) >= 0 &&
 			    nftnl_gen_is_set(gen.get(), NFTNL_GEN_ID))
 				answer.generation = nftnl_gen_get_u32(gen.get(), NFTNL_GEN_ID);
+			return;
 		}
-	};
+		if (nlh->nlmsg_type != NLMSG_ERROR || mnl_nlmsg_get_payload_len(nlh) < sizeof(nlmsgerr))
+			return;
+		const auto *err = static_cast<const nlmsgerr *>(mnl_nlmsg_get_payload(nlh));
+		if (!ours(err->msg.nlmsg_seq))
+			return; // left over from an earlier exchange
+		answered++;
+		if (err->error == 0)
+			answer.acknowledged++;
+		else
+			answer.failures.push_back({err->msg.nlmsg_seq, -err->error, extackMessage(nlh)});
+	}
+};
 
+} // namespace
+
+Result<BatchAnswer> Socket::collectAnswers(const Batch &batch)
+{
+	const size_t expected = batch.acknowledgedMessages();
+	AnswerCollector answers{batch.firstSequence(), batch.nextSequence() - batch.firstSequence()};
 	bool waited = false;
-	bool timedOutWaiting = false;
-	for (;;) {
-		auto got = receivePending(onMessage);
-		if (!got) {
-			if (got.error().errnum == ENOBUFS)
-				return fail("the kernel's answers to a batch overflowed the socket "
-					    "buffer, so its outcome is unknown", ENOBUFS);
+	int ready = 1;
+	while (ready > 0) {
+		auto got = receivePending([&answers](const nlmsghdr *nlh) { answers.take(nlh); });
+		if (!got && got.error().errnum == ENOBUFS)
+			return fail("the kernel's answers to a batch overflowed the socket buffer, so "
+				    "its outcome is unknown", ENOBUFS);
+		if (!got)
 			return fail(got.error());
-		}
-		if (*got)
-			continue;
-		// Nothing pending. The kernel queues all answers before sendmsg() returns,
-		// so this is the end unless something is missing; then wait once, in case
-		// a kernel ever answers asynchronously.
-		if (answered >= expected || !answer.failures.empty() || waited)
+		// Nothing pending: the kernel queues all answers before sendmsg() returns, so this
+		// is the end unless something is missing; then wait once, in case a kernel ever
+		// answers asynchronously.
+		if (!*got && (answers.answered >= expected || !answers.answer.failures.empty() || waited))
 			break;
-		pollfd pfd{fd(), POLLIN, 0};
-		const int ready = poll(&pfd, 1, static_cast<int>(replyTimeout_.count()));
-		if (ready <= 0) {
-			timedOutWaiting = ready == 0;
-			break;
+		if (!*got) {
+			pollfd pfd{fd(), POLLIN, 0};
+			ready = poll(&pfd, 1, static_cast<int>(replyTimeout_.count()));
+			waited = true;
 		}
-		waited = true;
 	}
-	if (answer.failures.empty() && answer.acknowledged < expected) {
-		const std::string what = fmt::format("the kernel acknowledged {} of {} messages of "
-						     "a batch, so its outcome is unknown",
-						     answer.acknowledged, expected);
-		if (timedOutWaiting)
-			return fail(timedOut(what));
-		return fail(what, EPROTO);
-	}
-	return answer;
+	if (!answers.answer.failures.empty() || answers.answer.acknowledged >= expected)
+		return std::move(answers.answer);
+	const std::string what = fmt::format("the kernel acknowledged {} of {} messages of a batch, "
+					     "so its outcome is unknown", answers.answer.acknowledged, expected);
+	return ready == 0 ? fail(timedOut(what)) : fail(what, EPROTO);
 }
 
 } // namespace ipmasq::netlink

@@ -55,7 +55,7 @@ bool contains(const AddressRange &range, const Address &a)
 
 // Whether the node's fate leaves the packet with another source than the agent's fate.
 Differs differs(const Fate &node, const Fate &agent, const SampledPacket &packet,
-		const nat::NodeAddresses &addresses)
+		const NodeAddresses &addresses)
 {
 	using K = Fate::Kind;
 	if (node.kind == K::dropped || agent.kind == K::dropped)
@@ -132,7 +132,7 @@ bool holds(const std::vector<NatConflict> &list, const NatConflict &conflict)
 } // namespace
 
 std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
-				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
+				     const nat::NatVerdict &agentAlone, const NodeAddresses &addresses,
 				     const nft::NatRuleset &ruleset, const nft::Table *agent)
 {
 	const bool agentExempts = std::all_of(agentAlone.outcomes.begin(), agentAlone.outcomes.end(),
@@ -207,7 +207,7 @@ std::string NatConflict::describe() const
 }
 
 ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *agent,
-			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
+			   std::span<const SampledPacket> samples, const NodeAddresses &addresses,
 			   const CheckLimits &limits)
 {
 	static const nft::NatRuleset kNone;
@@ -362,9 +362,10 @@ Result<LegacyNat> legacyNatTables(const std::string &procNet)
 		const std::string path = procNet + "/" + file;
 		struct stat st;
 		if (stat(path.c_str(), &st) != 0) {
-			if (errno == ENOENT)
+			const int err = errno; // before the message allocates
+			if (err == ENOENT)
 				return false; // the module is not loaded
-			return fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)), errno);
+			return fail(fmt::format("cannot read {}: {}", path, std::strerror(err)), err);
 		}
 		std::ifstream in(path);
 		if (!in)

@@ -1010,13 +1010,6 @@ std::vector<std::vector<Entry>> orders(const std::vector<Entry> &sorted, size_t 
 
 } // namespace
 
-bool NodeAddresses::isLocal(const Address &address) const
-{
-	const bool loopback = address.family == Family::ipv4 ? (address.value >> 24) == 127 : address.value == 1;
-	return loopback || std::any_of(addresses.begin(), addresses.end(),
-				       [&address](const NodeAddress &a) { return a.address == address; });
-}
-
 bool NatVerdict::certain() const
 {
 	if (outcomes.empty())

@@ -262,8 +262,8 @@ AddressFollowingFigures measureAddressFollowing(const std::string &scratch)
 			wall.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
 			// Choosing again, which only a change inside a subnet asks for.
 			const auto chooseStart = Clock::now();
-			if (auto addresses = view.addresses())
-				(void)pickAddressIn(watched.front(), *addresses);
+			if (const NodeAddresses addresses = view.addresses(); addresses.known())
+				(void)pickAddressIn(watched.front(), addresses.addresses);
 			choose.push_back(
 				std::chrono::duration<double, std::milli>(Clock::now() - chooseStart).count());
 			row.overruns += overrun || read < changes ? 1 : 0;

@@ -603,10 +603,15 @@ void measureResync(Row &row, NetlinkBackend &backend, NetlinkBackend &otherProgr
 				failure = "ConfigSource::look: " + content.error().message;
 				return;
 			}
-			if (*content) // a bad config shows in reconcile() below
-				(void)reconciler.setDesired(desiredFromContent(
-					**content, options.config, options.configFlags, options.ruleset,
-					std::nullopt));
+			if (*content) { // a bad config shows in reconcile() below
+				auto desired = desiredFromContent(**content, options.config,
+								  options.configFlags, options.ruleset,
+								  NodeAddresses{});
+				if (desired)
+					reconciler.setDesired(std::move(*desired));
+				else
+					reconciler.setConfigError(desired.error());
+			}
 			if (Status s = reconciler.reconcile(trigger); !s)
 				failure = "Reconciler::reconcile: " + s.error().message;
 		};
@@ -1011,7 +1016,7 @@ ConflictRow measureConflictPass(const std::string &label, const DesiredState &de
 	ConflictRow row;
 	row.label = label;
 	const auto addresses = require(readNodeAddresses(), "reading the node's addresses");
-	const nat::NodeAddresses node{addresses, true};
+	const NodeAddresses node{addresses, true};
 	nft::NatReadLimits limits;
 	limits.skipInetTable = desired.ruleset.table;
 	CheckLimits budget;

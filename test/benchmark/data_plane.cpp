@@ -354,7 +354,7 @@ void loadAgentTable(NetlinkBackend &backend, const DataPlaneRow &row)
 	if (row.options)
 		row.options(options);
 	const DesiredState desired = desiredFromConfig(
-		*loaded, ConfigLocation::file("data-plane.yaml"), options, std::nullopt);
+		*loaded, ConfigLocation::file("data-plane.yaml"), options, NodeAddresses{});
 	if (auto applied = backend.apply(desired.ruleset); !applied)
 		FAIL(row.label << ": " << applied.error().message);
 }

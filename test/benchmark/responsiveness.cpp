@@ -5,12 +5,17 @@
 #include "responsiveness.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <malloc.h>
 #include <poll.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <thread>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -19,6 +24,9 @@
 #include "connection_flood.h"
 #include "ip-masq-agent/netlink/address_monitor.h"
 #include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/netlink/table_reader.h"
+#include "ip-masq-agent/paced_thread.h"
+#include "ip-masq-agent/process_guard.h"
 #include "netns.h"
 
 namespace ipmasq::bench {
@@ -218,6 +226,111 @@ ResponsivenessFigure fightingWriter(const std::string &dir)
 	return figure;
 }
 
+// What the loop's allocations waited for: the longest step in which the thread blocked
+// (a voluntary context switch: a lock held by another thread), and how many did. Steps
+// that were only preempted (a busy machine) do not count.
+struct LoopPauses {
+	double longestMs = -1;
+	size_t blockedSteps = 0;
+	size_t steps = 0;
+};
+
+long voluntarySwitches()
+{
+	rusage usage{};
+	getrusage(RUSAGE_THREAD, &usage);
+	return usage.ru_nvcsw;
+}
+
+// The loop's pauses during check passes, in a child process set up as the daemon sets
+// itself up, with one variant of the allocator's setup: its main thread allocates and
+// frees as a sync does (a few hundred short strings a step) and times each step, while a
+// PacedThread, started after a first thread (the health endpoint's stand-in), runs the NAT
+// conflict check's read of a large other table, pass after pass. `before`: as the checks
+// were, two arenas for the four threads and malloc_trim(0) after each pass.
+LoopPauses loopPauses(bool before, std::chrono::seconds duration)
+{
+	int out[2];
+	if (pipe(out) != 0)
+		return {};
+	const pid_t child = fork();
+	if (child == 0) {
+		close(out[0]);
+		if (before)
+			mallopt(M_ARENA_MAX, 2);
+		else
+			(void)process::reserveLessPerThread();
+		// The health endpoint's stand-in: the first thread, which takes the second arena
+		// and keeps it while the process runs.
+		std::atomic<bool> done{false};
+		std::thread health([&done] {
+			std::vector<std::string> sessions(64, std::string(64, 'h'));
+			while (!done)
+				std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		});
+		std::this_thread::sleep_for(std::chrono::milliseconds(50));
+		PacedThread check("the check", {std::chrono::milliseconds(100), 1}, [before] {
+			(void)nft::readNatRuleset({});
+			if (before)
+				(void)malloc_trim(0);
+			return true;
+		});
+		check.start();
+		check.nudge();
+		LoopPauses pauses{0, 0, 0};
+		for (const auto end = Clock::now() + duration; Clock::now() < end; pauses.steps++) {
+			const long switches = voluntarySwitches();
+			const auto start = Clock::now();
+			std::vector<std::string> sync(300, std::string(40, 's'));
+			sync.clear();
+			const double took = msSince(start);
+			if (voluntarySwitches() != switches) {
+				pauses.blockedSteps++;
+				pauses.longestMs = std::max(pauses.longestMs, took);
+			}
+		}
+		(void)!write(out[1], &pauses, sizeof(pauses));
+		done = true;
+		health.join();
+		_exit(0);
+	}
+	close(out[1]);
+	LoopPauses pauses;
+	if (child < 0 || read(out[0], &pauses, sizeof(pauses)) != sizeof(pauses))
+		pauses = LoopPauses{};
+	close(out[0]);
+	if (child > 0)
+		waitpid(child, nullptr, 0);
+	return pauses;
+}
+
+// Another table of 20,000 rules makes each pass read tens of megabytes and free them.
+std::vector<ResponsivenessFigure> checkPassPauses()
+{
+	std::string rules = "*nat\n:POSTROUTING ACCEPT [0:0]\n";
+	for (int i = 0; i < 20000; i++)
+		rules += fmt::format("-A POSTROUTING -s 198.18.{}.{}/32 -d 203.0.113.0/24 -j MASQUERADE\n",
+				     i / 250, i % 250);
+	rules += "COMMIT\n";
+	test::runOrFail("iptables-nft -t nat -F 2>/dev/null; true");
+	if (FILE *restore = popen("iptables-nft-restore", "w")) {
+		std::fputs(rules.c_str(), restore);
+		pclose(restore);
+	}
+	const LoopPauses before = loopPauses(true, std::chrono::seconds(10));
+	const LoopPauses now = loopPauses(false, std::chrono::seconds(10));
+	test::run("iptables-nft -t nat -F; iptables-nft -t nat -X; nft delete table ip nat 2>/dev/null");
+	const auto figure = [](const char *what, const LoopPauses &p) {
+		return ResponsivenessFigure{
+			what, p.steps == 0 ? "no answer" : p.blockedSteps == 0 ? "none" : ms(p.longestMs),
+			fmt::format("the longest of {} blocked steps in {} over 10 s of passes",
+				    p.blockedSteps, p.steps),
+			"< 1 ms", p.steps > 0 && p.longestMs < 1};
+	};
+	return {figure("a check pass over 20,000 other rules: the loop's longest pause", now),
+		figure("the same with two arenas and malloc_trim(0) after each pass (before)", before)};
+}
+
 std::string g_dir;
 std::vector<ResponsivenessFigure> g_figures;
 
@@ -233,6 +346,8 @@ TEST_CASE("the benchmark's section 10", "[.responsiveness]")
 	g_figures.push_back(snatFollowsAddress(g_dir));
 	underFloods(g_dir, g_figures);
 	g_figures.push_back(fightingWriter(g_dir));
+	for (ResponsivenessFigure &figure : checkPassPauses())
+		g_figures.push_back(std::move(figure));
 }
 
 std::vector<ResponsivenessFigure> measureResponsiveness(const std::string &dir)

@@ -40,7 +40,7 @@ public:
 	Node(const Node &) = delete;
 	Node &operator=(const Node &) = delete;
 
-	static nat::NodeAddresses addresses()
+	static NodeAddresses addresses()
 	{
 		const auto a = [](const char *text) { return *parseAddress(text); };
 		return {{{a("127.0.0.1"), 8}, {a("::1"), 128}, {a("203.0.113.1"), 24},

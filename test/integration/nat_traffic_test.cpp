@@ -21,7 +21,7 @@ using namespace ipmasq::test;
 namespace {
 
 // The node's addresses in traffic_support.h's topology.
-nat::NodeAddresses nodeAddresses()
+NodeAddresses nodeAddresses()
 {
 	const auto a = [](const std::string &text) { return *parseAddress(text); };
 	return {{{a("127.0.0.1"), 8},

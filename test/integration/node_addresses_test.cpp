@@ -499,13 +499,14 @@ std::vector<NodeAddress> sortedUnnamed()
 
 std::vector<NodeAddress> sortedView(const NodeAddressView &view)
 {
-	std::optional<std::vector<NodeAddress>> addresses = view.addresses();
-	REQUIRE(addresses);
-	std::sort(addresses->begin(), addresses->end(), [](const NodeAddress &a, const NodeAddress &b) {
-		return std::tie(a.ifindex, a.address, a.prefixLength, a.peer) <
-		       std::tie(b.ifindex, b.address, b.prefixLength, b.peer);
-	});
-	return std::move(*addresses);
+	NodeAddresses addresses = view.addresses();
+	REQUIRE(addresses.complete);
+	std::sort(addresses.addresses.begin(), addresses.addresses.end(),
+		  [](const NodeAddress &a, const NodeAddress &b) {
+			  return std::tie(a.ifindex, a.address, a.prefixLength, a.peer) <
+				 std::tie(b.ifindex, b.address, b.prefixLength, b.peer);
+		  });
+	return std::move(addresses.addresses);
 }
 
 } // namespace

@@ -328,17 +328,21 @@ TEST_CASE("the reconciler falls back to the full replacement when its update is 
 	Reconciler reconciler(backend, Reconciler::Settings{{}, false, location.path}, status);
 	const auto desired = [&location](const std::vector<std::string> &list) {
 		return desiredFromContent(ConfigContent::single(location.path, configText(list)),
-					  location, {}, {}, std::nullopt);
+					  location, {}, {}, NodeAddresses{});
 	};
 	const std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
 					     "100.64.0.0/10"};
-	REQUIRE(reconciler.setDesired(desired(cidrs)));
+	auto first = desired(cidrs);
+	REQUIRE(first);
+	reconciler.setDesired(std::move(*first));
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
 	const std::string handle = baseChainHandle();
 
 	std::vector<std::string> next = cidrs;
 	next[1] = "172.16.0.0/13";
-	REQUIRE(reconciler.setDesired(desired(next)));
+	auto second = desired(next);
+	REQUIRE(second);
+	reconciler.setDesired(std::move(*second));
 	const Status synced = reconciler.reconcile(SyncTrigger::configChange);
 	INFO((synced ? "" : synced.error().message));
 	REQUIRE(synced);

@@ -29,14 +29,14 @@ TEST_CASE("--config-dir content: the files merge; one bad file makes it an error
 				      {"/etc/config/ip-masq-agent-reconciled", second}}};
 	};
 	auto merged = desiredFromContent(two("nonMasqueradeCIDRs: [192.0.2.0/24]\nresyncInterval: 5m\n"),
-					 kDirectory, {}, {}, std::nullopt);
+					 kDirectory, {}, {}, NodeAddresses{});
 	REQUIRE(merged);
 	CHECK(merged->ruleset == rulesetOf("nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\n"));
 	CHECK(merged->resyncInterval == std::chrono::minutes(5));
 	CHECK(merged->origin == "/etc/config (ip-masq-agent, ip-masq-agent-reconciled)");
 
 	auto bad = desiredFromContent(two("nonMasqueradeCIDRs: [192.0.2.1/24]\n"), kDirectory, {}, {},
-				      std::nullopt);
+				      NodeAddresses{});
 	REQUIRE_FALSE(bad);
 	CHECK_THAT(bad.error().message, Catch::StartsWith("/etc/config/ip-masq-agent-reconciled"));
 }
@@ -45,7 +45,7 @@ TEST_CASE("no file: the built-in defaults, and the origin says why")
 {
 	auto desired = desiredFromContent(ConfigContent::absent(),
 					  ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {},
-					  std::nullopt);
+					  NodeAddresses{});
 	REQUIRE(desired);
 	CHECK(desired->ruleset == buildRuleset(defaultConfig({}), {}));
 	CHECK(desired->resyncInterval == kDefaultResyncInterval);
@@ -58,7 +58,7 @@ TEST_CASE("the warnings and the summary of the config travel with the desired st
 	auto desired = desiredFromContent(
 		ConfigContent::single("/etc/config/ip-masq-agent",
 				      "nonMasqueradeCIDRs: [10.0.0.0/8]\nnoSuchKey: 1\n"),
-		ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {}, std::nullopt);
+		ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {}, NodeAddresses{});
 	REQUIRE(desired);
 	REQUIRE(desired->warnings.size() == 1);
 	CHECK_THAT(desired->warnings.front(), Catch::Contains("noSuchKey"));
@@ -120,10 +120,13 @@ NodeAddress nodeAddress(const char *text, const char *interface)
 	return NodeAddress{*address, 24, interface, 2, false, false, false, false, true};
 }
 
-Result<DesiredState> desiredOn(const std::string &text, const NodeAddresses &node)
+// On a node with these addresses (nullopt: not known, never read).
+Result<DesiredState> desiredOn(const std::string &text,
+			       const std::optional<std::vector<NodeAddress>> &node)
 {
 	return desiredFromContent(ConfigContent::single("/etc/config/ip-masq-agent", text),
-				  ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {}, node);
+				  ConfigLocation::file("/etc/config/ip-masq-agent"), {}, {},
+				  node ? NodeAddresses{*node, true} : NodeAddresses{});
 }
 
 } // namespace
@@ -144,8 +147,8 @@ TEST_CASE("an outputAddress subnet: this node's address in it, or none and why")
 		   Catch::StartsWith("snat ip to 203.0.113.5"));
 
 	// None of the node's addresses in it (or none known): masquerade, and the choice says so.
-	for (const NodeAddresses &elsewhere :
-	     {NodeAddresses(std::vector<NodeAddress>{node[0]}), NodeAddresses()}) {
+	for (const std::optional<std::vector<NodeAddress>> &elsewhere :
+	     {std::optional(std::vector<NodeAddress>{node[0]}), std::optional<std::vector<NodeAddress>>()}) {
 		auto fallback = desiredOn(config, elsewhere);
 		REQUIRE(fallback);
 		REQUIRE(fallback->subnets.size() == 1);
@@ -154,7 +157,7 @@ TEST_CASE("an outputAddress subnet: this node's address in it, or none and why")
 		      "masquerade fully-random");
 	}
 	CHECK(chooseSubnetAddresses(loadConfigContent(ConfigContent::single("f", config), {}).value(),
-				    node)
+				    NodeAddresses{node, true})
 		      .ipv4 == parseAddress("203.0.113.5").value());
 }
 
@@ -202,12 +205,12 @@ TEST_CASE("--once and --dry-run: a failed read of the node's addresses is an err
 	      "failed is not \"no address\"); nothing is applied, try again");
 	auto given = addressesForConfig(subnet, read);
 	REQUIRE(given);
-	REQUIRE(*given);
-	CHECK((*given)->size() == 1);
+	REQUIRE(given->complete);
+	CHECK(given->addresses.size() == 1);
 	CHECK(chooseSubnetAddresses(subnet, *given).ipv4 == own.address);
 
 	// Without a subnet the addresses only serve a warning: the config goes on without them.
 	auto without = addressesForConfig(loaded("outputAddress: 198.18.1.7\n"), failed);
 	REQUIRE(without);
-	CHECK_FALSE(*without);
+	CHECK_FALSE(without->known());
 }

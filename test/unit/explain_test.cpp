@@ -29,8 +29,15 @@ Address address(const char *text)
 	return *parsed;
 }
 
-std::string line(const Config &config, const ExplainContext &context, const char *destination)
+// The line --explain writes: its decisions read from the ruleset the daemon would make of the
+// config here (with these addresses in the outputAddress subnets).
+std::string line(const Config &config, ExplainContext context, const char *destination,
+		 const SubnetAddresses &subnet = {})
 {
+	RulesetOptions options;
+	options.enableIpv6 = context.enableIpv6;
+	options.table = context.table;
+	context.desired = buildRuleset(config, options, subnet);
 	const std::vector<std::string> lines = explainDestinations(config, context, {address(destination)});
 	REQUIRE(lines.size() == 1);
 	return lines[0];
@@ -299,8 +306,8 @@ TEST_CASE("the kernel's source set is compared for the sources asked about")
 		"was edited, or was made from another config or other flags)"));
 	config.masqueradeSourceCIDRs.clear();
 	CHECK(line(config, context, "192.0.2.1").find(
-		      "; the kernel disagrees: it has set masq-src-v4 although masqueradeSourceCIDRs lists "
-		      "no IPv4 prefix") != std::string::npos);
+		      "; the kernel disagrees: it has set masq-src-v4 although the agent's ruleset has "
+		      "none") != std::string::npos);
 }
 
 TEST_CASE("file names are escaped: no config path can break or forge a line")
@@ -468,8 +475,9 @@ TEST_CASE("outputAddress: the verdict names the SNAT target and where it was wri
 	CHECK_THAT(line(subnet, context, "192.0.2.1"),
 		   Catch::StartsWith("192.0.2.1: masqueraded (this node has no address in "
 				     "203.0.113.0/24: outputAddress, /etc/config/ip-masq-agent:8): "));
-	context.subnet.ipv4 = address("203.0.113.5");
-	CHECK_THAT(line(subnet, context, "192.0.2.1"),
+	SubnetAddresses own;
+	own.ipv4 = address("203.0.113.5");
+	CHECK_THAT(line(subnet, context, "192.0.2.1", own),
 		   Catch::StartsWith("192.0.2.1: SNAT to 203.0.113.5, this node's address in "
 				     "203.0.113.0/24 (outputAddress, /etc/config/ip-masq-agent:8): "));
 }
@@ -624,4 +632,27 @@ TEST_CASE("the node-wide clause with outputAddress: what runs first wins, and wh
 		   Catch::EndsWith("; but table ip nat chain POSTROUTING (priority srcnat, before the agent) may "
 				   "rewrite its source to 203.0.113.0/24: rule handle 5 (`xt target NETMAP`), "
 				   "before the agent SNATs to 203.0.113.7"));
+}
+
+TEST_CASE("the verdict and the SNAT target are the desired ruleset's; the config only names the entries")
+{
+	const Config config = fileConfig({entry("10.0.0.0/8", 2)});
+	ExplainContext context;
+	context.kernel.state = KernelView::State::noPermission;
+	// A desired ruleset made of another config: what it says is the answer, and that the
+	// config's entries say otherwise is said too.
+	context.desired = buildRuleset(fileConfig({entry("192.0.2.0/24", 2)}), {});
+	CHECK(explainDestinations(config, context, {address("10.1.2.3")}).front() ==
+	      "10.1.2.3: masqueraded: the desired ruleset and the config's entries disagree "
+	      "(nonMasqueradeCIDRs 10.0.0.0/8 (/etc/config/ip-masq-agent:2)): please report this; "
+	      "could not check the kernel: no CAP_NET_ADMIN");
+	CHECK_THAT(explainDestinations(config, context, {address("192.0.2.1")}).front(),
+		   Catch::StartsWith("192.0.2.1: not masqueraded: the desired ruleset and the config's "
+				     "entries disagree (no entry covers it)"));
+	// The SNAT target comes from the ruleset's SNAT rule, the key's origin from the config.
+	Config egress = config;
+	egress.outputAddress = *parseOutputAddress("203.0.113.7");
+	context.desired = buildRuleset(egress, {});
+	CHECK_THAT(explainDestinations(config, context, {address("192.0.2.1")}).front(),
+		   Catch::StartsWith("192.0.2.1: SNAT to 203.0.113.7: no entry covers it"));
 }

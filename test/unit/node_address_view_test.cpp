@@ -43,10 +43,10 @@ AddressChange removed(NodeAddress a)
 // The view's addresses as "address/len@ifindex[ tentative]" lines, sorted.
 std::vector<std::string> lines(const NodeAddressView &view)
 {
-	const std::optional<std::vector<NodeAddress>> addresses = view.addresses();
-	REQUIRE(addresses);
+	const NodeAddresses addresses = view.addresses();
+	REQUIRE(addresses.known());
 	std::vector<std::string> out;
-	for (const NodeAddress &a : *addresses)
+	for (const NodeAddress &a : addresses.addresses)
 		out.push_back(a.address.toString() + "/" + std::to_string(a.prefixLength) + "@" +
 			      std::to_string(a.ifindex) + (a.tentative ? " tentative" : ""));
 	std::sort(out.begin(), out.end());
@@ -67,9 +67,9 @@ TEST_CASE("view: unknown until read; changes before the first read are left to i
 {
 	NodeAddressView view;
 	CHECK(view.state() == NodeAddressView::State::unknown);
-	CHECK_FALSE(view.addresses());
+	CHECK_FALSE(view.addresses().known());
 	CHECK_FALSE(view.apply(added(address("198.18.1.5/24", 2)), watched()));
-	CHECK_FALSE(view.addresses());
+	CHECK_FALSE(view.addresses().known());
 	view.replace({address("198.18.1.5/24", 2)});
 	CHECK(view.state() == NodeAddressView::State::current);
 	CHECK(lines(view) == std::vector<std::string>{"198.18.1.5/24@2"});
@@ -122,11 +122,11 @@ TEST_CASE("view: the name a read gave an interface survives a change of the addr
 	named.interface = "eth0";
 	view.replace({named});
 	view.apply(added(address("2001:db8:98::9/64", 4)), watched()); // no name in it
-	const std::optional<std::vector<NodeAddress>> addresses = view.addresses();
-	REQUIRE(addresses);
-	REQUIRE(addresses->size() == 1);
-	CHECK(addresses->front().interface == "eth0");
-	CHECK_FALSE(addresses->front().tentative);
+	const NodeAddresses addresses = view.addresses();
+	REQUIRE(addresses.complete);
+	REQUIRE(addresses.addresses.size() == 1);
+	CHECK(addresses.addresses.front().interface == "eth0");
+	CHECK_FALSE(addresses.addresses.front().tentative);
 }
 
 TEST_CASE("view: changes that raced the read, applied after it, leave what the kernel has")
@@ -170,6 +170,10 @@ TEST_CASE("view: lost changes make it stale until the next read; its bound too")
 	view.replace({address("198.18.1.5/24", 2)});
 	view.lose();
 	CHECK(view.state() == NodeAddressView::State::stale);
+	// The snapshot says so: known, no longer complete.
+	CHECK(view.addresses().known());
+	CHECK(view.addresses().stale);
+	CHECK_FALSE(view.addresses().complete);
 	// What is known stays in use, and changes still apply.
 	view.apply(added(address("198.18.1.9/24", 2)), watched());
 	CHECK(view.size() == 2);

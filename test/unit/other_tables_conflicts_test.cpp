@@ -86,16 +86,16 @@ WireRule snatTo(uint64_t handle, const std::string &to)
 	return rule(handle, {target("SNAT", 0, compatRangeV4(NF_NAT_RANGE_MAP_IPS, lo, hi))});
 }
 
-nat::NodeAddresses node(std::vector<std::string> more = {})
+NodeAddresses node(std::vector<std::string> more = {})
 {
-	nat::NodeAddresses n{{{addr("203.0.113.1"), 24}}, true};
+	NodeAddresses n{{{addr("203.0.113.1"), 24}}, true};
 	for (const std::string &a : more)
 		n.addresses.push_back({addr(a), 24});
 	return n;
 }
 
 std::vector<NatConflict> conflicts(const nft::NatRuleset &ruleset, const Config &config,
-				   const nat::NodeAddresses &addresses = node(), const SubnetAddresses &subnet = {})
+				   const NodeAddresses &addresses = node(), const SubnetAddresses &subnet = {})
 {
 	const nft::Table agent = agentTableOf(config, {}, subnet);
 	const std::vector<SampledPacket> samples = samplePackets(config, false);

@@ -28,7 +28,7 @@ Prefix prefixOf(Family family, AddressValue value, unsigned length)
 	return prefix;
 }
 
-// Its own, apart from policy.h's covers(): the oracle shares no code with what it checks.
+// Its own, apart from Prefix::contains(): the oracle shares no code with what it checks.
 bool oracleCovers(const Prefix &prefix, const Address &address)
 {
 	return address.family == prefix.network.family && prefix.first() <= address &&

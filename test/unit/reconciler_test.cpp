@@ -153,13 +153,13 @@ struct Fixture {
 
 	// The reconciler receives desired states as the daemon hands them over: a ruleset
 	// (built with these options), or why the config could not make one.
-	Status desire(const std::string &configText)
+	void desire(const std::string &configText)
 	{
-		return reconciler.setDesired(DesiredState{rulesetOf(configText, options),
-							  DesiredState::Cause::config,
-							  kDefaultResyncInterval, kPath, configText, {}, {}, {}});
+		reconciler.setDesired(DesiredState{rulesetOf(configText, options),
+						   DesiredState::Cause::config, kDefaultResyncInterval,
+						   kPath, configText, {}, {}, {}});
 	}
-	Status broken(const std::string &why) { return reconciler.setDesired(fail(why)); }
+	void broken(const std::string &why) { reconciler.setConfigError(Error(why)); }
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
 	Ruleset rulesetOf(const std::string &text, const RulesetOptions &with = {}) const
 	{
@@ -187,7 +187,7 @@ const std::string kBad = "/etc/config/ip-masq-agent:1:22: nonMasqueradeCIDRs: \"
 TEST_CASE("a new config is applied; nothing is done while the generation stays ours")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 	REQUIRE(f.kernel.applies.size() == 1);
 	CHECK(f.kernel.table == f.rulesetOf(kGood));
@@ -199,7 +199,7 @@ TEST_CASE("a new config is applied; nothing is done while the generation stays o
 	CHECK(f.kernel.checks == 0); // not even a look at the table
 	CHECK(f.metric("ip_masq_agent_noop_resyncs_total") == "5");
 
-	REQUIRE(f.desire(kOther));
+	f.desire(kOther);
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.applies.size() == 1); // only the elements changed: updated in place
 	CHECK(f.kernel.updates.size() == 1);
@@ -209,7 +209,7 @@ TEST_CASE("a new config is applied; nothing is done while the generation stays o
 TEST_CASE("another component's commit: the table is verified once, not rewritten")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.otherTableCommitted();
 	REQUIRE(f.sync(SyncTrigger::resync));
@@ -222,7 +222,7 @@ TEST_CASE("another component's commit: the table is verified once, not rewritten
 TEST_CASE("a table deleted or edited by someone else is restored and counted")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 
 	f.kernel.ourTableDeleted();
@@ -243,10 +243,10 @@ TEST_CASE("a table deleted or edited by someone else is restored and counted")
 TEST_CASE("a bad config keeps the last good ruleset in force, and it is still healed")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 
-	CHECK_FALSE(f.broken(kBad));
+	f.broken(kBad);
 	const Status bad = f.sync(SyncTrigger::configChange);
 	REQUIRE_FALSE(bad);
 	CHECK_THAT(bad.error().message, Catch::Contains("host bits"));
@@ -257,7 +257,7 @@ TEST_CASE("a bad config keeps the last good ruleset in force, and it is still he
 	CHECK_FALSE(f.sync(SyncTrigger::nftablesChange)); // still reports the bad config
 	CHECK(f.kernel.table == f.rulesetOf(kGood));
 
-	REQUIRE(f.desire(kOther));
+	f.desire(kOther);
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.table == f.rulesetOf(kOther));
 	CHECK(f.status.health().ok);
@@ -266,7 +266,7 @@ TEST_CASE("a bad config keeps the last good ruleset in force, and it is still he
 TEST_CASE("a read that other commits keep interrupting is no failure: the table is rewritten")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 
 	f.kernel.otherTableCommitted();
@@ -295,7 +295,7 @@ TEST_CASE("a read that other commits keep interrupting is no failure: the table 
 TEST_CASE("a table deleted right after a restore's commit is restored at the pace, after that one")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.applies.clear();
 
@@ -327,7 +327,7 @@ TEST_CASE("a table deleted right after a restore's commit is restored at the pac
 TEST_CASE("a writer fighting the agent gets its table restored at a bounded, growing pace")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.applies.clear();
 
@@ -380,14 +380,14 @@ TEST_CASE("a writer fighting the agent gets its table restored at a bounded, gro
 TEST_CASE("a new config is applied at once even while restores are paced")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.ourTableDeleted();
 	REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 1, at once
 	f.kernel.ourTableDeleted();
 	REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 2 waits
 	REQUIRE(f.reconciler.nextWake());
-	REQUIRE(f.desire(kOther));
+	f.desire(kOther);
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.table == f.rulesetOf(kOther));
 	CHECK_FALSE(f.reconciler.nextWake());
@@ -402,7 +402,7 @@ TEST_CASE("started with a bad config, the agent adopts its table from the kernel
 		Fixture f(true);
 		const Ruleset inKernel = f.rulesetOf(earlier);
 		f.kernel.table = inKernel;
-		CHECK_FALSE(f.broken(kBad));
+		f.broken(kBad);
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		CHECK(f.kernel.applies.empty()); // adopted, not rewritten
 		CHECK_FALSE(f.status.health().ok); // the config is still bad: not ready
@@ -416,7 +416,7 @@ TEST_CASE("started with a bad config, the agent adopts its table from the kernel
 		CHECK_FALSE(f.sync(SyncTrigger::nftablesChange));
 		CHECK(f.kernel.table == inKernel);
 
-		REQUIRE(f.desire(kOther)); // fixed: the config wins
+		f.desire(kOther); // fixed: the config wins
 		REQUIRE(f.sync(SyncTrigger::configChange));
 		CHECK(f.kernel.table == f.rulesetOf(kOther));
 	}
@@ -427,7 +427,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 	SECTION("a fresh node: no table, none applied")
 	{
 		Fixture f(true);
-		CHECK_FALSE(f.broken(kBad));
+		f.broken(kBad);
 		const Status s = f.sync(SyncTrigger::startup);
 		REQUIRE_FALSE(s);
 		CHECK_THAT(s.error().message, Catch::Contains("host bits"));
@@ -442,7 +442,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 		other.masqChain = "OTHER-CHAIN";
 		const Ruleset foreign = f.rulesetOf(kGood, other);
 		f.kernel.table = foreign;
-		CHECK_FALSE(f.broken(kBad));
+		f.broken(kBad);
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		CHECK_FALSE(f.reconciler.hasDesired());
 		f.kernel.ourTableEdited();
@@ -453,7 +453,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 	{
 		Fixture f(false);
 		f.kernel.table = f.rulesetOf(kGood);
-		CHECK_FALSE(f.broken(kBad));
+		f.broken(kBad);
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		CHECK_FALSE(f.reconciler.hasDesired());
 	}
@@ -462,7 +462,7 @@ TEST_CASE("adoption: only a table these flags would build; none on a fresh node"
 TEST_CASE("someone changing the table right after our commit is caught by the recheck")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	// The kernel says "different" on the recheck after our commit: a change slipped in
 	// while notifications were off.
 	f.kernel.scriptedChecks = {};
@@ -476,7 +476,7 @@ TEST_CASE("someone changing the table right after our commit is caught by the re
 TEST_CASE("a kernel refusal is a failure, reported in health, and the next success clears it")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	f.kernel.applyError = "set nomasq-v4: Invalid argument";
 	const Status s = f.sync(SyncTrigger::startup);
 	REQUIRE_FALSE(s);
@@ -503,11 +503,11 @@ std::string manyCidrs(int changed)
 TEST_CASE("a change of set elements only is an element update against our generation")
 {
 	Fixture f;
-	REQUIRE(f.desire(manyCidrs(10)));
+	f.desire(manyCidrs(10));
 	REQUIRE(f.sync(SyncTrigger::startup));
 	REQUIRE(f.kernel.applies.size() == 1);
 
-	REQUIRE(f.desire(manyCidrs(200)));
+	f.desire(manyCidrs(200));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.applies.size() == 1); // not replaced
 	REQUIRE(f.kernel.updates.size() == 1);
@@ -528,7 +528,7 @@ TEST_CASE("a change of set elements only is an element update against our genera
 	// generation and still goes through.
 	f.kernel.otherTableCommitted();
 	REQUIRE(f.sync(SyncTrigger::nftablesChange));
-	REQUIRE(f.desire(manyCidrs(210)));
+	f.desire(manyCidrs(210));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.updates.size() == 2);
 	CHECK(f.kernel.applies.size() == 1);
@@ -538,11 +538,11 @@ TEST_CASE("a change of set elements only is an element update against our genera
 TEST_CASE("a change beyond elements, or a diff larger than the new sets, replaces the table")
 {
 	Fixture f;
-	REQUIRE(f.desire(manyCidrs(10)));
+	f.desire(manyCidrs(10));
 	REQUIRE(f.sync(SyncTrigger::startup));
 
 	// masqLinkLocal: one range less, and the set's comment changes with it.
-	REQUIRE(f.desire("masqLinkLocal: true\n" + manyCidrs(10)));
+	f.desire("masqLinkLocal: true\n" + manyCidrs(10));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.updates.empty());
 	CHECK(f.kernel.refusedUpdates == 0);
@@ -550,9 +550,9 @@ TEST_CASE("a change beyond elements, or a diff larger than the new sets, replace
 	CHECK(f.kernel.table == f.rulesetOf("masqLinkLocal: true\n" + manyCidrs(10)));
 
 	Fixture g(false, RulesetOptions{});
-	REQUIRE(g.desire(manyCidrs(10)));
+	g.desire(manyCidrs(10));
 	REQUIRE(g.sync(SyncTrigger::startup));
-	REQUIRE(g.desire(kGood)); // 20 ranges removed, 1 added: more than the 2 it holds now
+	g.desire(kGood); // 20 ranges removed, 1 added: more than the 2 it holds now
 	REQUIRE(g.sync(SyncTrigger::configChange));
 	CHECK(g.kernel.updates.empty());
 	CHECK(g.kernel.applies.size() == 2);
@@ -563,9 +563,9 @@ TEST_CASE("a change beyond elements, or a diff larger than the new sets, replace
 TEST_CASE("an element update refused for a stale generation falls back to the replacement")
 {
 	Fixture f;
-	REQUIRE(f.desire(manyCidrs(10)));
+	f.desire(manyCidrs(10));
 	REQUIRE(f.sync(SyncTrigger::startup));
-	REQUIRE(f.desire(manyCidrs(200)));
+	f.desire(manyCidrs(200));
 	f.kernel.commitBeforeNextUpdate = true;
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.refusedUpdates == 1);
@@ -576,7 +576,7 @@ TEST_CASE("an element update refused for a stale generation falls back to the re
 	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
 
 	// After the replacement, updates work again.
-	REQUIRE(f.desire(manyCidrs(210)));
+	f.desire(manyCidrs(210));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.updates.size() == 1);
 }
@@ -586,14 +586,14 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 	SECTION("drift found, restore pending: a new config replaces")
 	{
 		Fixture f;
-		REQUIRE(f.desire(manyCidrs(10)));
+		f.desire(manyCidrs(10));
 		REQUIRE(f.sync(SyncTrigger::startup));
 		f.kernel.ourTableDeleted();
 		REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 1, at once
 		f.kernel.ourTableEdited();
 		REQUIRE(f.sync(SyncTrigger::nftablesChange)); // restore 2 waits its pace
 		REQUIRE(f.reconciler.nextWake());
-		REQUIRE(f.desire(manyCidrs(200)));
+		f.desire(manyCidrs(200));
 		REQUIRE(f.sync(SyncTrigger::configChange));
 		CHECK(f.kernel.updates.empty());
 		CHECK(f.kernel.refusedUpdates == 0); // not even tried
@@ -603,11 +603,11 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 	{
 		Fixture f(true);
 		f.kernel.table = f.rulesetOf(manyCidrs(10));
-		CHECK_FALSE(f.broken(kBad));
+		f.broken(kBad);
 		CHECK_FALSE(f.sync(SyncTrigger::startup));
 		REQUIRE(f.reconciler.hasDesired());
 		REQUIRE(f.kernel.applies.empty());
-		REQUIRE(f.desire(manyCidrs(200)));
+		f.desire(manyCidrs(200));
 		REQUIRE(f.sync(SyncTrigger::configChange));
 		CHECK(f.kernel.updates.empty());
 		CHECK(f.kernel.refusedUpdates == 0);
@@ -619,7 +619,7 @@ TEST_CASE("after drift or adoption, the next change replaces the table")
 TEST_CASE("a failed sync is retried with a growing delay; a success ends the retries")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	f.kernel.applyError = "set nomasq-v4: Invalid argument";
 	REQUIRE_FALSE(f.sync(SyncTrigger::startup));
 	REQUIRE(f.reconciler.nextWake());
@@ -645,7 +645,7 @@ TEST_CASE("a failed sync is retried with a growing delay; a success ends the ret
 TEST_CASE("locked out by the table's owner (EPERM): tried again every 250 ms, not at the resync")
 {
 	Fixture f;
-	REQUIRE(f.desire(kGood));
+	f.desire(kGood);
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.kernel.ourTableDeleted();
 	f.kernel.applyError = "table inet ip-masq-agent is held by another process";
@@ -672,9 +672,8 @@ TEST_CASE("out of memory inside the backend: an ENOMEM failure, retried, never a
 	GuardedBackend guarded(f.kernel);
 	Reconciler reconciler(guarded, Reconciler::Settings{{}, true, kPath}, f.status,
 			      [&f] { return f.now; });
-	REQUIRE(reconciler.setDesired(
-		DesiredState{rulesetOf(kGood), DesiredState::Cause::config, kDefaultResyncInterval,
-			     kPath, kGood, {}, {}, {}}));
+	reconciler.setDesired(DesiredState{rulesetOf(kGood), DesiredState::Cause::config,
+					   kDefaultResyncInterval, kPath, kGood, {}, {}, {}});
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
 	f.kernel.ourTableDeleted();
 	f.kernel.applyThrows = true;

@@ -110,6 +110,13 @@ private:
 	// a guarded batch that someone else's commit made stale).
 	Result<uint32_t> commitReplacement(const Ruleset &ruleset, const netlink::Batch &batch,
 					   const std::vector<FeatureCarrier> &carriers);
+	// The replacement that keeps the table's counters (netlink/replacement.h), read,
+	// planned and committed under the generation guard, a few times over; nullopt when the
+	// table must be replaced whole (gone meanwhile, another comment or flags, or the
+	// guard refused every attempt).
+	std::optional<Result<uint32_t>> replaceKeepingCounters(const Ruleset &ruleset,
+							       netlink::EncodedTable &encoded,
+							       const std::vector<FeatureCarrier> &carriers);
 	// What inet `table` holds, by name, at the generation read first; nullopt when it does
 	// not exist. EINTR: a dump that a commit interrupted.
 	Result<std::optional<netlink::TableContents>> readTableContents(const std::string &table);

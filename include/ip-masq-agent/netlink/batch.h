@@ -34,14 +34,11 @@ public:
 	Batch(Batch &&) = default;
 	Batch &operator=(Batch &&) = default;
 
-	// BATCH_BEGIN. With `echoGeneration` the kernel unicasts the NEWGEN message of
-	// the commit back to us, which carries the new ruleset generation id.
-	void begin(bool echoGeneration);
-	// BATCH_BEGIN carrying the ruleset generation the batch was computed against
-	// (NFNL_BATCH_GENID, as nft sends it): if anyone committed since, the kernel refuses
-	// the whole batch with ERESTART, answering this message only. Echoes the commit's
-	// generation like begin(true).
-	void beginGuarded(uint32_t generation);
+	// BATCH_BEGIN, asking the kernel to unicast the commit's NEWGEN message back to us,
+	// which carries the new ruleset generation id. With `generation`, the one the batch
+	// was computed against (NFNL_BATCH_GENID, as nft sends it): if anyone committed since,
+	// the kernel refuses the whole batch with ERESTART, answering this message only.
+	void begin(std::optional<uint32_t> generation = std::nullopt);
 	// Changes the generation a guarded batch carries, so that the batch can be sent again
 	// as it is once the caller knows nothing it depends on changed. False (and nothing
 	// changed) for a batch that is not guarded.
@@ -140,8 +137,5 @@ Result<Batch> deleteTableBatch(const std::string &table, uint32_t firstSeq);
 // commit's generation, then the deletions, then the additions.
 Result<Batch> updateElementsBatch(const std::string &table, const EncodedElementChanges &changes,
 				  uint32_t generation, uint32_t firstSeq);
-
-// A check-only batch (no BATCH_END) that adds `table`: the kernel validates and aborts.
-Result<Batch> checkTableBatch(const EncodedTable &table, uint32_t firstSeq);
 
 } // namespace ipmasq::netlink

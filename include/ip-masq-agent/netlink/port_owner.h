@@ -8,6 +8,8 @@
 #include <string>
 #include <sys/types.h>
 
+#include "ip-masq-agent/error.h"
+
 namespace ipmasq::netlink {
 
 struct PortOwner {
@@ -17,8 +19,10 @@ struct PortOwner {
 
 // The process with the NETLINK_NETFILTER socket of port `portId` in this network
 // namespace: its inode from /proc/net/netlink, then a bounded scan of /proc/*/fd (at most
-// a few thousand processes and a few tens of thousands of descriptors). nullopt when it is
-// not visible from here (another PID namespace, no /proc) or the scan gave up.
-std::optional<PortOwner> findPortOwner(uint32_t portId);
+// a few thousand processes and a few tens of thousands of descriptors; a process whose
+// descriptors cannot be listed is passed over). nullopt when it is not visible from here
+// (another PID namespace) or the scan gave up; an error, naming the file, when /proc
+// cannot be read. `proc` is /proc unless a test points elsewhere.
+Result<std::optional<PortOwner>> findPortOwner(uint32_t portId, const std::string &proc = "/proc");
 
 } // namespace ipmasq::netlink

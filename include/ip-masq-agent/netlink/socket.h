@@ -106,12 +106,11 @@ public:
 		     const ReplyHandler &onReply, uint8_t subsystem = NFNL_SUBSYS_NFTABLES);
 
 	// Dumps that a concurrent change interrupts (NLM_F_DUMP_INTR) go on instead of failing
-	// with EINTR, and are counted: for a reader that learns from notifications which
+	// with EINTR: for a reader that learns from notifications which
 	// objects changed, and whose dumps are filtered to one table (the kernel then counts
 	// its place in the dump among that table's objects only, so another table's changes
 	// cannot make it skip or repeat one). Off by default.
 	void tolerateInterruptedDumps(bool tolerate) { toleratesInterruptedDumps_ = tolerate; }
-	uint64_t interruptedDumps() const { return interruptedDumps_; }
 
 	// Reads one datagram without blocking into the internal buffer and passes each
 	// message to `onMessage`. Returns false when nothing was pending.
@@ -135,8 +134,10 @@ private:
 	nlmsghdr *putHeader(char *buffer, uint16_t type, uint16_t family, uint16_t flags,
 			    uint32_t seq) const;
 	Status growBuffer(int option, int forceOption, size_t bytes);
+	// The acknowledgements and errors of a batch just sent, and its generation.
+	Result<BatchAnswer> collectAnswers(const Batch &batch);
 	Error timedOut(const std::string &detail = {}) const;
-	// Takes NLM_F_DUMP_INTR off the messages of the datagram in the buffer, counting them.
+	// Takes NLM_F_DUMP_INTR off the messages of the datagram in the buffer.
 	void clearInterruptions(ssize_t length);
 
 	Protocol protocol_;
@@ -146,7 +147,6 @@ private:
 	std::chrono::milliseconds replyTimeout_ = kDefaultReplyTimeout;
 	std::vector<char> buffer_;
 	bool toleratesInterruptedDumps_ = false;
-	uint64_t interruptedDumps_ = 0;
 };
 
 } // namespace ipmasq::netlink

@@ -24,21 +24,9 @@
 #include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
 #include "ip-masq-agent/netlink/codec/model.h"
+#include "ip-masq-agent/sampled_packet.h"
 
 namespace ipmasq {
-
-// One packet to check: the first of a connection from `source` (or from any source of the
-// family) to `destination`, leaving by `outputInterface` (nullopt: not known, so a rule
-// that matches on it "may").
-struct SampledPacket {
-	Address destination;
-	std::optional<Address> source = {};
-	std::optional<std::string> outputInterface = {};
-	// The config entry that decides it, in --explain's words: "nonMasqueradeCIDRs
-	// 198.18.0.0/15 (FILE:LINE)", "built-in default 10.0.0.0/8", "no entry covers it".
-	std::string entry = {};
-	bool operator==(const SampledPacket &) const = default;
-};
 
 struct NatConflict {
 	enum class Kind {
@@ -67,7 +55,7 @@ struct NatConflict {
 // The conflicts one packet shows: `node` is the whole node's verdict, `agentAlone` the
 // verdict of the agent's table alone for the same packet.
 std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::NatVerdict &node,
-				     const nat::NatVerdict &agentAlone, const nat::NodeAddresses &addresses,
+				     const nat::NatVerdict &agentAlone, const NodeAddresses &addresses,
 				     const nft::NatRuleset &ruleset, const nft::Table *agent);
 
 struct CheckLimits {
@@ -86,7 +74,7 @@ struct ConflictPass {
 };
 
 ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *agent,
-			   std::span<const SampledPacket> samples, const nat::NodeAddresses &addresses,
+			   std::span<const SampledPacket> samples, const NodeAddresses &addresses,
 			   const CheckLimits &limits = {});
 
 // The check spread over passes: each resumes at the first sample the last did not reach,

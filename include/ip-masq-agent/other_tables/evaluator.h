@@ -40,18 +40,6 @@ struct Packet {
 	std::optional<uint32_t> ctMark = 0; // the connection's mark
 };
 
-// The node's own addresses, for fib and addrtype. With `complete`, an address that is none
-// of them (nor multicast, nor a subnet's broadcast or network address) is unicast; without
-// it, only "local" is certain.
-struct NodeAddresses {
-	std::vector<NodeAddress> addresses;
-	bool complete = false;
-
-	// Whether the kernel routes `address` here (fib type local): one of the node's
-	// addresses, or loopback (127.0.0.0/8, ::1).
-	bool isLocal(const Address &address) const;
-};
-
 struct Limits {
 	size_t maxJumpDepth = 16; // the kernel's NFT_JUMP_STACK_SIZE; at most 64 is used
 	size_t maxSteps = 100000; // rules and chain ends walked, over all orders and forks
@@ -125,7 +113,9 @@ struct NatVerdict {
 };
 
 // Walks the nat postrouting base chains of `ruleset`'s tables (of the packet's family and
-// inet) and of `agent` (the agent's own table, or nullptr) for `packet`.
+// inet) and of `agent` (the agent's own table, or nullptr) for `packet`. `node` serves fib
+// and addrtype: with `complete`, an address that is none of them (nor multicast, nor a
+// subnet's broadcast or network address) is unicast; without it, only "local" is certain.
 NatVerdict evaluate(const nft::NatRuleset &ruleset, const nft::Table *agent, const Packet &packet,
 		    const NodeAddresses &node, const Limits &limits = {});
 

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/socket.h"
 
 namespace ipmasq::netlink {
@@ -144,9 +145,9 @@ Result<Tuple> parseTuple(const nlattr *nest, Family family)
 Error explained(const Error &error)
 {
 	switch (error.errnum) {
-	case EPERM:
-		return Error("cannot read conntrack's entries: nfnetlink requires CAP_NET_ADMIN "
-			     "(" + error.message + ")", error.errnum);
+	case EPERM: // not always a missing capability: refusal.h tells which refusal it is
+	case EACCES:
+		return explainRefusal(error.withContext("cannot read conntrack's entries: "));
 	case EINVAL:
 	case EOPNOTSUPP:
 		return Error("cannot read conntrack's entries: this kernel has no conntrack netlink "

@@ -36,7 +36,9 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
+#include "ip-masq-agent/netlink/conntrack_dump.h"
 #include "ip-masq-agent/netlink/conntrack_stats.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/unique_fd.h"
 #include "netns.h"
 #include "traffic_support.h"
@@ -336,14 +338,39 @@ TEST_CASE("the entry count follows the connections made; insert counts entries a
 
 namespace {
 
-// What readConntrackStats() says in a child process that `restrict` has first deprived of
-// something (false: it could not, and the test fails): its errno and its message.
+// What a netlink reader says in a child process that `restrict` has first deprived of
+// something (false: it could not, and the test fails): its errno and its message. The
+// readers: conntrack's statistics (the loop's), its entries (the SNAT usage's), and the
+// other tables' NAT (the conflict check's); each must explain a refusal the same way.
 struct RefusedRead {
 	int errnum = -1;
 	std::string message;
 };
 
-RefusedRead readRefused(const std::function<bool()> &restrict)
+using Reader = std::function<ipmasq::Status()>;
+
+ipmasq::Status statsReader()
+{
+	auto stats = ipmasq::netlink::readConntrackStats();
+	return stats ? ipmasq::Status{} : ipmasq::Status(ipmasq::fail(stats.error()));
+}
+
+ipmasq::Status entriesReader()
+{
+	auto dump = ipmasq::netlink::dumpSourceNatEntries([](const ipmasq::ConntrackEntry &) {});
+	return dump ? ipmasq::Status{} : ipmasq::Status(ipmasq::fail(dump.error()));
+}
+
+ipmasq::Status natReader()
+{
+	auto ruleset = ipmasq::nft::readNatRuleset();
+	return ruleset ? ipmasq::Status{} : ipmasq::Status(ipmasq::fail(ruleset.error()));
+}
+
+const std::vector<std::pair<const char *, Reader>> kReaders = {
+	{"conntrack statistics", statsReader}, {"conntrack entries", entriesReader}, {"other tables' NAT", natReader}};
+
+RefusedRead readRefused(const std::function<bool()> &restrict, const Reader &reader = statsReader)
 {
 	int pipeFds[2];
 	REQUIRE(pipe2(pipeFds, O_CLOEXEC) == 0);
@@ -354,10 +381,10 @@ RefusedRead readRefused(const std::function<bool()> &restrict)
 		// No Catch2 in here: plain exit codes say what went wrong.
 		if (!restrict())
 			_exit(100);
-		const auto stats = ipmasq::netlink::readConntrackStats();
-		const std::string message = stats ? "read without privileges" : stats.error().message;
+		const ipmasq::Status read = reader();
+		const std::string message = read ? "read without privileges" : read.error().message;
 		(void)!write(writeEnd.get(), message.data(), message.size());
-		_exit(stats ? 101 : stats.error().errnum);
+		_exit(read ? 101 : read.error().errnum);
 	}
 	writeEnd.reset();
 	int status = -1;
@@ -414,6 +441,30 @@ TEST_CASE("without CAP_NET_ADMIN the read fails at once with EPERM and says what
 	CHECK_THAT(read.message, Catch::Contains("CAP_NET_ADMIN"));
 	CHECK_THAT(read.message, Catch::Contains("the kernel answered EPERM: the agent lacks "
 						 "CAP_NET_ADMIN"));
+}
+
+TEST_CASE("every netlink reader explains a refusal in the same words")
+{
+	// Each way to be refused, against each reader: the one explanation (refusal.h), never
+	// a reader's own guess ("nfnetlink requires CAP_NET_ADMIN" beside "the agent has it").
+	const std::vector<std::pair<const char *, std::function<bool()>>> refusals = {
+		{"no capability", [] { return setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0; }},
+		{"a user namespace of its own", [] { return unshare(CLONE_NEWUSER) == 0; }},
+		{"a seccomp filter", refuseSendto},
+	};
+	for (const auto &[how, restrict] : refusals) {
+		std::set<std::string> explanations;
+		for (const auto &[what, reader] : kReaders) {
+			const RefusedRead read = readRefused(restrict, reader);
+			INFO(how << ", " << what << ": " << read.message);
+			CHECK(read.errnum == EPERM);
+			const size_t at = read.message.find("the kernel answered EPERM: ");
+			REQUIRE(at != std::string::npos);
+			explanations.insert(read.message.substr(at));
+		}
+		INFO(how);
+		CHECK(explanations.size() == 1);
+	}
 }
 
 TEST_CASE("refused with CAP_NET_ADMIN held: the message says what the kernel answered, not that "

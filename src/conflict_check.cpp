@@ -38,6 +38,7 @@ bool ConflictCheck::pass()
 {
 	if (auto next = thread_.locked([this] { return std::move(next_); })) {
 		input_ = std::move(next);
+		inputSerial_++;
 		cycle_.restart();
 	}
 	return input_ && pass(*input_);
@@ -45,50 +46,71 @@ bool ConflictCheck::pass()
 
 bool ConflictCheck::pass(Input &input)
 {
-	if (!input.agent) {
-		auto table = nft::agentTable(input.ruleset);
-		if (!table) {
-			log::warning("the NAT conflict check cannot read the agent's own rules: {}",
-				     table.error().message);
-			status_.natConflictCheckFailed(
-				{fmt::format("could not check other tables' NAT: the agent's own rules "
-					     "cannot be read: {}", table.error().message)});
-			return false;
-		}
-		input.agent = std::move(*table);
-		input.ruleset = {};
-	}
-	std::vector<std::string> warnings = legacyWarnings();
-	nft::NatReadLimits limits;
-	limits.skipInetTable = input.agent->name;
-	auto ruleset = nft::readNatRuleset(limits);
-	if (!ruleset) {
-		if (ruleset.error().message != lastError_)
-			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
-				     "until it can be read", ruleset.error().message);
-		lastError_ = ruleset.error().message;
-		// Said where the operator looks, like a conflict: no gauge is not "no conflict".
-		warnings.insert(warnings.begin(),
-				fmt::format("could not check other tables' NAT: {}", ruleset.error().message));
-		status_.natConflictCheckFailed(std::move(warnings));
+	if (!input.agent && !linearizeAgent(input))
 		return false;
-	}
-	if (!lastError_.empty())
-		log::info("other tables' NAT is readable again");
-	lastError_.clear();
-	const std::shared_ptr<const NodeAddresses> node = thread_.locked([this] { return addresses_; });
+	std::vector<std::string> warnings = legacyWarnings();
+	const nft::NatRuleset *ruleset = otherTables(warnings);
+	if (!ruleset)
+		return false;
+	Evaluated now{ruleset->generation, inputSerial_, thread_.locked([this] { return addresses_; }),
+		      warnings};
+	if (cycle_.next() == 0 && evaluated_ == now)
+		return false;
 	CheckLimits budget;
 	budget.maxSteps = kStepsPerPass;
 	const std::span<const SampledPacket> rest = std::span(input.samples).subspan(cycle_.next());
-	const ConflictPass pass = findConflicts(*ruleset, &*input.agent, rest, *node, budget);
+	const ConflictPass pass = findConflicts(*ruleset, &*input.agent, rest, *now.addresses, budget);
 	auto cycle = cycle_.add(pass, input.samples.size());
 	if (!cycle) {
 		log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} steps "
 			   "in this one)", cycle_.next(), input.samples.size(), pass.steps);
 		return true;
 	}
+	evaluated_ = std::move(now);
 	report(std::move(*cycle), std::move(warnings));
 	return false;
+}
+
+bool ConflictCheck::linearizeAgent(Input &input)
+{
+	auto table = nft::agentTable(input.ruleset);
+	if (!table) {
+		log::warning("the NAT conflict check cannot read the agent's own rules: {}",
+			     table.error().message);
+		status_.natConflictCheckFailed({fmt::format("could not check other tables' NAT: the agent's "
+							    "own rules cannot be read: {}", table.error().message)});
+		return false;
+	}
+	input.agent = std::move(*table);
+	input.ruleset = {};
+	return true;
+}
+
+const nft::NatRuleset *ConflictCheck::otherTables(std::vector<std::string> &warnings)
+{
+	auto generation = nft::readRulesetGeneration();
+	if (read_ && generation && *generation == read_->generation)
+		return &*read_;
+	read_.reset(); // before the read: the old tables and the new are not held at once
+	nft::NatReadLimits limits;
+	limits.skipInetTable = input_->agent->name;
+	auto ruleset = generation ? nft::readNatRuleset(limits) : Result<nft::NatRuleset>(fail(generation.error()));
+	if (!ruleset) {
+		if (ruleset.error().message != lastError_)
+			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
+				     "until it can be read", ruleset.error().message);
+		lastError_ = ruleset.error().message;
+		evaluated_.reset();
+		// Said where the operator looks, like a conflict: no gauge is not "no conflict".
+		warnings.insert(warnings.begin(),
+				fmt::format("could not check other tables' NAT: {}", ruleset.error().message));
+		status_.natConflictCheckFailed(std::move(warnings));
+		return nullptr;
+	}
+	if (!lastError_.empty())
+		log::info("other tables' NAT is readable again");
+	lastError_.clear();
+	return &read_.emplace(std::move(*ruleset));
 }
 
 void ConflictCheck::report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings)

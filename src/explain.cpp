@@ -333,6 +333,7 @@ SampledPacket explainedPacket(const Config &config, const ExplainContext &contex
 		packet.source = sources.front();
 	if (!context.outputInterface.empty())
 		packet.outputInterface = context.outputInterface;
+	packet.transport = context.transport;
 	packet.entry = describeDecidingEntry(config, explainDecision(config, destination));
 	return packet;
 }

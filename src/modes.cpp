@@ -147,6 +147,7 @@ int runExplain(const AgentOptions &options)
 	context.table = options.ruleset.table;
 	context.sources = options.explainSources;
 	context.outputInterface = options.explainInterface;
+	context.transport = options.explainPort;
 	const NodeAddresses node = nodeAddresses();
 	context.node = node;
 	context.kernel = readKernelView(options.ruleset.table);

@@ -163,6 +163,9 @@ Status explainFlags(const std::vector<std::string> &destinations,
 	if (destinations.empty() && !o.explainInterface.empty())
 		return fail("--explain-interface needs --explain=ADDRESS: it says which interface the "
 			    "explained destinations leave through");
+	if (destinations.empty() && o.explainPort)
+		return fail("--explain-port needs --explain=ADDRESS: it says which port and protocol the "
+			    "explained destinations are sent to");
 	if (!o.explainInterface.empty()) {
 		auto name = parseInterfacePattern(o.explainInterface);
 		if (!name)
@@ -349,6 +352,16 @@ const std::vector<FlagRow> kFlagRows = {
 	 "The output interface for --explain, checked against outputInterface and "
 	 "nonMasqueradeInterfaces.",
 	 [](AgentOptions &o, FlagTexts &, const Values &v) { o.explainInterface = v.back(); return Status{}; }},
+	{"explain-port", std::nullopt, FlagRow::Kind::value,
+	 "The destination port and protocol for --explain (443/tcp): other tables' rules that "
+	 "match on them are then decided.",
+	 [](AgentOptions &o, FlagTexts &, const Values &v) -> Status {
+		 auto port = parsePortProtocol(v.back());
+		 if (!port)
+			 return fail(port.error().withContext("--explain-port: "));
+		 o.explainPort = *port;
+		 return {};
+	 }},
 	{"health-addr", kDefaultHealthAddr, FlagRow::Kind::value,
 	 "Serve /livez, /readyz, /healthz, /metrics and /snat-usage on this host:port (\":port\" "
 	 "= every address); empty turns it off.",

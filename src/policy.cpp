@@ -380,7 +380,7 @@ std::vector<SampledPacket> samplePackets(const Config &config, bool enableIpv6,
 		for (const Address &destination : destinations) {
 			const std::string entry = describeDecidingEntry(config, explainDecision(config, destination));
 			for (const std::optional<Address> &source : sources)
-				out.push_back(SampledPacket{destination, source, std::nullopt, entry});
+				out.push_back(SampledPacket{destination, source, std::nullopt, std::nullopt, entry});
 		}
 	}
 	return out;

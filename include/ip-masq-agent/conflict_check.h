@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "ip-masq-agent/agent_status.h"
@@ -51,6 +53,10 @@ private:
 	// One pass (PacedThread::Pass): true when the cycle goes on in the next pass.
 	bool pass();
 	bool pass(Input &input);
+	bool linearizeAgent(Input &input);
+	// Other tables' NAT: what the last read holds while the kernel's generation is unchanged,
+	// read again otherwise; nullptr when it cannot be read (reported to the status).
+	const nft::NatRuleset *otherTables(std::vector<std::string> &warnings);
 	void report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings);
 	std::vector<std::string> legacyWarnings();
 
@@ -62,6 +68,18 @@ private:
 	// The thread's own.
 	std::shared_ptr<Input> input_;
 	ConflictCycle cycle_;
+	uint64_t inputSerial_ = 0; // counts the desired states passes started on
+	std::optional<nft::NatRuleset> read_; // the last read of other tables, while it holds
+	// What the last complete cycle evaluated: a pass that would evaluate the same has nothing
+	// new to find, so a neighbour that stops changing costs a generation request per pass.
+	struct Evaluated {
+		uint32_t generation = 0;
+		uint64_t inputSerial = 0;
+		std::shared_ptr<const NodeAddresses> addresses;
+		std::vector<std::string> warnings;
+		bool operator==(const Evaluated &) const = default;
+	};
+	std::optional<Evaluated> evaluated_;
 	std::vector<NatConflict> conflicts_; // the last complete cycle's
 	std::string lastError_;
 	bool legacySaid_[2] = {false, false}; // IPv4, IPv6

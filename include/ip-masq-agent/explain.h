@@ -19,6 +19,7 @@
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/sampled_packet.h"
 
 namespace ipmasq {
 
@@ -66,6 +67,8 @@ struct ExplainContext {
 	std::vector<Address> sources;
 	// --explain-interface: the interface the traffic leaves through; "" when not given.
 	std::string outputInterface;
+	// --explain-port: the protocol and destination port; nullopt: any.
+	std::optional<PortProtocol> transport;
 	// The agent's ruleset as the daemon would make it here (desiredFromConfig): every
 	// decision a line reports is read from it (STYLE.md idiom 23), the config only names
 	// the entries behind it.

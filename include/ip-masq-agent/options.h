@@ -2,6 +2,7 @@
 // Command-line flags: upstream's names, defaults and Go spellings (-flag=value, --flag value).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/sampled_packet.h"
 
 namespace ipmasq {
 
@@ -28,6 +30,7 @@ struct AgentOptions {
 	std::vector<Address> explain;        // --explain: say why each is (not) masqueraded, exit
 	std::vector<Address> explainSources; // --explain-source: sources for --explain
 	std::string explainInterface;        // --explain-interface: the output interface, or ""
+	std::optional<PortProtocol> explainPort; // --explain-port: 443/tcp, or any protocol and port
 };
 
 struct CommandLine {

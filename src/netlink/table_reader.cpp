@@ -542,6 +542,9 @@ Result<NatRuleset> Reader::read()
 {
 	if (auto s = reopen(); !s)
 		return fail(s.error());
+	auto generation = netlink::rulesetGeneration(*socket_);
+	if (!generation)
+		return fail(generation.error());
 	auto watch = ChangeWatch::open();
 	if (!watch)
 		return fail(watch.error());
@@ -564,6 +567,7 @@ Result<NatRuleset> Reader::read()
 	if (!s)
 		return fail(s.error().withContext("listing the tables and chains: "));
 	NatRuleset ruleset;
+	ruleset.generation = *generation;
 	for (auto &[key, list] : chains) {
 		if (std::none_of(list.begin(), list.end(), isNatPostrouting) ||
 		    (key.family == TableFamily::inet && key.name == limits_.skipInetTable))
@@ -595,6 +599,17 @@ Result<NatRuleset> readNatRuleset(const NatReadLimits &limits)
 	if (!ruleset)
 		return fail(netlink::explainRefusal(ruleset.error()));
 	return ruleset;
+}
+
+Result<uint32_t> readRulesetGeneration()
+{
+	auto socket = netlink::Socket::open();
+	if (!socket)
+		return fail(netlink::explainRefusal(socket.error()));
+	auto generation = netlink::rulesetGeneration(*socket);
+	if (!generation)
+		return fail(netlink::explainRefusal(generation.error()));
+	return generation;
 }
 
 namespace {

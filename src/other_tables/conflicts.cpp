@@ -118,8 +118,13 @@ nat::Packet packetFor(const SampledPacket &sample)
 	packet.destination = sample.destination;
 	packet.source = sample.source.value_or(Address{sample.destination.family, 0});
 	packet.sourceKnown = sample.source.has_value();
-	// The input interface and the protocol stay unknown (nullopt): a match on them "may".
+	// The input interface, and the protocol and ports unless given, stay unknown (nullopt):
+	// a match on them "may". The connection is the agent's kind (Packet::untranslated).
 	packet.outputInterface = sample.outputInterface;
+	if (sample.transport) {
+		packet.l4proto = sample.transport->protocol;
+		packet.destinationPort = sample.transport->port;
+	}
 	return packet;
 }
 
@@ -189,9 +194,10 @@ std::string NatConflict::describeRule() const
 std::string NatConflict::describe() const
 {
 	const std::string traffic = fmt::format(
-		"{} traffic {} to {}", familyName(family),
+		"{} traffic {} to {} {}", familyName(family),
 		example.source ? "from " + example.source->toString() : std::string("from any source"),
-		example.destination.toString());
+		example.destination.toString(),
+		example.transport ? "port " + example.transport->toString() : std::string("on any port"));
 	switch (kind) {
 	case Kind::natsExempted:
 		return fmt::format("{}, which undoes {}: {} is not masqueraded by the agent", describeRule(),

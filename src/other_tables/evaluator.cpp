@@ -721,6 +721,12 @@ Known Walk::ctValue(uint32_t key, std::optional<uint32_t> ctMark) const
 		return Known::u32(8); // NF_CT_STATE_BIT(IP_CT_NEW): a first packet
 	case NFT_CT_DIRECTION:
 		return Known::of(Bytes{0}); // IP_CT_DIR_ORIGINAL
+	case NFT_CT_STATUS: {
+		// In host byte order: the byte of IPS_EXPECTED ... IPS_SRC_NAT_DONE is known clear.
+		Known status = Known::unknown(4);
+		status.known[std::endian::native == std::endian::little ? 0 : 3] = packet_.untranslated;
+		return status;
+	}
 	case NFT_CT_MARK:
 		return ctMark ? Known::u32(*ctMark) : Known::unknown(4);
 	case NFT_CT_L3PROTOCOL:

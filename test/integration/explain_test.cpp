@@ -3,6 +3,7 @@
 // a deleted table, no CAP_NET_ADMIN, a malformed address. Runs in a private network namespace.
 #include <catch2/catch.hpp>
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "agent_process.h"
 #include "nat_components.h"
 #include "netns.h"
+#include "traffic_support.h"
 
 using namespace ipmasq::test;
 
@@ -347,4 +349,39 @@ TEST_CASE("--explain: another table's NAT before the agent's own SNAT, to anothe
 		runOrFail("nft flush ruleset");
 	}
 	cleanup();
+}
+
+TEST_CASE("--explain-port: an SNAT of one port is certain for that port and nothing for another, "
+	  "as traffic from a pod shows")
+{
+	Topology net;
+	SourceEchoServer https(net.external, 443);
+	SourceEchoServer other(net.external, kServerPort);
+	// The external host routes what the neighbour SNATs to back through the node.
+	net.external.runOrFail("ip route add 198.18.0.0/15 via " + kNodeV4);
+	TempDir dir;
+	dir.write("config", fmt::format("nonMasqueradeCIDRs: [{}/32]\n", kServerV4));
+	const std::string config = "--config=" + dir.file("config");
+	applyOnce({"--once", config});
+	runOrFail("nft add table ip web && nft 'add chain ip web post { type nat hook postrouting "
+		  "priority srcnat - 10; }' && nft add rule ip web post tcp dport 443 snat to 198.18.60.1");
+	const auto explained = [&](const std::string &more) {
+		return explain(fmt::format("{} --explain={} --explain-source={} {}", config, kServerV4, kPodV4, more)).out;
+	};
+
+	CHECK_THAT(explained("--explain-port=443/tcp"),
+		   Catch::Contains("; but table ip web chain post (priority srcnat - 10, before the agent) "
+				   "rewrites its source to 198.18.60.1: rule handle ") &&
+			   Catch::EndsWith(" (`tcp dport 443 snat to 198.18.60.1`)\n"));
+	CHECK_THAT(explained("--explain-port=8080/tcp"), Catch::EndsWith("; no other table's NAT undoes that\n"));
+	CHECK_THAT(explained("--explain-port=443/udp"), Catch::EndsWith("; no other table's NAT undoes that\n"));
+	// Without a port the rule may match: may, as before.
+	CHECK_THAT(explained(""), Catch::Contains(" may rewrite its source to 198.18.60.1: rule handle "));
+	// The kernel: the server sees the neighbour's address on 443, the pod's on 8080.
+	const Observation https443 = connectFromPod(net, AF_INET, kServerV4, 443);
+	const Observation plain = connectFromPod(net, AF_INET, kServerV4, kServerPort);
+	INFO(https443 << "\n" << plain);
+	CHECK(https443.address == "198.18.60.1");
+	CHECK(plain.address == kPodV4);
+	(void)run("nft delete table ip web; nft delete table inet ip-masq-agent 2>/dev/null");
 }

@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
+#include "nat_components.h"
 #include "netns.h"
 #include "traffic_support.h"
 
@@ -273,4 +274,145 @@ TEST_CASE("kube-proxy re-creating its tables does not make the agent rewrite its
 	checkUntouched("after kube-proxy deleted and re-created its tables");
 	kubeProxy.flushAndRefill();
 	checkUntouched("after kube-proxy flushed and refilled its tables in one transaction");
+}
+
+// ---- kube-proxy's three nftables shapes, with real Services ----
+//
+// kube-proxy marks a Service connection for masquerading when its client is off the cluster
+// (`ip daddr @cluster-ips ip saddr != <pod CIDR>`), and masquerades a hairpin (a pod that
+// reaches itself through its Service). Its `masquerading` chain took three shapes:
+// - before kubernetes PR #135800: `mark and 0x4000 == 0 return`, `mark set mark xor
+//   0x4000`, `masquerade fully-random`; a hairpin is marked in the endpoint's chain;
+// - PR #135800: the same as one rule;
+// - PR #136499 (today's): that rule, and `ct status dnat ip saddr . ip daddr . meta l4proto
+//   . th dport @hairpin-connections masquerade fully-random` instead of the endpoint's mark.
+// None of them NATs a plain pod connection, the only kind the agent decides on: the agent
+// must report nothing, and every Service flow must behave as kube-proxy intends.
+
+namespace {
+
+enum class Shape { beforePr135800, pr135800, current };
+
+const std::string kClusterIpToServer = "198.18.0.10"; // endpoint: the external server, non-masquerade
+const std::string kClusterIpToPod = "198.18.0.11"; // endpoint: the pod itself (a hairpin)
+const std::string kPodCidr = "198.51.100.0/24";
+
+std::string masqueradingChain(Shape shape)
+{
+	const std::string oneRule =
+		"meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random";
+	switch (shape) {
+	case Shape::beforePr135800:
+		return "mark and 0x4000 == 0 return\n\t\tmark set mark xor 0x4000\n\t\tmasquerade fully-random";
+	case Shape::pr135800: return oneRule;
+	case Shape::current:
+		return oneRule + "\n\t\tct status dnat ip saddr . ip daddr . meta l4proto . th dport "
+				 "@hairpin-connections masquerade fully-random";
+	}
+	return {};
+}
+
+// kube-proxy's `ip kube-proxy` table in `shape`, with two ClusterIP Services.
+std::string kubeProxyShape(Shape shape)
+{
+	// Before PR #136499 the endpoint's chain marks its own pod's connections (a hairpin).
+	const std::string hairpinMark =
+		shape == Shape::current ? "" : fmt::format("ip saddr {} jump mark-for-masquerade\n\t\t", kPodV4);
+	return fmt::format(
+		R"(table ip kube-proxy {{
+	comment "rules for kube-proxy"
+	set cluster-ips {{
+		type ipv4_addr
+		elements = {{ {toServer}, {toPod} }}
+	}}
+	set hairpin-connections {{
+		type ipv4_addr . ipv4_addr . inet_proto . inet_service
+		elements = {{ {pod} . {pod} . tcp . {port} }}
+	}}
+	map service-ips {{
+		type ipv4_addr . inet_proto . inet_service : verdict
+		elements = {{ {toServer} . tcp . 80 : goto service-to-server, {toPod} . tcp . 80 : goto service-to-pod }}
+	}}
+	chain nat-prerouting {{
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}}
+	chain nat-output {{
+		type nat hook output priority -100; policy accept;
+		jump services
+	}}
+	chain nat-postrouting {{
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading
+	}}
+	chain services {{
+		ip daddr @cluster-ips ip saddr != {podCidr} jump mark-for-masquerade
+		ip daddr . meta l4proto . th dport vmap @service-ips
+	}}
+	chain mark-for-masquerade {{
+		mark set mark or 0x4000
+	}}
+	chain masquerading {{
+		{masquerading}
+	}}
+	chain service-to-server {{
+		meta l4proto tcp dnat to {server}:{port}
+	}}
+	chain service-to-pod {{
+		{hairpinMark}meta l4proto tcp dnat to {pod}:{port}
+	}}
+}}
+)",
+		fmt::arg("toServer", kClusterIpToServer), fmt::arg("toPod", kClusterIpToPod), fmt::arg("pod", kPodV4),
+		fmt::arg("port", kServerPort), fmt::arg("podCidr", kPodCidr), fmt::arg("server", kServerV4),
+		fmt::arg("masquerading", masqueradingChain(shape)), fmt::arg("hairpinMark", hairpinMark));
+}
+
+// What the server at the far end saw as the source of one connection.
+std::string sourceSeen(const Netns &client, const std::string &address, uint16_t port)
+{
+	const Observation o = connectFrom(client, AF_INET, address, port);
+	INFO("to " << address << ":" << port << ": " << o);
+	REQUIRE(o.ok());
+	return o.address;
+}
+
+} // namespace
+
+TEST_CASE("kube-proxy's nftables rules in each of their three shapes: no conflict, and its Services work")
+{
+	const auto [shape, name] = GENERATE(std::pair{Shape::beforePr135800, "before PR #135800"},
+					    std::pair{Shape::pr135800, "PR #135800"},
+					    std::pair{Shape::current, "PR #136499 (today's)"});
+	INFO("kube-proxy's shape: " << name);
+	Topology net;
+	SourceEchoServer server(net.external);
+	SourceEchoServer podServer(net.pod); // the hairpin's endpoint
+	// An off-cluster client: the external host reaches the ClusterIPs through the node.
+	net.external.runOrFail("ip route add 198.18.0.0/24 via " + kNodeV4);
+	TempDir dir;
+	dir.write("kube-proxy.nft", kubeProxyShape(shape));
+	runOrFail("nft -f " + dir.file("kube-proxy.nft"));
+	{
+		// The pod network and the endpoints' range are non-masquerade, as a cluster lists them.
+		// The Agent's destructor waits for a complete NAT check and requires it to report
+		// nothing (no conflict of any certainty).
+		Agent agent(fmt::format("nonMasqueradeCIDRs: [{}, 203.0.113.0/24]\n", kPodCidr), {});
+		// A plain pod connection to a non-masquerade destination keeps the pod's address.
+		requireSource(net, agent, AF_INET, kServerV4, kServerPort, kPodV4);
+		// The same endpoint through its ClusterIP from a pod: kube-proxy does not mark it.
+		CHECK(sourceSeen(net.pod, kClusterIpToServer, 80) == kPodV4);
+		// From off the cluster (192.0.2.2): kube-proxy marks and masquerades it.
+		CHECK(sourceSeen(net.external, kClusterIpToServer, 80) == kNodeV4);
+		// A pod reaching itself through its Service: masqueraded to the node's address on
+		// the pod's link, so the reply comes back through the node.
+		CHECK(sourceSeen(net.pod, kClusterIpToPod, 80) == "198.51.100.1");
+		// Not listed: the agent masquerades.
+		requireSource(net, agent, AF_INET, kOtherServerV4, kServerPort, kNodeV4);
+		// Every kube-proxy rule the agent reads prints as nft lists it.
+		const auto ruleset = ipmasq::nft::readNatRuleset();
+		REQUIRE(ruleset);
+		CHECK(requireNftText(*ruleset).rules >= 3);
+	}
+	runOrFail("nft delete table ip kube-proxy");
 }

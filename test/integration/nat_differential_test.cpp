@@ -8,8 +8,9 @@
 // each with an outputAddress form (none: masquerade; an address; a range; a subnet that
 // holds an address of the node), the agent's table applied with --once. For each case ONE
 // real connection from the pod through the node to the external host, the source the host
-// saw, and `ip-masq-agent --explain=DEST --explain-source=POD --explain-interface=to-ext`
-// for the same packet:
+// saw, and `ip-masq-agent --explain=DEST --explain-source=POD --explain-interface=to-ext
+// [--explain-port=PORT/tcp]` for the same packet (a TCP connection to port 8080 or 443, the
+// port given to --explain or not, drawn per case):
 //   - a certain claim must equal what the host saw: "no other table's NAT undoes that"
 //     means the host saw what the agent's rules alone give (the line's first verdict);
 //     "but <rule> masquerades it / rewrites its source to X" means it saw that;
@@ -17,7 +18,8 @@
 //     marks the case undecidable, with its reason: equal-priority chains whose order (by
 //     registration, which a dump does not tell) decides differently; -m statistic; a
 //     masquerade against the agent's SNAT to an address of the node (which address a
-//     masquerade picks depends on routing, which the evaluator does not model);
+//     masquerade picks depends on routing, which the evaluator does not model); a rule
+//     that matches a protocol and port when --explain was given no port;
 //   - every rule loaded prints as `nft -a list table` lists it (nat_components.h);
 //   - the generator's own model of the rules (kept small and obvious) agrees with the
 //     host, so its "undecidable" marks can be trusted.
@@ -57,6 +59,7 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr uint64_t kCiSeed = 20261127;
+constexpr uint16_t kHttpsPort = 443; // the connection's other port (kServerPort the first)
 constexpr size_t kDefaultCases = 200;
 constexpr size_t kMaxCases = 2000;
 // About 0.1 s a case here: the default count takes some 20 s; a slow machine stops early.
@@ -121,6 +124,8 @@ struct ModelPacket {
 	std::string destination;
 	uint32_t mark = 0;
 	bool randomMatches = false;
+	uint16_t port = kServerPort; // TCP's destination port
+	bool portGiven = true; // to --explain
 };
 
 // What one component's rules do to the packet, in its chain: nothing (the walk goes on,
@@ -149,6 +154,8 @@ struct Case {
 	std::string destination;
 	std::string config; // the agent's
 	Fate agentAlone; // what the agent's rules alone do with the packet
+	uint16_t port = kServerPort; // the connection's, TCP
+	bool portGiven = true; // --explain-port=PORT/tcp
 	std::vector<Component> components;
 	std::vector<std::string> covers = {}; // what it exercises, for the run's coverage check
 };
@@ -162,7 +169,7 @@ struct ModelVerdict {
 std::optional<Fate> walk(const Case &c, const std::vector<Stage> &order, bool randomMatches,
 			 std::vector<std::string> &undecidable)
 {
-	ModelPacket packet{c.destination, 0, randomMatches};
+	ModelPacket packet{c.destination, 0, randomMatches, c.port, c.portGiven};
 	for (const Stage &stage : order) {
 		if (stage.components.empty()) {
 			if (c.agentAlone.kind != Fate::Kind::unchanged)
@@ -494,6 +501,36 @@ Component atPriority(Rng &rng, const std::string &d, bool tied)
 		}};
 }
 
+// A rule that matches a protocol and a destination port, in nft or iptables syntax: decided
+// when --explain is given the connection's port and protocol.
+Component portRule(Rng &rng, const std::string &d)
+{
+	const std::string protocol = coin(rng) ? "tcp" : "udp";
+	const uint16_t port = coin(rng) ? kHttpsPort : kServerPort;
+	const bool masquerade = coin(rng);
+	const bool iptables = coin(rng);
+	const auto matches = [=](ModelPacket &p, std::vector<std::string> &undecidable) -> std::optional<Fate> {
+		if (!p.portGiven)
+			undecidable.push_back("a rule matches a protocol and port, and --explain was given none");
+		if (protocol != "tcp" || port != p.port)
+			return std::nullopt;
+		return masquerade ? kMasquerade : snatTo("198.18.63.1");
+	};
+	const std::string description = fmt::format("{} dport {}: {} ({})", protocol, port,
+						    masquerade ? "masquerade" : "SNAT to 198.18.63.1",
+						    iptables ? "iptables" : "nft");
+	if (iptables)
+		return {description,
+			{fmt::format("iptables-nft -w -t nat -A POSTROUTING -d {}/32 -p {} --dport {} -j {}", d, protocol,
+				     port, masquerade ? "MASQUERADE" : "SNAT --to-source 198.18.63.1")},
+			{}, "ip nat", 100, false, matches};
+	return {description, {},
+		nftTable("ports", "srcnat - 7",
+			 fmt::format("\t\tip daddr {} {} dport {} {}\n", d, protocol, port,
+				     masquerade ? "masquerade" : "snat to 198.18.63.1")),
+		"ip ports", 93, false, matches};
+}
+
 using Maker = std::function<Component(Rng &, const std::string &)>;
 
 const std::vector<Maker> &makers()
@@ -507,7 +544,7 @@ const std::vector<Maker> &makers()
 		verdictMap, marks,
 		[](Rng &r, const std::string &d) { return atPriority(r, d, true); },
 		[](Rng &r, const std::string &d) { return atPriority(r, d, false); },
-		statistic,
+		statistic, portRule,
 	};
 	return all;
 }
@@ -561,6 +598,9 @@ Case generated(uint64_t seed, size_t index)
 		if (c.components.back().registeredAfterAgent)
 			c.covers.push_back("registered after the agent");
 	}
+	c.port = coin(rng) ? kHttpsPort : kServerPort;
+	c.portGiven = pick(rng, 4) != 0;
+	c.covers.push_back(c.portGiven ? "port given" : "no port given");
 	return c;
 }
 
@@ -735,7 +775,8 @@ size_t envNumber(const char *name, size_t fallback)
 
 std::string describe(const Case &c)
 {
-	std::string out = fmt::format("{}: to {}, config: {}", c.name, c.destination, c.config);
+	std::string out = fmt::format("{}: to {} port {}/tcp ({}), config: {}", c.name, c.destination, c.port,
+				      c.portGiven ? "given to --explain" : "not given to --explain", c.config);
 	for (const Component &component : c.components)
 		out += "  + " + component.description + "\n";
 	return out;
@@ -775,11 +816,12 @@ void runCase(const Topology &net, const Case &c, Tally &tally)
 	REQUIRE(once == 0);
 	loadComponents(c, true, dir);
 
-	const Observation seen = connectFromPod(net, AF_INET, c.destination, kServerPort);
+	const Observation seen = connectFromPod(net, AF_INET, c.destination, c.port);
 	std::string explained;
+	const std::string port = c.portGiven ? fmt::format(" --explain-port={}/tcp", c.port) : "";
 	const int status = run(fmt::format("timeout 60 {} --config={} --explain={} --explain-source={} "
-					   "--explain-interface=to-ext 2>/dev/null",
-					   agent, dir.file("config"), c.destination, kPodV4),
+					   "--explain-interface=to-ext{} 2>/dev/null",
+					   agent, dir.file("config"), c.destination, kPodV4, port),
 			       &explained);
 	const std::string ruleset = runOrFail("nft list ruleset");
 	const ModelVerdict expected = model(c);
@@ -840,6 +882,7 @@ TEST_CASE("--explain's whole-node clause against the source the external host se
 
 	Topology net;
 	SourceEchoServer server(net.external);
+	SourceEchoServer https(net.external, kHttpsPort);
 	// The external host routes what the rules SNAT to back through the node; the node has
 	// an address in the outputAddress subnet 198.18.200.0/24.
 	net.external.runOrFail("ip route add 198.18.0.0/15 via 203.0.113.1");
@@ -880,7 +923,8 @@ TEST_CASE("--explain's whole-node clause against the source the external host se
 	// A run of the default size exercises every component, every outputAddress form, both
 	// decisions of the agent and both registration orders (the CI seed does).
 	if (ran >= kDefaultCases) {
-		std::vector<std::string> expected{"exempt", "not exempt", "registered after the agent"};
+		std::vector<std::string> expected{"exempt", "not exempt", "registered after the agent", "port given",
+						  "no port given"};
 		for (size_t form = 0; form < 4; form++)
 			expected.push_back(fmt::format("form {}", form));
 		for (size_t kind = 0; kind < makers().size(); kind++)

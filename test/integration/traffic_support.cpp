@@ -158,7 +158,7 @@ NewSocket newSocket(int family, int flags)
 }
 
 // A listening socket on every address of `family` (IPv6 only for AF_INET6).
-NewSocket listenOnAll(int family)
+NewSocket listenOnAll(int family, uint16_t port)
 {
 	NewSocket s = newSocket(family, 0);
 	if (!s.fd.isValid())
@@ -169,10 +169,10 @@ NewSocket listenOnAll(int family)
 		setsockopt(s.fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
 	socklen_t len = 0;
 	const std::string any = family == AF_INET ? "0.0.0.0" : "::";
-	const sockaddr_storage ss = endpoint(family, any, kServerPort, &len);
+	const sockaddr_storage ss = endpoint(family, any, port, &len);
 	if (bind(s.fd.get(), reinterpret_cast<const sockaddr *>(&ss), len) != 0 ||
 	    listen(s.fd.get(), 128) != 0) {
-		s.error = fmt::format("listen on {} port {}: {}", any, kServerPort,
+		s.error = fmt::format("listen on {} port {}: {}", any, port,
 				      std::strerror(errno));
 		s.fd.reset();
 	}
@@ -223,11 +223,11 @@ std::string formatEndpoint(const sockaddr_storage &ss)
 
 } // namespace
 
-SourceEchoServer::SourceEchoServer(const Netns &external)
+SourceEchoServer::SourceEchoServer(const Netns &external, uint16_t port)
 {
 	const int ns = external.fd();
-	const NewSocket v4 = inNetns(ns, [] { return listenOnAll(AF_INET); });
-	const NewSocket v6 = inNetns(ns, [] { return listenOnAll(AF_INET6); });
+	const NewSocket v4 = inNetns(ns, [port] { return listenOnAll(AF_INET, port); });
+	const NewSocket v6 = inNetns(ns, [port] { return listenOnAll(AF_INET6, port); });
 	INFO(v4.error << v6.error);
 	REQUIRE(v4.fd.isValid());
 	REQUIRE(v6.fd.isValid());
@@ -254,9 +254,15 @@ std::ostream &operator<<(std::ostream &out, const Observation &o)
 Observation connectFromPod(const Topology &net, int family, const std::string &address,
 			   uint16_t port, std::chrono::milliseconds timeout, const std::string &source)
 {
+	return connectFrom(net.pod, family, address, port, timeout, source);
+}
+
+Observation connectFrom(const Netns &host, int family, const std::string &address, uint16_t port,
+			std::chrono::milliseconds timeout, const std::string &source)
+{
 	Observation o;
 	const NewSocket s =
-		inNetns(net.pod.fd(), [family] { return newSocket(family, SOCK_NONBLOCK); });
+		inNetns(host.fd(), [family] { return newSocket(family, SOCK_NONBLOCK); });
 	if (!s.fd.isValid()) {
 		o.error = s.error;
 		return o;

@@ -109,7 +109,7 @@ public:
 	Netns external;
 };
 
-// The external host's TCP server on port kServerPort of all its addresses: for every
+// The external host's TCP server on `port` (kServerPort unless said) of all its addresses: for every
 // connection it writes back the source address and port it sees, "198.51.100.2:40012\n",
 // and closes. A child process serving sockets made in the external namespace; it ends
 // with the test (PR_SET_PDEATHSIG), on its own after a bounded time and number of
@@ -117,7 +117,7 @@ public:
 class SourceEchoServer
 {
 public:
-	explicit SourceEchoServer(const Netns &external);
+	explicit SourceEchoServer(const Netns &external, uint16_t port = kServerPort);
 	~SourceEchoServer();
 	SourceEchoServer(const SourceEchoServer &) = delete;
 	SourceEchoServer &operator=(const SourceEchoServer &) = delete;
@@ -144,6 +144,11 @@ std::ostream &operator<<(std::ostream &out, const Observation &o);
 Observation connectFromPod(const Topology &net, int family, const std::string &address,
 			   uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(2),
 			   const std::string &source = {});
+
+// The same from another of the topology's hosts (the external one, as a client from off
+// the cluster).
+Observation connectFrom(const Netns &host, int family, const std::string &address, uint16_t port,
+			std::chrono::milliseconds timeout = std::chrono::seconds(2), const std::string &source = {});
 
 // One TCP connection from the pod to the external server (kServerV4 or kServerV6).
 Observation connectFromPod(const Topology &net, int family,

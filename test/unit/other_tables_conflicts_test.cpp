@@ -198,7 +198,7 @@ TEST_CASE("kubelet's rule: a conflict per exempt entry it undoes, certain, once 
 	      "table ip nat chain POSTROUTING (priority srcnat, before the agent) masquerades it: "
 	      "rule handle 7 (`ip daddr != 198.18.0.0/16 fib daddr type != local masquerade`), "
 	      "which undoes nonMasqueradeCIDRs 192.0.2.0/24 (" + kFile + ":3): IPv4 traffic from any "
-	      "source to 192.0.2.0 is not masqueraded by the agent");
+	      "source to 192.0.2.0 on any port is not masqueraded by the agent");
 	// After the agent, the same: its return does not stop another table's chain.
 	CHECK(conflicts(ipNat({kubelet(7)}, 300), twoRanges()).size() == 2);
 }

@@ -41,6 +41,9 @@ struct NatReadLimits {
 // this very table makes it unreadable after `attempts`, never the whole read. Needs
 // CAP_NET_ADMIN (EPERM otherwise, with a hint).
 Result<NatRuleset> readNatRuleset(const NatReadLimits &limits = {});
+// The kernel's ruleset generation now (one short request): equal to a NatRuleset's, nothing
+// was committed since it was read.
+Result<uint32_t> readRulesetGeneration();
 
 // The agent's own table as the kernel would hold it: the desired ruleset encoded by the
 // backend's encoder (netlink/objects.h) and decoded by decoder.h, sets and all.

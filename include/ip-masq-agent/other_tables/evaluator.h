@@ -38,6 +38,12 @@ struct Packet {
 	std::optional<uint16_t> destinationPort;
 	std::optional<uint32_t> mark = 0; // the packet mark when it reaches the hook
 	std::optional<uint32_t> ctMark = 0; // the connection's mark
+	// The connection the agent decides on: its first packet (ct state new, direction
+	// original), and untranslated: no Service DNATed it, so the lowest byte of ct status
+	// is clear (not expected, no reply seen, neither assured nor confirmed, no SNAT or DNAT
+	// yet). False: ct status is not known. The rest of ct status (a helper, the kernel's
+	// own bits) stays unknown.
+	bool untranslated = true;
 };
 
 struct Limits {

@@ -278,6 +278,9 @@ struct Table {
 // sets those look up.
 struct NatRuleset {
 	std::vector<Table> tables;
+	// The ruleset's generation before the tables were read: while the kernel's generation is
+	// still this one, nothing was committed since and what was read holds.
+	uint32_t generation = 0;
 };
 
 } // namespace ipmasq::nft

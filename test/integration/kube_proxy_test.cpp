@@ -36,6 +36,21 @@ constexpr uint16_t kServicePort = 80;
 
 constexpr uint16_t kHealthPort = 10263;
 
+// kube-proxy's three base chains in every shape, as nft -f text.
+constexpr const char *kHookChains = R"(	chain nat-prerouting {
+		type nat hook prerouting priority dstnat; policy accept;
+		jump services
+	}
+	chain nat-output {
+		type nat hook output priority -100; policy accept;
+		jump services
+	}
+	chain nat-postrouting {
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading
+	}
+)";
+
 // One family's kube-proxy table, as `nft -f` input: the base chains, the jump chains and
 // the service dispatch map kube-proxy creates at start-up, with one Service in them.
 // nat-output's priority is kube-proxy's `dstnat` as a number: nft before 1.0.7 (Debian 12
@@ -56,19 +71,7 @@ std::string kubeProxyTable(const std::string &family)
 		comment "ClusterIP, ExternalIP and LoadBalancer IP traffic"
 		elements = {{ {service} . tcp . {servicePort} : goto service-4QMBNJ7W-default/ext/tcp/http }}
 	}}
-	chain nat-prerouting {{
-		type nat hook prerouting priority dstnat; policy accept;
-		jump services
-	}}
-	chain nat-output {{
-		type nat hook output priority -100; policy accept;
-		jump services
-	}}
-	chain nat-postrouting {{
-		type nat hook postrouting priority srcnat; policy accept;
-		jump masquerading
-	}}
-	chain services {{
+{hooks}	chain services {{
 		{family} daddr . meta l4proto . th dport vmap @service-ips
 	}}
 	chain mark-for-masquerade {{
@@ -88,7 +91,7 @@ std::string kubeProxyTable(const std::string &family)
 	}}
 }}
 )",
-		fmt::arg("family", family), fmt::arg("addrType", addrType),
+		fmt::arg("family", family), fmt::arg("addrType", addrType), fmt::arg("hooks", kHookChains),
 		fmt::arg("service", service), fmt::arg("servicePort", kServicePort),
 		fmt::arg("endpoint", endpoint),
 		fmt::arg("endpointName", v4 ? kServerV4 : std::string("2001.db8.2..2")));
@@ -333,19 +336,7 @@ std::string kubeProxyShape(Shape shape)
 		type ipv4_addr . inet_proto . inet_service : verdict
 		elements = {{ {toServer} . tcp . 80 : goto service-to-server, {toPod} . tcp . 80 : goto service-to-pod }}
 	}}
-	chain nat-prerouting {{
-		type nat hook prerouting priority dstnat; policy accept;
-		jump services
-	}}
-	chain nat-output {{
-		type nat hook output priority -100; policy accept;
-		jump services
-	}}
-	chain nat-postrouting {{
-		type nat hook postrouting priority srcnat; policy accept;
-		jump masquerading
-	}}
-	chain services {{
+{hooks}	chain services {{
 		ip daddr @cluster-ips ip saddr != {podCidr} jump mark-for-masquerade
 		ip daddr . meta l4proto . th dport vmap @service-ips
 	}}
@@ -363,7 +354,7 @@ std::string kubeProxyShape(Shape shape)
 	}}
 }}
 )",
-		fmt::arg("toServer", kClusterIpToServer), fmt::arg("toPod", kClusterIpToPod), fmt::arg("pod", kPodV4),
+		fmt::arg("hooks", kHookChains), fmt::arg("toServer", kClusterIpToServer), fmt::arg("toPod", kClusterIpToPod), fmt::arg("pod", kPodV4),
 		fmt::arg("port", kServerPort), fmt::arg("podCidr", kPodCidr), fmt::arg("server", kServerV4),
 		fmt::arg("masquerading", masqueradingChain(shape)), fmt::arg("hairpinMark", hairpinMark));
 }

@@ -211,6 +211,11 @@ void DiscoveredRanges::markAbsent(DiscoverySource source, const std::string &inp
 	setState(index, DiscoveryInput::State::absent);
 }
 
+void DiscoveredRanges::markCurrent(DiscoverySource source, const std::string &input)
+{
+	setState(inputIndex(source, input), DiscoveryInput::State::current);
+}
+
 void DiscoveredRanges::markStale(DiscoverySource source, const std::string &input, const std::string &why)
 {
 	setState(inputIndex(source, input), DiscoveryInput::State::stale, why);
@@ -241,6 +246,19 @@ void DiscoveredRanges::setState(uint16_t index, DiscoveryInput::State state, con
 			false, fmt::format("{}: {}, {} ranges", what,
 					   before == DiscoveryInput::State::stale ? "read again" : "there now",
 					   input.origins)});
+}
+
+void DiscoveredRanges::applyRoutes(const RouteUpdate &update, Clock::time_point now)
+{
+	for (const RouteChange &change : update.changes) {
+		Sighting sighting{change.route.destination, change.route.origin()};
+		if (change.added)
+			add(DiscoverySource::routes, kRoutesInput, std::move(sighting));
+		else
+			remove(DiscoverySource::routes, kRoutesInput, sighting, now);
+	}
+	for (const SelectedRoute &route : update.outside)
+		noteOutside(DiscoverySource::routes, Sighting{route.destination, route.origin()});
 }
 
 bool DiscoveredRanges::effective(const Entry &entry, Clock::time_point now)

@@ -17,6 +17,7 @@
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/discovery_config.h"
+#include "ip-masq-agent/route_selection.h"
 
 namespace ipmasq {
 
@@ -117,10 +118,16 @@ public:
 		     Clock::time_point now);
 	// A file that does not exist: it says nothing (its earlier prefixes go), and is waited for.
 	void markAbsent(DiscoverySource source, const std::string &input, Clock::time_point now);
+	// An input that follows changes (the route source) read everything successfully.
+	void markCurrent(DiscoverySource source, const std::string &input);
 	// A read of `input` failed: what it said before stays in force; the input is stale.
 	void markStale(DiscoverySource source, const std::string &input, const std::string &why);
 	// A prefix outside `within` that a source dropped before the model: noted as add() does.
 	void noteOutside(DiscoverySource source, const Sighting &sighting);
+	// What the route source applied (route_selection.h), change by change, as the input
+	// kRoutesInput: each selected route's origin comes and goes with it.
+	void applyRoutes(const RouteUpdate &update, Clock::time_point now);
+	static constexpr const char *kRoutesInput = "routes";
 
 	// The changes to the set in force since the last call, as element diffs: prefixes that
 	// came, and prefixes that left (at once if they were never in force, else once

@@ -312,3 +312,24 @@ TEST_CASE("model: removing what was never given, or adding twice, changes nothin
 	CHECK(model.takeChanges(t0).empty());
 	CHECK(model.stats().changes == 2);
 }
+
+TEST_CASE("model: the route source's changes, in order, with their origins")
+{
+	DiscoveredRanges model(settings(0s));
+	model.expect(DiscoverySource::routes, DiscoveredRanges::kRoutesInput);
+	auto gateway = parseAddress("192.0.2.2");
+	REQUIRE(gateway);
+	SelectedRoute bird{prefix("10.244.1.0/26"), 0, 0, RouteType::unicast, RouteProtocol{12},
+			   RouteNextHop{*gateway, 7}, "tunl0"};
+	RouteUpdate update;
+	update.changes = {RouteChange{true, bird}, RouteChange{false, bird}, RouteChange{true, bird}};
+	SelectedRoute services = bird;
+	services.destination = prefix("10.96.0.0/12");
+	update.outside = {services};
+	model.applyRoutes(update, t0);
+	model.markCurrent(DiscoverySource::routes, DiscoveredRanges::kRoutesInput);
+	CHECK(model.started());
+	CHECK(texts(model.takeChanges(t0).added) == Strings{"10.244.1.0/26"});
+	CHECK(model.ranges()[0].origins[0].text == "route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0");
+	CHECK(model.stats().outsideWithin == 1);
+}

@@ -3,9 +3,9 @@
 // with upstream's semantics and errors that name file, line, key, value and fix.
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/ascii.h"
+#include "ip-masq-agent/bounded_file.h"
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/plain_yaml.h"
-#include "ip-masq-agent/unique_fd.h"
 
 #include <algorithm>
 #include <array>
@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <fcntl.h>
 #include <istream>
 #include <streambuf>
 #include <sys/stat.h>
@@ -64,9 +63,7 @@ std::string lower(std::string_view s)
 // A user's value for a message: escaped, in quotes, and cut short if long.
 std::string shown(std::string_view text)
 {
-	if (text.size() <= kShownBytes)
-		return quoted(text);
-	return fmt::format("{}... ({} bytes)", quoted(text.substr(0, kShownBytes)), text.size());
+	return quotedShort(text, kShownBytes);
 }
 
 // True if quoted() would print the text unchanged: printable ASCII without quote or
@@ -188,16 +185,50 @@ enum class Key {
 	outputAddress,
 	outputAddressIPv6,
 	outputInterface,
-	nonMasqueradeInterfaces
+	nonMasqueradeInterfaces,
+	nonMasqueradeDiscovery
 };
-constexpr std::array<const char *, 11> kKeyNames{
+constexpr std::array<const char *, 12> kKeyNames{
 	"nonMasqueradeCIDRs", "cidrLimit",	  "masqLinkLocal",     "masqLinkLocalIPv6",
 	"resyncInterval",     "masqueradeCIDRs",  "masqueradeSourceCIDRs", "outputAddress",
-	"outputAddressIPv6",  "outputInterface", "nonMasqueradeInterfaces"};
+	"outputAddressIPv6",  "outputInterface", "nonMasqueradeInterfaces",
+	"nonMasqueradeDiscovery"};
 constexpr const char *kKnownKeys = "nonMasqueradeCIDRs, cidrLimit, masqLinkLocal, masqLinkLocalIPv6, "
 				   "resyncInterval, masqueradeCIDRs, masqueradeSourceCIDRs, "
 				   "outputAddress, outputAddressIPv6, outputInterface, "
-				   "nonMasqueradeInterfaces";
+				   "nonMasqueradeInterfaces, nonMasqueradeDiscovery";
+
+// The keys of the nonMasqueradeDiscovery section (discovery_config.h).
+enum class SectionKey { within, routeProtocols, routeInterfaces, flannelSubnetEnv, cniConfDir, holdDown };
+constexpr std::array<const char *, 6> kSectionKeyNames{"within",	   "routeProtocols",
+							"routeInterfaces",  "flannelSubnetEnv",
+							"cniConfDir",	   "holdDown"};
+constexpr const char *kKnownSectionKeys =
+	"within, routeProtocols, routeInterfaces, flannelSubnetEnv, cniConfDir, holdDown";
+
+const char *sectionKeyName(SectionKey key) { return kSectionKeyNames[static_cast<size_t>(key)]; }
+
+bool isSectionList(SectionKey key)
+{
+	return key == SectionKey::within || key == SectionKey::routeProtocols ||
+	       key == SectionKey::routeInterfaces;
+}
+
+// What a section key's value must be, for "expected ..., got ..." messages.
+const char *sectionExpectation(SectionKey key)
+{
+	switch (key) {
+	case SectionKey::within: return "expected a list of CIDR strings such as [\"10.244.0.0/16\"]";
+	case SectionKey::routeProtocols:
+		return "expected a list of route protocols such as [bird] or [\"186\"]";
+	case SectionKey::routeInterfaces:
+		return "expected a list of interface names such as [\"flannel.1\", \"cali*\"]";
+	case SectionKey::flannelSubnetEnv:
+	case SectionKey::cniConfDir: return "expected an absolute path such as \"/run/flannel/subnet.env\"";
+	case SectionKey::holdDown: return "expected a duration string such as \"30s\"";
+	}
+	return "";
+}
 
 // The keys whose value is a list of CIDRs, each staged apart (see CidrList).
 enum class ListId : uint8_t { nonMasquerade, masquerade, masqueradeSource };
@@ -250,6 +281,17 @@ std::optional<Key> knownKey(std::string_view spelling)
 	return std::nullopt;
 }
 
+std::optional<SectionKey> knownSectionKey(std::string_view spelling)
+{
+	if (spelling.size() > 32)
+		return std::nullopt;
+	const std::string l = lower(spelling);
+	for (size_t i = 0; i < kSectionKeyNames.size(); i++)
+		if (l == lower(kSectionKeyNames[i]))
+			return static_cast<SectionKey>(i);
+	return std::nullopt;
+}
+
 // What a key's value must be, for "expected ..., got ..." messages.
 const char *expectation(Key key)
 {
@@ -270,6 +312,8 @@ const char *expectation(Key key)
 	case Key::outputInterface:
 	case Key::nonMasqueradeInterfaces:
 		return "expected a list of interface names such as [\"eth0\", \"vlan*\"]";
+	case Key::nonMasqueradeDiscovery:
+		return "expected a mapping such as {within: [\"10.244.0.0/16\"], routeProtocols: [bird]}";
 	}
 	return "";
 }
@@ -396,9 +440,10 @@ public:
 
 private:
 	// Where the handler is: before the root, at a key or a value of the root mapping, in
-	// a CIDR list or an interface list, inside a skipped value (skipDepth_ deep), or
-	// after the root.
-	enum class State { root, key, value, cidrs, names, skip, done };
+	// a CIDR list or an interface list, inside a skipped value (skipDepth_ deep), at a key
+	// or a value of the nonMasqueradeDiscovery section or in one of its lists, or after
+	// the root.
+	enum class State { root, key, value, cidrs, names, skip, section, sectionValue, sectionList, done };
 
 	struct Anchor {
 		std::string name;
@@ -461,6 +506,19 @@ private:
 	void readInt(const Value &value, Key key, int &out);
 	void readBool(const Value &value, Key key, bool &out);
 	void readDuration(const Value &value);
+	std::optional<Duration> durationOf(const Value &value, const std::string &key,
+					   const char *expected);
+
+	void onSectionStart(const YAML::Mark &mark);
+	void onSectionKey(const Value &key);
+	void onSectionValue(SectionKey key, const Value &value);
+	void onSectionListStart(SectionKey key);
+	void onSectionItem(const Value &item);
+	void readSectionPath(const Value &value, SectionKey key, std::optional<DiscoveryPath> &out);
+	void readHoldDown(const Value &value);
+	std::string sectionKeyText(SectionKey key) const;
+	NonMasqueradeDiscovery &section() { return *loaded_.config.nonMasqueradeDiscovery; }
+	Status finishSection();
 	void readOutputAddress(const Value &value, Key key, Family family,
 			       std::optional<OutputAddress> &out);
 	std::vector<InterfacePattern> &interfaceList(Key key);
@@ -491,6 +549,13 @@ private:
 	bool cidrLimitFinal_ = false; // the cidrLimit key was read: the limit cannot change
 	// In State::names: the interface list being read.
 	Key currentNames_ = Key::outputInterface;
+
+	// The nonMasqueradeDiscovery section: where it starts, its keys seen, and in
+	// State::sectionValue and State::sectionList the key being read.
+	YAML::Mark sectionMark_ = YAML::Mark::null_mark();
+	std::array<std::optional<SeenKey>, kSectionKeyNames.size()> seenSectionKeys_;
+	SectionKey sectionKey_ = SectionKey::within;
+	size_t sectionItems_ = 0; // in State::sectionList: the items of the list so far
 };
 
 void ConfigHandler::OnDocumentStart(const YAML::Mark &mark)
@@ -618,6 +683,12 @@ void ConfigHandler::onValue(const Value &value)
 		return; // an unknown key's scalar value: ignored
 	case State::cidrs: onCidr(value); return;
 	case State::names: onInterfaceName(value); return;
+	case State::section: onSectionKey(value); return;
+	case State::sectionValue:
+		state_ = State::section;
+		onSectionValue(sectionKey_, value);
+		return;
+	case State::sectionList: onSectionItem(value); return;
 	case State::skip:
 	case State::done: return;
 	}
@@ -651,6 +722,10 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 			onInterfaceListStart(*valueKey_);
 			return;
 		}
+		if (*valueKey_ == Key::nonMasqueradeDiscovery && kind == Kind::mapping) {
+			onSectionStart(mark);
+			return;
+		}
 		refuse(fmt::format("{}{}, got {}", where(mark, keyName(*valueKey_)), expectation(*valueKey_),
 				   kind == Kind::list ? "a list" : "a mapping"));
 	case State::cidrs:
@@ -661,6 +736,22 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 				   where(mark, fmt::format("{}[{}]", keyName(currentNames_),
 							   interfaceList(currentNames_).size())),
 				   kind == Kind::list ? "a list" : "a mapping"));
+	case State::section:
+		refuse(fmt::format("{}a key must be a name such as within, but this one is {} (a "
+				   "complex key): write the key as plain text",
+				   where(mark, keyName(Key::nonMasqueradeDiscovery)),
+				   kind == Kind::list ? "a list" : "a mapping"));
+	case State::sectionValue:
+		if (isSectionList(sectionKey_) && kind == Kind::list) {
+			onSectionListStart(sectionKey_);
+			return;
+		}
+		refuse(fmt::format("{}{}, got {}", where(mark, sectionKeyText(sectionKey_)),
+				   sectionExpectation(sectionKey_), kind == Kind::list ? "a list" : "a mapping"));
+	case State::sectionList:
+		refuse(fmt::format("{}{}, got {} as an entry",
+				   where(mark, fmt::format("{}[{}]", sectionKeyText(sectionKey_), sectionItems_)),
+				   sectionExpectation(sectionKey_), kind == Kind::list ? "a list" : "a mapping"));
 	case State::skip:
 		// The root mapping and the unknown key's value are two levels already.
 		if (++skipDepth_ + 1 > kMaxConfigDepth)
@@ -676,6 +767,8 @@ void ConfigHandler::onCollectionEnd()
 	case State::key: state_ = State::done; return; // the root mapping ends
 	case State::cidrs:
 	case State::names: state_ = State::key; return;
+	case State::section: state_ = State::key; return; // the section's mapping ends
+	case State::sectionList: state_ = State::section; return;
 	case State::skip:
 		if (--skipDepth_ == 0)
 			state_ = State::key;
@@ -782,6 +875,16 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 			onInterfaceName(value);
 		state_ = State::key;
 		return;
+	case Key::nonMasqueradeDiscovery:
+		// null: no section, as if the key were absent (all its keys commented out).
+		if (value.kind == Kind::null)
+			return;
+		if (value.kind == Kind::mapping)
+			refuse(fmt::format("{}*{} is an alias of a mapping; aliases of lists and mappings "
+					   "are not supported (only of single values): write the section "
+					   "here", where(value.mark, keyName(key)), escaped(value.alias)));
+		refuse(fmt::format("{}{}, got {}", where(value.mark, keyName(key)), expectation(key),
+				   value.describe()));
 	}
 }
 
@@ -948,14 +1051,15 @@ void ConfigHandler::readBool(const Value &value, Key key, bool &out)
 	out = *parsed;
 }
 
-void ConfigHandler::readDuration(const Value &value)
+// A duration value: null gives nullopt (the default holds); anything but a Go duration
+// with a unit is refused.
+std::optional<Duration> ConfigHandler::durationOf(const Value &value, const std::string &key,
+						  const char *expected)
 {
-	const char *key = keyName(Key::resyncInterval);
 	if (value.kind == Kind::null)
-		return;
+		return std::nullopt;
 	if (value.kind != Kind::scalar)
-		refuse(fmt::format("{}{}, got {}", where(value.mark, key), expectation(Key::resyncInterval),
-				   value.describe()));
+		refuse(fmt::format("{}{}, got {}", where(value.mark, key), expected, value.describe()));
 	const std::string_view text = value.text;
 	if (value.plain && isBareNumber(text))
 		refuse(fmt::format("{}{} is a bare number; like upstream, the agent needs a duration "
@@ -976,15 +1080,214 @@ void ConfigHandler::readDuration(const Value &value)
 		notADuration();
 	if (!duration)
 		throw Refusal{duration.error().withContext(where(value.mark, key))};
+	return *duration;
+}
+
+void ConfigHandler::readDuration(const Value &value)
+{
+	const char *key = keyName(Key::resyncInterval);
+	std::optional<Duration> duration = durationOf(value, key, expectation(Key::resyncInterval));
+	if (!duration)
+		return;
 	if (*duration < kMinResyncInterval) {
 		loaded_.warnings.push_back(fmt::format(
 			"{}{} is below the minimum; using {} (a shorter interval would only burn CPU: "
 			"config changes are picked up at once anyway)",
-			where(value.mark, key), shown(text), formatGoDuration(kMinResyncInterval)));
+			where(value.mark, key), shown(value.text), formatGoDuration(kMinResyncInterval)));
 		*duration = kMinResyncInterval;
 	}
 	loaded_.config.resyncInterval = *duration;
 	loaded_.resyncIntervalGiven = true;
+}
+
+void ConfigHandler::onSectionStart(const YAML::Mark &mark)
+{
+	NonMasqueradeDiscovery discovery;
+	discovery.written.origin = Origin{0, static_cast<uint32_t>(mark.line + 1)};
+	loaded_.config.nonMasqueradeDiscovery = std::move(discovery);
+	sectionMark_ = mark;
+	state_ = State::section;
+}
+
+// "nonMasqueradeDiscovery.holdDown": where a message about a key of the section points.
+std::string ConfigHandler::sectionKeyText(SectionKey key) const
+{
+	return fmt::format("{}.{}", keyName(Key::nonMasqueradeDiscovery), sectionKeyName(key));
+}
+
+void ConfigHandler::onSectionKey(const Value &key)
+{
+	const char *section = keyName(Key::nonMasqueradeDiscovery);
+	if (!key.alias.empty())
+		refuse(fmt::format("{}an alias (*{}) cannot be a key: write the key itself",
+				   where(key.mark, section), escaped(key.alias)));
+	if (key.kind != Kind::scalar)
+		refuse(fmt::format("{}a key must be a name such as within, but this one is {}",
+				   where(key.mark, section), key.describe()));
+	const std::optional<SectionKey> known = knownSectionKey(key.text);
+	// Unlike the top level (upstream's keys), the section is the agent's own: a key it
+	// does not know is a typo of one it does, and reading the rest would discover less
+	// than the operator meant.
+	if (!known)
+		refuse(fmt::format("{}unknown key {} (the section's keys: {}): fix its spelling",
+				   where(key.mark, section), shown(key.text), kKnownSectionKeys));
+	const char *canonical = sectionKeyName(*known);
+	auto &seen = seenSectionKeys_[static_cast<size_t>(*known)];
+	if (seen)
+		refuse(fmt::format("{}{}: duplicate key: it is already set at line {}, column {}{}; keys "
+				   "match case-insensitively: keep one of them", where(key.mark, section),
+				   canonical, seen->mark.line + 1, seen->mark.column + 1,
+				   seen->spelling == key.text ? ""
+							      : fmt::format(" (as {})", shown(seen->spelling))));
+	seen = SeenKey{std::string(key.text), key.mark};
+	if (key.text != canonical)
+		loaded_.warnings.push_back(fmt::format("{}{}: read as \"{}\"; please spell it exactly so",
+						       where(key.mark, section), escaped(key.text),
+						       canonical));
+	sectionKey_ = *known;
+	state_ = State::sectionValue;
+}
+
+void ConfigHandler::onSectionValue(SectionKey key, const Value &value)
+{
+	if (value.kind == Kind::list || value.kind == Kind::mapping)
+		refuse(fmt::format("{}*{} is an alias of a collection; aliases of lists and mappings are "
+				   "not supported (only of single values): write it here",
+				   where(value.mark, sectionKeyText(key)), escaped(value.alias)));
+	switch (key) {
+	case SectionKey::within:
+		if (value.kind != Kind::null)
+			refuse(fmt::format("{}{}, got {}", where(value.mark, sectionKeyText(key)),
+					   sectionExpectation(key), value.describe()));
+		section().within.clear(); // null: none, which finishSection() refuses
+		return;
+	case SectionKey::routeProtocols:
+	case SectionKey::routeInterfaces:
+		// null empties the list; a single value is a list of one, as for outputInterface.
+		onSectionListStart(key);
+		if (value.kind == Kind::scalar)
+			onSectionItem(value);
+		state_ = State::section;
+		return;
+	case SectionKey::flannelSubnetEnv: readSectionPath(value, key, section().flannelSubnetEnv); return;
+	case SectionKey::cniConfDir: readSectionPath(value, key, section().cniConfDir); return;
+	case SectionKey::holdDown: readHoldDown(value); return;
+	}
+}
+
+void ConfigHandler::onSectionListStart(SectionKey key)
+{
+	sectionKey_ = key;
+	sectionItems_ = 0;
+	if (key == SectionKey::within)
+		section().within.clear();
+	else if (key == SectionKey::routeProtocols)
+		section().routeProtocols.clear();
+	else
+		section().routeInterfaces.clear();
+	state_ = State::sectionList;
+}
+
+void ConfigHandler::onSectionItem(const Value &item)
+{
+	const SectionKey key = sectionKey_;
+	const auto here = [&] { return where(item.mark, fmt::format("{}[{}]", sectionKeyText(key), sectionItems_)); };
+	const size_t bound = key == SectionKey::within ? kMaxWithinCIDRs
+		: key == SectionKey::routeProtocols   ? kMaxRouteProtocols
+						      : kMaxInterfacePatterns;
+	if (item.kind != Kind::scalar)
+		refuse(fmt::format("{}{}, got {} as an entry", here(), sectionExpectation(key),
+				   item.describe()));
+	if (sectionItems_ >= bound)
+		refuse(fmt::format("{}more than {} entries, the most this key takes: {}", here(), bound,
+				   key == SectionKey::routeInterfaces ? "use wildcards such as \"cali*\""
+								      : "merge them into fewer"));
+	// The parsers quote their input as it is: give them text that prints as itself.
+	if (item.text.size() > kMaxValueBytes || !printsVerbatim(item.text))
+		refuse(fmt::format("{}{}, got {}", here(), sectionExpectation(key), shown(item.text)));
+	const Origin origin{0, static_cast<uint32_t>(item.mark.line + 1)};
+	switch (key) {
+	case SectionKey::within: {
+		auto prefix = parsePrefix(item.text);
+		if (!prefix)
+			throw Refusal{prefix.error().withContext(here())};
+		if (prefix->network.family == Family::ipv6 && !flags_.enableIpv6)
+			refuse(fmt::format("{}{} is an IPv6 CIDR but IPv6 is not enabled: start the agent "
+					   "with --enable-ipv6, or remove this entry", here(), shown(item.text)));
+		prefix->spelling.clear(); // as for the other lists: messages are made here
+		prefix->origin = origin;
+		section().within.push_back(std::move(*prefix));
+		break;
+	}
+	case SectionKey::routeProtocols: {
+		auto protocol = parseRouteProtocol(item.text);
+		if (!protocol)
+			throw Refusal{protocol.error().withContext(here())};
+		section().routeProtocols.push_back(*protocol);
+		break;
+	}
+	default: {
+		auto pattern = parseInterfacePattern(item.text);
+		if (!pattern)
+			throw Refusal{pattern.error().withContext(here())};
+		pattern->origin = origin;
+		section().routeInterfaces.push_back(std::move(*pattern));
+		break;
+	}
+	}
+	sectionItems_++;
+}
+
+void ConfigHandler::readSectionPath(const Value &value, SectionKey key, std::optional<DiscoveryPath> &out)
+{
+	if (value.kind == Kind::null) {
+		out.reset();
+		return;
+	}
+	if (value.kind != Kind::scalar)
+		refuse(fmt::format("{}{}, got {}", where(value.mark, sectionKeyText(key)),
+				   sectionExpectation(key), value.describe()));
+	if (const auto problem = discoveryPathProblem(value.text))
+		refuse(fmt::format("{}{} {}: write an absolute path such as {}",
+				   where(value.mark, sectionKeyText(key)), shown(value.text), *problem,
+				   key == SectionKey::cniConfDir ? "\"/etc/cni/net.d\""
+								 : "\"/run/flannel/subnet.env\""));
+	out = DiscoveryPath{std::string(value.text), Origin{0, static_cast<uint32_t>(value.mark.line + 1)}};
+}
+
+void ConfigHandler::readHoldDown(const Value &value)
+{
+	const std::string key = sectionKeyText(SectionKey::holdDown);
+	const std::optional<Duration> duration =
+		durationOf(value, key, sectionExpectation(SectionKey::holdDown));
+	if (!duration)
+		return;
+	if (*duration < Duration::zero() || *duration > kMaxHoldDown)
+		refuse(fmt::format("{}{} is out of range: use a duration from \"0s\" (a withdrawn range "
+				   "leaves at once) to \"{}\"", where(value.mark, key), shown(value.text),
+				   formatGoDuration(kMaxHoldDown)));
+	section().holdDown = *duration;
+	loaded_.holdDownGiven = true;
+}
+
+// A section must say within which prefixes discovery may add ranges.
+Status ConfigHandler::finishSection()
+{
+	if (!loaded_.config.nonMasqueradeDiscovery)
+		return {};
+	const NonMasqueradeDiscovery &discovery = section();
+	const auto &key = seenKeys_[static_cast<size_t>(Key::nonMasqueradeDiscovery)];
+	const std::string here = where(key ? key->mark : sectionMark_, keyName(Key::nonMasqueradeDiscovery));
+	if (discovery.within.empty())
+		return fail(fmt::format("{}within is required: list the CIDRs of the pod network, such as "
+					"within: [\"10.244.0.0/16\"]; a discovered prefix outside them is "
+					"ignored (a BGP peer may announce service or load-balancer prefixes)",
+					here));
+	if (!discovery.followsRoutes() && !discovery.flannelSubnetEnv && !discovery.cniConfDir)
+		loaded_.warnings.push_back(fmt::format(
+			"{}names no source (routeProtocols, routeInterfaces, flannelSubnetEnv, "
+			"cniConfDir): nothing is discovered", here));
+	return {};
 }
 
 Result<LoadedConfig> ConfigHandler::finish()
@@ -1021,6 +1324,8 @@ Result<LoadedConfig> ConfigHandler::finish()
 		std::deque<StagedPrefix>().swap(list.staged);
 	}
 	config.nonMasqueradeCIDRsGiven = lists_[static_cast<size_t>(ListId::nonMasquerade)].seen;
+	if (Status section = finishSection(); !section)
+		return fail(section.error());
 	// Origin::file 0 of every entry: this file.
 	config.files = {source_};
 	return std::move(loaded_);
@@ -1099,31 +1404,15 @@ Result<LoadedConfig> parseConfigWithYamlCpp(std::string_view text, const std::st
 
 namespace {
 
-// What a path that is not a regular file is, for the message.
-const char *fileKind(mode_t mode)
+tl::unexpected<Error> notRegular(const std::string &path, mode_t mode)
 {
-	if (S_ISFIFO(mode))
-		return "a FIFO (named pipe)";
-	if (S_ISCHR(mode))
-		return "a character device";
-	if (S_ISBLK(mode))
-		return "a block device";
-	if (S_ISSOCK(mode))
-		return "a socket";
-	return "not a regular file";
-}
-
-Status requireRegularFile(const std::string &path, const struct stat &st)
-{
-	if (S_ISREG(st.st_mode))
-		return {};
-	if (S_ISDIR(st.st_mode))
+	if (S_ISDIR(mode))
 		return fail(fmt::format("{}: is a directory; --config must name the file itself "
 					"(for a ConfigMap volume, the key's file inside it)", escaped(path)),
 			    EISDIR);
 	return fail(fmt::format("{}: is {}, not a regular file (symlinks followed); --config must "
 				"name a regular file, such as the key's file in a ConfigMap volume",
-				escaped(path), fileKind(st.st_mode)),
+				escaped(path), fileKindName(mode)),
 		    EINVAL);
 }
 
@@ -1140,48 +1429,19 @@ tl::unexpected<Error> tooLarge(const std::string &path, const std::string &size)
 
 Result<std::optional<std::string>> readConfigText(const std::string &path)
 {
-	using Text = Result<std::optional<std::string>>;
-	const auto cannotRead = [&](int err) {
-		return fail(fmt::format("{}: cannot read the config file: {}", escaped(path),
-					std::strerror(err)),
-			    err);
-	};
-	// Look before opening: opening a device can have effects of its own (a tape rewinds,
-	// a watchdog arms), and a FIFO would block the open until someone writes.
-	struct stat st {};
-	if (stat(path.c_str(), &st) != 0)
-		return errno == ENOENT ? Text(std::nullopt) : cannotRead(errno);
-	if (auto regular = requireRegularFile(path, st); !regular)
-		return fail(regular.error());
-
-	// The path may have been swapped since: O_NONBLOCK keeps the open of a FIFO from
-	// blocking, and fstat() checks what was really opened.
-	UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
-	if (!fd.isValid())
-		return errno == ENOENT ? Text(std::nullopt) : cannotRead(errno);
-	if (fstat(fd.get(), &st) != 0)
-		return cannotRead(errno);
-	if (auto regular = requireRegularFile(path, st); !regular)
-		return fail(regular.error());
-	if (st.st_size > static_cast<off_t>(kMaxConfigFileBytes))
-		return tooLarge(path, fmt::format("{} bytes", st.st_size));
-
-	// Read one byte past the cap, so that a file growing while it is read is caught.
-	std::string text;
-	text.reserve(static_cast<size_t>(st.st_size) + 1);
-	char buf[65536];
-	while (text.size() <= kMaxConfigFileBytes) {
-		const size_t want = std::min(sizeof(buf), kMaxConfigFileBytes + 1 - text.size());
-		const ssize_t n = read(fd.get(), buf, want);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return cannotRead(errno);
-		if (n == 0)
-			return std::optional<std::string>(std::move(text));
-		text.append(buf, static_cast<size_t>(n));
+	FileRead read = readBoundedFile(path, kMaxConfigFileBytes);
+	switch (read.outcome) {
+	case FileRead::Outcome::text: return std::optional<std::string>(std::move(read.text));
+	case FileRead::Outcome::absent: return std::optional<std::string>();
+	case FileRead::Outcome::notRegular: return notRegular(path, read.mode);
+	case FileRead::Outcome::tooLarge:
+		return tooLarge(path, read.size < 0 ? "growing while it is read and now larger than that"
+						    : fmt::format("{} bytes", read.size));
+	case FileRead::Outcome::failed: break;
 	}
-	return tooLarge(path, "growing while it is read and now larger than that");
+	return fail(fmt::format("{}: cannot read the config file: {}", escaped(path),
+				std::strerror(read.errnum)),
+		    read.errnum);
 }
 
 namespace {
@@ -1226,6 +1486,9 @@ std::string describeConfig(const Config &config)
 		out += fmt::format("outputInterface={} ", names(config.outputInterfaces));
 	if (!config.nonMasqueradeInterfaces.empty())
 		out += fmt::format("nonMasqueradeInterfaces={} ", names(config.nonMasqueradeInterfaces));
+	if (config.nonMasqueradeDiscovery)
+		out += fmt::format("nonMasqueradeDiscovery={{{}}} ",
+				   describeDiscovery(*config.nonMasqueradeDiscovery));
 	return out + fmt::format("cidrLimit={} masqLinkLocal={} masqLinkLocalIPv6={} resyncInterval={}",
 				 config.cidrLimit, config.masqLinkLocal, config.masqLinkLocalIPv6,
 				 formatGoDuration(config.resyncInterval));

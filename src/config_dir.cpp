@@ -5,19 +5,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <dirent.h>
-#include <fcntl.h>
 #include <filesystem>
-#include <memory>
 #include <numeric>
-#include <sys/stat.h>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/bounded_file.h"
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/policy.h"
-#include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq {
 
@@ -33,23 +29,6 @@ tl::unexpected<Error> cannotList(const std::string &dir, int err)
 	return fail(fmt::format("{}: cannot list the config directory: {}", escaped(dir),
 				std::strerror(err)),
 		    err);
-}
-
-// Whether the entry `name` of the open directory is a regular file, symlinks followed.
-// A dangling symlink or a symlink loop is not: during a ConfigMap update a link may
-// point at a key that is going away.
-Result<bool> isRegularFileIn(int dirFd, const std::string &dir, const char *name)
-{
-	struct stat st {};
-	if (fstatat(dirFd, name, &st, 0) != 0) {
-		const int err = errno; // before the message allocates
-		if (err == ENOENT || err == ELOOP || err == ENOTDIR)
-			return false;
-		return fail(fmt::format("{}: cannot tell what it is: {}", escaped(joinPath(dir, name)),
-					std::strerror(err)),
-			    err);
-	}
-	return S_ISREG(st.st_mode);
 }
 
 // The files of `list` (by index into merged.files) that gave entries to it.
@@ -106,6 +85,54 @@ Status mergeOutputAddress(const Config &merged, std::optional<OutputAddress> &ou
 	return fail(fmt::format("{}: {}: {} contradicts {} at {}: the files must agree on it, or "
 				"only one of them may set it", describeOrigin(merged, in->origin), key,
 				in->toString(), out->toString(), describeOrigin(merged, out->origin)));
+}
+
+// flannelSubnetEnv and cniConfDir are one path each: files may repeat it, never contradict it.
+Status mergeDiscoveryPath(const Config &merged, std::optional<DiscoveryPath> &out,
+			  std::optional<DiscoveryPath> in, uint32_t fileOffset, const char *key)
+{
+	if (!in)
+		return {};
+	in->origin.file += fileOffset;
+	if (!out) {
+		out = std::move(in);
+		return {};
+	}
+	if (*out == *in)
+		return {};
+	return fail(fmt::format("{}: nonMasqueradeDiscovery.{}: {} contradicts {} at {}: the files "
+				"must agree on it, or only one of them may set it",
+				describeOrigin(merged, in->origin), key, ipmasq::quoted(in->path),
+				ipmasq::quoted(out->path), describeOrigin(merged, out->origin)));
+}
+
+// nonMasqueradeDiscovery of one more file (its origins moved by `fileOffset`, the merged
+// files already holding its own): within, routeProtocols and routeInterfaces are unions,
+// the paths must agree, holdDown is the longest that a file gives.
+Status mergeDiscovery(LoadedConfig &merged, NonMasqueradeDiscovery in, bool holdDownGiven,
+		      uint32_t fileOffset)
+{
+	std::optional<NonMasqueradeDiscovery> &out = merged.config.nonMasqueradeDiscovery;
+	if (!out) {
+		out.emplace();
+		out->written = in.written;
+		out->written.origin.file += fileOffset;
+	}
+	appendRemapped(out->within, std::move(in.within), fileOffset);
+	for (const RouteProtocol &protocol : in.routeProtocols)
+		if (std::find(out->routeProtocols.begin(), out->routeProtocols.end(), protocol) ==
+		    out->routeProtocols.end())
+			out->routeProtocols.push_back(protocol);
+	appendRemapped(out->routeInterfaces, std::move(in.routeInterfaces), fileOffset);
+	if (holdDownGiven)
+		out->holdDown = merged.holdDownGiven ? std::max(out->holdDown, in.holdDown) : in.holdDown;
+	merged.holdDownGiven = merged.holdDownGiven || holdDownGiven;
+	if (auto s = mergeDiscoveryPath(merged.config, out->flannelSubnetEnv,
+					std::move(in.flannelSubnetEnv), fileOffset, "flannelSubnetEnv");
+	    !s)
+		return s;
+	return mergeDiscoveryPath(merged.config, out->cniConfDir, std::move(in.cniConfDir),
+				  fileOffset, "cniConfDir");
 }
 
 // A prefix listed by several files is kept once, where the first file (in the merged
@@ -188,6 +215,9 @@ Status mergeInto(LoadedConfig &merged, LoadedConfig part)
 					offset, outputAddressKey(Family::ipv6));
 	    !s)
 		return s;
+	if (in.nonMasqueradeDiscovery)
+		if (auto s = mergeDiscovery(merged, std::move(*in.nonMasqueradeDiscovery), part.holdDownGiven, offset); !s)
+			return s;
 	for (std::string &warning : part.warnings)
 		merged.warnings.push_back(std::move(warning));
 	merged.fromFile = merged.fromFile || part.fromFile;
@@ -204,58 +234,40 @@ bool isConfigDirName(std::string_view name)
 Result<std::optional<std::vector<std::string>>> listConfigDir(const std::string &dir)
 {
 	using Listing = std::optional<std::vector<std::string>>;
-	UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	if (!fd.isValid()) {
-		if (errno == ENOENT)
-			return Listing();
-		if (errno == ENOTDIR)
-			return fail(fmt::format("{}: not a directory; --config-dir must name a directory "
-						"(for one file, use --config)", escaped(dir)),
-				    ENOTDIR);
-		return cannotList(dir, errno);
+	// A name that starts with "ip-masq" never starts with ".": a ConfigMap volume's
+	// "..data" and "..2026_11_23_...", and dotfiles such as an editor's swap file, are
+	// left out by this test alone.
+	DirListing listing = listRegularFiles(dir, isConfigDirName, kMaxConfigDirFiles,
+					      kMaxConfigDirEntries);
+	switch (listing.outcome) {
+	case DirListing::Outcome::names: break;
+	case DirListing::Outcome::absent: return Listing();
+	case DirListing::Outcome::notDirectory:
+		return fail(fmt::format("{}: not a directory; --config-dir must name a directory "
+					"(for one file, use --config)", escaped(dir)),
+			    ENOTDIR);
+	case DirListing::Outcome::tooManyEntries:
+		return fail(fmt::format("{}: more than {} entries; --config-dir must name a "
+					"directory of config files, such as a ConfigMap volume",
+					escaped(dir), kMaxConfigDirEntries),
+			    E2BIG);
+	case DirListing::Outcome::tooManyFiles:
+		return fail(fmt::format("{}: more than {} files whose names start with {}; at "
+					"most {} are taken: remove files, or merge them into fewer",
+					escaped(dir), kMaxConfigDirFiles, kConfigDirPrefix,
+					kMaxConfigDirFiles),
+			    E2BIG);
+	case DirListing::Outcome::failed:
+		if (!listing.name.empty())
+			return fail(fmt::format("{}: cannot tell what it is: {}",
+						escaped(joinPath(dir, listing.name)),
+						std::strerror(listing.errnum)),
+				    listing.errnum);
+		return cannotList(dir, listing.errnum);
 	}
-	const int dirFd = fd.get();
-	DirHandle handle(fdopendir(dirFd));
-	if (!handle)
-		return cannotList(dir, errno);
-	(void)fd.release(); // closedir() closes it now
-
-	std::vector<std::string> names;
-	for (size_t seen = 0;; seen++) {
-		if (seen > kMaxConfigDirEntries)
-			return fail(fmt::format("{}: more than {} entries; --config-dir must name a "
-						"directory of config files, such as a ConfigMap volume",
-						escaped(dir), kMaxConfigDirEntries),
-				    E2BIG);
-		errno = 0;
-		const dirent *entry = readdir(handle.get());
-		if (entry == nullptr) {
-			if (errno != 0)
-				return cannotList(dir, errno);
-			break;
-		}
-		// A name that starts with "ip-masq" never starts with ".": a ConfigMap
-		// volume's "..data" and "..2026_11_23_...", and dotfiles such as an editor's
-		// swap file, are left out by this test alone.
-		if (!isConfigDirName(entry->d_name))
-			continue;
-		auto regular = isRegularFileIn(dirFd, dir, entry->d_name);
-		if (!regular)
-			return fail(regular.error());
-		if (!*regular)
-			continue;
-		if (names.size() == kMaxConfigDirFiles)
-			return fail(fmt::format("{}: more than {} files whose names start with {}; at "
-						"most {} are taken: remove files, or merge them into fewer",
-						escaped(dir), kMaxConfigDirFiles, kConfigDirPrefix,
-						kMaxConfigDirFiles),
-				    E2BIG);
-		names.emplace_back(entry->d_name);
-	}
-	std::sort(names.begin(), names.end()); // char_traits<char> compares bytes as unsigned
 	std::vector<std::string> paths;
-	paths.reserve(names.size());
-	for (const std::string &name : names)
+	paths.reserve(listing.names.size());
+	for (const std::string &name : listing.names)
 		paths.push_back(joinPath(dir, name));
 	return Listing(std::move(paths));
 }
@@ -299,6 +311,15 @@ Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigF
 
 	keepFirstOfEachName(out.outputInterfaces);
 	keepFirstOfEachName(out.nonMasqueradeInterfaces);
+	if (out.nonMasqueradeDiscovery) {
+		keepFirstOfEachName(out.nonMasqueradeDiscovery->routeInterfaces);
+		keepFirstFileOfEachPrefix(out.nonMasqueradeDiscovery->within);
+		const auto &within = out.nonMasqueradeDiscovery->within;
+		if (within.size() > kMaxWithinCIDRs)
+			return fail(fmt::format("{}: nonMasqueradeDiscovery.within: the files together list "
+						"{} entries, more than {}: merge them into fewer",
+						filesOf(out, within), within.size(), kMaxWithinCIDRs));
+	}
 	for (auto [list, key] : {std::pair{&out.nonMasqueradeCIDRs, "nonMasqueradeCIDRs"},
 				 std::pair{&out.masqueradeCIDRs, "masqueradeCIDRs"},
 				 std::pair{&out.masqueradeSourceCIDRs, "masqueradeSourceCIDRs"}}) {

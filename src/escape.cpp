@@ -33,4 +33,11 @@ std::string quoted(std::string_view text)
 	return '"' + escaped(text) + '"';
 }
 
+std::string quotedShort(std::string_view text, size_t shownBytes)
+{
+	if (text.size() <= shownBytes)
+		return quoted(text);
+	return fmt::format("{}... ({} bytes)", quoted(text.substr(0, shownBytes)), text.size());
+}
+
 } // namespace ipmasq

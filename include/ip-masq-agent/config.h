@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/discovery_config.h"
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/error.h"
@@ -88,6 +89,9 @@ struct Config {
 	bool masqLinkLocal = false;
 	bool masqLinkLocalIPv6 = false;
 	Duration resyncInterval = kDefaultResyncInterval;
+	// nonMasqueradeDiscovery: where more non-masquerade ranges are found on the node
+	// (discovery_config.h). Absent: nothing is discovered, upstream's semantics exactly.
+	std::optional<NonMasqueradeDiscovery> nonMasqueradeDiscovery;
 	// The files the entries came from, in the order read; Origin::file indexes this.
 	ConfigFiles files;
 
@@ -124,6 +128,8 @@ struct LoadedConfig {
 	// largest cidrLimit and the shortest resyncInterval of the files that give them.
 	bool cidrLimitGiven = false;
 	bool resyncIntervalGiven = false;
+	// And nonMasqueradeDiscovery's holdDown: the merge takes the longest given.
+	bool holdDownGiven = false;
 };
 
 // RFC 1918, plus the other reserved IPv4 ranges with --nomasq-all-reserved-ranges.

@@ -50,6 +50,10 @@ Status checkConfigDirBytes(const std::string &dir, size_t total);
 // - cidrLimit is the largest the files give and bounds each merged list; resyncInterval
 //   the shortest they give. A file without the key does not count; if none gives it,
 //   the default holds (64, 60s).
+// - nonMasqueradeDiscovery is there if any file gives it (each file's section names its
+//   `within`): within, routeProtocols and routeInterfaces are unions (within at most
+//   kMaxWithinCIDRs in all), flannelSubnetEnv and cniConfDir may be repeated but not
+//   contradicted, holdDown is the longest a file gives (30s if none does).
 // - Origins are remapped into the merged `files`; warnings are all kept.
 // No part: the defaults. One part: that part as it is.
 Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigFlags &flags);

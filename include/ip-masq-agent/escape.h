@@ -2,6 +2,7 @@
 // Escaping of untrusted text (config values, flag values, file names) for logs and errors.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,10 @@ namespace ipmasq {
 // forge another one, or smuggle terminal escape sequences into an operator's screen.
 // Use it for every value that came from outside when it goes into a message.
 std::string quoted(std::string_view text);
+
+// quoted(), cut after `shownBytes` bytes with the length said: "\"abc\"... (812 bytes)". For
+// values that may be long (a whole line of a file, a hostile config value).
+std::string quotedShort(std::string_view text, size_t shownBytes = 64);
 
 // The same escaping without the quotes, for text that is already delimited.
 std::string escaped(std::string_view text);

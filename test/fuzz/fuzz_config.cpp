@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: config text -> parseConfig -> buildRuleset -> renderNftScript.
-// Invariants: no crash; errors are one line; the rendered text is deterministic; every
+// Invariants: no crash; errors are one line; a nonMasqueradeDiscovery section has within
+// and its bounds; the rendered text is deterministic; every
 // interval set is sorted, disjoint and non-adjacent and holds every configured CIDR.
 #include <cstddef>
 #include <cstdint>
@@ -38,6 +39,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	const Config &config = loaded->config;
+	if (const auto &discovery = config.nonMasqueradeDiscovery) {
+		// A section is only taken with `within`, inside its bounds.
+		fuzz::check(!discovery->within.empty() && discovery->within.size() <= kMaxWithinCIDRs,
+			    "a discovery section without within, or with too many");
+		fuzz::check(discovery->holdDown >= Duration::zero() && discovery->holdDown <= kMaxHoldDown,
+			    "holdDown out of its range");
+		for (const Prefix &prefix : discovery->within)
+			fuzz::check(flags.enableIpv6 || prefix.network.family == Family::ipv4,
+				    "an IPv6 within entry without IPv6", prefix.toString());
+		fuzz::checkOneLine(describeConfig(config));
+	}
 	const Ruleset ruleset = buildRuleset(config, options);
 	for (const AddressSet &set : ruleset.sets) {
 		fuzz::checkIntervalSet(set.elements);

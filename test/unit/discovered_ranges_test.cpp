@@ -1,0 +1,335 @@
+// SPDX-License-Identifier: Apache-2.0
+// The discovered-range model over a fake clock: within, hold-down (not at start-up), the
+// bound, origins, inputs that are waited for or stale, element diffs.
+#include <catch2/catch.hpp>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/discovered_ranges.h"
+
+using namespace ipmasq;
+using namespace std::chrono_literals;
+using Clock = DiscoveredRanges::Clock;
+
+namespace {
+
+const Clock::time_point t0{std::chrono::hours(1000)};
+const std::string kRoutes = "routes";
+const std::string kEnv = "/run/flannel/subnet.env";
+
+Prefix prefix(const char *text)
+{
+	auto parsed = parsePrefix(text);
+	REQUIRE(parsed);
+	return *parsed;
+}
+
+Sighting route(const char *text, const char *via = "192.0.2.2")
+{
+	return Sighting{prefix(text), fmt::format("route {} proto bird via {} dev tunl0", text, via)};
+}
+
+DiscoveredRanges::Settings settings(Duration holdDown = 30s, bool ipv6 = false)
+{
+	DiscoveredRanges::Settings s;
+	s.within = {prefix("10.244.0.0/16"), prefix("fd00:10:244::/56")};
+	s.holdDown = holdDown;
+	s.ipv6 = ipv6;
+	return s;
+}
+
+std::vector<std::string> texts(const std::vector<Prefix> &prefixes)
+{
+	std::vector<std::string> out;
+	for (const Prefix &p : prefixes)
+		out.push_back(p.toString());
+	return out;
+}
+
+using Strings = std::vector<std::string>;
+
+} // namespace
+
+TEST_CASE("model: a prefix inside within comes in as an element added, with its origin")
+{
+	DiscoveredRanges model(settings());
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	const DiscoveryChanges changes = model.takeChanges(t0);
+	CHECK(texts(changes.added) == Strings{"10.244.1.0/26"});
+	CHECK(changes.removed.empty());
+	CHECK(texts(model.inForce()) == Strings{"10.244.1.0/26"});
+	const auto ranges = model.ranges();
+	REQUIRE(ranges.size() == 1);
+	REQUIRE(ranges[0].origins.size() == 1);
+	CHECK(ranges[0].origins[0].source == DiscoverySource::routes);
+	CHECK(ranges[0].origins[0].text == "route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0");
+	CHECK_FALSE(ranges[0].leavesAt);
+	CHECK(model.takeChanges(t0 + 1s).empty()); // nothing new
+	CHECK(model.stats().changes == 1);
+	CHECK(model.stats().prefixesPerSource[0] == 1);
+}
+
+TEST_CASE("model: a prefix outside within is ignored, said and counted once")
+{
+	DiscoveredRanges model(settings());
+	const Sighting services{prefix("10.96.0.0/12"), "route blackhole 10.96.0.0/12 proto bird"};
+	model.add(DiscoverySource::routes, kRoutes, services);
+	// Partly inside is outside: only prefixes wholly inside count.
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.0.0/15"));
+	model.add(DiscoverySource::routes, kRoutes, services);
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.96.0.0/12"), "FLANNEL_NETWORK in " + kEnv}}, t0);
+	CHECK(model.takeChanges(t0).empty());
+	CHECK(model.inForce().empty());
+	CHECK(model.stats().outsideWithin == 2);
+	const auto messages = model.takeMessages();
+	REQUIRE(messages.size() == 2);
+	CHECK(messages[0].warning);
+	CHECK(messages[0].text == "nonMasqueradeDiscovery: 10.96.0.0/12 (route blackhole 10.96.0.0/12 "
+				  "proto bird, from routes) is not inside within "
+				  "[10.244.0.0/16,fd00:10:244::/56]: ignored (said once per prefix)");
+	CHECK_THAT(messages[1].text, Catch::StartsWith("nonMasqueradeDiscovery: 10.244.0.0/15 ("));
+}
+
+TEST_CASE("model: past the remembered prefixes outside within, they are counted, not said")
+{
+	DiscoveredRanges model(settings());
+	for (size_t i = 0; i <= kMaxRememberedOutside + 1; i++) {
+		const std::string text = fmt::format("192.0.{}.{}/32", i / 256, i % 256);
+		model.noteOutside(DiscoverySource::routes, Sighting{prefix(text.c_str()), "route"});
+	}
+	CHECK(model.stats().outsideWithin == kMaxRememberedOutside + 2);
+	const auto messages = model.takeMessages();
+	REQUIRE(messages.size() == kMaxRememberedOutside + 1);
+	CHECK(messages.back().text == "nonMasqueradeDiscovery: more than 4096 prefixes outside within: no "
+				      "longer said one by one, only counted");
+}
+
+TEST_CASE("model: IPv6 prefixes count only with IPv6 enabled")
+{
+	const Sighting v6{prefix("fd00:10:244::/56"), "FLANNEL_IPV6_NETWORK in " + kEnv};
+	DiscoveredRanges off(settings());
+	off.replace(DiscoverySource::flannel, kEnv, {v6}, t0);
+	CHECK(off.takeChanges(t0).empty());
+	CHECK(off.stats().outsideWithin == 0);
+	CHECK(off.takeMessages().empty());
+	DiscoveredRanges on(settings(30s, true));
+	on.replace(DiscoverySource::flannel, kEnv, {v6}, t0);
+	CHECK(texts(on.takeChanges(t0).added) == Strings{"fd00:10:244::/56"});
+}
+
+TEST_CASE("model: a withdrawn prefix leaves after the hold-down, not before")
+{
+	DiscoveredRanges model(settings(30s));
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	REQUIRE(model.takeChanges(t0).added.size() == 1);
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0 + 10s);
+	CHECK(model.takeChanges(t0 + 10s).empty());
+	CHECK(model.takeChanges(t0 + 39s).empty());
+	REQUIRE(model.nextWake() == t0 + 40s);
+	const auto held = model.ranges();
+	REQUIRE(held.size() == 1);
+	CHECK(held[0].origins.empty());
+	CHECK(held[0].leavesAt == t0 + 40s);
+	CHECK(model.stats().heldDown == 1);
+	CHECK(model.stats().prefixesPerSource[0] == 0);
+	CHECK(texts(model.inForce()) == Strings{"10.244.1.0/26"});
+	CHECK(texts(model.takeChanges(t0 + 40s).removed) == Strings{"10.244.1.0/26"});
+	CHECK(model.inForce().empty());
+	CHECK_FALSE(model.nextWake());
+	CHECK(model.stats().changes == 2);
+}
+
+TEST_CASE("model: a flap within the hold-down changes nothing")
+{
+	DiscoveredRanges model(settings(30s));
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	model.takeChanges(t0);
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0 + 1s);
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26", "192.0.2.3")); // another next hop
+	CHECK(model.takeChanges(t0 + 2s).empty());
+	CHECK_FALSE(model.nextWake());
+	CHECK(model.takeChanges(t0 + 60s).empty());
+	CHECK(texts(model.inForce()) == Strings{"10.244.1.0/26"});
+	CHECK(model.stats().changes == 1);
+}
+
+TEST_CASE("model: no hold-down at start-up: the first read is the truth")
+{
+	DiscoveredRanges model(settings(30s));
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0);
+	// Never in force: it is not held, and no element is added and removed.
+	CHECK(model.takeChanges(t0).empty());
+	CHECK_FALSE(model.nextWake());
+	CHECK(model.ranges().empty());
+}
+
+TEST_CASE("model: holdDown 0s removes at once")
+{
+	DiscoveredRanges model(settings(0s));
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	model.takeChanges(t0);
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0 + 1s);
+	CHECK(texts(model.takeChanges(t0 + 1s).removed) == Strings{"10.244.1.0/26"});
+}
+
+TEST_CASE("model: a prefix stays while any origin gives it; every origin is listed")
+{
+	DiscoveredRanges model(settings(0s));
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.244.0.0/16"), "FLANNEL_NETWORK in " + kEnv}}, t0);
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26", "192.0.2.3"));
+	CHECK(texts(model.takeChanges(t0).added) == Strings{"10.244.0.0/16", "10.244.1.0/26"});
+	auto stats = model.stats();
+	CHECK(stats.prefixesPerSource[static_cast<size_t>(DiscoverySource::routes)] == 1);
+	CHECK(stats.prefixesPerSource[static_cast<size_t>(DiscoverySource::flannel)] == 1);
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0 + 1s);
+	CHECK(model.takeChanges(t0 + 1s).empty());
+
+	auto address = parseAddress("10.244.1.9");
+	REQUIRE(address);
+	const auto covering = model.covering(*address);
+	REQUIRE(covering.size() == 2);
+	CHECK(covering[0].prefix.toString() == "10.244.0.0/16");
+	CHECK(covering[0].origins[0].text == "FLANNEL_NETWORK in /run/flannel/subnet.env");
+	CHECK(covering[1].origins.size() == 1);
+	CHECK(covering[1].origins[0].text == "route 10.244.1.0/26 proto bird via 192.0.2.3 dev tunl0");
+	auto elsewhere = parseAddress("10.244.2.9");
+	REQUIRE(elsewhere);
+	CHECK(model.covering(*elsewhere).size() == 1);
+}
+
+TEST_CASE("model: a file rewritten: what it no longer says is withdrawn, what it says now comes")
+{
+	DiscoveredRanges model(settings(30s));
+	model.expect(DiscoverySource::flannel, kEnv);
+	CHECK_FALSE(model.started());
+	CHECK(model.inputs()[0].state == DiscoveryInput::State::pending);
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.244.0.0/16"), "FLANNEL_NETWORK in " + kEnv}}, t0);
+	CHECK(model.started());
+	CHECK(model.takeChanges(t0).added.size() == 1);
+	// The same content again: nothing.
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.244.0.0/16"), "FLANNEL_NETWORK in " + kEnv}}, t0 + 1s);
+	CHECK(model.takeChanges(t0 + 1s).empty());
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.244.128.0/17"), "FLANNEL_NETWORK in " + kEnv}}, t0 + 2s);
+	const DiscoveryChanges changes = model.takeChanges(t0 + 2s);
+	CHECK(texts(changes.added) == Strings{"10.244.128.0/17"});
+	CHECK(changes.removed.empty()); // held
+	CHECK(texts(model.takeChanges(t0 + 32s).removed) == Strings{"10.244.0.0/16"});
+	CHECK(model.inputs()[0].state == DiscoveryInput::State::current);
+	CHECK(model.inputs()[0].origins == 1);
+}
+
+TEST_CASE("model: a failed read keeps what the input said, and says so once")
+{
+	DiscoveredRanges model(settings(0s));
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.244.0.0/16"), "FLANNEL_NETWORK in " + kEnv}}, t0);
+	model.takeChanges(t0);
+	model.markStale(DiscoverySource::flannel, kEnv, "/run/flannel/subnet.env:1: FLANNEL_NETWORK is empty");
+	model.markStale(DiscoverySource::flannel, kEnv, "/run/flannel/subnet.env:1: FLANNEL_NETWORK is empty");
+	CHECK(model.takeChanges(t0 + 1h).empty());
+	CHECK(texts(model.inForce()) == Strings{"10.244.0.0/16"});
+	CHECK(model.inputs()[0].state == DiscoveryInput::State::stale);
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.244.0.0/16"), "FLANNEL_NETWORK in " + kEnv}}, t0 + 2h);
+	const auto messages = model.takeMessages();
+	REQUIRE(messages.size() == 2);
+	CHECK(messages[0].warning);
+	CHECK(messages[0].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
+				  "/run/flannel/subnet.env:1: FLANNEL_NETWORK is empty; the 1 ranges it "
+				  "gave before stay in force until it reads again");
+	CHECK_FALSE(messages[1].warning);
+	CHECK(messages[1].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
+				  "read again, 1 ranges");
+}
+
+TEST_CASE("model: a file that does not exist yet is waited for, said once, and taken when it comes")
+{
+	DiscoveredRanges model(settings());
+	model.expect(DiscoverySource::flannel, kEnv);
+	model.markAbsent(DiscoverySource::flannel, kEnv, t0);
+	model.markAbsent(DiscoverySource::flannel, kEnv, t0 + 1s);
+	CHECK(model.started());
+	CHECK(model.inputs()[0].state == DiscoveryInput::State::absent);
+	model.replace(DiscoverySource::flannel, kEnv,
+		      {Sighting{prefix("10.244.0.0/16"), "FLANNEL_NETWORK in " + kEnv}}, t0 + 5s);
+	CHECK(model.takeChanges(t0 + 5s).added.size() == 1);
+	const auto messages = model.takeMessages();
+	REQUIRE(messages.size() == 2);
+	CHECK(messages[0].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
+				  "does not exist (yet): waiting for it");
+	CHECK(messages[1].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
+				  "there now, 1 ranges");
+}
+
+TEST_CASE("model: past the bound the last set within it stays, and the model says so")
+{
+	DiscoveredRanges::Settings s = settings(0s);
+	s.maxPrefixes = 3;
+	DiscoveredRanges model(s);
+	for (const char *p : {"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24"})
+		model.add(DiscoverySource::routes, kRoutes, route(p));
+	CHECK(model.takeChanges(t0).added.size() == 3);
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.4.0/24"));
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/24"), t0);
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.5.0/24"));
+	CHECK(model.takeChanges(t0).empty());
+	CHECK(model.stats().overBound);
+	CHECK(texts(model.inForce()) == Strings{"10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24"});
+	auto messages = model.takeMessages();
+	REQUIRE(messages.size() == 1);
+	CHECK(messages[0].text == "nonMasqueradeDiscovery: 4 prefixes discovered, more than the 3 the agent "
+				  "takes: the 3 in force stay, and no discovered change is applied until "
+				  "the sources give at most 3; narrow the sources or within");
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.2.0/24"), t0 + 1s);
+	const DiscoveryChanges changes = model.takeChanges(t0 + 1s);
+	CHECK(texts(changes.added) == Strings{"10.244.4.0/24", "10.244.5.0/24"});
+	CHECK(texts(changes.removed) == Strings{"10.244.1.0/24", "10.244.2.0/24"});
+	CHECK_FALSE(model.stats().overBound);
+	messages = model.takeMessages();
+	REQUIRE(messages.size() == 1);
+	CHECK(messages[0].text == "nonMasqueradeDiscovery: 3 prefixes discovered, within the bound of 3 "
+				  "again: changes are applied");
+}
+
+TEST_CASE("model: removing what was never given, or adding twice, changes nothing")
+{
+	DiscoveredRanges model(settings(0s));
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0);
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	CHECK(model.takeChanges(t0).added.size() == 1);
+	CHECK(model.inputs()[0].origins == 1);
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0);
+	CHECK(model.takeChanges(t0).removed.size() == 1);
+	model.remove(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"), t0);
+	CHECK(model.takeChanges(t0).empty());
+	CHECK(model.stats().changes == 2);
+}
+
+TEST_CASE("model: the route source's changes, in order, with their origins")
+{
+	DiscoveredRanges model(settings(0s));
+	model.expect(DiscoverySource::routes, DiscoveredRanges::kRoutesInput);
+	auto gateway = parseAddress("192.0.2.2");
+	REQUIRE(gateway);
+	SelectedRoute bird{prefix("10.244.1.0/26"), 0, 0, RouteType::unicast, RouteProtocol{12},
+			   RouteNextHop{*gateway, 7}, "tunl0"};
+	RouteUpdate update;
+	update.changes = {RouteChange{true, bird}, RouteChange{false, bird}, RouteChange{true, bird}};
+	SelectedRoute services = bird;
+	services.destination = prefix("10.96.0.0/12");
+	update.outside = {services};
+	model.applyRoutes(update, t0);
+	model.markCurrent(DiscoverySource::routes, DiscoveredRanges::kRoutesInput);
+	CHECK(model.started());
+	CHECK(texts(model.takeChanges(t0).added) == Strings{"10.244.1.0/26"});
+	CHECK(model.ranges()[0].origins[0].text == "route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0");
+	CHECK(model.stats().outsideWithin == 1);
+}

@@ -504,8 +504,11 @@ void Daemon::start()
 
 std::optional<int> Daemon::waitForEvents(Events &events)
 {
-	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kCount };
+	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kPodNetwork, kCount = kPodNetwork + 2 };
 	std::array<pollfd, kCount> fds{};
+	const std::vector<int> podNetwork = source_->podNetworkFds();
+	for (size_t i = 0; i < 2; i++)
+		fds[kPodNetwork + i] = {i < podNetwork.size() ? podNetwork[i] : -1, POLLIN, 0};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
 	fds[kConfig] = {source_->fd(), POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
@@ -535,6 +538,8 @@ std::optional<int> Daemon::waitForEvents(Events &events)
 	// can change the desired state.
 	if (fds[kAddresses].revents & kReadable)
 		events.addressesChanged = followAddresses(events.now);
+	if ((fds[kPodNetwork].revents | fds[kPodNetwork + 1].revents) & kReadable)
+		events.podNetwork = source_->podNetworkReadable(events.now);
 	if (fds[kTimer].revents & POLLIN) {
 		uint64_t expirations = 0;
 		(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
@@ -559,7 +564,7 @@ bool Daemon::drainTableMonitor()
 	return true;
 }
 
-void Daemon::act(const Events &events)
+void Daemon::act(Events &events)
 {
 	const Clock::time_point now = events.now;
 	const bool resyncDue = due(resync, now);
@@ -572,6 +577,7 @@ void Daemon::act(const Events &events)
 	if (resyncDue || events.reload || due(addressRead, now))
 		addressesChanged = readAddresses(now, source_->dependsOnNodeAddresses()) || addressesChanged;
 	const bool subnetChanged = addressesChanged && takeNodeAddresses();
+	const bool podNetworkChanged = takePodNetwork(events, now);
 	const bool configChanged = takeConfig(
 		events.reload ? ConfigLook::reload : resyncDue ? ConfigLook::resync : ConfigLook::ifDue, now);
 	const auto retryAt = reconciler_.nextWake();
@@ -580,6 +586,7 @@ void Daemon::act(const Events &events)
 		{events.reload, SyncTrigger::reload},
 		{configChanged, SyncTrigger::configChange},
 		{subnetChanged, SyncTrigger::addressChange},
+		{podNetworkChanged, SyncTrigger::podNetworkChange},
 		{events.tableChanged, SyncTrigger::nftablesChange},
 		{resyncDue, SyncTrigger::resync},
 		{retryAt && now >= *retryAt, SyncTrigger::retry},
@@ -595,6 +602,15 @@ void Daemon::act(const Events &events)
 		log::debug("resync every {}", formatGoDuration(resyncEvery_));
 	}
 	runDueTimers(Clock::now());
+}
+
+bool Daemon::takePodNetwork(Events &events, Clock::time_point now)
+{
+	auto desired = events.podNetwork ? std::move(events.podNetwork) : source_->podNetworkTimer(now);
+	if (!desired)
+		return false;
+	handOver(std::move(*desired));
+	return true;
 }
 
 void Daemon::sync(SyncTrigger trigger)

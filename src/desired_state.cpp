@@ -8,6 +8,7 @@
 
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/pod_network.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
@@ -92,6 +93,10 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 							   describeOrigin(config, output->origin)),
 					       chosen.of(family)});
 	}
+	std::vector<std::string> discovered;
+	for (const Prefix &prefix : config.nonMasqueradeCIDRs)
+		if (prefix.origin.discovered())
+			discovered.push_back(fmt::format("{}: {}", prefix.toString(), describeOrigin(config, prefix.origin)));
 	return DesiredState{buildRuleset(config, options, chosen),
 			    DesiredState::Cause::config,
 			    config.resyncInterval,
@@ -99,7 +104,8 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 			    describeConfig(config),
 			    std::move(warnings),
 			    std::move(subnets),
-			    samplePackets(config, options.enableIpv6)};
+			    samplePackets(config, options.enableIpv6),
+			    std::move(discovered)};
 }
 
 Result<DesiredState> desiredFromContent(const ConfigContent &content,
@@ -139,7 +145,8 @@ Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const C
 	auto node = addressesForConfig(*loaded, read);
 	if (!node)
 		return fail(node.error());
-	return desiredFromConfig(*loaded, location, options, *node);
+	return desiredFromConfig(withPodNetworkReadOnce(std::move(*loaded), flags.enableIpv6), location, options,
+				 *node);
 }
 
 } // namespace ipmasq

@@ -30,7 +30,10 @@ void DesiredStateSource::onWatchEvents(Clock::time_point now)
 
 std::optional<DesiredStateSource::Clock::time_point> DesiredStateSource::nextWake() const
 {
-	return config_.nextWake();
+	auto wake = config_.nextWake();
+	if (podNetwork_ && (!wake || podNetwork_->nextWake() < *wake))
+		wake = podNetwork_->nextWake();
+	return wake;
 }
 
 void DesiredStateSource::redeliver()
@@ -55,14 +58,18 @@ DesiredStateSource::look(ConfigLook why, Clock::time_point now,
 		return Found(Result<DesiredState>(fail(loaded.error())));
 	const bool depends = ipmasq::dependsOnNodeAddresses(*loaded);
 	const NodeAddresses node = readNodeAddresses(depends);
-	DesiredState desired = desiredFromConfig(*loaded, location_, rulesetOptions_, node);
+	followPodNetwork(*loaded, now);
+	DesiredState desired = desiredFromConfig(podNetwork_ ? withDiscovered(*loaded, podNetwork_->model()) : *loaded,
+						 location_, rulesetOptions_, node);
 	resyncInterval_ = desired.resyncInterval;
 	subnetAddresses_ = chooseSubnetAddresses(*loaded, node);
 	watchedSubnets_ = outputSubnets(*loaded);
-	if (depends)
-		addressDependentConfig_ = std::move(*loaded);
+	addressDependent_ = depends;
+	keptNode_ = node;
+	if (depends || podNetwork_)
+		keptConfig_ = std::move(*loaded);
 	else
-		addressDependentConfig_.reset();
+		keptConfig_.reset();
 	// A failed read is never "no address": a config with a subnet waits for the first
 	// read, and whatever is in force stays meanwhile.
 	addressesAwaited_ = depends && !node.known();
@@ -74,22 +81,83 @@ DesiredStateSource::look(ConfigLook why, Clock::time_point now,
 std::optional<DesiredState> DesiredStateSource::nodeAddressesChanged(const NodeAddresses &node)
 {
 	// Only a config with a subnet cares.
-	if (!addressDependentConfig_)
+	if (!addressDependent_)
 		return std::nullopt;
 	if (!node.known())
 		return std::nullopt; // still never read: the config keeps waiting
 	// A node's addresses change with every pod (their veths): remake the desired state,
 	// which may hold 100,000 ranges, only when a subnet gives another address, or for a
 	// config that waited for the first read.
-	const SubnetAddresses chosen = chooseSubnetAddresses(*addressDependentConfig_, node);
+	const SubnetAddresses chosen = chooseSubnetAddresses(*keptConfig_, node);
 	const bool awaited = std::exchange(addressesAwaited_, false);
 	if (chosen == subnetAddresses_ && !awaited)
 		return std::nullopt;
 	subnetAddresses_ = chosen;
-	DesiredState desired = desiredFromConfig(*addressDependentConfig_, location_,
-						 rulesetOptions_, node);
+	keptNode_ = node;
+	DesiredState desired = remake(node);
 	if (!awaited) // a config that waited is logged as the config it is
 		desired.cause = DesiredState::Cause::nodeAddresses;
+	return desired;
+}
+
+void DesiredStateSource::followPodNetwork(const LoadedConfig &loaded, Clock::time_point now)
+{
+	const auto &section = loaded.config.nonMasqueradeDiscovery;
+	if (!section) {
+		podNetwork_.reset();
+		return;
+	}
+	// The same section goes on following; another one starts again from a first read.
+	if (podNetwork_ && podNetwork_->section() == *section && podNetwork_->ipv6() == flags_.enableIpv6)
+		return;
+	podNetwork_.reset();
+	podNetwork_.emplace(*section, flags_.enableIpv6, now);
+	(void)podNetwork_->takeChanges(now); // the first read is in the desired state being made
+	for (const DiscoveryMessage &message : podNetwork_->takeMessages())
+		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
+}
+
+DesiredState DesiredStateSource::remake(const NodeAddresses &node) const
+{
+	return desiredFromConfig(podNetwork_ ? withDiscovered(*keptConfig_, podNetwork_->model()) : *keptConfig_,
+				 location_, rulesetOptions_, node);
+}
+
+std::vector<int> DesiredStateSource::podNetworkFds() const
+{
+	return podNetwork_ ? podNetwork_->fds() : std::vector<int>{};
+}
+
+std::optional<DesiredState> DesiredStateSource::podNetworkReadable(Clock::time_point now)
+{
+	if (!podNetwork_)
+		return std::nullopt;
+	podNetwork_->onReadable(now);
+	return podNetworkChanged(now);
+}
+
+std::optional<DesiredState> DesiredStateSource::podNetworkTimer(Clock::time_point now)
+{
+	if (!podNetwork_ || podNetwork_->nextWake() > now)
+		return std::nullopt;
+	podNetwork_->onTimer(now);
+	return podNetworkChanged(now);
+}
+
+std::optional<DesiredState> DesiredStateSource::podNetworkChanged(Clock::time_point now)
+{
+	for (const DiscoveryMessage &message : podNetwork_->takeMessages())
+		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
+	const DiscoveryChanges changes = podNetwork_->takeChanges(now);
+	// A config that waits for the node's addresses gets its desired state from them.
+	if (changes.empty() || !keptConfig_ || addressesAwaited_)
+		return std::nullopt;
+	for (const Prefix &prefix : changes.added)
+		log::info("pod network: {} is not masqueraded from now on", prefix.toString());
+	for (const Prefix &prefix : changes.removed)
+		log::info("pod network: {} is no longer found on the node: masqueraded again", prefix.toString());
+	DesiredState desired = remake(keptNode_);
+	desired.cause = DesiredState::Cause::podNetwork;
 	return desired;
 }
 

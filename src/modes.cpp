@@ -25,6 +25,7 @@
 #include "ip-masq-agent/netlink/conntrack_dump.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/pod_network.h"
 #include "ip-masq-agent/process_guard.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
@@ -102,12 +103,16 @@ int runDryRun(const AgentOptions &options)
 	logSubnetsWithoutAddress(state->subnets);
 
 	const Ruleset &ruleset = state->ruleset;
-	const std::string script = renderNftScript(
-		ruleset, {fmt::format("ip-masq-agent {} dry run, config: {}", IP_MASQ_AGENT_VERSION,
-				      state->origin),
-			  fmt::format("Replaces table inet {} atomically and touches nothing else.",
-				      ruleset.table),
-			  "Apply by hand with: ip-masq-agent --dry-run | nft -f -"});
+	std::vector<std::string> header{
+		fmt::format("ip-masq-agent {} dry run, config: {}", IP_MASQ_AGENT_VERSION, state->origin),
+		fmt::format("Replaces table inet {} atomically and touches nothing else.", ruleset.table),
+		"Apply by hand with: ip-masq-agent --dry-run | nft -f -"};
+	if (!state->discovered.empty())
+		header.push_back(fmt::format("Not masqueraded, found on this node (nonMasqueradeDiscovery): {}",
+					     state->discovered.size()));
+	for (const std::string &range : state->discovered)
+		header.push_back("  " + range);
+	const std::string script = renderNftScript(ruleset, header);
 	std::fwrite(script.data(), 1, script.size(), stdout);
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
@@ -135,12 +140,13 @@ int runSnatUsage(const AgentOptions &options)
 
 int runExplain(const AgentOptions &options)
 {
-	const auto loaded = loadConfig(options.config, options.configFlags);
-	if (!loaded) {
-		log::error("{}", loaded.error().message);
+	auto read = loadConfig(options.config, options.configFlags);
+	if (!read) {
+		log::error("{}", read.error().message);
 		return EXIT_FAILURE;
 	}
-	logWarnings(loaded->warnings);
+	logWarnings(read->warnings);
+	const auto loaded = std::optional(withPodNetworkReadOnce(std::move(*read), options.configFlags.enableIpv6));
 
 	ExplainContext context;
 	context.enableIpv6 = options.configFlags.enableIpv6;

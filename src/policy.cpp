@@ -18,6 +18,8 @@ Prefix linkLocalPrefix(Family family)
 
 std::string describeOrigin(const Config &config, const Origin &origin)
 {
+	if (origin.discovered() && origin.line < config.discoveredOrigins.size())
+		return config.discoveredOrigins[origin.line];
 	if (origin.builtIn() || origin.file >= config.files.size())
 		return "built-in default";
 	return fmt::format("{}:{}", escaped(config.files[origin.file]), origin.line);
@@ -311,6 +313,9 @@ std::string describeEntry(const Config &config, const ExplainEntry &entry)
 {
 	switch (entry.kind) {
 	case ExplainEntry::Kind::nonMasquerade:
+		if (entry.prefix.origin.discovered())
+			return fmt::format("discovered {} ({})", entry.prefix.toString(),
+					   describeOrigin(config, entry.prefix.origin));
 		if (!config.nonMasqueradeCIDRsGiven || entry.prefix.origin.builtIn())
 			return fmt::format("built-in default {}", entry.prefix.toString());
 		return fmt::format("nonMasqueradeCIDRs {} ({})", entry.prefix.toString(),

@@ -55,6 +55,7 @@ const char *syncTriggerName(SyncTrigger trigger)
 	case SyncTrigger::startup: return "start-up";
 	case SyncTrigger::configChange: return "config change";
 	case SyncTrigger::addressChange: return "node address change";
+	case SyncTrigger::podNetworkChange: return "pod network change";
 	case SyncTrigger::resync: return "resync";
 	case SyncTrigger::nftablesChange: return "nftables change";
 	case SyncTrigger::reload: return "SIGHUP";

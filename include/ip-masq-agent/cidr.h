@@ -38,13 +38,17 @@ struct Address {
 };
 
 // Where a prefix was written, for messages and --explain: an index into the config's
-// list of files (Config::files) and a 1-based line. Built-in prefixes have no file.
+// list of files (Config::files) and a 1-based line. Built-in prefixes have no file; a
+// prefix found on the node (nonMasqueradeDiscovery) has its origins' text at index
+// `line` of Config::discoveredOrigins.
 struct Origin {
 	static constexpr uint32_t kBuiltIn = UINT32_MAX;
+	static constexpr uint32_t kDiscovered = UINT32_MAX - 1;
 	uint32_t file = kBuiltIn;
 	uint32_t line = 0;
 
 	bool builtIn() const { return file == kBuiltIn; }
+	bool discovered() const { return file == kDiscovered; }
 	bool operator==(const Origin &) const = default;
 };
 

@@ -94,6 +94,9 @@ struct Config {
 	std::optional<NonMasqueradeDiscovery> nonMasqueradeDiscovery;
 	// The files the entries came from, in the order read; Origin::file indexes this.
 	ConfigFiles files;
+	// The origins of the discovered prefixes added to nonMasqueradeCIDRs (withDiscovered in
+	// pod_network.h), one text per prefix; Origin::line indexes this for those.
+	ConfigFiles discoveredOrigins;
 
 	// masqLinkLocal or masqLinkLocalIPv6: whether link-local of `family` is masqueraded.
 	bool masqueradesLinkLocal(Family family) const

@@ -92,6 +92,7 @@ private:
 		bool reload = false; // SIGHUP
 		bool tableChanged = false; // the agent's table changed, or notifications were lost
 		bool addressesChanged = false; // an address inside an outputAddress subnet changed
+		std::optional<DesiredState> podNetwork; // the pod network found changed it
 	};
 
 	Daemon(std::unique_ptr<DesiredStateSource> source, TableBackend &backend,
@@ -104,7 +105,7 @@ private:
 	// an exit status when a signal ends the daemon or poll() fails.
 	std::optional<int> waitForEvents(Events &events);
 	// Decides what the events and the deadlines due call for, and does it.
-	void act(const Events &events);
+	void act(Events &events);
 	// The reads and notices whose deadline has come (conntrack, counters, watchdog, the
 	// addresses handed to the checks).
 	void runDueTimers(Clock::time_point now);
@@ -145,6 +146,9 @@ private:
 	// With the addresses as followed: true when they change what an outputAddress subnet
 	// gives (or a config waited for them), and the reconciler got the new desired state.
 	bool takeNodeAddresses();
+	// The pod network's new desired state (from its notifications or its timer) to the
+	// reconciler; true when there was one.
+	bool takePodNetwork(Events &events, Clock::time_point now);
 	// Reads every address into the view; true when it did. A failure keeps the view as it
 	// was; when the view is not current and `required`, it is tried again on the timer
 	// (back-off) and logged once per distinct message.

@@ -37,7 +37,7 @@ struct SubnetChoice {
 struct DesiredState {
 	// What made it: a config read (its lines are logged), or a change of this node's
 	// addresses with the same config (only what changed is).
-	enum class Cause { config, nodeAddresses };
+	enum class Cause { config, nodeAddresses, podNetwork };
 
 	Ruleset ruleset;
 	Cause cause = Cause::config;
@@ -55,6 +55,9 @@ struct DesiredState {
 	std::vector<SubnetChoice> subnets;
 	// The packets the NAT conflict check evaluates against this ruleset and other tables.
 	std::vector<SampledPacket> samples;
+	// The pod network found on the node, in force: "10.244.0.0/16: FLANNEL_NETWORK in
+	// /run/flannel/subnet.env:1" (--dry-run prints them as comments).
+	std::vector<std::string> discovered;
 };
 
 // Whether the config's desired state depends on this node's addresses (an outputAddress

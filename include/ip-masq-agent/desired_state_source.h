@@ -16,6 +16,7 @@
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/pod_network.h"
 #include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/error.h"
 #include "ip-masq-agent/node_addresses.h"
@@ -75,7 +76,16 @@ public:
 	std::optional<DesiredState> nodeAddressesChanged(const NodeAddresses &node);
 
 	// Whether the last good config's desired state depends on this node's addresses.
-	bool dependsOnNodeAddresses() const { return addressDependentConfig_.has_value(); }
+	bool dependsOnNodeAddresses() const { return addressDependent_; }
+
+	// The pod network found on the node, when the last good config has a
+	// nonMasqueradeDiscovery section (pod_network.h): its descriptors for poll(), what to
+	// do when one is readable or at its wake time, each giving the new desired state when
+	// the ranges in force changed.
+	const PodNetwork *podNetwork() const { return podNetwork_ ? &*podNetwork_ : nullptr; }
+	std::vector<int> podNetworkFds() const;
+	std::optional<DesiredState> podNetworkReadable(Clock::time_point now);
+	std::optional<DesiredState> podNetworkTimer(Clock::time_point now);
 	// The last good config's outputAddress subnets: the only addresses worth following.
 	const std::vector<Prefix> &watchedSubnets() const { return watchedSubnets_; }
 	// The last good config's resyncInterval (the default until one was read).
@@ -91,10 +101,19 @@ private:
 	RulesetOptions rulesetOptions_;
 	Duration resyncInterval_ = kDefaultResyncInterval;
 
+	// Starts, keeps or stops following the pod network for a new good config.
+	void followPodNetwork(const LoadedConfig &loaded, Clock::time_point now);
+	// The kept config's desired state again, with the discovered ranges in force.
+	DesiredState remake(const NodeAddresses &node) const;
+	std::optional<DesiredState> podNetworkChanged(Clock::time_point now);
+
 	// The last good config, kept only while its desired state depends on this node's
-	// addresses, with its subnets and what they gave; `addressesAwaited_` while it waits
-	// for a first read.
-	std::optional<LoadedConfig> addressDependentConfig_;
+	// addresses or on the pod network, with its subnets and what they gave;
+	// `addressesAwaited_` while it waits for a first read.
+	std::optional<LoadedConfig> keptConfig_;
+	bool addressDependent_ = false;
+	NodeAddresses keptNode_; // the addresses keptConfig_'s desired state was made with
+	std::optional<PodNetwork> podNetwork_;
 	std::vector<Prefix> watchedSubnets_;
 	SubnetAddresses subnetAddresses_;
 	bool addressesAwaited_ = false;

@@ -20,7 +20,7 @@
 namespace ipmasq {
 
 // Why the reconciler looks at the kernel; named in logs.
-enum class SyncTrigger { startup, configChange, addressChange, resync, nftablesChange, reload, retry };
+enum class SyncTrigger { startup, configChange, addressChange, podNetworkChange, resync, nftablesChange, reload, retry };
 const char *syncTriggerName(SyncTrigger trigger);
 
 // Restores of an unchanged table (after someone deleted or edited it, or when other

@@ -265,6 +265,12 @@ void AgentStatus::addressesFollowed(const AddressFollowing &following)
 	state_.addresses = following;
 }
 
+void AgentStatus::podNetworkFound(std::optional<PodNetworkState> state)
+{
+	std::lock_guard lock(mutex_);
+	state_.podNetwork = std::move(state);
+}
+
 void AgentStatus::countersRead(const std::vector<CounterValue> &values)
 {
 	std::lock_guard lock(mutex_);
@@ -401,6 +407,22 @@ std::vector<std::string> AgentStatus::Snapshot::verboseWarnings() const
 		out.push_back(fmt::format("this node's addresses are stale ({}): the outputAddress "
 					  "subnets keep the addresses last known until they are read "
 					  "again", addresses.reason));
+	if (podNetwork)
+		for (const std::string &problem : podNetwork->problems)
+			out.push_back("pod network: " + problem);
+	return out;
+}
+
+std::vector<std::string> AgentStatus::Snapshot::verboseInfo() const
+{
+	std::vector<std::string> out;
+	if (!podNetwork)
+		return out;
+	for (const std::string &range : podNetwork->ranges)
+		out.push_back("pod network, not masqueraded: " + range);
+	const size_t ranges = podNetwork->inForce + podNetwork->heldDown;
+	if (ranges > podNetwork->ranges.size())
+		out.push_back(fmt::format("pod network: {} more ranges not listed", ranges - podNetwork->ranges.size()));
 	return out;
 }
 
@@ -473,6 +495,33 @@ std::string addressText(const AgentStatus::Snapshot &s)
 	return out;
 }
 
+// The pod network found on the node: per source, changes, what was left out.
+std::string podNetworkText(const AgentStatus::Snapshot &s)
+{
+	if (!s.podNetwork)
+		return {};
+	const AgentStatus::PodNetworkState &p = *s.podNetwork;
+	std::string out = "# HELP ip_masq_agent_discovered_ranges Non-masquerade ranges found on the node "
+			  "(nonMasqueradeDiscovery), by the source that gives them.\n"
+			  "# TYPE ip_masq_agent_discovered_ranges gauge\n";
+	for (const auto &[source, count] : p.perSource)
+		out += fmt::format("ip_masq_agent_discovered_ranges{{source=\"{}\"}} {}\n", source, count);
+	out += "# HELP ip_masq_agent_discovery_stale 1 while the source's last read failed: the ranges it "
+	       "gave before stay.\n# TYPE ip_masq_agent_discovery_stale gauge\n";
+	for (const auto &[source, stale] : p.staleSources)
+		out += fmt::format("ip_masq_agent_discovery_stale{{source=\"{}\"}} {}\n", source, stale ? 1 : 0);
+	appendMetric(out, "ip_masq_agent_discovered_ranges_held_down", "gauge",
+		     "Discovered ranges withdrawn and still in force until their hold-down ends.", p.heldDown);
+	appendMetric(out, "ip_masq_agent_discovered_range_changes_total", "counter",
+		     "Discovered ranges added to or removed from the non-masquerade set.", p.changes);
+	appendMetric(out, "ip_masq_agent_discovered_outside_within_total", "counter",
+		     "Prefixes a source gave outside nonMasqueradeDiscovery.within, ignored.", p.outsideWithin);
+	appendMetric(out, "ip_masq_agent_discovered_over_bound", "gauge",
+		     "1 while more ranges are found than the bound: the last set within it stays.",
+		     p.overBound ? 1 : 0);
+	return out;
+}
+
 // The NAT conflict check's last cycle and its counts.
 std::string natCheckText(const AgentStatus::Snapshot &s)
 {
@@ -507,7 +556,7 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			   "# TYPE ip_masq_agent_build_info gauge\n"
 			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
 			   IP_MASQ_AGENT_VERSION) +
-	       addressText(*this) + connectionsText(connections) + conntrackText(*this) +
+	       addressText(*this) + podNetworkText(*this) + connectionsText(connections) + conntrackText(*this) +
 	       natCheckText(*this) + snatUsageMetrics(*this);
 }
 

@@ -181,6 +181,7 @@ NodeAddresses Daemon::addressesForConfig(Clock::time_point now, bool needed)
 void Daemon::noteConfigTaken()
 {
 	reportAddresses();
+	reportPodNetwork(Clock::now());
 }
 
 void Daemon::handOver(DesiredState desired)
@@ -276,6 +277,51 @@ void Daemon::scheduleAddressRead(Clock::time_point now)
 		return;
 	timers_[addressRead] = std::max(now, lastAddressRead_ + kAddressReadSpacing);
 	reportAddresses();
+}
+
+namespace {
+
+// What the pod network's model holds, as /readyz?verbose and /metrics show it.
+AgentStatus::PodNetworkState podNetworkState(const PodNetwork &podNetwork, PodNetwork::Clock::time_point now)
+{
+	const DiscoveredRanges &model = podNetwork.model();
+	const DiscoveryStats stats = model.stats();
+	AgentStatus::PodNetworkState state{{}, {}, stats.inForce, stats.heldDown, stats.changes,
+					   stats.outsideWithin, stats.overBound, {}, {}};
+	for (const DiscoverySource source : {DiscoverySource::routes, DiscoverySource::flannel, DiscoverySource::cni}) {
+		state.perSource.emplace_back(discoverySourceName(source), stats.prefixesPerSource[size_t(source)]);
+		bool stale = false;
+		for (const DiscoveryInput &input : model.inputs())
+			if (input.source == source && input.state == DiscoveryInput::State::stale) {
+				stale = true;
+				state.problems.push_back(fmt::format("{} could not be read ({}): what it gave before stays",
+								     input.name, input.reason));
+			}
+		state.staleSources.emplace_back(discoverySourceName(source), stale);
+	}
+	if (stats.overBound)
+		state.problems.push_back(fmt::format("more than {} ranges found: the last set within the bound stays",
+						     kMaxDiscoveredPrefixes));
+	for (const DiscoveredRange &range : model.ranges()) {
+		if (state.ranges.size() == AgentStatus::kListedRanges)
+			break;
+		std::string origins;
+		for (const DiscoveredRange::Origin &origin : range.origins)
+			origins += (origins.empty() ? "" : "; ") + origin.text;
+		if (range.leavesAt)
+			origins += fmt::format("{}withdrawn, leaves in {} s", origins.empty() ? "" : "; ",
+					       std::chrono::ceil<std::chrono::seconds>(*range.leavesAt - now).count());
+		state.ranges.push_back(fmt::format("{}: {}", range.prefix.toString(), origins));
+	}
+	return state;
+}
+
+} // namespace
+
+void Daemon::reportPodNetwork(Clock::time_point now)
+{
+	const PodNetwork *podNetwork = source_->podNetwork();
+	status_.podNetworkFound(podNetwork ? std::optional(podNetworkState(*podNetwork, now)) : std::nullopt);
 }
 
 void Daemon::reportAddresses()
@@ -538,8 +584,10 @@ std::optional<int> Daemon::waitForEvents(Events &events)
 	// can change the desired state.
 	if (fds[kAddresses].revents & kReadable)
 		events.addressesChanged = followAddresses(events.now);
-	if ((fds[kPodNetwork].revents | fds[kPodNetwork + 1].revents) & kReadable)
+	if ((fds[kPodNetwork].revents | fds[kPodNetwork + 1].revents) & kReadable) {
+		events.podNetworkRead = true;
 		events.podNetwork = source_->podNetworkReadable(events.now);
+	}
 	if (fds[kTimer].revents & POLLIN) {
 		uint64_t expirations = 0;
 		(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
@@ -606,7 +654,11 @@ void Daemon::act(Events &events)
 
 bool Daemon::takePodNetwork(Events &events, Clock::time_point now)
 {
+	const PodNetwork *podNetwork = source_->podNetwork();
+	const bool looked = events.podNetworkRead || (podNetwork && podNetwork->nextWake() <= now);
 	auto desired = events.podNetwork ? std::move(events.podNetwork) : source_->podNetworkTimer(now);
+	if (looked)
+		reportPodNetwork(now);
 	if (!desired)
 		return false;
 	handOver(std::move(*desired));

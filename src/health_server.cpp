@@ -221,6 +221,8 @@ private:
 			return;
 		for (const std::string &warning : snapshot.verboseWarnings())
 			response_.body() += "warning: " + warning + "\n";
+		for (const std::string &line : snapshot.verboseInfo())
+			response_.body() += "info: " + line + "\n";
 	}
 
 	// "?verbose", "?verbose=1", "?x=y&verbose": as Kubernetes' /readyz reads it.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <string>
 
 #include "ip-masq-agent/netlink/conntrack_stats.h"
@@ -44,6 +45,22 @@ public:
 		bool operator==(const AddressFollowing &) const = default;
 	};
 
+	// The pod network found on the node (nonMasqueradeDiscovery), for /readyz?verbose and
+	// /metrics: set while the config has the section.
+	struct PodNetworkState {
+		std::vector<std::pair<std::string, size_t>> perSource; // by config key: prefixes it gives
+		std::vector<std::pair<std::string, bool>> staleSources; // by config key: a read failed
+		size_t inForce = 0;
+		size_t heldDown = 0;
+		uint64_t changes = 0;
+		uint64_t outsideWithin = 0;
+		bool overBound = false;
+		std::vector<std::string> ranges; // "PREFIX: ORIGINS", at most kListedRanges
+		std::vector<std::string> problems; // an input stale ("FILE: why"), the bound reached
+		bool operator==(const PodNetworkState &) const = default;
+	};
+	static constexpr size_t kListedRanges = 1000;
+
 	// Upper bounds (seconds) of the sync duration histogram's buckets.
 	static constexpr std::array<double, 12> kDurationBuckets{
 		0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -62,6 +79,7 @@ public:
 		// keeps the agent not ready (its family is masqueraded instead).
 		std::vector<SubnetChoice> subnets;
 		AddressFollowing addresses;
+		std::optional<PodNetworkState> podNetwork;
 		// The table's connection counters as last read (named counters, by label).
 		std::vector<CounterValue> connections;
 		bool tableDrifted = false;
@@ -116,6 +134,8 @@ public:
 		Health health() const;
 		// The lines /readyz?verbose adds: `warnings`, and stale addresses.
 		std::vector<std::string> verboseWarnings() const;
+		// Then one "info: ..." line each: the pod network found (nonMasqueradeDiscovery).
+		std::vector<std::string> verboseInfo() const;
 		std::string prometheusText() const;
 		// One line for systemd's STATUS=.
 		std::string summary() const;
@@ -135,6 +155,7 @@ public:
 	void tableDrifted(); // missing or edited: not ok until the next successful sync
 	void subnetsChosen(const std::vector<SubnetChoice> &subnets);
 	void addressesFollowed(const AddressFollowing &following);
+	void podNetworkFound(std::optional<PodNetworkState> state);
 	void countersRead(const std::vector<CounterValue> &values);
 	void driftRepaired();
 	// A reading of conntrack's statistics (by the loop, never by a scrape), or a failure

@@ -92,6 +92,7 @@ private:
 		bool reload = false; // SIGHUP
 		bool tableChanged = false; // the agent's table changed, or notifications were lost
 		bool addressesChanged = false; // an address inside an outputAddress subnet changed
+		bool podNetworkRead = false; // the pod network's sources said something
 		std::optional<DesiredState> podNetwork; // the pod network found changed it
 	};
 
@@ -160,6 +161,8 @@ private:
 	void scheduleAddressRead(Clock::time_point now);
 	// How the addresses are known, for /readyz and /metrics.
 	void reportAddresses();
+	// What the pod network found (or nothing without the section), for /readyz and /metrics.
+	void reportPodNetwork(Clock::time_point now);
 	// The view's snapshot to both checks (one copy, shared): they never read the addresses
 	// themselves.
 	void handAddressesToChecks(Clock::time_point now);

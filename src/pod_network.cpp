@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/cni_conf.h"
+#include "ip-masq-agent/config.h"
 #include "ip-masq-agent/flannel_subnet_env.h"
 #include "ip-masq-agent/log.h"
 

@@ -14,13 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "ip-masq-agent/config.h"
 #include "ip-masq-agent/discovered_ranges.h"
 #include "ip-masq-agent/discovery_config.h"
 #include "ip-masq-agent/netlink/route_source.h"
 #include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq {
+
+struct LoadedConfig; // config.h: the loop's headers include no config header
 
 class PodNetwork
 {

@@ -65,6 +65,9 @@ TEST_CASE("ranges found on the node (routes by protocol, Flannel's subnet.env) a
 	runOrFail("ip route add 198.18.77.0/24 via 203.0.113.2 proto bird");
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
 	const auto log = [&agent] { return agent.log() + "\n" + nomasqSet(); };
+	// Ready: the table is in force (before it, nothing is masqueraded at all).
+	requireWithin([] { return curlGet("http://127.0.0.1:10263/readyz").rfind("200", 0) == 0; }, kHang, agent,
+		      "the agent ready", log);
 	requireWithin([&] { return seenFrom(net, kServerV4) == kPodV4; }, kHang, agent,
 		      "the route's range not masqueraded", log);
 	CHECK(seenFrom(net, kOtherServerV4) == kNodeV4); // subnet.env does not exist yet

@@ -261,6 +261,66 @@ protocol bgp peer {{ local 192.0.2.1 as 64512; neighbor 192.0.2.2 as 64513; {}
 	CHECK(follower.source().rereads() == 1); // all of it from notifications
 }
 
+TEST_CASE("BGP with bird2 through the running agent: the peer's pod range is not masqueraded, the "
+	  "node's own blackholed block is in the set, a prefix outside within is not, a withdraw is "
+	  "masqueraded after the hold-down")
+{
+	// The node is this test's namespace; the external host stands in for a peer node that
+	// announces its pod block 192.0.2.0/24 (its second address is in it) and a service range
+	// outside `within`. The node's bird installs what it learns and a blackhole for its own
+	// block, as Calico does; the agent reads both from the kernel.
+	test::Topology net;
+	test::SourceEchoServer server(net.external);
+	TempDir dir;
+	Bird peerBird(net.external, dir, "peer", fmt::format(R"(router id 203.0.113.2;
+protocol device {{ }}
+protocol static pods {{ ipv4; route 192.0.2.0/24 blackhole; }}
+protocol static services {{ ipv4; route 203.0.113.128/25 blackhole; }}
+protocol bgp node {{ local 203.0.113.2 as 64513; neighbor 203.0.113.1 as 64512; {}
+  ipv4 {{ import none; export all; }}; }}
+)", kBgpTimers));
+	Bird nodeBird(Netns::current(), dir, "node", fmt::format(R"(router id 203.0.113.1;
+protocol device {{ }}
+protocol kernel {{ ipv4 {{ import none; export all; }}; }}
+protocol static own_block {{ ipv4; route 198.18.1.0/26 blackhole; }}
+protocol bgp peer {{ local 203.0.113.1 as 64512; neighbor 203.0.113.2 as 64513; {}
+  ipv4 {{ import all; export none; }}; }}
+)", kBgpTimers));
+	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"
+			    "nonMasqueradeDiscovery:\n"
+			    "  within: [192.0.2.0/24, 198.18.0.0/15]\n"
+			    "  routeProtocols: [bird]\n"
+			    "  holdDown: 1s\n");
+	test::AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
+	const auto seen = [&net](const std::string &server) {
+		return test::connectFromPod(net, AF_INET, server, test::kServerPort).address;
+	};
+	const auto context = [&agent] {
+		std::string set;
+		(void)test::run("nft list set inet ip-masq-agent nomasq-v4 2>&1; ip route show proto bird", &set);
+		return agent.log() + "\n" + set;
+	};
+	test::requireWithin([] { return test::curlGet("http://127.0.0.1:10263/readyz").rfind("200", 0) == 0; },
+			    test::kChangeSeen, agent, "the agent ready", context);
+	test::requireWithin([&] { return seen(test::kOtherServerV4) == test::kPodV4; }, test::kChangeSeen, agent,
+			    "the peer's pod range learned over BGP, not masqueraded", context);
+	CHECK(seen(test::kServerV4) == test::kNodeV4);
+	std::string set;
+	(void)test::run("nft list set inet ip-masq-agent nomasq-v4", &set);
+	CHECK_THAT(set, Catch::Contains("198.18.1.0/26") && Catch::Contains("192.0.2.0/24") &&
+				!Catch::Contains("203.0.113.128/25"));
+	CHECK_THAT(agent.log(), Catch::Contains("203.0.113.128/25") && Catch::Contains("is not inside within"));
+
+	// The withdraw: the peer's pods protocol goes down, bird removes the route, and the
+	// agent masquerades the range again once the hold-down ends, not before.
+	const auto withdrawn = Clock::now();
+	CHECK_THAT(peerBird.control("disable pods"), Catch::Contains("disabled"));
+	test::requireWithin([&] { return seen(test::kOtherServerV4) == test::kNodeV4; }, test::kChangeSeen, agent,
+			    "the withdrawn range masqueraded again", context);
+	CHECK(Clock::now() - withdrawn >= 1s);
+	CHECK_THAT(agent.log(), Catch::Contains("192.0.2.0/24 is no longer found on the node"));
+}
+
 TEST_CASE("Flannel-shaped VXLAN: onlink routes through flannel.1, followed; its link going down")
 {
 	Netns node;

@@ -296,6 +296,19 @@ std::string describeKernel(const ExplainContext &context, const Address &destina
 			   fmt::join(differences, ", "));
 }
 
+// The other ranges found on the node (nonMasqueradeDiscovery) that hold the destination: the
+// decision names the longest, and the operator sees every origin.
+std::string otherDiscovered(const Config &config, const ExplainDecision &decision, const Address &destination)
+{
+	std::string out;
+	for (const Prefix &prefix : config.nonMasqueradeCIDRs)
+		if (prefix.origin.discovered() && prefix.contains(destination) &&
+		    !(decision.decidedBy && decision.decidedBy->prefix == prefix))
+			out += fmt::format("; also found on the node: {} ({})", prefix.toString(),
+					   describeOrigin(config, prefix.origin));
+	return out;
+}
+
 // A line's verdict and reason, with the kernel check.
 std::string decideLine(const Config &config, const ExplainContext &context, const Address &destination)
 {
@@ -308,7 +321,8 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 	const bool masqueraded = !exempt || !exempt->elements.contains(destination);
 	const ExplainDecision decision = explainDecision(config, destination);
 	const std::string kernel = describeKernel(context, destination, masqueraded);
-	const std::string decided = describeDecision(config, context, decision, family, masqueraded);
+	const std::string decided = describeDecision(config, context, decision, family, masqueraded) +
+				    otherDiscovered(config, decision, destination);
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
 	if (context.node.isLocal(destination))

@@ -62,6 +62,7 @@ TEST_CASE("ranges found on the node (routes by protocol, Flannel's subnet.env) a
 	// A route as a BGP daemon installs it (the same path as the link's own route), and one
 	// outside `within`.
 	runOrFail("ip route add 203.0.113.0/26 dev to-ext proto bird");
+	runOrFail("ip route add 203.0.113.0/25 dev to-ext proto bird");
 	runOrFail("ip route add 198.18.77.0/24 via 203.0.113.2 proto bird");
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
 	const auto log = [&agent] { return agent.log() + "\n" + nomasqSet(); };
@@ -74,6 +75,18 @@ TEST_CASE("ranges found on the node (routes by protocol, Flannel's subnet.env) a
 	CHECK_THAT(nomasqSet(), !Catch::Contains("198.18.77.0/24"));
 	CHECK_THAT(agent.log(), Catch::Contains("198.18.77.0/24") && Catch::Contains("is not inside within"));
 	const std::string handle = runOrFail("nft -a list set inet ip-masq-agent nomasq-v4 | grep -o 'handle [0-9]*'");
+	// Where each range came from: --explain names every origin that holds the address,
+	// --dry-run lists the ranges with theirs.
+	std::string explained, dryRun;
+	REQUIRE(run(fmt::format("{} --config={} --explain={} 2>/dev/null", agentBinary(), dir.file("config"), kServerV4),
+		    &explained) == 0);
+	CHECK_THAT(explained, Catch::StartsWith(kServerV4 + ": not masqueraded: discovered 203.0.113.0/26 (route "
+						"203.0.113.0/26 proto bird dev to-ext); also found on the node: "
+						"203.0.113.0/25 (route 203.0.113.0/25 proto bird dev to-ext)"));
+	REQUIRE(run(fmt::format("{} --config={} --dry-run 2>/dev/null", agentBinary(), dir.file("config")), &dryRun) == 0);
+	CHECK_THAT(dryRun, Catch::Contains("# Not masqueraded, found on this node (nonMasqueradeDiscovery): 2\n"
+					   "#   203.0.113.0/25: route 203.0.113.0/25 proto bird dev to-ext\n"
+					   "#   203.0.113.0/26: route 203.0.113.0/26 proto bird dev to-ext\n"));
 
 	SECTION("Flannel's file, written after the start and rewritten")
 	{
@@ -88,7 +101,7 @@ TEST_CASE("ranges found on the node (routes by protocol, Flannel's subnet.env) a
 	SECTION("a withdrawn route: in force for the hold-down, then masqueraded")
 	{
 		const auto withdrawn = std::chrono::steady_clock::now();
-		runOrFail("ip route del 203.0.113.0/26 dev to-ext proto bird");
+		runOrFail("ip route del 203.0.113.0/26 dev to-ext proto bird && ip route del 203.0.113.0/25 dev to-ext proto bird");
 		requireWithin([&] { return seenFrom(net, kServerV4) == kNodeV4; }, kHang, agent,
 			      "the withdrawn range masqueraded", log);
 		// Never before the hold-down: the log says when it left.
@@ -98,5 +111,6 @@ TEST_CASE("ranges found on the node (routes by protocol, Flannel's subnet.env) a
 	// Element updates, never a rewrite: the set keeps its handle.
 	CHECK(runOrFail("nft -a list set inet ip-masq-agent nomasq-v4 | grep -o 'handle [0-9]*'") == handle);
 	CHECK_THAT(agent.log(), Catch::Contains("(pod network change)") && Catch::Contains("by an element update"));
-	(void)run("ip route del 198.18.77.0/24 2>/dev/null; ip route del 203.0.113.0/26 2>/dev/null");
+	(void)run("ip route del 198.18.77.0/24 2>/dev/null; ip route del 203.0.113.0/26 2>/dev/null; "
+		  "ip route del 203.0.113.0/25 2>/dev/null");
 }

@@ -5,7 +5,10 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/config.h"
 #include "ip-masq-agent/discovered_ranges.h"
+#include "ip-masq-agent/pod_network.h"
+#include "ip-masq-agent/policy.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
@@ -332,4 +335,40 @@ TEST_CASE("model: the route source's changes, in order, with their origins")
 	CHECK(texts(model.takeChanges(t0).added) == Strings{"10.244.1.0/26"});
 	CHECK(model.ranges()[0].origins[0].text == "route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0");
 	CHECK(model.stats().outsideWithin == 1);
+}
+
+TEST_CASE("withDiscovered: the ranges in force join nonMasqueradeCIDRs, each with its origins, and "
+	  "--explain names them")
+{
+	DiscoveredRanges model(settings(30s));
+	model.expect(DiscoverySource::routes, kRoutes);
+	model.expect(DiscoverySource::flannel, kEnv);
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26"));
+	model.add(DiscoverySource::routes, kRoutes, route("10.244.1.0/26", "192.0.2.3"));
+	model.replace(DiscoverySource::flannel, kEnv, {Sighting{prefix("10.244.0.0/16"), "FLANNEL_NETWORK in " + kEnv + ":1"}},
+		      t0);
+	model.markCurrent(DiscoverySource::routes, kRoutes);
+	(void)model.takeChanges(t0);
+
+	LoadedConfig loaded;
+	loaded.config.nonMasqueradeCIDRs = {prefix("192.168.0.0/16")};
+	loaded.config.nonMasqueradeCIDRsGiven = true;
+	const LoadedConfig with = withDiscovered(loaded, model);
+	const Config &config = with.config;
+	REQUIRE(config.nonMasqueradeCIDRs.size() == 3);
+	CHECK(config.nonMasqueradeCIDRs[0] == prefix("192.168.0.0/16"));
+	CHECK_FALSE(config.nonMasqueradeCIDRs[0].origin.discovered());
+	CHECK(texts({config.nonMasqueradeCIDRs[1], config.nonMasqueradeCIDRs[2]}) ==
+	      Strings{"10.244.0.0/16", "10.244.1.0/26"});
+	CHECK(describeOrigin(config, config.nonMasqueradeCIDRs[2].origin) ==
+	      "route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0; route 10.244.1.0/26 proto bird via 192.0.2.3 "
+	      "dev tunl0");
+	// --explain's words: the deciding entry, the longest that holds the address.
+	const auto address = parseAddress("10.244.1.7");
+	REQUIRE(address);
+	CHECK(describeDecidingEntry(config, explainDecision(config, *address)) ==
+	      "discovered 10.244.1.0/26 (route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0; route 10.244.1.0/26 "
+	      "proto bird via 192.0.2.3 dev tunl0)");
+	// Without the section's ranges the config is as it was.
+	CHECK(withDiscovered(loaded, DiscoveredRanges(settings())).config == loaded.config);
 }

@@ -69,9 +69,11 @@ void keepFirstOfEachName(std::vector<InterfacePattern> &list)
 	list = std::move(kept);
 }
 
-// outputAddress is one value: files may repeat it, never contradict it.
-Status mergeOutputAddress(const Config &merged, std::optional<OutputAddress> &out,
-			  std::optional<OutputAddress> in, uint32_t fileOffset, const char *key)
+// A key that is one value (outputAddress, flannelSubnetEnv, cniConfDir): files may repeat
+// it, never contradict it. `show` writes a value for the message.
+template<typename Value, typename Show>
+Status mergeOneValue(const Config &merged, std::optional<Value> &out, std::optional<Value> in,
+		     uint32_t fileOffset, const std::string &key, Show show)
 {
 	if (!in)
 		return {};
@@ -84,26 +86,21 @@ Status mergeOutputAddress(const Config &merged, std::optional<OutputAddress> &ou
 		return {};
 	return fail(fmt::format("{}: {}: {} contradicts {} at {}: the files must agree on it, or "
 				"only one of them may set it", describeOrigin(merged, in->origin), key,
-				in->toString(), out->toString(), describeOrigin(merged, out->origin)));
+				show(*in), show(*out), describeOrigin(merged, out->origin)));
 }
 
-// flannelSubnetEnv and cniConfDir are one path each: files may repeat it, never contradict it.
+Status mergeOutputAddress(const Config &merged, std::optional<OutputAddress> &out,
+			  std::optional<OutputAddress> in, uint32_t fileOffset, const char *key)
+{
+	return mergeOneValue(merged, out, std::move(in), fileOffset, key,
+			     [](const OutputAddress &address) { return address.toString(); });
+}
+
 Status mergeDiscoveryPath(const Config &merged, std::optional<DiscoveryPath> &out,
 			  std::optional<DiscoveryPath> in, uint32_t fileOffset, const char *key)
 {
-	if (!in)
-		return {};
-	in->origin.file += fileOffset;
-	if (!out) {
-		out = std::move(in);
-		return {};
-	}
-	if (*out == *in)
-		return {};
-	return fail(fmt::format("{}: nonMasqueradeDiscovery.{}: {} contradicts {} at {}: the files "
-				"must agree on it, or only one of them may set it",
-				describeOrigin(merged, in->origin), key, ipmasq::quoted(in->path),
-				ipmasq::quoted(out->path), describeOrigin(merged, out->origin)));
+	return mergeOneValue(merged, out, std::move(in), fileOffset, std::string("nonMasqueradeDiscovery.") + key,
+			     [](const DiscoveryPath &path) { return ipmasq::quoted(path.path); });
 }
 
 // nonMasqueradeDiscovery of one more file (its origins moved by `fileOffset`, the merged

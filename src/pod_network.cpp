@@ -40,12 +40,7 @@ PodNetwork::PodNetwork(const NonMasqueradeDiscovery &section, bool ipv6, Clock::
 {
 	if (section_.followsRoutes()) {
 		model_.expect(DiscoverySource::routes, DiscoveredRanges::kRoutesInput);
-		auto source = RouteSource::open(routeFilter(section_, ipv6_));
-		if (source)
-			routes_.emplace(std::move(*source));
-		else
-			routesError_ = source.error().message;
-		readRoutes(true);
+		followRoutes();
 	}
 	if (section_.flannelSubnetEnv)
 		model_.expect(DiscoverySource::flannel, section_.flannelSubnetEnv->path);
@@ -61,6 +56,18 @@ std::vector<int> PodNetwork::fds() const
 	if (watch_.isValid())
 		fds.push_back(watch_.get());
 	return fds;
+}
+
+void PodNetwork::followRoutes()
+{
+	if (!routes_) {
+		auto source = RouteSource::open(routeFilter(section_, ipv6_));
+		if (source)
+			routes_.emplace(std::move(*source));
+		else
+			routesError_ = source.error().message;
+	}
+	readRoutes(true);
 }
 
 void PodNetwork::readRoutes(bool reread)
@@ -105,16 +112,8 @@ void PodNetwork::onReadable(Clock::time_point now)
 
 void PodNetwork::onTimer(Clock::time_point now)
 {
-	if (routes_ ? routesStale_ : section_.followsRoutes()) {
-		if (!routes_) {
-			auto source = RouteSource::open(routeFilter(section_, ipv6_));
-			if (source)
-				routes_.emplace(std::move(*source));
-			else
-				routesError_ = source.error().message;
-		}
-		readRoutes(true);
-	}
+	if (routes_ ? routesStale_ : section_.followsRoutes())
+		followRoutes();
 	if (now - lastRead_ >= kRetryPeriod) {
 		if (watched_ < 2)
 			watchDirectories(); // a directory that appeared since

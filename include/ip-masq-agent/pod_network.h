@@ -52,6 +52,8 @@ public:
 	static constexpr std::chrono::seconds kRetryPeriod{10};
 
 private:
+	// Opens the route source if it is not open yet, and reads every route.
+	void followRoutes();
 	void readRoutes(bool reread);
 	void readFiles(Clock::time_point now);
 	void readFlannel(const std::string &path, Clock::time_point now);

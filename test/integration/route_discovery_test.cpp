@@ -272,6 +272,17 @@ TEST_CASE("BGP with bird2 through the running agent: the peer's pod range is not
 	test::Topology net;
 	test::SourceEchoServer server(net.external);
 	TempDir dir;
+	// The agent first: its nat table brings conntrack into the namespace, so the BGP session
+	// is tracked from its first packet (picked up mid-stream it would be masqueraded with a
+	// new port and reset once).
+	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"
+			    "nonMasqueradeDiscovery:\n"
+			    "  within: [192.0.2.0/24, 198.18.0.0/15]\n"
+			    "  routeProtocols: [bird]\n"
+			    "  holdDown: 1s\n");
+	test::AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
+	test::requireWithin([] { return test::curlGet("http://127.0.0.1:10263/readyz").rfind("200", 0) == 0; },
+			    test::kChangeSeen, agent, "the agent ready before bird starts");
 	Bird peerBird(net.external, dir, "peer", fmt::format(R"(router id 203.0.113.2;
 protocol device {{ }}
 protocol static pods {{ ipv4; route 192.0.2.0/24 blackhole; }}
@@ -286,12 +297,6 @@ protocol static own_block {{ ipv4; route 198.18.1.0/26 blackhole; }}
 protocol bgp peer {{ local 203.0.113.1 as 64512; neighbor 203.0.113.2 as 64513; {}
   ipv4 {{ import all; export none; }}; }}
 )", kBgpTimers));
-	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"
-			    "nonMasqueradeDiscovery:\n"
-			    "  within: [192.0.2.0/24, 198.18.0.0/15]\n"
-			    "  routeProtocols: [bird]\n"
-			    "  holdDown: 1s\n");
-	test::AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
 	const auto seen = [&net](const std::string &server) {
 		return test::connectFromPod(net, AF_INET, server, test::kServerPort).address;
 	};

@@ -494,10 +494,13 @@ private:
 	void recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_view text = {}, bool plain = true);
 	void onValue(const Value &value);
 	void onCollectionStart(Kind kind, const YAML::Mark &mark);
+	void onValueCollectionStart(Kind kind, const YAML::Mark &mark);
 	void onCollectionEnd();
 
 	void onKey(const Value &key);
 	void onKnownValue(Key key, const Value &value);
+	// nonMasqueradeDiscovery given as a single value: null (no section), or the wrong type.
+	void onDiscoveryValue(const Value &value);
 	void onCidrListStart(ListId list, const YAML::Mark &mark);
 	void onCidr(const Value &item);
 	void checkListAgainstLimit(ListId list);
@@ -694,6 +697,25 @@ void ConfigHandler::onValue(const Value &value)
 	}
 }
 
+// A list or mapping as a key's value: an unknown key's (skipped), a list of CIDRs or
+// interfaces, the discovery section; anything else is the wrong type for the key.
+void ConfigHandler::onValueCollectionStart(Kind kind, const YAML::Mark &mark)
+{
+	if (!valueKey_) {
+		state_ = State::skip; // an unknown key's value: counted through, not read
+		skipDepth_ = 1;
+		return;
+	}
+	if (const auto list = cidrListOf(*valueKey_); list && kind == Kind::list)
+		return onCidrListStart(*list, mark);
+	if (isInterfaceList(*valueKey_) && kind == Kind::list)
+		return onInterfaceListStart(*valueKey_);
+	if (*valueKey_ == Key::nonMasqueradeDiscovery && kind == Kind::mapping)
+		return onSectionStart(mark);
+	refuse(fmt::format("{}{}, got {}", where(mark, keyName(*valueKey_)), expectation(*valueKey_),
+			   kind == Kind::list ? "a list" : "a mapping"));
+}
+
 void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 {
 	switch (state_) {
@@ -708,26 +730,7 @@ void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 		refuse(fmt::format("{}a key must be a name such as nonMasqueradeCIDRs, but this one is "
 				   "{} (a complex key): write the key as plain text", at(mark),
 				   kind == Kind::list ? "a list" : "a mapping"));
-	case State::value:
-		if (!valueKey_) {
-			state_ = State::skip; // an unknown key's value: counted through, not read
-			skipDepth_ = 1;
-			return;
-		}
-		if (const auto list = cidrListOf(*valueKey_); list && kind == Kind::list) {
-			onCidrListStart(*list, mark);
-			return;
-		}
-		if (isInterfaceList(*valueKey_) && kind == Kind::list) {
-			onInterfaceListStart(*valueKey_);
-			return;
-		}
-		if (*valueKey_ == Key::nonMasqueradeDiscovery && kind == Kind::mapping) {
-			onSectionStart(mark);
-			return;
-		}
-		refuse(fmt::format("{}{}, got {}", where(mark, keyName(*valueKey_)), expectation(*valueKey_),
-				   kind == Kind::list ? "a list" : "a mapping"));
+	case State::value: return onValueCollectionStart(kind, mark);
 	case State::cidrs:
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
 				   where(mark, itemKey(currentList().count)), kind == Kind::list ? "a list" : "a mapping"));
@@ -875,17 +878,22 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 			onInterfaceName(value);
 		state_ = State::key;
 		return;
-	case Key::nonMasqueradeDiscovery:
-		// null: no section, as if the key were absent (all its keys commented out).
-		if (value.kind == Kind::null)
-			return;
-		if (value.kind == Kind::mapping)
-			refuse(fmt::format("{}*{} is an alias of a mapping; aliases of lists and mappings "
-					   "are not supported (only of single values): write the section "
-					   "here", where(value.mark, keyName(key)), escaped(value.alias)));
-		refuse(fmt::format("{}{}, got {}", where(value.mark, keyName(key)), expectation(key),
-				   value.describe()));
+	case Key::nonMasqueradeDiscovery: onDiscoveryValue(value); return;
 	}
+}
+
+void ConfigHandler::onDiscoveryValue(const Value &value)
+{
+	const Key key = Key::nonMasqueradeDiscovery;
+	// null: no section, as if the key were absent (all its keys commented out).
+	if (value.kind == Kind::null)
+		return;
+	if (value.kind == Kind::mapping)
+		refuse(fmt::format("{}*{} is an alias of a mapping; aliases of lists and mappings "
+				   "are not supported (only of single values): write the section "
+				   "here", where(value.mark, keyName(key)), escaped(value.alias)));
+	refuse(fmt::format("{}{}, got {}", where(value.mark, keyName(key)), expectation(key),
+			   value.describe()));
 }
 
 void ConfigHandler::readOutputAddress(const Value &value, Key key, Family family,

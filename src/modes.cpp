@@ -112,8 +112,12 @@ int runDryRun(const AgentOptions &options)
 					     state->discovered.size()));
 	for (const std::string &range : state->discovered)
 		header.push_back("  " + range);
-	const std::string script = renderNftScript(ruleset, header);
-	std::fwrite(script.data(), 1, script.size(), stdout);
+	const Result<std::string> script = renderNftScript(ruleset, header);
+	if (!script) {
+		log::error("{}", script.error().message);
+		return EXIT_FAILURE;
+	}
+	std::fwrite(script->data(), 1, script->size(), stdout);
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

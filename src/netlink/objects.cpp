@@ -14,8 +14,9 @@
 
 #include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/netlink/codec/expression.h"
+#include "ip-masq-agent/netlink/codec/rule_text.h"
 #include "ip-masq-agent/netlink/socket.h"
-#include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/netlink/table_reader.h"
 
 namespace ipmasq::netlink {
 
@@ -238,7 +239,7 @@ private:
 	Result<EncodedSet> encodeAddressSet(const AddressSet &set);
 	Result<EncodedObject> encodeCounter(const NamedCounter &counter);
 	Result<EncodedChain> encodeChain(const Chain &chain);
-	Result<EncodedRule> encodeRule(const Chain &chain, const Rule &rule);
+	Result<EncodedRule> encodeRule(const Chain &chain, size_t position, const Rule &rule);
 	EncodedSet encodeProtocolSet(const std::string &ruleDescription);
 
 	// Each statement as the expressions nft emits for its text.
@@ -398,8 +399,8 @@ Result<EncodedChain> Encoder::encodeChain(const Chain &chain)
 				     udata.size());
 	}
 
-	for (const Rule &rule : chain.rules) {
-		auto encoded = encodeRule(chain, rule);
+	for (size_t i = 0; i < chain.rules.size(); i++) {
+		auto encoded = encodeRule(chain, i + 1, chain.rules[i]);
 		if (!encoded)
 			return fail(encoded.error());
 		out.rules.push_back(std::move(*encoded));
@@ -407,11 +408,11 @@ Result<EncodedChain> Encoder::encodeChain(const Chain &chain)
 	return out;
 }
 
-Result<EncodedRule> Encoder::encodeRule(const Chain &chain, const Rule &rule)
+Result<EncodedRule> Encoder::encodeRule(const Chain &chain, size_t position, const Rule &rule)
 {
 	EncodedRule out;
-	out.description = fmt::format("rule in chain {}: {}", chain.name,
-				      renderStatement(rule.statement));
+	// Until nameRules() gives its text.
+	out.description = fmt::format("rule {} in chain {}", position, chain.name);
 	if (auto s = checkCommentLength(out.description, rule.comment); !s)
 		return fail(s.error());
 
@@ -786,9 +787,32 @@ TablePtr tableHandle(const std::string &name, bool withFlags)
 	return table;
 }
 
+namespace {
+
+// Each rule as nft lists it, read back through the codec (decoder.h, rule_text.h): the dry
+// run prints, and an error about the rule quotes, the rule as it is sent.
+void nameRules(EncodedTable &encoded)
+{
+	nft::Table decoded = nft::decodeEncodedTable(encoded, false);
+	for (size_t c = 0; c < encoded.chains.size(); c++) {
+		for (size_t r = 0; r < encoded.chains[c].rules.size(); r++) {
+			nft::Rule &rule = decoded.chains[c].rules[r];
+			rule.comment.clear(); // those who print the text add it where they want it
+			EncodedRule &out = encoded.chains[c].rules[r];
+			out.text = nft::ruleText(decoded, rule);
+			out.description = fmt::format("rule in chain {}: {}", decoded.chains[c].name, out.text);
+		}
+	}
+}
+
+} // namespace
+
 Result<EncodedTable> encodeRuleset(const Ruleset &ruleset, const EncodingOptions &options)
 {
-	return Encoder(ruleset, options).encode();
+	auto encoded = Encoder(ruleset, options).encode();
+	if (encoded)
+		nameRules(*encoded);
+	return encoded;
 }
 
 EncodedElementChanges encodeElementChanges(const std::string &table, const ElementDiff &diff)

@@ -87,6 +87,19 @@ Set declaredSet(const nftnl_set *s)
 	return set;
 }
 
+// A chain's declaration, without its rules.
+Chain declaredChain(const nftnl_chain *c)
+{
+	Chain chain;
+	chain.name = stringOf(nftnl_chain_get_str(c, NFTNL_CHAIN_NAME));
+	if (nftnl_chain_is_set(c, NFTNL_CHAIN_HOOKNUM))
+		chain.base = BaseHook{stringOf(nftnl_chain_get_str(c, NFTNL_CHAIN_TYPE)),
+				      nftnl_chain_get_u32(c, NFTNL_CHAIN_HOOKNUM), nftnl_chain_get_s32(c, NFTNL_CHAIN_PRIO),
+				      nftnl_chain_get_u32(c, NFTNL_CHAIN_POLICY) == NF_DROP ? VerdictCode::drop
+											    : VerdictCode::accept};
+	return chain;
+}
+
 Bytes elementBytes(nftnl_set_elem *elem, uint16_t attr)
 {
 	uint32_t len = 0;
@@ -333,16 +346,7 @@ Status Reader::listChains(const std::set<TableKey> &tables, std::map<TableKey, s
 		const TableKey key{*family, stringOf(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TABLE))};
 		if (!tables.count(key))
 			return {}; // a table created after the table dump: the next read sees it
-		Chain chain;
-		chain.name = stringOf(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_NAME));
-		if (nftnl_chain_is_set(c.get(), NFTNL_CHAIN_HOOKNUM))
-			chain.base = BaseHook{stringOf(nftnl_chain_get_str(c.get(), NFTNL_CHAIN_TYPE)),
-					      nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_HOOKNUM),
-					      nftnl_chain_get_s32(c.get(), NFTNL_CHAIN_PRIO),
-					      nftnl_chain_get_u32(c.get(), NFTNL_CHAIN_POLICY) == NF_DROP
-						      ? VerdictCode::drop
-						      : VerdictCode::accept};
-		out[key].push_back(std::move(chain));
+		out[key].push_back(declaredChain(c.get()));
 		return {};
 	});
 }
@@ -626,45 +630,48 @@ std::vector<Expression> withSetNames(const nftnl_rule *rule, const std::map<uint
 
 } // namespace
 
-Result<Table> agentTable(const Ruleset &ruleset)
+Table decodeEncodedTable(const netlink::EncodedTable &encoded, bool namedSetElements)
 {
-	auto encoded = netlink::encodeRuleset(ruleset);
-	if (!encoded)
-		return fail(encoded.error());
-	Table table{TableFamily::inet, ruleset.table, {}, {}};
+	Table table{TableFamily::inet, stringOf(nftnl_table_get_str(encoded.table.get(), NFTNL_TABLE_NAME)), {}, {}};
 	// Sets as the kernel holds them; anonymous ones get the names the kernel would give.
 	std::map<uint32_t, std::string> batchSets; // by the id that names them in the batch
 	const auto addSet = [&](const netlink::EncodedSet &encoded) {
 		Set set = declaredSet(encoded.set.get());
-		if (set.flags & NFT_SET_ANONYMOUS) {
+		const bool anonymous = set.flags & NFT_SET_ANONYMOUS;
+		if (anonymous) {
 			set.name = fmt::format("__set{}", batchSets.size());
 			batchSets[nftnl_set_get_u32(encoded.set.get(), NFTNL_SET_ID)] = set.name;
 		}
 		for (const netlink::ElementChunk &chunk : encoded.elements)
 			for (const netlink::ElementSpec &spec : chunk.elements)
-				set.add({Bytes(spec.key.begin(), spec.key.begin() + spec.keyLen), {}, spec.intervalEnd});
+				if (anonymous || namedSetElements)
+					set.add({Bytes(spec.key.begin(), spec.key.begin() + spec.keyLen), {}, spec.intervalEnd});
 		set.finish();
 		table.sets.push_back(std::move(set));
 	};
-	for (const netlink::EncodedSet &set : encoded->sets)
+	for (const netlink::EncodedSet &set : encoded.sets)
 		addSet(set);
-	for (const netlink::EncodedChain &encodedChain : encoded->chains)
-		for (const netlink::EncodedRule &rule : encodedChain.rules)
+	for (const netlink::EncodedChain &chain : encoded.chains)
+		for (const netlink::EncodedRule &rule : chain.rules)
 			for (const netlink::EncodedSet &set : rule.anonymousSets)
 				addSet(set);
-	for (size_t c = 0; c < encoded->chains.size(); c++) {
-		const ipmasq::Chain &desired = ruleset.chains[c];
-		Chain chain;
-		chain.name = desired.name;
-		if (desired.hook)
-			chain.base = BaseHook{"nat", NF_INET_POST_ROUTING, desired.hook->priority, VerdictCode::accept};
+	for (const netlink::EncodedChain &encodedChain : encoded.chains) {
+		Chain chain = declaredChain(encodedChain.chain.get());
 		uint64_t handle = 0;
-		for (const netlink::EncodedRule &rule : encoded->chains[c].rules)
+		for (const netlink::EncodedRule &rule : encodedChain.rules)
 			chain.rules.push_back(decodeRule(table, ++handle, withSetNames(rule.rule.get(), batchSets),
 							 ruleComment(rule.rule.get())));
 		table.chains.push_back(std::move(chain));
 	}
 	return table;
+}
+
+Result<Table> agentTable(const Ruleset &ruleset)
+{
+	auto encoded = netlink::encodeRuleset(ruleset);
+	if (!encoded)
+		return fail(encoded.error());
+	return decodeEncodedTable(*encoded, true);
 }
 
 } // namespace ipmasq::nft

@@ -62,6 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (const Rule &rule : chain.rules)
 			fuzz::check(rule.comment.size() <= kMaxNftCommentLength,
 				    "an accepted flag makes a comment nft refuses", rule.comment);
-	fuzz::check(!renderNftScript(ruleset).empty(), "nothing rendered");
+	const auto script = renderNftScript(ruleset);
+	fuzz::check(script && !script->empty(), "nothing rendered", script ? "" : script.error().message);
 	return 0;
 }

@@ -87,14 +87,18 @@ std::vector<AddressRange> kernelElements(const YAML::Node &set)
 // Load the rendered script and check what the kernel holds against the model.
 void loadAndVerify(const Ruleset &ruleset)
 {
-	const std::string script = writeTemp(renderNftScript(ruleset));
+	const auto rendered = renderNftScript(ruleset);
+	REQUIRE(rendered);
+	const std::string script = writeTemp(*rendered);
 	runOrFail("nft -f " + script);
 	// Loading again replaces the table in place: the script works whether or not it exists.
 	runOrFail("nft -f " + script);
 	std::remove(script.c_str());
 
 	const std::string listing = runOrFail("nft list table inet " + ruleset.table);
-	CHECK(unwrapElements(listing) == unwrapElements(renderTable(ruleset)));
+	const auto table = renderTable(ruleset);
+	REQUIRE(table);
+	CHECK(unwrapElements(listing) == unwrapElements(*table));
 	CHECK(listing.find("unknown") == std::string::npos);
 	CHECK(listing.find("[invalid") == std::string::npos);
 

@@ -5,7 +5,7 @@
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/desired_state.h"
-#include "ip-masq-agent/nft_text.h"
+#include "../common/rule_texts.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 
@@ -143,7 +143,7 @@ TEST_CASE("an outputAddress subnet: this node's address in it, or none and why")
 	CHECK(desired->subnets[0].subnet ==
 	      "203.0.113.0/24 (outputAddress, /etc/config/ip-masq-agent:1)");
 	CHECK(desired->subnets[0].address == parseAddress("203.0.113.5").value()); // the lowest
-	CHECK_THAT(renderStatement(desired->ruleset.chains.back().rules.back().statement),
+	CHECK_THAT(test::ruleTexts(desired->ruleset, desired->ruleset.chains.back().name).back(),
 		   Catch::StartsWith("snat ip to 203.0.113.5"));
 
 	// None of the node's addresses in it (or none known): masquerade, and the choice says so.
@@ -153,7 +153,7 @@ TEST_CASE("an outputAddress subnet: this node's address in it, or none and why")
 		REQUIRE(fallback);
 		REQUIRE(fallback->subnets.size() == 1);
 		CHECK_FALSE(fallback->subnets[0].address);
-		CHECK(renderStatement(fallback->ruleset.chains.back().rules.back().statement) ==
+		CHECK(test::ruleTexts(fallback->ruleset, fallback->ruleset.chains.back().name).back() ==
 		      "masquerade fully-random");
 	}
 	CHECK(chooseSubnetAddresses(loadConfigContent(ConfigContent::single("f", config), {}).value(),

@@ -7,6 +7,7 @@
 #include "ip-masq-agent/config_dir.h"
 #include "ip-masq-agent/egress.h"
 #include "ip-masq-agent/nft_text.h"
+#include "../common/rule_texts.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "config_entries.h"
@@ -32,10 +33,7 @@ std::vector<std::string> names(const std::vector<InterfacePattern> &patterns)
 // The rules of the agent's chain, as nft lists them.
 std::vector<std::string> masqChainRules(const Ruleset &ruleset)
 {
-	std::vector<std::string> out;
-	for (const Rule &rule : ruleset.chains.back().rules)
-		out.push_back(renderStatement(rule.statement));
-	return out;
+	return test::ruleTexts(ruleset, ruleset.chains.back().name);
 }
 
 } // namespace
@@ -264,10 +262,12 @@ TEST_CASE("the ruleset: interface sets, matched once per packet per key")
 	REQUIRE(out);
 	CHECK(out->interfaceNames);
 	REQUIRE(ruleset.findSet(kNonMasqueradeInterfaceSetName));
-	CHECK(renderStatement(ruleset.chains.front().rules.front().statement) ==
+	CHECK(test::ruleTexts(ruleset, ruleset.chains.front().name).front() ==
 	      "oifname @masq-ifaces meta nfproto ipv4 fib daddr type != local jump IP-MASQ-AGENT");
 	CHECK(masqChainRules(ruleset).front() == "oifname @nomasq-ifaces return");
-	const std::string text = renderTable(ruleset);
+	const auto table = renderTable(ruleset);
+	REQUIRE(table);
+	const std::string &text = *table;
 	// "eth0" is inside "eth*": the set holds what nft would accept, sorted.
 	CHECK_THAT(text, Catch::Contains("type ifname") &&
 				 Catch::Contains("elements = { \"ens3\",\n\t\t\t     \"eth*\" }"));

@@ -22,6 +22,31 @@ std::string readFile(const std::string &path)
 	return out.str();
 }
 
+std::string rendered(const Result<std::string> &text)
+{
+	INFO((text ? "" : text.error().message));
+	REQUIRE(text);
+	return *text;
+}
+
+// A statement as the dry run prints it: in a rule of a chain of its own, encoded as the
+// agent sends it and read back by the codec. The sets it may name exist.
+std::string statementText(Statement statement)
+{
+	Ruleset ruleset;
+	ruleset.table = "t";
+	for (const auto &[name, family] : {std::pair{"masq-src-v4", Family::ipv4}, {"masq-src-v6", Family::ipv6},
+					   {"s", Family::ipv6}})
+		ruleset.sets.push_back(AddressSet{name, IntervalSet::fromPrefixes(family, {}), {}});
+	ruleset.sets.push_back(AddressSet{"ifs", IntervalSet::fromPrefixes(Family::ipv6, {}), {}, true});
+	ruleset.chains.push_back(Chain{"X", std::nullopt, {}, {Rule{std::move(statement), {}}}});
+	const std::string table = rendered(renderTable(ruleset));
+	const size_t chain = table.find("\tchain X {\n\t\t");
+	REQUIRE(chain != std::string::npos);
+	const size_t from = chain + std::string_view("\tchain X {\n\t\t").size();
+	return table.substr(from, table.find('\n', from) - from);
+}
+
 } // namespace
 
 // To accept a deliberate change of output: UPDATE_GOLDEN=1 meson test -C build nft_text
@@ -32,13 +57,13 @@ TEST_CASE("rendered rulesets match the golden files")
 		auto ruleset = test::buildCase(c);
 		INFO("case " << c.name << (ruleset ? "" : ": " + ruleset.error().message));
 		REQUIRE(ruleset);
-		const std::string rendered = renderNftScript(*ruleset);
+		const std::string script = rendered(renderNftScript(*ruleset));
 		const std::string path = std::string(GOLDEN_DIR) + "/" + c.name + ".nft";
 		if (update)
-			std::ofstream(path) << rendered;
+			std::ofstream(path) << script;
 		const std::string golden = readFile(path);
 		INFO("golden file " << path << " (set UPDATE_GOLDEN=1 to rewrite it)");
-		CHECK(rendered == golden);
+		CHECK(script == golden);
 	}
 }
 
@@ -49,16 +74,16 @@ TEST_CASE("rendering is deterministic and independent of input order")
 	REQUIRE(a);
 	REQUIRE(b);
 	const RulesetOptions options;
-	CHECK(renderNftScript(buildRuleset(a->config, options)) ==
-	      renderNftScript(buildRuleset(a->config, options)));
-	CHECK(renderTable(buildRuleset(a->config, options)) ==
-	      renderTable(buildRuleset(b->config, options)));
+	CHECK(rendered(renderNftScript(buildRuleset(a->config, options))) ==
+	      rendered(renderNftScript(buildRuleset(a->config, options))));
+	CHECK(rendered(renderTable(buildRuleset(a->config, options))) ==
+	      rendered(renderTable(buildRuleset(b->config, options))));
 }
 
 TEST_CASE("the script replaces only the agent's table, in one file")
 {
 	const Ruleset ruleset = buildRuleset(defaultConfig({}), RulesetOptions{});
-	const std::string script = renderNftScript(ruleset, {"first", "", "second"});
+	const std::string script = rendered(renderNftScript(ruleset, {"first", "", "second"}));
 	CHECK_THAT(script, Catch::StartsWith("#!/usr/sbin/nft -f\n# first\n#\n# second\n"
 					     "table inet ip-masq-agent\n"
 					     "delete table inet ip-masq-agent\n"
@@ -73,16 +98,24 @@ TEST_CASE("the script replaces only the agent's table, in one file")
 
 TEST_CASE("statements render in nft's listing syntax")
 {
-	CHECK(renderStatement(JumpIfNotLocal{Family::ipv4, "X", {}}) ==
+	CHECK(statementText(JumpIfNotLocal{Family::ipv4, "X", {}}) ==
 	      "meta nfproto ipv4 fib daddr type != local jump X");
-	CHECK(renderStatement(JumpIfNotLocal{std::nullopt, "X", {}}) == "fib daddr type != local jump X");
-	CHECK(renderStatement(JumpIfNotLocal{Family::ipv4, "X", "masq-src-v4"}) ==
+	CHECK(statementText(JumpIfNotLocal{std::nullopt, "X", {}}) == "fib daddr type != local jump X");
+	CHECK(statementText(JumpIfNotLocal{Family::ipv4, "X", "masq-src-v4"}) ==
 	      "ip saddr @masq-src-v4 fib daddr type != local jump X");
-	CHECK(renderStatement(JumpIfNotLocal{Family::ipv6, "X", "masq-src-v6"}) ==
+	CHECK(statementText(JumpIfNotLocal{Family::ipv6, "X", "masq-src-v6"}) ==
 	      "ip6 saddr @masq-src-v6 fib daddr type != local jump X");
-	CHECK(renderStatement(ReturnIfDestinationInSet{Family::ipv6, "s"}) == "ip6 daddr @s return");
-	CHECK(renderStatement(Masquerade{std::nullopt, std::nullopt, false}) == "masquerade");
-	CHECK(renderStatement(Masquerade{PortRange{1024, 2047}, RandomSample{3000, 1024}, true}) ==
+	CHECK(statementText(ReturnIfDestinationInSet{Family::ipv6, "s"}) == "ip6 daddr @s return");
+	CHECK(statementText(Masquerade{std::nullopt, std::nullopt, false}) == "masquerade");
+	CHECK(statementText(Masquerade{PortRange{1024, 2047}, RandomSample{3000, 1024}, true}) ==
 	      "meta l4proto { tcp, udp, sctp } numgen random mod 3000 < 1024 masquerade to :1024-2047 "
 	      "fully-random");
+	const Address v6a = parseAddress("2001:db8::1").value(), v6b = parseAddress("2001:db8::9").value();
+	CHECK(statementText(SourceNat{Family::ipv6, {v6a, v6b}, PortRange{1024, 2047}, std::nullopt, false}) ==
+	      "meta l4proto { tcp, udp, sctp } snat ip6 to [2001:db8::1]-[2001:db8::9]:1024-2047");
+	CHECK(statementText(SourceNat{Family::ipv6, {v6a, v6a}, std::nullopt, std::nullopt, true, true}) ==
+	      "meta nfproto ipv6 snat ip6 to 2001:db8::1 fully-random");
+	CHECK(statementText(MatchUnlistedSource{Family::ipv4, "masq-src-v4", {}}) ==
+	      "ip saddr != @masq-src-v4 fib daddr type != local");
+	CHECK(statementText(ReturnIfOutputInterfaceInSet{"ifs", Family::ipv6}) == "meta nfproto ipv6 oifname @ifs return");
 }

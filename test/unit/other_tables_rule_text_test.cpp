@@ -6,7 +6,6 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <sstream>
 
 #include <netinet/in.h> // before the kernel's headers, which then leave in_addr alone
 
@@ -16,11 +15,8 @@
 #include <linux/netfilter/xt_addrtype.h>
 #include <linux/rtnetlink.h>
 
-#include "ip-masq-agent/nft_text.h"
-#include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/netlink/codec/rule_text.h"
 #include "../common/nat_builders.h"
-#include "../common/ruleset_cases.h"
 
 using namespace ipmasq::nat;
 using namespace ipmasq::nft;
@@ -245,40 +241,4 @@ TEST_CASE("rule text: a set declared with a data length but not as a map lists i
 	CHECK(text(t, {ipDaddr(), lookup("__set0"), verdict(VerdictCode::returnToCaller)}) ==
 	      "ip daddr { 192.0.2.1 } return");
 	CHECK(odd.data(0).empty());
-}
-
-TEST_CASE("rule text: the agent's own table, linearized and decoded, lists as its renderer writes it")
-{
-	// Every shared ruleset case: the rules of the renderer's script (which the integration
-	// tests load into nft and list back) against the rule text of the same ruleset encoded
-	// by the backend's encoder and read back by the decoder (agentTable), chain by chain.
-	for (const ipmasq::test::RulesetCase &c : ipmasq::test::rulesetCases()) {
-		auto ruleset = ipmasq::test::buildCase(c);
-		INFO("case " << c.name);
-		REQUIRE(ruleset);
-		std::vector<std::string> rendered;
-		std::istringstream script(ipmasq::renderNftScript(*ruleset));
-		bool inChain = false;
-		for (std::string line; std::getline(script, line);) {
-			const size_t text = line.find_first_not_of('\t');
-			if (text == std::string::npos)
-				continue;
-			line.erase(0, text);
-			if (line.rfind("chain ", 0) == 0)
-				inChain = true;
-			else if (line == "}")
-				inChain = false;
-			else if (inChain && line.rfind("comment ", 0) != 0 && line.rfind("type ", 0) != 0)
-				rendered.push_back(line);
-		}
-		auto agent = agentTable(*ruleset);
-		REQUIRE(agent);
-		std::vector<std::string> listed;
-		for (const Chain &chain : agent->chains)
-			for (const Rule &rule : chain.rules)
-				listed.push_back(ruleText(*agent, rule));
-		REQUIRE(listed.size() == rendered.size());
-		for (size_t i = 0; i < listed.size(); i++)
-			CHECK(listed[i] == rendered[i]);
-	}
 }

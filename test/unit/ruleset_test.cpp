@@ -6,7 +6,7 @@
 #include <limits>
 #include <set>
 
-#include "ip-masq-agent/nft_text.h"
+#include "../common/rule_texts.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
@@ -35,15 +35,7 @@ std::vector<std::string> elements(const Ruleset &ruleset, Family family)
 
 std::vector<std::string> rules(const Ruleset &ruleset, const std::string &chain)
 {
-	for (const Chain &c : ruleset.chains)
-		if (c.name == chain) {
-			std::vector<std::string> out;
-			for (const Rule &rule : c.rules)
-				out.push_back(renderStatement(rule.statement));
-			return out;
-		}
-	FAIL("no chain " << chain);
-	return {};
+	return test::ruleTexts(ruleset, chain);
 }
 
 } // namespace
@@ -390,7 +382,7 @@ TEST_CASE("connection counters: each decision's rule counts into its counter, be
 	REQUIRE(masq.size() == 2);
 	CHECK(masq[0].counter == "nomasq-dst-v4");
 	CHECK(masq[1].counter == "masq-v4");
-	CHECK(renderRuleBody(masq[1]) == "counter name \"masq-v4\" masquerade fully-random");
+	CHECK(test::ruleTexts(r, r.chains.back().name, true)[1] == "counter name \"masq-v4\" masquerade fully-random");
 	// The jump counts nothing: the decision is made in the agent's chain.
 	CHECK(r.chains.front().rules.front().counter.empty());
 

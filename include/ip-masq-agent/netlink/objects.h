@@ -69,7 +69,9 @@ struct EncodedRule {
 	// right before the rule that binds it.
 	std::vector<EncodedSet> anonymousSets;
 	RulePtr rule;
-	std::string description; // "rule in chain IP-MASQ-AGENT: ip daddr @nomasq-v4 return"
+	// As `nft list` prints it, without its comment: "ip daddr @nomasq-v4 return".
+	std::string text;
+	std::string description; // "rule in chain IP-MASQ-AGENT: " and the text
 };
 
 struct EncodedChain {

@@ -15,6 +15,10 @@
 #include "ip-masq-agent/netlink/codec/model.h"
 #include "ip-masq-agent/ruleset.h"
 
+namespace ipmasq::netlink {
+struct EncodedTable; // objects.h
+}
+
 namespace ipmasq::nft {
 
 // What one read may cost. A table beyond a bound is kept with its nat postrouting base
@@ -48,6 +52,9 @@ Result<uint32_t> readRulesetGeneration();
 // The agent's own table as the kernel would hold it: the desired ruleset encoded by the
 // backend's encoder (netlink/objects.h) and decoded by decoder.h, sets and all.
 Result<Table> agentTable(const Ruleset &ruleset);
+// The same from objects already encoded; the named sets' elements only when asked (what
+// the rules print needs the anonymous sets' alone).
+Table decodeEncodedTable(const netlink::EncodedTable &encoded, bool namedSetElements);
 
 // A rule's nft comment (its user data), for readers of a rule outside this file.
 std::string ruleComment(const nftnl_rule *rule);

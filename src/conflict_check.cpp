@@ -89,8 +89,11 @@ bool ConflictCheck::linearizeAgent(Input &input)
 const nft::NatRuleset *ConflictCheck::otherTables(std::vector<std::string> &warnings)
 {
 	auto generation = nft::readRulesetGeneration();
-	if (read_ && generation && *generation == read_->generation)
+	if (read_ && generation && *generation == read_->generation) {
+		log::debug("other tables' NAT: nothing committed since generation {}, not read again",
+			   read_->generation);
 		return &*read_;
+	}
 	read_.reset(); // before the read: the old tables and the new are not held at once
 	nft::NatReadLimits limits;
 	limits.skipInetTable = input_->agent->name;
@@ -110,6 +113,7 @@ const nft::NatRuleset *ConflictCheck::otherTables(std::vector<std::string> &warn
 	if (!lastError_.empty())
 		log::info("other tables' NAT is readable again");
 	lastError_.clear();
+	log::debug("other tables' NAT read at generation {}: {} tables", ruleset->generation, ruleset->tables.size());
 	return &read_.emplace(std::move(*ruleset));
 }
 

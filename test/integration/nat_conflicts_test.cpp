@@ -173,6 +173,32 @@ TEST_CASE("a rule written again with a new handle is the same conflict: said onc
 	CHECK(gauge("certain") == found);
 }
 
+TEST_CASE("a neighbour that stops changing is read once, not at every pass; a commit is read again")
+{
+	Topology net;
+	flushRuleset();
+	Rules rules({kubeletRule("iptables-nft", kClusterCidr)});
+	// Resyncs every second (no-ops: nothing is committed) nudge the check again and again.
+	Agent agent(kConfig + "resyncInterval: 1s\n", {"--health-addr=127.0.0.1:10263", "--v=1"});
+	agent.expectNatConflicts();
+	requireNonZero(agent, "certain");
+	const std::string read = "other tables' NAT read at generation", reused = "not read again";
+	const auto requireReused = [&](size_t times) {
+		requireWithin([&] { return countOf(agent.log(), reused) >= times; }, kCheckDeadline, agent.process(),
+			      "passes that keep the last read", metricsAndReadiness);
+	};
+	requireReused(2);
+	const size_t reads = countOf(agent.log(), read);
+	requireReused(countOf(agent.log(), reused) + 2);
+	INFO(agent.log());
+	CHECK(countOf(agent.log(), read) == reads);
+	// Any commit (here, a table of no interest) is a new generation: read again.
+	runOrFail("nft add table ip other");
+	requireWithin([&] { return countOf(agent.log(), read) > reads; }, kCheckDeadline, agent.process(),
+		      "a read after a commit", metricsAndReadiness);
+	CHECK(gauge("certain") != "0");
+}
+
 TEST_CASE("a masquerade or SNAT before the agent's own SNAT, to another address: a certain conflict")
 {
 	// The issue's first and second cases. The old design called both "no conflict" (a

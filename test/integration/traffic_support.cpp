@@ -355,7 +355,7 @@ std::string natConflictGauge(const std::string &metrics, const std::string &cert
 Agent::Agent(const std::string &config, std::vector<std::string> flags)
 {
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
-	dir_.write("config", kSlowResync + config);
+	dir_.write("config", withSlowResync(config));
 	std::string healthAddr = kAgentHealthAddr;
 	bool given = false;
 	for (const std::string &flag : flags)
@@ -414,12 +414,12 @@ Agent::~Agent()
 
 void Agent::writeConfig(const std::string &config) const
 {
-	dir_.write("config", kSlowResync + config);
+	dir_.write("config", withSlowResync(config));
 }
 
 void Agent::overwriteConfig(const std::string &config) const
 {
-	dir_.overwrite("config", kSlowResync + config);
+	dir_.overwrite("config", withSlowResync(config));
 }
 
 void requireSource(const Topology &net, const Agent &agent, int family, const std::string &address,

@@ -48,6 +48,11 @@ inline const std::string kNodeV6 = "2001:db8:2::1";
 
 // A long resync, so anything that happens faster was triggered by a change.
 inline const std::string kSlowResync = "resyncInterval: 1h\n";
+// `config` after kSlowResync, unless it sets resyncInterval itself.
+inline std::string withSlowResync(const std::string &config)
+{
+	return config.find("resyncInterval:") == std::string::npos ? kSlowResync + config : config;
+}
 
 // Runs `fn` on a short-lived thread that first joins the network namespace `nsFd`.
 // setns() moves only the calling thread, so the test thread stays in the node, while

@@ -211,7 +211,6 @@ Result<RouteSource> RouteSource::open(RouteFilter filter, size_t maxRoutes)
 // dump per protocol when no interface is named (the kernel drops the rest).
 Status RouteSource::readInto(SelectedRoutes &fresh, RouteUpdate &update)
 {
-	Status failed;
 	const auto onLink = [&](const nlmsghdr *nlh) -> Status {
 		if (nlh->nlmsg_type != RTM_NEWLINK)
 			return {};
@@ -246,7 +245,7 @@ Status RouteSource::readInto(SelectedRoutes &fresh, RouteUpdate &update)
 					"cannot read the node's {} routes: ", family == AF_INET ? "IPv4" : "IPv6")));
 		}
 	}
-	return failed;
+	return {};
 }
 
 RouteSourceUpdate RouteSource::reread()

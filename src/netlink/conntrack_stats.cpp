@@ -4,7 +4,6 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
-#include <charconv>
 #include <fstream>
 #include <string>
 #include <sys/socket.h>
@@ -14,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/socket.h"
 
@@ -37,12 +37,12 @@ unsigned possibleCpus()
 	if (!std::getline(in, list))
 		return kMaxCpus;
 	const size_t last = list.find_last_of("-,");
-	const char *first = list.data() + (last == std::string::npos ? 0 : last + 1);
-	unsigned highest = 0;
-	const auto [end, ec] = std::from_chars(first, list.data() + list.size(), highest);
-	if (ec != std::errc() || highest >= kMaxCpus)
+	const std::string_view highestText =
+		std::string_view(list).substr(last == std::string::npos ? 0 : last + 1);
+	const std::optional<uint64_t> highest = ascii::parseDecimal(highestText);
+	if (!highest || *highest >= kMaxCpus)
 		return kMaxCpus;
-	return highest + 1;
+	return *highest + 1;
 }
 
 // The u32 attributes of one statistics message, by type. Types this build does not know

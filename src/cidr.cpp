@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <arpa/inet.h>
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/escape.h"
 
 namespace ipmasq {
@@ -106,11 +106,8 @@ Result<Prefix> parsePrefix(std::string_view text)
 		return fail(fmt::format("CIDR {} could not be parsed: {} is not a valid {} address",
 					quoted, ipmasq::quoted(addressText), familyName(family)));
 
-	unsigned length = 0;
-	const auto [end, ec] = std::from_chars(lengthText.data(),
-					       lengthText.data() + lengthText.size(), length);
-	if (lengthText.empty() || ec != std::errc() ||
-	    end != lengthText.data() + lengthText.size() || length > bits)
+	const std::optional<uint64_t> length = ascii::parseDecimal(lengthText);
+	if (!length || *length > bits)
 		return fail(fmt::format("CIDR {} could not be parsed: prefix length {} is not a "
 					"number from 0 to {}", quoted, ipmasq::quoted(lengthText), bits));
 
@@ -119,8 +116,8 @@ Result<Prefix> parsePrefix(std::string_view text)
 		value = (value << 8) | raw[i];
 
 	Prefix prefix;
-	prefix.network = Address{family, value & ~hostMask(bits, length)};
-	prefix.length = length;
+	prefix.network = Address{family, value & ~hostMask(bits, *length)};
+	prefix.length = *length;
 	prefix.spelling = std::string(text);
 	if (prefix.network.value != value)
 		return fail(fmt::format("CIDR {} is not aligned to a CIDR block: host bits are set "

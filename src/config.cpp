@@ -193,18 +193,12 @@ constexpr std::array<const char *, 12> kKeyNames{
 	"resyncInterval",     "masqueradeCIDRs",  "masqueradeSourceCIDRs", "outputAddress",
 	"outputAddressIPv6",  "outputInterface", "nonMasqueradeInterfaces",
 	"nonMasqueradeDiscovery"};
-constexpr const char *kKnownKeys = "nonMasqueradeCIDRs, cidrLimit, masqLinkLocal, masqLinkLocalIPv6, "
-				   "resyncInterval, masqueradeCIDRs, masqueradeSourceCIDRs, "
-				   "outputAddress, outputAddressIPv6, outputInterface, "
-				   "nonMasqueradeInterfaces, nonMasqueradeDiscovery";
 
 // The keys of the nonMasqueradeDiscovery section (discovery_config.h).
 enum class SectionKey { within, routeProtocols, routeInterfaces, flannelSubnetEnv, cniConfDir, holdDown };
 constexpr std::array<const char *, 6> kSectionKeyNames{"within",	   "routeProtocols",
 							"routeInterfaces",  "flannelSubnetEnv",
 							"cniConfDir",	   "holdDown"};
-constexpr const char *kKnownSectionKeys =
-	"within, routeProtocols, routeInterfaces, flannelSubnetEnv, cniConfDir, holdDown";
 
 const char *sectionKeyName(SectionKey key) { return kSectionKeyNames[static_cast<size_t>(key)]; }
 
@@ -270,25 +264,16 @@ bool isInterfaceList(Key key)
 	return key == Key::outputInterface || key == Key::nonMasqueradeInterfaces;
 }
 
-std::optional<Key> knownKey(std::string_view spelling)
+// The key of `names` (kKeyNames, kSectionKeyNames) that `spelling` is, case-insensitively.
+template<typename KeyEnum, size_t N>
+std::optional<KeyEnum> knownKey(std::string_view spelling, const std::array<const char *, N> &names)
 {
 	if (spelling.size() > 32)
 		return std::nullopt;
 	const std::string l = lower(spelling);
-	for (size_t i = 0; i < kKeyNames.size(); i++)
-		if (l == lower(kKeyNames[i]))
-			return static_cast<Key>(i);
-	return std::nullopt;
-}
-
-std::optional<SectionKey> knownSectionKey(std::string_view spelling)
-{
-	if (spelling.size() > 32)
-		return std::nullopt;
-	const std::string l = lower(spelling);
-	for (size_t i = 0; i < kSectionKeyNames.size(); i++)
-		if (l == lower(kSectionKeyNames[i]))
-			return static_cast<SectionKey>(i);
+	for (size_t i = 0; i < N; i++)
+		if (l == lower(names[i]))
+			return static_cast<KeyEnum>(i);
 	return std::nullopt;
 }
 
@@ -795,7 +780,7 @@ void ConfigHandler::onKey(const Value &key)
 	const std::string_view spelling = key.kind == Kind::null ? std::string_view("null") : key.text;
 
 	state_ = State::value;
-	valueKey_ = knownKey(spelling);
+	valueKey_ = knownKey<Key>(spelling, kKeyNames);
 	if (valueKey_) {
 		const char *canonical = keyName(*valueKey_);
 		auto &seen = seenKeys_[static_cast<size_t>(*valueKey_)];
@@ -823,10 +808,12 @@ void ConfigHandler::onKey(const Value &key)
 					   seen.mark.line + 1, seen.mark.column + 1));
 	if (unknownKeys_.size() >= kMaxUnknownConfigKeys)
 		refuse(fmt::format("{}more than {} unknown keys; is this the ip-masq-agent config? "
-				   "(known keys: {})", at(key.mark), kMaxUnknownConfigKeys, kKnownKeys));
+				   "(known keys: {})", at(key.mark), kMaxUnknownConfigKeys,
+				   fmt::join(kKeyNames, ", ")));
 	unknownKeys_.push_back(SeenKey{std::string(spelling), key.mark});
 	loaded_.warnings.push_back(fmt::format("{}ignoring unknown key {} (known keys: {})",
-						      at(key.mark), shown(spelling), kKnownKeys));
+						      at(key.mark), shown(spelling),
+						      fmt::join(kKeyNames, ", ")));
 }
 
 void ConfigHandler::onKnownValue(Key key, const Value &value)
@@ -1132,13 +1119,14 @@ void ConfigHandler::onSectionKey(const Value &key)
 	if (key.kind != Kind::scalar)
 		refuse(fmt::format("{}a key must be a name such as within, but this one is {}",
 				   where(key.mark, section), key.describe()));
-	const std::optional<SectionKey> known = knownSectionKey(key.text);
+	const std::optional<SectionKey> known = knownKey<SectionKey>(key.text, kSectionKeyNames);
 	// Unlike the top level (upstream's keys), the section is the agent's own: a key it
 	// does not know is a typo of one it does, and reading the rest would discover less
 	// than the operator meant.
 	if (!known)
 		refuse(fmt::format("{}unknown key {} (the section's keys: {}): fix its spelling",
-				   where(key.mark, section), shown(key.text), kKnownSectionKeys));
+				   where(key.mark, section), shown(key.text),
+				   fmt::join(kSectionKeyNames, ", ")));
 	const char *canonical = sectionKeyName(*known);
 	auto &seen = seenSectionKeys_[static_cast<size_t>(*known)];
 	if (seen)

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <sys/resource.h>
 #include <unistd.h>
-#include <charconv>
 #include <functional>
 #include <list>
 #include <optional>
@@ -20,6 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/process_guard.h"
@@ -42,20 +42,17 @@ Result<ListenAddress> parseListenAddress(std::string_view text)
 	if (colon == std::string_view::npos)
 		return invalid("no port");
 	std::string_view host = text.substr(0, colon);
-	const std::string_view portText = text.substr(colon + 1);
 	if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
 		host = host.substr(1, host.size() - 2);
 	else if (host.find(':') != std::string_view::npos)
 		return invalid("an IPv6 address needs brackets");
 
-	unsigned port = 0;
-	const auto [end, ec] = std::from_chars(portText.data(), portText.data() + portText.size(), port);
-	if (portText.empty() || ec != std::errc() || end != portText.data() + portText.size() ||
-	    port > 65535)
+	const std::optional<uint64_t> port = ascii::parseDecimal(text.substr(colon + 1));
+	if (!port || *port > 65535)
 		return invalid("the port is not a number from 0 to 65535");
 	if (host.find('\0') != std::string_view::npos)
 		return invalid("the host holds a NUL byte");
-	ListenAddress address{std::string(host), static_cast<uint16_t>(port)};
+	ListenAddress address{std::string(host), static_cast<uint16_t>(*port)};
 	if (!address.host.empty()) {
 		boost::system::error_code error;
 		asio::ip::make_address(address.host, error);

@@ -3,7 +3,6 @@
 // own) or one JSON object.
 #include "ip-masq-agent/log.h"
 
-#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +13,8 @@
 #include <string>
 
 #include <unistd.h>
+
+#include "ip-masq-agent/ascii.h"
 
 namespace ipmasq::log {
 
@@ -179,15 +180,8 @@ bool isJournalStream(const char *journalStream, const struct stat &stderrStat)
 	const size_t colon = text.find(':');
 	if (colon == std::string_view::npos)
 		return false;
-	const auto number = [](std::string_view digits) -> std::optional<uint64_t> {
-		uint64_t value = 0;
-		const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-		if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size())
-			return std::nullopt;
-		return value;
-	};
-	const auto device = number(text.substr(0, colon));
-	const auto inode = number(text.substr(colon + 1));
+	const auto device = ascii::parseDecimal(text.substr(0, colon));
+	const auto inode = ascii::parseDecimal(text.substr(colon + 1));
 	return device && inode && *device == static_cast<uint64_t>(stderrStat.st_dev) &&
 	       *inode == static_cast<uint64_t>(stderrStat.st_ino);
 }

@@ -3,11 +3,11 @@
 #include "ip-masq-agent/port_ranges.h"
 
 #include <algorithm>
-#include <charconv>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/escape.h"
 
 namespace ipmasq {
@@ -19,16 +19,13 @@ std::string PortRange::toString() const
 
 namespace {
 
-// Plain decimal digits only (no sign, no spaces); from_chars reports values beyond
-// `unsigned` as out of range rather than wrapping, so no length can overflow.
+// Plain decimal digits only (no sign, no spaces), from 1 to 65535.
 std::optional<uint16_t> parsePort(std::string_view text)
 {
-	unsigned value = 0;
-	const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-	if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 1 ||
-	    value > 65535)
+	const std::optional<uint64_t> value = ascii::parseDecimal(text);
+	if (!value || *value < 1 || *value > 65535)
 		return std::nullopt;
-	return static_cast<uint16_t>(value);
+	return static_cast<uint16_t>(*value);
 }
 
 } // namespace

@@ -47,16 +47,9 @@ Result<RouteProtocol> parseRouteProtocol(std::string_view text)
 			return RouteProtocol{value};
 	// A number: decimal digits, at most 255, without a leading zero (iproute2 would read
 	// "012" as octal).
-	if (!text.empty() && text.size() <= 3 && (text[0] != '0' || text.size() == 1)) {
-		unsigned value = 0;
-		bool digits = true;
-		for (const char c : text) {
-			digits = digits && ascii::isDigit(c);
-			value = value * 10 + static_cast<unsigned>(c - '0');
-		}
-		if (digits && value <= 255)
-			return RouteProtocol{static_cast<uint8_t>(value)};
-	}
+	const std::optional<uint64_t> value = ascii::parseDecimal(text);
+	if (value && *value <= 255 && (text[0] != '0' || text.size() == 1))
+		return RouteProtocol{static_cast<uint8_t>(*value)};
 	return fail(fmt::format("{} is not a route protocol: write a name that ip-route prints "
 				"(bird, bgp, static, kernel, boot, zebra, ...) or a number from 0 "
 				"to 255",

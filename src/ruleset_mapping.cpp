@@ -372,39 +372,6 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 	return ruleset;
 }
 
-KernelTable kernelTableOf(const Ruleset &ruleset)
-{
-	KernelTable out{ruleset.sets, {}};
-	for (const Chain &chain : ruleset.chains)
-		for (const Rule &rule : chain.rules) {
-			// Which kinds carry what the sets do not: each kind must say.
-			const auto snat = std::visit(
-				Overloaded{
-					[](const JumpIfNotLocal &) -> std::optional<KernelSnatRule> {
-						return std::nullopt;
-					},
-					[](const ReturnIfDestinationInSet &) -> std::optional<KernelSnatRule> {
-						return std::nullopt;
-					},
-					[](const ReturnIfOutputInterfaceInSet &)
-						-> std::optional<KernelSnatRule> { return std::nullopt; },
-					[](const MatchUnlistedSource &) -> std::optional<KernelSnatRule> {
-						return std::nullopt;
-					},
-					[](const Masquerade &) -> std::optional<KernelSnatRule> {
-						return std::nullopt;
-					},
-					[&rule](const SourceNat &s) -> std::optional<KernelSnatRule> {
-						return KernelSnatRule{s.family, s.to, rule.comment};
-					},
-				},
-				rule.statement);
-			if (snat)
-				out.snatRules.push_back(*snat);
-		}
-	return out;
-}
-
 std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel)
 {
 	// The config the sets' names and comments and the SNAT rules describe. A placeholder

@@ -2,13 +2,13 @@
 #include "ip-masq-agent/sampled_packet.h"
 
 #include <array>
-#include <charconv>
 #include <utility>
 
 #include <netinet/in.h>
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/escape.h"
 
 namespace ipmasq {
@@ -40,15 +40,13 @@ Result<PortProtocol> parsePortProtocol(const std::string &text)
 	const size_t slash = text.find('/');
 	if (slash == std::string::npos)
 		return usage("has no protocol");
-	unsigned port = 0;
-	const char *end = text.data() + slash;
-	const auto [at, error] = std::from_chars(text.data(), end, port);
-	if (error != std::errc() || at != end || port == 0 || port > 65535)
+	const std::optional<uint64_t> port = ascii::parseDecimal(std::string_view(text).substr(0, slash));
+	if (!port || *port == 0 || *port > 65535)
 		return usage("is not a port from 1 to 65535");
 	const std::string name = text.substr(slash + 1);
 	for (const auto &[protocol, number] : kProtocols)
 		if (name == protocol)
-			return PortProtocol{number, static_cast<uint16_t>(port)};
+			return PortProtocol{number, static_cast<uint16_t>(*port)};
 	return usage("names no protocol with ports");
 }
 

@@ -124,7 +124,6 @@ public:
 	size_t size() const { return routes_.size(); }
 	std::vector<SelectedRoute> all() const;
 	std::optional<std::string> linkName(uint32_t ifindex) const;
-	bool ipv4Selected() const { return ipv4Routes_ > 0; }
 
 private:
 	// What tells kernel routes apart, one next hop each.

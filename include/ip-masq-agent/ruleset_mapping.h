@@ -32,10 +32,6 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 // TableBackend::check().
 std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel);
 
-// What reading `ruleset` back from the kernel yields (TableBackend::readTable of a table
-// that holds exactly it): the reverse mapping's input, for the round-trip tests.
-KernelTable kernelTableOf(const Ruleset &ruleset);
-
 // Names valid, and everything the ruleset built from these options carries fits what
 // nft and the kernel accept: no comment longer than kMaxNftCommentLength (the chain
 // name is part of a rule comment), the priority in range.

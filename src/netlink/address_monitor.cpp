@@ -27,21 +27,6 @@ constexpr size_t kMonitorReceiveBuffer = 1024 * 1024;
 // Datagrams one drain() reads at most; rtnetlink sends one notification per datagram.
 constexpr size_t kMaxDatagramsPerDrain = 4096;
 
-// The attributes of a message after its family header, by type (the last of a type
-// wins, as in the kernel's own parsing). Types beyond `maxType` are skipped.
-std::vector<const nlattr *> attributes(const nlmsghdr *nlh, size_t headerSize, uint16_t maxType)
-{
-	std::vector<const nlattr *> table(maxType + 1, nullptr);
-	const auto *tail = static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh));
-	for (auto *attr = static_cast<const nlattr *>(mnl_nlmsg_get_payload_offset(nlh, headerSize));
-	     mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char *>(attr)));
-	     attr = mnl_attr_next(attr)) {
-		if (mnl_attr_get_type(attr) <= maxType)
-			table[mnl_attr_get_type(attr)] = attr;
-	}
-	return table;
-}
-
 // One address from an RTM_NEWADDR or RTM_DELADDR message (the same layout), or nothing
 // for another family (the AF_UNSPEC dump includes MCTP's, for one) or a message without an
 // address.
@@ -54,7 +39,8 @@ std::optional<NodeAddress> parseAddress(const nlmsghdr *nlh)
 	if (ifa->ifa_family != AF_INET && ifa->ifa_family != AF_INET6)
 		return std::nullopt;
 	const Family family = ifa->ifa_family == AF_INET ? Family::ipv4 : Family::ipv6;
-	const auto attrs = attributes(nlh, sizeof(ifaddrmsg), IFA_MAX);
+	const nlattr *attrs[IFA_MAX + 1] = {};
+	netlink::collectAttributes(nlh, sizeof(ifaddrmsg), attrs, IFA_MAX);
 	// IFA_ADDRESS is the peer on a point-to-point link; IFA_LOCAL, when present, is
 	// always ours (the rule getifaddrs() follows too).
 	const nlattr *local = attrs[IFA_LOCAL] ? attrs[IFA_LOCAL] : attrs[IFA_ADDRESS];
@@ -139,7 +125,8 @@ Result<std::unordered_map<uint32_t, std::string>> dumpInterfaceNames(netlink::So
 				    mnl_nlmsg_get_payload_len(nlh) < sizeof(ifinfomsg))
 					return {};
 				const auto *ifi = static_cast<const ifinfomsg *>(mnl_nlmsg_get_payload(nlh));
-				const auto attrs = attributes(nlh, sizeof(ifinfomsg), IFLA_IFNAME);
+				const nlattr *attrs[IFLA_IFNAME + 1] = {};
+				netlink::collectAttributes(nlh, sizeof(ifinfomsg), attrs, IFLA_IFNAME);
 				if (!attrs[IFLA_IFNAME] ||
 				    mnl_attr_validate(attrs[IFLA_IFNAME], MNL_TYPE_NUL_STRING) < 0)
 					return {};

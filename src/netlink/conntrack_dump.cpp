@@ -7,7 +7,6 @@
 #include <netinet/in.h>
 #include <array>
 #include <cerrno>
-#include <chrono>
 #include <sys/socket.h>
 
 #include <libmnl/libmnl.h>
@@ -23,10 +22,6 @@
 namespace ipmasq::netlink {
 
 namespace {
-
-// ctnetlink builds each datagram of a dump within our recv(): a second without one means
-// the kernel is stuck, not busy.
-constexpr std::chrono::milliseconds kReplyTimeout{1000};
 
 constexpr uint16_t kEntryType = (NFNL_SUBSYS_CTNETLINK << 8) | IPCTNL_MSG_CT_NEW;
 
@@ -144,20 +139,7 @@ Result<Tuple> parseTuple(const nlattr *nest, Family family)
 // The socket's error, worded for an operator who reads it in the log or on a terminal.
 Error explained(const Error &error)
 {
-	switch (error.errnum) {
-	case EPERM: // not always a missing capability: refusal.h tells which refusal it is
-	case EACCES:
-		return explainRefusal(error.withContext("cannot read conntrack's entries: "));
-	case EINVAL:
-	case EOPNOTSUPP:
-		return Error("cannot read conntrack's entries: this kernel has no conntrack netlink "
-			     "interface (nf_conntrack_netlink) (" + error.message + ")", error.errnum);
-	case ETIMEDOUT:
-		return Error(fmt::format("cannot read conntrack's entries: ctnetlink did not answer "
-					 "within {} ms", kReplyTimeout.count()), error.errnum);
-	default:
-		return error.withContext("cannot read conntrack's entries: ");
-	}
+	return explainConntrackError(error, "conntrack's entries");
 }
 
 } // namespace
@@ -217,7 +199,7 @@ Result<ConntrackDump> dumpSourceNatEntries(const std::function<void(const Conntr
 	auto socket = Socket::open();
 	if (!socket)
 		return fail(explained(socket.error()));
-	if (auto s = socket->setReplyTimeout(kReplyTimeout); !s)
+	if (auto s = socket->setReplyTimeout(kConntrackReplyTimeout); !s)
 		return fail(explained(s.error()));
 	ConntrackDump dump;
 	bool filtered = true;

@@ -4,8 +4,6 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
-#include <charconv>
-#include <chrono>
 #include <fstream>
 #include <string>
 #include <sys/socket.h>
@@ -15,17 +13,13 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/ascii.h"
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/socket.h"
 
 namespace ipmasq::netlink {
 
 namespace {
-
-// ctnetlink answers from within our own recv(), in microseconds. A kernel that does not
-// answer within a second is stuck; the daemon's loop then loses one second, far inside its
-// liveness limit, instead of the socket's default ten.
-constexpr std::chrono::milliseconds kReplyTimeout{1000};
 
 // When the possible CPUs cannot be read: the largest NR_CPUS any architecture builds with.
 constexpr unsigned kMaxCpus = 8192;
@@ -43,12 +37,12 @@ unsigned possibleCpus()
 	if (!std::getline(in, list))
 		return kMaxCpus;
 	const size_t last = list.find_last_of("-,");
-	const char *first = list.data() + (last == std::string::npos ? 0 : last + 1);
-	unsigned highest = 0;
-	const auto [end, ec] = std::from_chars(first, list.data() + list.size(), highest);
-	if (ec != std::errc() || highest >= kMaxCpus)
+	const std::string_view highestText =
+		std::string_view(list).substr(last == std::string::npos ? 0 : last + 1);
+	const std::optional<uint64_t> highest = ascii::parseDecimal(highestText);
+	if (!highest || *highest >= kMaxCpus)
 		return kMaxCpus;
-	return highest + 1;
+	return *highest + 1;
 }
 
 // The u32 attributes of one statistics message, by type. Types this build does not know
@@ -140,22 +134,7 @@ std::optional<uint64_t> limitFromSysctl()
 // The socket's error, worded for an operator who reads it in the log.
 Error explained(const Error &error)
 {
-	switch (error.errnum) {
-	case EPERM: // not always a missing capability: refusal.h tells which refusal it is
-	case EACCES:
-		return explainRefusal(error.withContext("cannot read conntrack statistics: "));
-	case EINVAL: // nfnetlink's answer for a subsystem or request it does not have
-	case EOPNOTSUPP:
-		return Error("cannot read conntrack statistics: this kernel has no conntrack "
-			     "netlink interface (nf_conntrack_netlink) (" + error.message + ")",
-			     error.errnum);
-	case ETIMEDOUT:
-		return Error(fmt::format("cannot read conntrack statistics: ctnetlink did not "
-					 "answer within {} ms", kReplyTimeout.count()),
-			     error.errnum);
-	default:
-		return error.withContext("cannot read conntrack statistics: ");
-	}
+	return explainConntrackError(error, "conntrack statistics");
 }
 
 } // namespace
@@ -165,7 +144,7 @@ Result<ConntrackStats> readConntrackStats()
 	auto socket = Socket::open();
 	if (!socket)
 		return fail(explained(socket.error()));
-	if (auto s = socket->setReplyTimeout(kReplyTimeout); !s)
+	if (auto s = socket->setReplyTimeout(kConntrackReplyTimeout); !s)
 		return fail(explained(s.error()));
 	ConntrackStats stats;
 	if (auto s = readPerCpu(*socket, stats); !s)

@@ -88,4 +88,25 @@ Error explainRefusal(Error error, const Privileges &privileges)
 	return error;
 }
 
+Error explainConntrackError(const Error &error, std::string_view what)
+{
+	const std::string context = fmt::format("cannot read {}: ", what);
+	switch (error.errnum) {
+	case EPERM: // not always a missing capability: see refusalReason()
+	case EACCES:
+		return explainRefusal(error.withContext(context));
+	case EINVAL: // nfnetlink's answer for a subsystem or request it does not have
+	case EOPNOTSUPP:
+		return Error(context + "this kernel has no conntrack netlink interface "
+				       "(nf_conntrack_netlink) (" + error.message + ")",
+			     error.errnum);
+	case ETIMEDOUT:
+		return Error(fmt::format("{}ctnetlink did not answer within {} ms", context,
+					 kConntrackReplyTimeout.count()),
+			     error.errnum);
+	default:
+		return error.withContext(context);
+	}
+}
+
 } // namespace ipmasq::netlink

@@ -62,16 +62,6 @@ std::optional<Address> gatewayOf(Family family, const nlattr *gateway, const nla
 			 mnl_attr_get_payload_len(via) - sizeof(uint16_t));
 }
 
-// The attributes in [begin, end), by type (the last of a type wins); others are skipped.
-void collect(const char *begin, const char *end, const nlattr **table, uint16_t maxType)
-{
-	for (auto *attr = reinterpret_cast<const nlattr *>(begin);
-	     mnl_attr_ok(attr, static_cast<int>(end - reinterpret_cast<const char *>(attr)));
-	     attr = mnl_attr_next(attr))
-		if (mnl_attr_get_type(attr) <= maxType)
-			table[mnl_attr_get_type(attr)] = attr;
-}
-
 // RTA_MULTIPATH's hops: rtnexthop headers each followed by their own attributes.
 bool parseMultipath(Family family, const nlattr *multipath, std::vector<RouteNextHop> &hops)
 {
@@ -83,7 +73,7 @@ bool parseMultipath(Family family, const nlattr *multipath, std::vector<RouteNex
 		if (header.rtnh_len < sizeof(rtnexthop) || header.rtnh_len > left || hops.size() == kMaxRouteHops)
 			return false;
 		const nlattr *attrs[RTA_MAX + 1] = {};
-		collect(at + RTNH_ALIGN(sizeof(rtnexthop)), at + header.rtnh_len, attrs, RTA_MAX);
+		netlink::collectAttributes(at + RTNH_ALIGN(sizeof(rtnexthop)), at + header.rtnh_len, attrs, RTA_MAX);
 		hops.push_back(RouteNextHop{gatewayOf(family, attrs[RTA_GATEWAY], attrs[RTA_VIA]),
 					    static_cast<uint32_t>(header.rtnh_ifindex)});
 		const size_t step = std::min<size_t>(RTNH_ALIGN(header.rtnh_len), left);
@@ -117,8 +107,7 @@ std::optional<LinkMessage> parseLinkMessage(const nlmsghdr *nlh)
 	ifinfomsg ifi;
 	std::memcpy(&ifi, mnl_nlmsg_get_payload(nlh), sizeof(ifi));
 	const nlattr *attrs[IFLA_IFNAME + 1] = {};
-	collect(static_cast<const char *>(mnl_nlmsg_get_payload_offset(nlh, sizeof(ifinfomsg))),
-		static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh)), attrs, IFLA_IFNAME);
+	netlink::collectAttributes(nlh, sizeof(ifinfomsg), attrs, IFLA_IFNAME);
 	if (ifi.ifi_index <= 0 || !attrs[IFLA_IFNAME] ||
 	    mnl_attr_validate(attrs[IFLA_IFNAME], MNL_TYPE_NUL_STRING) < 0)
 		return std::nullopt;
@@ -141,8 +130,7 @@ std::optional<KernelRoute> parseRouteMessage(const nlmsghdr *nlh)
 	if (rtm.rtm_dst_len > familyBits(family))
 		return std::nullopt;
 	const nlattr *attrs[RTA_MAX + 1] = {};
-	collect(static_cast<const char *>(mnl_nlmsg_get_payload_offset(nlh, sizeof(rtmsg))),
-		static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh)), attrs, RTA_MAX);
+	netlink::collectAttributes(nlh, sizeof(rtmsg), attrs, RTA_MAX);
 
 	KernelRoute route;
 	route.destination.network.family = family;
@@ -211,7 +199,6 @@ Result<RouteSource> RouteSource::open(RouteFilter filter, size_t maxRoutes)
 // dump per protocol when no interface is named (the kernel drops the rest).
 Status RouteSource::readInto(SelectedRoutes &fresh, RouteUpdate &update)
 {
-	Status failed;
 	const auto onLink = [&](const nlmsghdr *nlh) -> Status {
 		if (nlh->nlmsg_type != RTM_NEWLINK)
 			return {};
@@ -246,7 +233,7 @@ Status RouteSource::readInto(SelectedRoutes &fresh, RouteUpdate &update)
 					"cannot read the node's {} routes: ", family == AF_INET ? "IPv4" : "IPv6")));
 		}
 	}
-	return failed;
+	return {};
 }
 
 RouteSourceUpdate RouteSource::reread()

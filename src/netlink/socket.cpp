@@ -110,19 +110,32 @@ std::string extackMessage(const nlmsghdr *nlh)
 		offset = sizeof(int) + err->msg.nlmsg_len;
 	if (mnl_nlmsg_get_payload_len(nlh) <= offset)
 		return {};
-	// libmnl's mnl_attr_for_each() relies on C's implicit void* conversion.
-	const auto *tail = static_cast<const char *>(mnl_nlmsg_get_payload_tail(nlh));
-	for (auto *attr = static_cast<const nlattr *>(mnl_nlmsg_get_payload_offset(nlh, offset));
-	     mnl_attr_ok(attr, static_cast<int>(tail - reinterpret_cast<const char *>(attr)));
-	     attr = mnl_attr_next(attr)) {
-		if (mnl_attr_get_type(attr) == NLMSGERR_ATTR_MSG &&
-		    mnl_attr_validate(attr, MNL_TYPE_NUL_STRING) >= 0)
-			return static_cast<const char *>(mnl_attr_get_str(attr));
-	}
+	const nlattr *attrs[NLMSGERR_ATTR_MAX + 1] = {};
+	collectAttributes(nlh, offset, attrs, NLMSGERR_ATTR_MAX);
+	const nlattr *message = attrs[NLMSGERR_ATTR_MSG];
+	if (message && mnl_attr_validate(message, MNL_TYPE_NUL_STRING) >= 0)
+		return static_cast<const char *>(mnl_attr_get_str(message));
 	return {};
 }
 
 } // namespace
+
+void collectAttributes(const void *begin, const void *end, const nlattr **table, uint16_t maxType)
+{
+	// libmnl's mnl_attr_for_each() relies on C's implicit void* conversion.
+	const auto *last = static_cast<const char *>(end);
+	for (auto *attr = static_cast<const nlattr *>(begin);
+	     mnl_attr_ok(attr, static_cast<int>(last - reinterpret_cast<const char *>(attr)));
+	     attr = mnl_attr_next(attr))
+		if (mnl_attr_get_type(attr) <= maxType)
+			table[mnl_attr_get_type(attr)] = attr;
+}
+
+void collectAttributes(const nlmsghdr *nlh, size_t headerSize, const nlattr **table, uint16_t maxType)
+{
+	collectAttributes(mnl_nlmsg_get_payload_offset(nlh, headerSize), mnl_nlmsg_get_payload_tail(nlh),
+			  table, maxType);
+}
 
 Socket::Socket(Protocol protocol, MnlSocketPtr socket, uint32_t portId, uint32_t seq)
 	: protocol_(protocol), socket_(std::move(socket)), portId_(portId), seq_(seq),

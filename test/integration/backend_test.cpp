@@ -27,6 +27,7 @@
 #include "ip-masq-agent/nft_text.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "../common/kernel_table.h"
 #include "../common/ruleset_cases.h"
 #include "backend_support.h"
 #include "netns.h"
@@ -175,7 +176,7 @@ TEST_CASE("every named config (the golden cases): the backend lists exactly like
 		auto read = (*backend)->readTable(built->ruleset.table);
 		REQUIRE(read);
 		REQUIRE(*read);
-		CHECK(**read == kernelTableOf(built->ruleset));
+		CHECK(**read == test::kernelTableOf(built->ruleset));
 		CHECK(rulesetFromKernel(built->options, **read) == built->ruleset);
 	}
 }

@@ -7,6 +7,7 @@
 #include "ip-masq-agent/desired_state.h"
 #include "../common/rule_texts.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "../common/kernel_table.h"
 #include "../common/ruleset_cases.h"
 
 using namespace ipmasq;
@@ -73,7 +74,7 @@ TEST_CASE("round trip: every ruleset case is rebuilt from its own sets")
 		INFO("case " << c.name);
 		auto built = test::buildCaseWithOptions(c);
 		REQUIRE(built);
-		const auto rebuilt = rulesetFromKernel(built->options, kernelTableOf(built->ruleset));
+		const auto rebuilt = rulesetFromKernel(built->options, test::kernelTableOf(built->ruleset));
 		REQUIRE(rebuilt);
 		CHECK(*rebuilt == built->ruleset);
 	}

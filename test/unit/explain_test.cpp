@@ -11,6 +11,7 @@
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 #include "../common/nat_builders.h"
+#include "../common/kernel_table.h"
 #include "config_entries.h"
 
 using namespace ipmasq;
@@ -529,7 +530,7 @@ TEST_CASE("the kernel's SNAT rules and interface sets are compared too")
 	const Ruleset ruleset = buildRuleset(config, options);
 	ExplainContext context;
 	context.kernel.state = KernelView::State::sets;
-	const KernelTable read = kernelTableOf(ruleset);
+	const KernelTable read = test::kernelTableOf(ruleset);
 	context.kernel.sets = read.sets;
 	context.kernel.snatRules = read.snatRules;
 	context.outputInterface = "eth0";
@@ -538,7 +539,7 @@ TEST_CASE("the kernel's SNAT rules and interface sets are compared too")
 	// A table made without outputAddress masquerades.
 	Config plain = config;
 	plain.outputAddress.reset();
-	const KernelTable masquerading = kernelTableOf(buildRuleset(plain, options));
+	const KernelTable masquerading = test::kernelTableOf(buildRuleset(plain, options));
 	context.kernel.snatRules = masquerading.snatRules;
 	CHECK_THAT(line(config, context, "192.0.2.1"),
 		   Catch::Contains("the kernel disagrees: it masquerades IPv4 traffic instead of SNAT"));

@@ -15,6 +15,8 @@
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset_mapping.h"
 
+#include "../common/kernel_table.h"
+
 using namespace ipmasq;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -107,7 +109,7 @@ public:
 	{
 		if (!table || table->table != name)
 			return std::optional<KernelTable>();
-		return std::optional(kernelTableOf(*table));
+		return std::optional(test::kernelTableOf(*table));
 	}
 
 	// Someone else commits: another table, or ours deleted or edited.

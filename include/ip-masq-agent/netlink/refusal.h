@@ -10,8 +10,10 @@
 // message says what the kernel answered and which of these the agent's own view rules out.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ip-masq-agent/error.h"
 
@@ -36,5 +38,16 @@ std::string refusalReason(int errnum, const Privileges &privileges);
 // errno leaves it as it is. The first form looks at the process's privileges only then.
 Error explainRefusal(Error error);
 Error explainRefusal(Error error, const Privileges &privileges);
+
+// ctnetlink answers from within our own recv(), in microseconds, and builds each datagram
+// of a dump there: a kernel that does not answer within a second is stuck, not busy. The
+// daemon's loop then loses one second, far inside its liveness limit, instead of the
+// socket's default ten.
+inline constexpr std::chrono::milliseconds kConntrackReplyTimeout{1000};
+
+// A failed read of conntrack (`what`: "conntrack statistics") over ctnetlink, in words an
+// operator can act on: a refusal explained as above, a kernel without ctnetlink
+// (nf_conntrack_netlink; EINVAL, EOPNOTSUPP) and no answer within kConntrackReplyTimeout.
+Error explainConntrackError(const Error &error, std::string_view what);
 
 } // namespace ipmasq::netlink

@@ -20,9 +20,16 @@
 #include "ip-masq-agent/netlink/batch.h"
 #include "ip-masq-agent/netlink/handles.h"
 
+struct nlattr;
 struct nlmsghdr;
 
 namespace ipmasq::netlink {
+
+// The attributes in [begin, end), by type into `table` (maxType + 1 entries): the last of a
+// type wins, as in the kernel's own parsing, and types above `maxType` are skipped.
+void collectAttributes(const void *begin, const void *end, const nlattr **table, uint16_t maxType);
+// The same for a message's attributes, after its family header of `headerSize` bytes.
+void collectAttributes(const nlmsghdr *nlh, size_t headerSize, const nlattr **table, uint16_t maxType);
 
 // What the kernel answered to one batch.
 struct BatchAnswer {

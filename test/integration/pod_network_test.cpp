@@ -64,24 +64,36 @@ std::string flannelStale()
 	return metricAt(kHealth, "ip_masq_agent_discovery_stale{source=\"flannelSubnetEnv\"}");
 }
 
+// A config that lists no pod range: `sources` (the section's lines) find them in `within`.
+std::string discoveryConfig(const std::string &within, const std::string &sources)
+{
+	return fmt::format("nonMasqueradeCIDRs: [10.0.0.0/8]\n"
+			   "nonMasqueradeDiscovery:\n"
+			   "  within: [{}]\n"
+			   "{}"
+			   "  holdDown: 1s\n",
+			   within, sources);
+}
+
+// Each traffic case's node: the pod, the external host and its server, a directory for the
+// config and subnet.env.
+struct PodNetworkNode {
+	Topology net;
+	SourceEchoServer server{net.external};
+	TempDir dir;
+	std::string subnetEnv = dir.file("subnet.env");
+};
+
 } // namespace
 
-TEST_CASE("ranges found on the node (routes by protocol, Flannel's subnet.env) are not masqueraded, "
-	  "live, and leave after the hold-down")
+TEST_CASE_METHOD(PodNetworkNode,
+		 "ranges found on the node (routes by protocol, Flannel's subnet.env) are not masqueraded, "
+		 "live, and leave after the hold-down")
 {
-	Topology net;
-	SourceEchoServer server(net.external);
-	TempDir dir;
-	const std::string subnetEnv = dir.file("subnet.env");
 	// The pod network stands in as 203.0.113.0/24 (the external host's link) and
 	// 192.0.2.0/24 (its second address): the agent masquerades both unless it finds them.
-	dir.write("config", fmt::format("nonMasqueradeCIDRs: [10.0.0.0/8]\n"
-					"nonMasqueradeDiscovery:\n"
-					"  within: [203.0.113.0/24, 192.0.2.0/24]\n"
-					"  routeProtocols: [bird]\n"
-					"  flannelSubnetEnv: {}\n"
-					"  holdDown: 1s\n",
-					subnetEnv));
+	dir.write("config", discoveryConfig("203.0.113.0/24, 192.0.2.0/24",
+					    "  routeProtocols: [bird]\n  flannelSubnetEnv: " + subnetEnv + "\n"));
 	// A route as a BGP daemon installs it (the same path as the link's own route), and one
 	// outside `within`.
 	runOrFail("ip route add 203.0.113.0/26 dev to-ext proto bird");
@@ -137,19 +149,11 @@ TEST_CASE("ranges found on the node (routes by protocol, Flannel's subnet.env) a
 		  "ip route del 203.0.113.0/25 2>/dev/null");
 }
 
-TEST_CASE("a subnet.env that goes bad after a good read: the last good range stays in force and in the "
-	  "kernel, the source is stale in /metrics and /readyz?verbose, until the file is good again")
+TEST_CASE_METHOD(PodNetworkNode,
+		 "a subnet.env that goes bad after a good read: the last good range stays in force and in the "
+		 "kernel, the source is stale in /metrics and /readyz?verbose, until the file is good again")
 {
-	Topology net;
-	SourceEchoServer server(net.external);
-	TempDir dir;
-	const std::string subnetEnv = dir.file("subnet.env");
-	dir.write("config", fmt::format("nonMasqueradeCIDRs: [10.0.0.0/8]\n"
-					"nonMasqueradeDiscovery:\n"
-					"  within: [203.0.113.0/24, 192.0.2.0/24]\n"
-					"  flannelSubnetEnv: {}\n"
-					"  holdDown: 1s\n",
-					subnetEnv));
+	dir.write("config", discoveryConfig("203.0.113.0/24, 192.0.2.0/24", "  flannelSubnetEnv: " + subnetEnv + "\n"));
 	dir.write("subnet.env", "FLANNEL_NETWORK=192.0.2.0/24\nFLANNEL_SUBNET=192.0.2.1/26\n");
 	AgentProcess agent({"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"});
 	const auto context = [&] {
@@ -206,10 +210,7 @@ TEST_CASE("a subnet.env that goes bad after a good read: the last good range sta
 TEST_CASE("--once puts a route of the configured protocol into the kernel's non-masquerade set")
 {
 	TempDir dir;
-	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"
-			    "nonMasqueradeDiscovery:\n"
-			    "  within: [198.18.0.0/15]\n"
-			    "  routeProtocols: [bird]\n");
+	dir.write("config", discoveryConfig("198.18.0.0/15", "  routeProtocols: [bird]\n"));
 	runOrFail("ip link add disc0 type veth peer name disc1 && ip link set disc0 up && ip link set disc1 up && "
 		  "ip route add 198.18.128.0/24 dev disc0 proto bird && "
 		  "ip route add 198.18.129.0/24 dev disc0 proto static && "
@@ -229,17 +230,11 @@ TEST_CASE("--once puts a route of the configured protocol into the kernel's non-
 	(void)run("ip link del disc0");
 }
 
-TEST_CASE("IPv6: a route of the configured protocol in 2001:db8::/32 joins nomasq-v6, and leaves it after "
-	  "the hold-down when withdrawn, by element updates")
+TEST_CASE_METHOD(PodNetworkNode,
+		 "IPv6: a route of the configured protocol in 2001:db8::/32 joins nomasq-v6, and leaves it after "
+		 "the hold-down when withdrawn, by element updates")
 {
-	Topology net;
-	SourceEchoServer server(net.external);
-	TempDir dir;
-	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n"
-			    "nonMasqueradeDiscovery:\n"
-			    "  within: [2001:db8::/32]\n"
-			    "  routeProtocols: [bird]\n"
-			    "  holdDown: 1s\n");
+	dir.write("config", discoveryConfig("2001:db8::/32", "  routeProtocols: [bird]\n"));
 	AgentProcess agent({"--config=" + dir.file("config"), "--enable-ipv6", "--health-addr=127.0.0.1:10263"});
 	const auto seenV6 = [&] { return connectFromPod(net, AF_INET6, kServerV6, kServerPort).address; };
 	const auto context = [&] { return agent.log() + "\n" + nomasqSet("nomasq-v6"); };

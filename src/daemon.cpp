@@ -550,11 +550,11 @@ void Daemon::start()
 
 std::optional<int> Daemon::waitForEvents(Events &events)
 {
-	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kPodNetwork, kCount = kPodNetwork + 2 };
+	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kPodNetwork, kCount = kPodNetwork + PodNetwork::Fds().size() };
 	std::array<pollfd, kCount> fds{};
-	const std::vector<int> podNetwork = source_->podNetworkFds();
-	for (size_t i = 0; i < 2; i++)
-		fds[kPodNetwork + i] = {i < podNetwork.size() ? podNetwork[i] : -1, POLLIN, 0};
+	const PodNetwork::Fds podNetwork = source_->podNetworkFds();
+	for (size_t i = 0; i < podNetwork.size(); i++)
+		fds[kPodNetwork + i] = {podNetwork[i], POLLIN, 0};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
 	fds[kConfig] = {source_->fd(), POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};

@@ -59,8 +59,9 @@ DesiredStateSource::look(ConfigLook why, Clock::time_point now,
 	const bool depends = ipmasq::dependsOnNodeAddresses(*loaded);
 	const NodeAddresses node = readNodeAddresses(depends);
 	followPodNetwork(*loaded, now);
-	DesiredState desired = desiredFromConfig(podNetwork_ ? withDiscovered(*loaded, podNetwork_->model()) : *loaded,
-						 location_, rulesetOptions_, node);
+	if (podNetwork_)
+		putDiscovered(loaded->config, podNetwork_->model());
+	DesiredState desired = desiredFromConfig(*loaded, location_, rulesetOptions_, node);
 	resyncInterval_ = desired.resyncInterval;
 	subnetAddresses_ = chooseSubnetAddresses(*loaded, node);
 	watchedSubnets_ = outputSubnets(*loaded);
@@ -117,15 +118,16 @@ void DesiredStateSource::followPodNetwork(const LoadedConfig &loaded, Clock::tim
 		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
 }
 
-DesiredState DesiredStateSource::remake(const NodeAddresses &node) const
+DesiredState DesiredStateSource::remake(const NodeAddresses &node)
 {
-	return desiredFromConfig(podNetwork_ ? withDiscovered(*keptConfig_, podNetwork_->model()) : *keptConfig_,
-				 location_, rulesetOptions_, node);
+	if (podNetwork_) // in place: the kept config's own lists are not copied
+		putDiscovered(keptConfig_->config, podNetwork_->model());
+	return desiredFromConfig(*keptConfig_, location_, rulesetOptions_, node);
 }
 
-std::vector<int> DesiredStateSource::podNetworkFds() const
+PodNetwork::Fds DesiredStateSource::podNetworkFds() const
 {
-	return podNetwork_ ? podNetwork_->fds() : std::vector<int>{};
+	return podNetwork_ ? podNetwork_->fds() : PodNetwork::Fds{-1, -1};
 }
 
 std::optional<DesiredState> DesiredStateSource::podNetworkReadable(Clock::time_point now)

@@ -48,14 +48,9 @@ PodNetwork::PodNetwork(const NonMasqueradeDiscovery &section, bool ipv6, Clock::
 	readFiles(now);
 }
 
-std::vector<int> PodNetwork::fds() const
+PodNetwork::Fds PodNetwork::fds() const
 {
-	std::vector<int> fds;
-	if (routes_)
-		fds.push_back(routes_->fd());
-	if (watch_.isValid())
-		fds.push_back(watch_.get());
-	return fds;
+	return {routes_ ? routes_->fd() : -1, watch_.isValid() ? watch_.get() : -1};
 }
 
 void PodNetwork::followRoutes()
@@ -207,10 +202,11 @@ LoadedConfig withPodNetworkReadOnce(LoadedConfig loaded, bool ipv6)
 	(void)podNetwork.takeChanges(PodNetwork::Clock::now()); // what it found is in force
 	for (const DiscoveryMessage &message : podNetwork.takeMessages())
 		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
-	return withDiscovered(std::move(loaded), podNetwork.model());
+	putDiscovered(loaded.config, podNetwork.model());
+	return loaded;
 }
 
-LoadedConfig withDiscovered(LoadedConfig loaded, const DiscoveredRanges &model)
+void putDiscovered(Config &config, const DiscoveredRanges &model)
 {
 	std::map<std::string, std::string> originsOf; // by prefix
 	for (const DiscoveredRange &range : model.ranges()) {
@@ -220,13 +216,14 @@ LoadedConfig withDiscovered(LoadedConfig loaded, const DiscoveredRanges &model)
 		if (origins.empty())
 			origins = "withdrawn, in force until its hold-down ends";
 	}
-	Config &config = loaded.config;
+	// The ranges put before go first: the operator's own entries stay where they are.
+	std::erase_if(config.nonMasqueradeCIDRs, [](const Prefix &prefix) { return prefix.origin.discovered(); });
+	config.discoveredOrigins.clear();
 	for (Prefix &prefix : model.inForce()) {
 		prefix.origin = Origin{Origin::kDiscovered, static_cast<uint32_t>(config.discoveredOrigins.size())};
 		config.discoveredOrigins.push_back(originsOf[prefix.toString()]);
 		config.nonMasqueradeCIDRs.push_back(std::move(prefix));
 	}
-	return loaded;
 }
 
 } // namespace ipmasq

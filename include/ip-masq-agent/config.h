@@ -94,7 +94,7 @@ struct Config {
 	std::optional<NonMasqueradeDiscovery> nonMasqueradeDiscovery;
 	// The files the entries came from, in the order read; Origin::file indexes this.
 	ConfigFiles files;
-	// The origins of the discovered prefixes added to nonMasqueradeCIDRs (withDiscovered in
+	// The origins of the discovered prefixes added to nonMasqueradeCIDRs (putDiscovered in
 	// pod_network.h), one text per prefix; Origin::line indexes this for those.
 	ConfigFiles discoveredOrigins;
 

@@ -83,7 +83,7 @@ public:
 	// do when one is readable or at its wake time, each giving the new desired state when
 	// the ranges in force changed.
 	const PodNetwork *podNetwork() const { return podNetwork_ ? &*podNetwork_ : nullptr; }
-	std::vector<int> podNetworkFds() const;
+	PodNetwork::Fds podNetworkFds() const;
 	std::optional<DesiredState> podNetworkReadable(Clock::time_point now);
 	std::optional<DesiredState> podNetworkTimer(Clock::time_point now);
 	// The last good config's outputAddress subnets: the only addresses worth following.
@@ -104,7 +104,7 @@ private:
 	// Starts, keeps or stops following the pod network for a new good config.
 	void followPodNetwork(const LoadedConfig &loaded, Clock::time_point now);
 	// The kept config's desired state again, with the discovered ranges in force.
-	DesiredState remake(const NodeAddresses &node) const;
+	DesiredState remake(const NodeAddresses &node);
 	std::optional<DesiredState> podNetworkChanged(Clock::time_point now);
 
 	// The last good config, kept only while its desired state depends on this node's

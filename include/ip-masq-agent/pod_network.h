@@ -9,6 +9,7 @@
 // nextWake(), and hands inForce() to the desired state when takeChanges() is not empty.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -21,7 +22,8 @@
 
 namespace ipmasq {
 
-struct LoadedConfig; // config.h: the loop's headers include no config header
+struct Config; // config.h: the loop's headers include no config header
+struct LoadedConfig;
 
 class PodNetwork
 {
@@ -34,8 +36,10 @@ public:
 
 	const NonMasqueradeDiscovery &section() const { return section_; }
 	bool ipv6() const { return ipv6_; }
-	// The descriptors to poll: the route notifications, the files' directory watch.
-	std::vector<int> fds() const;
+	// The descriptors to poll, in fixed slots: the route notifications, the files'
+	// directory watch; -1 for one that is not open (poll() skips it).
+	using Fds = std::array<int, 2>;
+	Fds fds() const;
 	// Something to read on one of fds().
 	void onReadable(Clock::time_point now);
 	// At nextWake(): hold-downs that end, failed reads tried again, the files' safety net.
@@ -71,9 +75,10 @@ private:
 	Clock::time_point lastRead_;
 };
 
-// The config with the ranges `model` has in force added to nonMasqueradeCIDRs (a union; they
-// do not count toward cidrLimit), each with its origins for --explain.
-LoadedConfig withDiscovered(LoadedConfig loaded, const DiscoveredRanges &model);
+// The ranges `model` has in force put into the config's nonMasqueradeCIDRs (a union; they do
+// not count toward cidrLimit), each with its origins for --explain, in place of the ones put
+// before: a pod network change never copies the config's own lists (100,000 CIDRs, say).
+void putDiscovered(Config &config, const DiscoveredRanges &model);
 // For the one-shot modes (--once, --dry-run, --explain): the config with its pod network
 // read once, as the daemon's first read (what the sources say is logged); unchanged without
 // a nonMasqueradeDiscovery section.

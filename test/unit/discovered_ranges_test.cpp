@@ -337,8 +337,8 @@ TEST_CASE("model: the route source's changes, in order, with their origins")
 	CHECK(model.stats().outsideWithin == 1);
 }
 
-TEST_CASE("withDiscovered: the ranges in force join nonMasqueradeCIDRs, each with its origins, and "
-	  "--explain names them")
+TEST_CASE("putDiscovered: the ranges in force join nonMasqueradeCIDRs, each with its origins, in place of "
+	  "the ones put before, and --explain names them")
 {
 	DiscoveredRanges model(settings(30s));
 	model.expect(DiscoverySource::routes, kRoutes);
@@ -353,8 +353,9 @@ TEST_CASE("withDiscovered: the ranges in force join nonMasqueradeCIDRs, each wit
 	LoadedConfig loaded;
 	loaded.config.nonMasqueradeCIDRs = {prefix("192.168.0.0/16")};
 	loaded.config.nonMasqueradeCIDRsGiven = true;
-	const LoadedConfig with = withDiscovered(loaded, model);
-	const Config &config = with.config;
+	const LoadedConfig given = loaded;
+	putDiscovered(loaded.config, model);
+	const Config &config = loaded.config;
 	REQUIRE(config.nonMasqueradeCIDRs.size() == 3);
 	CHECK(config.nonMasqueradeCIDRs[0] == prefix("192.168.0.0/16"));
 	CHECK_FALSE(config.nonMasqueradeCIDRs[0].origin.discovered());
@@ -369,6 +370,18 @@ TEST_CASE("withDiscovered: the ranges in force join nonMasqueradeCIDRs, each wit
 	CHECK(describeDecidingEntry(config, explainDecision(config, *address)) ==
 	      "discovered 10.244.1.0/26 (route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0; route 10.244.1.0/26 "
 	      "proto bird via 192.0.2.3 dev tunl0)");
+	// Put again, the ranges replace the ones before: a range that left is gone, none is
+	// there twice, and the operator's entry stays.
+	model.replace(DiscoverySource::flannel, kEnv, {}, t0 + 1s);
+	REQUIRE(texts(model.takeChanges(t0 + 31s).removed) == Strings{"10.244.0.0/16"}); // after the hold-down
+	putDiscovered(loaded.config, model);
+	CHECK(texts(config.nonMasqueradeCIDRs) == Strings{"192.168.0.0/16", "10.244.1.0/26"});
+	REQUIRE(config.discoveredOrigins.size() == 1);
+	CHECK(describeOrigin(config, config.nonMasqueradeCIDRs[1].origin) ==
+	      "route 10.244.1.0/26 proto bird via 192.0.2.2 dev tunl0; route 10.244.1.0/26 proto bird via 192.0.2.3 "
+	      "dev tunl0");
 	// Without the section's ranges the config is as it was.
-	CHECK(withDiscovered(loaded, DiscoveredRanges(settings())).config == loaded.config);
+	putDiscovered(loaded.config, DiscoveredRanges(settings()));
+	CHECK(loaded.config == given.config);
+	CHECK(loaded.config.discoveredOrigins.empty());
 }

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <set>
+#include <span>
 
 #include <linux/netfilter.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -642,10 +643,12 @@ Table decodeEncodedTable(const netlink::EncodedTable &encoded, bool namedSetElem
 			set.name = fmt::format("__set{}", batchSets.size());
 			batchSets[nftnl_set_get_u32(encoded.set.get(), NFTNL_SET_ID)] = set.name;
 		}
-		for (const netlink::ElementChunk &chunk : encoded.elements)
+		// A named set's 100,000 elements are not even walked when only the rules are wanted.
+		const std::span<const netlink::ElementChunk> chunks =
+			anonymous || namedSetElements ? std::span(encoded.elements) : std::span<const netlink::ElementChunk>();
+		for (const netlink::ElementChunk &chunk : chunks)
 			for (const netlink::ElementSpec &spec : chunk.elements)
-				if (anonymous || namedSetElements)
-					set.add({Bytes(spec.key.begin(), spec.key.begin() + spec.keyLen), {}, spec.intervalEnd});
+				set.add({Bytes(spec.key.begin(), spec.key.begin() + spec.keyLen), {}, spec.intervalEnd});
 		set.finish();
 		table.sets.push_back(std::move(set));
 	};

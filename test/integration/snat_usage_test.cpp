@@ -2,14 +2,16 @@
 // SNAT usage against real traffic (traffic_support.h: a pod, the node and an external host
 // in namespaces of their own): connections held open toward one destination fill the
 // agent's --to-ports range, the daemon's /metrics and /snat-usage and --snat-usage say how
-// full, a range of three outputAddress addresses triples the destination's ports, and past
+// full, a range of three outputAddress addresses triples the destination's ports, past
 // the last port the kernel refuses new connections (insert failures) while the agent
-// reports the destination exhausted. IPv4 and IPv6.
+// reports the destination exhausted, and flows toward more destinations than the read keeps
+// are counted but not attributed. IPv4 and IPv6.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <regex>
+#include <span>
 #include <sstream>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/netlink/conntrack_stats.h"
+#include "ip-masq-agent/snat_usage.h"
 #include "ip-masq-agent/unique_fd.h"
 #include "netns.h"
 #include "traffic_support.h"
@@ -181,6 +184,13 @@ std::optional<std::string> sampleWith(const std::string &text, const std::string
 	return std::nullopt;
 }
 
+// Unix time now, as the agent stamps its reads (printed to the millisecond: the rounding).
+double unixNow()
+{
+	return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+constexpr double kTimestampRounding = 0.001;
+
 std::string familyLabel(int family)
 {
 	return family == AF_INET ? "family=\"ipv4\"" : "family=\"ipv6\"";
@@ -235,6 +245,7 @@ TEST_CASE("90 connections over 100 ports: the metric says 0.9 toward that destin
 	for (const int family : {AF_INET, AF_INET6}) {
 		INFO((family == AF_INET ? "IPv4" : "IPv6"));
 		const Sinks sinks = sinksOn(net.external, family);
+		const double madeFrom = unixNow();
 		std::vector<UniqueFd> held = tcpConnections(net, family, server(family), 90);
 		for (int i = 0; i < 90; i++)
 			held.push_back(udpFromPod(net, family, server(family)));
@@ -258,6 +269,23 @@ TEST_CASE("90 connections over 100 ports: the metric says 0.9 toward that destin
 				  fmt::format("destination=\"{}\"", endpoint(family, server(family)))}) == "100");
 		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_usage_max_ratio 0.9\n"));
 		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_other_connections 0\n"));
+		// 183 connections toward three destinations (the server's TCP and UDP ports, the
+		// other server's TCP port), each with its own count, none beyond the read's bound.
+		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_connections 183\n"));
+		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_destinations 3\n"));
+		CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_unattributed_connections 0\n"));
+		for (const auto &[address, protocol, connections] :
+		     {std::tuple{server(family), "tcp", "90"}, std::tuple{server(family), "udp", "90"},
+		      std::tuple{otherServer(family), "tcp", "3"}})
+			CHECK(sampleWith(metrics, "ip_masq_agent_snat_top_connections",
+					 {familyLabel(family), fmt::format("protocol=\"{}\"", protocol),
+					  fmt::format("destination=\"{}\"", endpoint(family, address))}) == connections);
+		// The last read came after they were made (it counted them), and before this scrape.
+		const std::string lastRead = metricAt(kHealth, "ip_masq_agent_snat_last_read_timestamp_seconds");
+		INFO("ip_masq_agent_snat_last_read_timestamp_seconds " << lastRead);
+		const double readAt = lastRead.empty() ? 0 : std::stod(lastRead);
+		CHECK(readAt >= madeFrom - kTimestampRounding);
+		CHECK(readAt <= unixNow() + kTimestampRounding);
 
 		// By hand: the same, from the config and the flags, as a table.
 		const std::string table = snatUsageCommand("--config=" + dir.file("config") + " " +
@@ -357,4 +385,97 @@ TEST_CASE("past the last port the kernel refuses new connections, and the agent 
 		CHECK_THAT(curlGet(kHealth + "/snat-usage"), Catch::Contains("1 exhausted"));
 		runOrFail("conntrack -F 2>/dev/null"); // the next family starts afresh
 	}
+}
+
+namespace {
+
+// This node's count of conntrack entries (this namespace's, where the pod's flows are tracked).
+uint64_t trackedEntries()
+{
+	auto stats = netlink::readConntrackStats();
+	REQUIRE(stats);
+	REQUIRE(stats->entries);
+	return *stats->entries;
+}
+
+struct UdpDestination {
+	std::string address;
+	uint16_t port;
+};
+
+// One datagram from one UDP socket of the pod to each of `destinations`: one flow each. Sent
+// in batches, each given time to be tracked, so that the veth's backlog never overflows; a
+// flow sent twice is the same entry, so a batch that was not all tracked is sent again.
+void udpFlowsFromPod(const Topology &net, const std::vector<UdpDestination> &destinations)
+{
+	const UniqueFd fd(inNetns(net.pod.fd(), [] { return socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0); }));
+	REQUIRE(fd.isValid());
+	constexpr size_t kBatch = 256;
+	const uint64_t before = trackedEntries();
+	for (size_t from = 0; from < destinations.size(); from += kBatch) {
+		const std::span batch(destinations.begin() + long(from),
+				      std::min(kBatch, destinations.size() - from));
+		for (int attempt = 0; attempt < 5; attempt++) {
+			for (const UdpDestination &d : batch) {
+				const sockaddr_storage to = socketAddress(AF_INET, d.address, d.port);
+				(void)sendto(fd.get(), "x", 1, 0, reinterpret_cast<const sockaddr *>(&to),
+					     lengthOf(AF_INET));
+			}
+			if (waitFor([&] { return trackedEntries() >= before + from + batch.size(); }, 5s))
+				break;
+		}
+	}
+}
+
+// The pod's UDP flows conntrack holds now (`conntrack -L` says how many it listed).
+size_t podUdpFlows()
+{
+	std::string out;
+	(void)run(fmt::format("conntrack -L -p udp -s {} 2>&1 >/dev/null", kPodV4), &out);
+	std::smatch m;
+	return std::regex_search(out, m, std::regex(R"((\d+) flow entries have been shown)")) ? std::stoul(m[1]) : 0;
+}
+
+} // namespace
+
+TEST_CASE("past the read's bound of destinations, connections are counted and not attributed")
+{
+	if (run("command -v curl >/dev/null") != 0)
+		FAIL("curl is needed for this test (apt-get install curl)");
+	Topology net;
+	prepareNode(net);
+	Agent agent("nonMasqueradeCIDRs: [10.0.0.0/8]\n", {"--health-addr=127.0.0.1:10263"});
+	// Every port of the server and ten of the other server's: ten destinations more than the
+	// daemon's read keeps, one masqueraded UDP flow each.
+	const size_t bound = SnatUsageCounter::Limits{}.maxDestinations;
+	std::vector<UdpDestination> destinations;
+	for (uint32_t port = 1; port <= 65535; port++)
+		destinations.push_back({kServerV4, uint16_t(port)});
+	for (uint16_t port = 1; destinations.size() < bound + 10; port++)
+		destinations.push_back({kOtherServerV4, port});
+	udpFlowsFromPod(net, destinations);
+	INFO("the pod's UDP flows tracked: " << podUdpFlows());
+	REQUIRE(podUdpFlows() == destinations.size());
+	const double allTracked = unixNow();
+
+	// The daemon reads every 10 s, or less often when a read costs more (60 times its CPU
+	// time): three minutes is for a hung read only. A read stamped after every flow was
+	// tracked counted them all.
+	std::string metrics;
+	requireWithin(
+		[&] {
+			const std::string lastRead = metricAt(kHealth, "ip_masq_agent_snat_last_read_timestamp_seconds");
+			if (lastRead.empty() || std::stod(lastRead) < allTracked)
+				return false;
+			metrics = curlGet(kHealth + "/metrics");
+			return true;
+		},
+		180s, agent.process(), "a read of conntrack after every flow was tracked", [&] { return metrics; });
+	CHECK_THAT(metrics, Catch::Contains(fmt::format("ip_masq_agent_snat_connections {}\n", bound + 10)));
+	CHECK_THAT(metrics, Catch::Contains(fmt::format("ip_masq_agent_snat_destinations {}\n", bound)));
+	CHECK_THAT(metrics, Catch::Contains("ip_masq_agent_snat_unattributed_connections 10\n"));
+	CHECK_THAT(curlGet(kHealth + "/snat-usage"),
+		   Catch::Contains(fmt::format("Incomplete: 10 connections toward destinations beyond the first {} "
+					       "were counted but not attributed.", bound)));
+	runOrFail("conntrack -F 2>/dev/null");
 }

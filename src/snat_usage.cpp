@@ -443,9 +443,9 @@ std::string snatUsageTable(const SnatUsage &usage)
 	else
 		out += fmt::format("Read {} ({}).\n",
 				   counted(usage.entriesRead, "conntrack entry", "conntrack entries"),
-			   usage.kernelFiltered ? "the kernel sent the source-NATed ones only"
-						: "every entry: this kernel does not filter a dump by status, "
-						  "so they were filtered here");
+				   usage.kernelFiltered ? "the kernel sent the source-NATed ones only"
+							: "every entry: this kernel does not filter a dump "
+							  "by status, so they were filtered here");
 	if (usage.leftOut)
 		out += fmt::format("Incomplete: {} toward destinations beyond the first {} {} counted "
 				   "but not attributed.\n",

@@ -199,6 +199,12 @@ void AgentStatus::configLoaded()
 	state_.configError.clear();
 }
 
+void AgentStatus::configKeysUnknown(std::vector<std::string> warnings)
+{
+	std::lock_guard lock(mutex_);
+	state_.unknownConfigKeys = std::move(warnings);
+}
+
 void AgentStatus::configFailed(const std::string &error)
 {
 	std::lock_guard lock(mutex_);
@@ -402,7 +408,8 @@ AgentStatus::Health AgentStatus::Snapshot::health() const
 
 std::vector<std::string> AgentStatus::Snapshot::verboseWarnings() const
 {
-	std::vector<std::string> out = warnings;
+	std::vector<std::string> out = unknownConfigKeys;
+	out.insert(out.end(), warnings.begin(), warnings.end());
 	if (addresses.state == AddressFollowing::State::stale)
 		out.push_back(fmt::format("this node's addresses are stale ({}): the outputAddress "
 					  "subnets keep the addresses last known until they are read "
@@ -452,6 +459,11 @@ std::string syncText(const AgentStatus::Snapshot &s)
 	       s.driftRepairs);
 	metric("ip_masq_agent_config_errors_total", "counter",
 	       "Config loads that failed (counted once per change of the file).", s.configErrors);
+	metric("ip_masq_agent_config_unknown_keys", "gauge",
+	       "Keys of the config in force that the agent does not know and ignores (a typo "
+	       "such as nonMasqueradeCIDR leaves the key it meant at its default; "
+	       "/readyz?verbose names each, and the key it most likely means).",
+	       s.unknownConfigKeys.size());
 	metric("ip_masq_agent_last_successful_sync_timestamp_seconds", "gauge",
 	       "Unix time of the last successful sync.", fmt::format("{:.3f}", s.lastSuccessUnixSeconds));
 	metric("ip_masq_agent_healthy", "gauge", "1 when /readyz (and /healthz) report ok.",

@@ -331,11 +331,16 @@ struct Value {
 };
 
 // A user error found while parsing, thrown inside the event handler and caught at its
-// event boundary: from then on the handler builds nothing and only lets yaml-cpp finish
-// the document, so that a syntax error further on is what gets reported, as the
-// Node-based parser did (a misparse's consequences only confuse). Never leaves this file.
+// event boundary, where it is noted: from then on the handler builds nothing, but goes
+// on reading to report every other error of the file too (the handler leaves its state
+// where the next event is read right: a refused value is skipped whole). A `stops`
+// refusal leaves no such state (a complex key, a list past its hard bound): every later
+// event is ignored. Either way yaml-cpp finishes the document, so that a syntax error
+// further on is what gets reported, alone, as the Node-based parser did (a misparse's
+// consequences only confuse). Never leaves this file.
 struct Refusal {
 	Error error;
+	bool stops = false;
 };
 
 // A user error that stops yaml-cpp at once: where going on would cost memory or
@@ -382,7 +387,9 @@ struct CidrList {
 	bool seen = false; // the key is in the file (an explicit null empties the list)
 	YAML::Mark mark = YAML::Mark::null_mark();
 	std::deque<StagedPrefix> staged;
-	size_t count = 0;
+	size_t count = 0; // valid entries
+	size_t items = 0; // entries, valid or not: the next one's index in messages
+	bool limitReported = false; // more than cidrLimit was said once: not again
 };
 
 // Builds the Config from yaml-cpp's events. The config is one mapping of scalars and one
@@ -400,8 +407,8 @@ public:
 	}
 
 	Result<LoadedConfig> finish();
-	// The first refusal, if any: it precedes a StopParsing in the file.
-	const std::optional<Error> &refusal() const { return refusal_; }
+	// The errors noted, and then the one that stopped yaml-cpp.
+	Error stoppedBy(const Error &stop);
 
 	void OnDocumentStart(const YAML::Mark &mark) override;
 	void OnDocumentEnd() override {}
@@ -425,10 +432,12 @@ public:
 
 private:
 	// Where the handler is: before the root, at a key or a value of the root mapping, in
-	// a CIDR list or an interface list, inside a skipped value (skipDepth_ deep), at a key
-	// or a value of the nonMasqueradeDiscovery section or in one of its lists, or after
-	// the root.
-	enum class State { root, key, value, cidrs, names, skip, section, sectionValue, sectionList, done };
+	// a CIDR list or an interface list, inside a skipped value (skipDepth_ deep), before
+	// a value to skip, at a key or a value of the nonMasqueradeDiscovery section or in
+	// one of its lists, or after the root. A skipped value returns to skipReturn_.
+	enum class State {
+		root, key, value, cidrs, names, skip, skipNext, section, sectionValue, sectionList, done
+	};
 
 	struct Anchor {
 		std::string name;
@@ -454,26 +463,44 @@ private:
 		return fmt::format("{}{}: ", at(mark), key);
 	}
 	[[noreturn]] static void refuse(std::string message) { throw Refusal{Error(std::move(message))}; }
+	// A refusal after which the handler's state cannot be trusted: nothing more is read.
+	[[noreturn]] static void refuseAndStop(std::string message)
+	{
+		throw Refusal{Error(std::move(message)), true};
+	}
+	// The collection that starts now is skipped whole, then `back` reads on.
+	void skipCollection(State back)
+	{
+		state_ = State::skip;
+		skipDepth_ = 1;
+		skipReturn_ = back;
+	}
+	// The next value (a scalar, or a collection whole) is skipped, then `back` reads on.
+	void skipNextValue(State back)
+	{
+		state_ = State::skipNext;
+		skipReturn_ = back;
+	}
 	[[noreturn]] static void stopParsing(std::string message)
 	{
 		throw StopParsing{Error(std::move(message))};
 	}
 
-	// Runs one event's handling; a refusal is kept, and every later event ignored.
+	// Runs one event's handling; a refusal is noted, and after one that stops, every
+	// later event is ignored.
 	template<typename Handling>
 	void guarded(Handling &&handling)
 	{
-		if (refusal_)
+		if (stopped_)
 			return;
 		try {
 			handling();
 		} catch (Refusal &refusal) {
-			refusal_ = std::move(refusal.error);
-			for (CidrList &list : lists_)
-				std::deque<StagedPrefix>().swap(list.staged);
-			anchors_.clear();
+			noteError(std::move(refusal.error), refusal.stops);
 		}
 	}
+	void noteError(Error error, bool stops = false);
+	std::string errorsMessage() const;
 
 	void countValue(const YAML::Mark &mark);
 	void recordAnchor(YAML::anchor_t anchor, Kind kind, std::string_view text = {}, bool plain = true);
@@ -483,6 +510,7 @@ private:
 	void onCollectionEnd();
 
 	void onKey(const Value &key);
+	void onUnknownKey(std::string_view spelling, const YAML::Mark &mark);
 	void onKnownValue(Key key, const Value &value);
 	// nonMasqueradeDiscovery given as a single value: null (no section), or the wrong type.
 	void onDiscoveryValue(const Value &value);
@@ -507,6 +535,7 @@ private:
 	std::string sectionKeyText(SectionKey key) const;
 	NonMasqueradeDiscovery &section() { return *loaded_.config.nonMasqueradeDiscovery; }
 	Status finishSection();
+	void checkWholeFile();
 	void readOutputAddress(const Value &value, Key key, Family family,
 			       std::optional<OutputAddress> &out);
 	std::vector<InterfacePattern> &interfaceList(Key key);
@@ -517,11 +546,15 @@ private:
 	const std::string &source_;
 	const ConfigFlags &flags_;
 	LoadedConfig loaded_;
-	std::optional<Error> refusal_;
+	// The errors noted, the first kMaxReportedConfigErrors of them, and how many in all.
+	std::vector<std::string> errors_;
+	size_t errorCount_ = 0;
+	bool stopped_ = false; // an error that stops: every later event is ignored
 
 	State state_ = State::root;
 	int documents_ = 0;
 	int skipDepth_ = 0;
+	State skipReturn_ = State::key;
 	size_t values_ = 0;
 	std::optional<Key> valueKey_; // in State::value: the key, or nullopt for an unknown one
 
@@ -544,7 +577,39 @@ private:
 	std::array<std::optional<SeenKey>, kSectionKeyNames.size()> seenSectionKeys_;
 	SectionKey sectionKey_ = SectionKey::within;
 	size_t sectionItems_ = 0; // in State::sectionList: the items of the list so far
+	size_t namesItems_ = 0;   // in State::names: the same, for the interface list
 };
+
+void ConfigHandler::noteError(Error error, bool stops)
+{
+	// No config comes out of a file with an error: the staged lists go now.
+	if (errorCount_++ == 0)
+		for (CidrList &list : lists_)
+			std::deque<StagedPrefix>().swap(list.staged);
+	if (errors_.size() < kMaxReportedConfigErrors)
+		errors_.push_back(std::move(error.message));
+	stopped_ = stopped_ || stops;
+}
+
+// One error as it is; several numbered, in the order of the file, the rest counted.
+std::string ConfigHandler::errorsMessage() const
+{
+	if (errors_.size() == 1 && errorCount_ == 1)
+		return errors_.front();
+	std::string out = fmt::format("{}: {} errors (fix each of them):", escaped(source_), errorCount_);
+	for (size_t i = 0; i < errors_.size(); i++)
+		out += fmt::format(" [{}] {}{}", i + 1, errors_[i], i + 1 < errors_.size() ? ";" : "");
+	if (errorCount_ > errors_.size())
+		out += fmt::format("; and {} more after these (only the first {} are listed)",
+				   errorCount_ - errors_.size(), kMaxReportedConfigErrors);
+	return out;
+}
+
+Error ConfigHandler::stoppedBy(const Error &stop)
+{
+	noteError(stop, true);
+	return Error(errorsMessage());
+}
 
 void ConfigHandler::OnDocumentStart(const YAML::Mark &mark)
 {
@@ -618,9 +683,13 @@ void ConfigHandler::OnAlias(const YAML::Mark &mark, YAML::anchor_t anchor)
 	guarded([&] {
 		if (state_ == State::skip)
 			return; // aliases inside an ignored value cost nothing: they are not followed
+		if (state_ == State::skipNext) {
+			state_ = skipReturn_;
+			return;
+		}
 		if (anchor == YAML::NullAnchor || anchor > anchors_.size())
-			refuse(fmt::format("{}an alias refers to an anchor that is not defined before it",
-					   at(mark)));
+			refuseAndStop(fmt::format("{}an alias refers to an anchor that is not defined "
+						  "before it", at(mark)));
 		const Anchor &target = anchors_[anchor - 1];
 		onValue(Value{target.kind, target.text, target.plain, mark, target.name});
 	});
@@ -660,7 +729,7 @@ void ConfigHandler::onValue(const Value &value)
 	case State::root:
 		if (value.kind == Kind::null)
 			return; // an empty document: all defaults
-		refuse(fmt::format("{}the config must be a mapping of keys such as "
+		refuseAndStop(fmt::format("{}the config must be a mapping of keys such as "
 				   "nonMasqueradeCIDRs and cidrLimit, but it is {}",
 				   at(value.mark), value.describe()));
 	case State::key: onKey(value); return;
@@ -677,6 +746,7 @@ void ConfigHandler::onValue(const Value &value)
 		onSectionValue(sectionKey_, value);
 		return;
 	case State::sectionList: onSectionItem(value); return;
+	case State::skipNext: state_ = skipReturn_; return;
 	case State::skip:
 	case State::done: return;
 	}
@@ -686,60 +756,67 @@ void ConfigHandler::onValue(const Value &value)
 // interfaces, the discovery section; anything else is the wrong type for the key.
 void ConfigHandler::onValueCollectionStart(Kind kind, const YAML::Mark &mark)
 {
-	if (!valueKey_) {
-		state_ = State::skip; // an unknown key's value: counted through, not read
-		skipDepth_ = 1;
-		return;
-	}
+	if (!valueKey_)
+		return skipCollection(State::key); // an unknown key's value: counted through, not read
 	if (const auto list = cidrListOf(*valueKey_); list && kind == Kind::list)
 		return onCidrListStart(*list, mark);
 	if (isInterfaceList(*valueKey_) && kind == Kind::list)
 		return onInterfaceListStart(*valueKey_);
 	if (*valueKey_ == Key::nonMasqueradeDiscovery && kind == Kind::mapping)
 		return onSectionStart(mark);
+	skipCollection(State::key);
 	refuse(fmt::format("{}{}, got {}", where(mark, keyName(*valueKey_)), expectation(*valueKey_),
 			   kind == Kind::list ? "a list" : "a mapping"));
 }
 
 void ConfigHandler::onCollectionStart(Kind kind, const YAML::Mark &mark)
 {
+	const char *got = kind == Kind::list ? "a list" : "a mapping";
 	switch (state_) {
 	case State::root:
 		if (kind != Kind::mapping)
-			refuse(fmt::format("{}the config must be a mapping of keys such as "
-					   "nonMasqueradeCIDRs and cidrLimit, but it is a list",
-					   at(mark)));
+			refuseAndStop(fmt::format("{}the config must be a mapping of keys such as "
+						  "nonMasqueradeCIDRs and cidrLimit, but it is a list",
+						  at(mark)));
 		state_ = State::key;
 		return;
 	case State::key:
-		refuse(fmt::format("{}a key must be a name such as nonMasqueradeCIDRs, but this one is "
-				   "{} (a complex key): write the key as plain text", at(mark),
-				   kind == Kind::list ? "a list" : "a mapping"));
+		refuseAndStop(fmt::format("{}a key must be a name such as nonMasqueradeCIDRs, but this "
+					  "one is {} (a complex key): write the key as plain text",
+					  at(mark), got));
 	case State::value: return onValueCollectionStart(kind, mark);
-	case State::cidrs:
+	case State::cidrs: {
+		const size_t index = currentList().items++;
+		skipCollection(State::cidrs);
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
-				   where(mark, itemKey(currentList().count)), kind == Kind::list ? "a list" : "a mapping"));
-	case State::names:
+				   where(mark, itemKey(index)), got));
+	}
+	case State::names: {
+		const size_t index = namesItems_++;
+		skipCollection(State::names);
 		refuse(fmt::format("{}expected an interface name such as \"eth0\", got {}",
-				   where(mark, fmt::format("{}[{}]", keyName(currentNames_),
-							   interfaceList(currentNames_).size())),
-				   kind == Kind::list ? "a list" : "a mapping"));
+				   where(mark, fmt::format("{}[{}]", keyName(currentNames_), index)), got));
+	}
 	case State::section:
-		refuse(fmt::format("{}a key must be a name such as within, but this one is {} (a "
-				   "complex key): write the key as plain text",
-				   where(mark, keyName(Key::nonMasqueradeDiscovery)),
-				   kind == Kind::list ? "a list" : "a mapping"));
+		refuseAndStop(fmt::format("{}a key must be a name such as within, but this one is {} "
+					  "(a complex key): write the key as plain text",
+					  where(mark, keyName(Key::nonMasqueradeDiscovery)), got));
 	case State::sectionValue:
 		if (isSectionList(sectionKey_) && kind == Kind::list) {
 			onSectionListStart(sectionKey_);
 			return;
 		}
+		skipCollection(State::section);
 		refuse(fmt::format("{}{}, got {}", where(mark, sectionKeyText(sectionKey_)),
-				   sectionExpectation(sectionKey_), kind == Kind::list ? "a list" : "a mapping"));
-	case State::sectionList:
+				   sectionExpectation(sectionKey_), got));
+	case State::sectionList: {
+		const size_t index = sectionItems_++;
+		skipCollection(State::sectionList);
 		refuse(fmt::format("{}{}, got {} as an entry",
-				   where(mark, fmt::format("{}[{}]", sectionKeyText(sectionKey_), sectionItems_)),
-				   sectionExpectation(sectionKey_), kind == Kind::list ? "a list" : "a mapping"));
+				   where(mark, fmt::format("{}[{}]", sectionKeyText(sectionKey_), index)),
+				   sectionExpectation(sectionKey_), got));
+	}
+	case State::skipNext: return skipCollection(skipReturn_);
 	case State::skip:
 		// The root mapping and the unknown key's value are two levels already.
 		if (++skipDepth_ + 1 > kMaxConfigDepth)
@@ -759,7 +836,7 @@ void ConfigHandler::onCollectionEnd()
 	case State::sectionList: state_ = State::section; return;
 	case State::skip:
 		if (--skipDepth_ == 0)
-			state_ = State::key;
+			state_ = skipReturn_;
 		return;
 	default: return;
 	}
@@ -767,6 +844,10 @@ void ConfigHandler::onCollectionEnd()
 
 void ConfigHandler::onKey(const Value &key)
 {
+	// Until the key is known good, its value is skipped as an unknown key's: a refused
+	// key's value is then read as nothing, and the next key as a key.
+	state_ = State::value;
+	valueKey_.reset();
 	if (!key.alias.empty())
 		refuse(fmt::format("{}an alias (*{}) cannot be a key: write the key itself",
 				   at(key.mark), escaped(key.alias)));
@@ -779,41 +860,53 @@ void ConfigHandler::onKey(const Value &key)
 	// yaml-cpp's Node API read a null key as the text "null": keep that (an unknown key).
 	const std::string_view spelling = key.kind == Kind::null ? std::string_view("null") : key.text;
 
-	state_ = State::value;
-	valueKey_ = knownKey<Key>(spelling, kKeyNames);
-	if (valueKey_) {
-		const char *canonical = keyName(*valueKey_);
-		auto &seen = seenKeys_[static_cast<size_t>(*valueKey_)];
-		// Upstream matches keys case-insensitively (Go's encoding/json), so "cidrLimit"
-		// and "CIDRLimit" are one key: a second one would silently win there.
-		if (seen)
-			refuse(fmt::format("{}{}: duplicate key: it is already set at line {}, column {}{}; "
-					   "keys match case-insensitively, as in upstream: keep one of them",
-					   at(key.mark), canonical, seen->mark.line + 1, seen->mark.column + 1,
-					   seen->spelling == spelling ? ""
-								      : fmt::format(" (as {})", shown(seen->spelling))));
-		seen = SeenKey{std::string(spelling), key.mark};
-		// Point out the spelling that every other tool expects.
-		if (spelling != canonical)
-			loaded_.warnings.push_back(fmt::format(
-				"{}{}: read as \"{}\"; please spell it exactly so", at(key.mark),
-				escaped(spelling), canonical));
-		return;
-	}
+	const std::optional<Key> known = knownKey<Key>(spelling, kKeyNames);
+	if (!known)
+		return onUnknownKey(spelling, key.mark);
+	const char *canonical = keyName(*known);
+	auto &seen = seenKeys_[static_cast<size_t>(*known)];
+	// Upstream matches keys case-insensitively (Go's encoding/json), so "cidrLimit"
+	// and "CIDRLimit" are one key: a second one would silently win there.
+	if (seen)
+		refuse(fmt::format("{}{}: duplicate key: it is already set at line {}, column {}{}; "
+				   "keys match case-insensitively, as in upstream: keep one of them",
+				   at(key.mark), canonical, seen->mark.line + 1, seen->mark.column + 1,
+				   seen->spelling == spelling ? ""
+							      : fmt::format(" (as {})", shown(seen->spelling))));
+	seen = SeenKey{std::string(spelling), key.mark};
+	valueKey_ = known;
+	// Point out the spelling that every other tool expects.
+	if (spelling != canonical)
+		loaded_.warnings.push_back(fmt::format("{}{}: read as \"{}\"; please spell it exactly so",
+						       at(key.mark), escaped(spelling), canonical));
+}
 
+// A key the agent does not know: upstream ignores it, and so does the agent, loudly (the
+// warning names the key it most likely means); with --strict-config it is an error.
+void ConfigHandler::onUnknownKey(std::string_view spelling, const YAML::Mark &mark)
+{
 	for (const SeenKey &seen : unknownKeys_)
 		if (seen.spelling == spelling)
 			refuse(fmt::format("{}duplicate key {}: it is already set at line {}, column {}: "
-					   "keep one of them", at(key.mark), shown(spelling),
+					   "keep one of them", at(mark), shown(spelling),
 					   seen.mark.line + 1, seen.mark.column + 1));
 	if (unknownKeys_.size() >= kMaxUnknownConfigKeys)
-		refuse(fmt::format("{}more than {} unknown keys; is this the ip-masq-agent config? "
-				   "(known keys: {})", at(key.mark), kMaxUnknownConfigKeys,
-				   fmt::join(kKeyNames, ", ")));
-	unknownKeys_.push_back(SeenKey{std::string(spelling), key.mark});
-	loaded_.warnings.push_back(fmt::format("{}ignoring unknown key {} (known keys: {})",
-						      at(key.mark), shown(spelling),
-						      fmt::join(kKeyNames, ", ")));
+		refuseAndStop(fmt::format("{}more than {} unknown keys; is this the ip-masq-agent "
+					  "config? (known keys: {})", at(mark), kMaxUnknownConfigKeys,
+					  fmt::join(kKeyNames, ", ")));
+	unknownKeys_.push_back(SeenKey{std::string(spelling), mark});
+	const std::optional<std::string_view> meant = suggestKey(spelling);
+	const std::string guess = meant ? fmt::format(": did you mean \"{}\"?", *meant)
+					: fmt::format(" (known keys: {})", fmt::join(kKeyNames, ", "));
+	if (flags_.strictKeys)
+		refuse(fmt::format("{}unknown key {} (--strict-config: unknown keys are errors): {}",
+				   at(mark), shown(spelling),
+				   meant ? fmt::format("did you mean \"{}\"? Fix its spelling, or remove it", *meant)
+					 : fmt::format("remove it, or fix its spelling (known keys: {})",
+						       fmt::join(kKeyNames, ", "))));
+	std::string warning = fmt::format("{}ignoring unknown key {}{}", at(mark), shown(spelling), guess);
+	loaded_.unknownKeys.push_back(warning);
+	loaded_.warnings.push_back(std::move(warning));
 }
 
 void ConfigHandler::onKnownValue(Key key, const Value &value)
@@ -861,9 +954,9 @@ void ConfigHandler::onKnownValue(Key key, const Value &value)
 					   escaped(value.alias)));
 		// null empties the list; a single name is a list of one (as upstream's PR #103).
 		onInterfaceListStart(key);
+		state_ = State::key;
 		if (value.kind == Kind::scalar)
 			onInterfaceName(value);
-		state_ = State::key;
 		return;
 	case Key::nonMasqueradeDiscovery: onDiscoveryValue(value); return;
 	}
@@ -925,6 +1018,7 @@ std::vector<InterfacePattern> &ConfigHandler::interfaceList(Key key)
 void ConfigHandler::onInterfaceListStart(Key key)
 {
 	currentNames_ = key;
+	namesItems_ = 0;
 	interfaceList(key).clear();
 	state_ = State::names;
 }
@@ -932,15 +1026,16 @@ void ConfigHandler::onInterfaceListStart(Key key)
 void ConfigHandler::onInterfaceName(const Value &item)
 {
 	std::vector<InterfacePattern> &list = interfaceList(currentNames_);
+	const size_t index = namesItems_++;
 	const auto here = [&] {
-		return where(item.mark, fmt::format("{}[{}]", keyName(currentNames_), list.size()));
+		return where(item.mark, fmt::format("{}[{}]", keyName(currentNames_), index));
 	};
 	if (item.kind != Kind::scalar)
 		refuse(fmt::format("{}expected an interface name such as \"eth0\", got {}", here(),
 				   item.describe()));
-	if (list.size() >= kMaxInterfacePatterns)
-		refuse(fmt::format("{}more than {} names; list the interfaces with wildcards such as "
-				   "\"eth*\"", here(), kMaxInterfacePatterns));
+	if (index >= kMaxInterfacePatterns)
+		refuseAndStop(fmt::format("{}more than {} names; list the interfaces with wildcards "
+					  "such as \"eth*\"", here(), kMaxInterfacePatterns));
 	// parseInterfacePattern quotes its input as it is: give it text that prints as itself.
 	if (item.text.size() > kMaxValueBytes || !printsVerbatim(item.text))
 		refuse(fmt::format("{}{} is not an interface name", here(), shown(item.text)));
@@ -966,21 +1061,23 @@ std::string ConfigHandler::itemKey(size_t index) const
 	return fmt::format("{}[{}]", keyName(keyOf(currentList_)), index);
 }
 
-// cidrLimit bounds each list on its own.
+// cidrLimit bounds each list on its own; a list over it is said once.
 void ConfigHandler::checkListAgainstLimit(ListId id)
 {
-	const CidrList &list = lists_[static_cast<size_t>(id)];
-	if (list.count > static_cast<size_t>(loaded_.config.cidrLimit))
+	CidrList &list = lists_[static_cast<size_t>(id)];
+	if (list.count > static_cast<size_t>(loaded_.config.cidrLimit) && !list.limitReported) {
+		list.limitReported = true;
 		refuse(fmt::format("{}{} entries, more than cidrLimit ({}{}). Remove entries, or "
 				   "raise cidrLimit in the same file",
 				   where(list.mark, keyName(keyOf(id))), list.count,
 				   loaded_.config.cidrLimit, limitNote(id)));
+	}
 }
 
 void ConfigHandler::onCidr(const Value &item)
 {
 	// Formatted only for a message: this runs for each of up to a million entries.
-	const size_t index = currentList().count;
+	const size_t index = currentList().items++;
 	const auto here = [&] { return where(item.mark, itemKey(index)); };
 	if (item.kind != Kind::scalar)
 		refuse(fmt::format("{}expected a CIDR string such as \"10.0.0.0/8\", got {}",
@@ -1004,14 +1101,18 @@ void ConfigHandler::onCidr(const Value &item)
 	// Stop as soon as the list is too long: past the hard maximum, or past cidrLimit when
 	// that came first (it is final then; else it may still come, and is checked then).
 	if (count > kMaxNonMasqueradeCIDRs)
-		refuse(fmt::format("{}more than {} entries, the most the agent takes whatever "
-				   "cidrLimit says. Merge adjacent CIDRs into shorter prefixes",
-				   here(), kMaxNonMasqueradeCIDRs));
-	if (cidrLimitFinal_ && count > static_cast<size_t>(loaded_.config.cidrLimit))
+		refuseAndStop(fmt::format("{}more than {} entries, the most the agent takes whatever "
+					  "cidrLimit says. Merge adjacent CIDRs into shorter prefixes",
+					  here(), kMaxNonMasqueradeCIDRs));
+	if (cidrLimitFinal_ && count > static_cast<size_t>(loaded_.config.cidrLimit) &&
+	    !list.limitReported) {
+		list.limitReported = true;
 		refuse(fmt::format("{}{} entries or more, more than cidrLimit ({}{}). Remove entries, "
 				   "or raise cidrLimit in the same file", here(), count,
 				   loaded_.config.cidrLimit, limitNote(currentList_)));
-	list.staged.push_back(StagedPrefix::of(*prefix, static_cast<uint32_t>(item.mark.line + 1)));
+	}
+	if (errorCount_ == 0) // else no config comes of the file: nothing to keep
+		list.staged.push_back(StagedPrefix::of(*prefix, static_cast<uint32_t>(item.mark.line + 1)));
 }
 
 void ConfigHandler::readInt(const Value &value, Key key, int &out)
@@ -1113,6 +1214,8 @@ std::string ConfigHandler::sectionKeyText(SectionKey key) const
 void ConfigHandler::onSectionKey(const Value &key)
 {
 	const char *section = keyName(Key::nonMasqueradeDiscovery);
+	// Until the key is known good, its value is to be skipped (as onKey does).
+	skipNextValue(State::section);
 	if (!key.alias.empty())
 		refuse(fmt::format("{}an alias (*{}) cannot be a key: write the key itself",
 				   where(key.mark, section), escaped(key.alias)));
@@ -1123,10 +1226,13 @@ void ConfigHandler::onSectionKey(const Value &key)
 	// Unlike the top level (upstream's keys), the section is the agent's own: a key it
 	// does not know is a typo of one it does, and reading the rest would discover less
 	// than the operator meant.
-	if (!known)
-		refuse(fmt::format("{}unknown key {} (the section's keys: {}): fix its spelling",
+	if (!known) {
+		const std::optional<std::string_view> meant = suggestKey(key.text, true);
+		refuse(fmt::format("{}unknown key {}{} (the section's keys: {}): fix its spelling",
 				   where(key.mark, section), shown(key.text),
+				   meant ? fmt::format(": did you mean \"{}\"?", *meant) : "",
 				   fmt::join(kSectionKeyNames, ", ")));
+	}
 	const char *canonical = sectionKeyName(*known);
 	auto &seen = seenSectionKeys_[static_cast<size_t>(*known)];
 	if (seen)
@@ -1161,9 +1267,9 @@ void ConfigHandler::onSectionValue(SectionKey key, const Value &value)
 	case SectionKey::routeInterfaces:
 		// null empties the list; a single value is a list of one, as for outputInterface.
 		onSectionListStart(key);
+		state_ = State::section;
 		if (value.kind == Kind::scalar)
 			onSectionItem(value);
-		state_ = State::section;
 		return;
 	case SectionKey::flannelSubnetEnv: readSectionPath(value, key, section().flannelSubnetEnv); return;
 	case SectionKey::cniConfDir: readSectionPath(value, key, section().cniConfDir); return;
@@ -1187,17 +1293,19 @@ void ConfigHandler::onSectionListStart(SectionKey key)
 void ConfigHandler::onSectionItem(const Value &item)
 {
 	const SectionKey key = sectionKey_;
-	const auto here = [&] { return where(item.mark, fmt::format("{}[{}]", sectionKeyText(key), sectionItems_)); };
+	const size_t index = sectionItems_++;
+	const auto here = [&] { return where(item.mark, fmt::format("{}[{}]", sectionKeyText(key), index)); };
 	const size_t bound = key == SectionKey::within ? kMaxWithinCIDRs
 		: key == SectionKey::routeProtocols   ? kMaxRouteProtocols
 						      : kMaxInterfacePatterns;
 	if (item.kind != Kind::scalar)
 		refuse(fmt::format("{}{}, got {} as an entry", here(), sectionExpectation(key),
 				   item.describe()));
-	if (sectionItems_ >= bound)
-		refuse(fmt::format("{}more than {} entries, the most this key takes: {}", here(), bound,
-				   key == SectionKey::routeInterfaces ? "use wildcards such as \"cali*\""
-								      : "merge them into fewer"));
+	if (index >= bound)
+		refuseAndStop(fmt::format("{}more than {} entries, the most this key takes: {}", here(),
+					  bound, key == SectionKey::routeInterfaces
+							 ? "use wildcards such as \"cali*\""
+							 : "merge them into fewer"));
 	// The parsers quote their input as it is: give them text that prints as itself.
 	if (item.text.size() > kMaxValueBytes || !printsVerbatim(item.text))
 		refuse(fmt::format("{}{}, got {}", here(), sectionExpectation(key), shown(item.text)));
@@ -1231,7 +1339,6 @@ void ConfigHandler::onSectionItem(const Value &item)
 		break;
 	}
 	}
-	sectionItems_++;
 }
 
 void ConfigHandler::readSectionPath(const Value &value, SectionKey key, std::optional<DiscoveryPath> &out)
@@ -1286,29 +1393,45 @@ Status ConfigHandler::finishSection()
 	return {};
 }
 
-Result<LoadedConfig> ConfigHandler::finish()
+// The checks that need the whole file: each list against cidrLimit (which may come after
+// it), the section's requirements. Errors are noted with the others; after an error that
+// stopped the reading, the file was not read whole, and nothing is checked.
+void ConfigHandler::checkWholeFile()
 {
-	if (refusal_)
-		return fail(*refusal_);
-	Config &config = loaded_.config;
+	if (stopped_)
+		return;
+	const Config &config = loaded_.config;
 	const size_t limit = static_cast<size_t>(config.cidrLimit);
 	// Upstream's guard against really bad mistakes applies to the defaults too.
 	if (!lists_[static_cast<size_t>(ListId::nonMasquerade)].seen &&
 	    config.nonMasqueradeCIDRs.size() > limit)
-		return fail(fmt::format("{}: nonMasqueradeCIDRs: {} entries (the defaults), more "
-					"than cidrLimit ({}; link-local is not counted). Remove "
-					"entries, or raise cidrLimit in the same file",
-					escaped(source_), config.nonMasqueradeCIDRs.size(), limit));
+		noteError(Error(fmt::format("{}: nonMasqueradeCIDRs: {} entries (the defaults), more "
+					    "than cidrLimit ({}; link-local is not counted). Remove "
+					    "entries, or raise cidrLimit in the same file",
+					    escaped(source_), config.nonMasqueradeCIDRs.size(), limit)));
+	for (size_t i = 0; i < kCidrLists; i++)
+		try {
+			checkListAgainstLimit(static_cast<ListId>(i));
+		} catch (Refusal &refusal) {
+			noteError(std::move(refusal.error));
+		}
+	// A section whose entries were refused would only be said to lack them.
+	if (errorCount_ == 0)
+		if (Status section = finishSection(); !section)
+			noteError(section.error());
+}
+
+Result<LoadedConfig> ConfigHandler::finish()
+{
+	checkWholeFile();
+	if (errorCount_ > 0)
+		return fail(errorsMessage());
+	Config &config = loaded_.config;
 	for (size_t i = 0; i < kCidrLists; i++) {
 		const auto id = static_cast<ListId>(i);
 		CidrList &list = lists_[i];
 		if (!list.seen)
 			continue;
-		if (list.count > limit)
-			return fail(fmt::format("{}{} entries, more than cidrLimit ({}{}). Remove "
-						"entries, or raise cidrLimit in the same file",
-						where(list.mark, keyName(keyOf(id))), list.count, limit,
-						limitNote(id)));
 		std::vector<Prefix> &out = id == ListId::nonMasquerade ? config.nonMasqueradeCIDRs
 					   : id == ListId::masquerade	? config.masqueradeCIDRs
 									: config.masqueradeSourceCIDRs;
@@ -1320,14 +1443,36 @@ Result<LoadedConfig> ConfigHandler::finish()
 		std::deque<StagedPrefix>().swap(list.staged);
 	}
 	config.nonMasqueradeCIDRsGiven = lists_[static_cast<size_t>(ListId::nonMasquerade)].seen;
-	if (Status section = finishSection(); !section)
-		return fail(section.error());
 	// Origin::file 0 of every entry: this file.
 	config.files = {source_};
 	return std::move(loaded_);
 }
 
 enum class Scanner { plainFirst, yamlCppOnly };
+
+// The first tab in the indentation of a line up to `last` (0-based), as a mark: what
+// yaml-cpp reports as "illegal block entry" or "illegal map value" without naming it.
+// Only asked after a syntax error: in flow style (JSON), a tab before a value is allowed.
+std::optional<YAML::Mark> tabInIndentation(std::string_view text, int last)
+{
+	YAML::Mark at;
+	bool indentation = true; // before the line's first other character
+	for (const char c : text) {
+		if (at.line > std::max(last, 0))
+			break;
+		if (c == '\t' && indentation)
+			return at;
+		if (c == '\n') {
+			at.line++;
+			at.column = 0;
+			indentation = true;
+			continue;
+		}
+		indentation = indentation && c == ' ';
+		at.column++;
+	}
+	return std::nullopt;
+}
 
 Result<LoadedConfig> parseText(std::string_view text, const std::string &source, const ConfigFlags &flags,
 			       Scanner scanner)
@@ -1337,6 +1482,11 @@ Result<LoadedConfig> parseText(std::string_view text, const std::string &source,
 	std::istream stream(&buffer);
 	// yaml-cpp's messages may hold the text of an anchor or tag: escape them like values.
 	const auto syntaxError = [&](const YAML::Mark &mark, const std::string &what) {
+		if (const auto tab = tabInIndentation(text, mark.line))
+			return fail(fmt::format("{}:{}:{}: a tab in the indentation: YAML indents with "
+						"spaces only: replace the tab with spaces (the YAML parser "
+						"stopped at {}:{}: {})", escaped(source), tab->line + 1,
+						tab->column + 1, mark.line + 1, mark.column + 1, escaped(what)));
 		return fail(fmt::format("{}:{}:{}: YAML syntax error: {} (the file must be YAML or JSON "
 					"with keys such as nonMasqueradeCIDRs)",
 					escaped(source), mark.line + 1, mark.column + 1, escaped(what)));
@@ -1350,7 +1500,7 @@ Result<LoadedConfig> parseText(std::string_view text, const std::string &source,
 		while (parser.HandleNextDocument(handler)) {
 		}
 	} catch (const StopParsing &stop) {
-		return fail(handler.refusal() ? *handler.refusal() : stop.error);
+		return fail(handler.stoppedBy(stop.error));
 	} catch (const YAML::DeepRecursion &e) {
 		// yaml-cpp's own guard, for nesting where the handler does not count (a key, or
 		// after a refusal): its message is only "bad file".
@@ -1367,6 +1517,57 @@ Result<LoadedConfig> parseText(std::string_view text, const std::string &source,
 }
 
 } // namespace
+
+namespace {
+
+// The edit distance of two keys, ignoring case: insertions, deletions, substitutions and
+// swaps of two adjacent letters (optimal string alignment). Both are short: the caller
+// bounds them.
+size_t keyDistance(std::string_view a, std::string_view b)
+{
+	const std::string x = lower(a), y = lower(b);
+	std::vector<std::vector<size_t>> d(x.size() + 1, std::vector<size_t>(y.size() + 1));
+	for (size_t i = 0; i <= x.size(); i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= y.size(); j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= x.size(); i++)
+		for (size_t j = 1; j <= y.size(); j++) {
+			const size_t substitution = x[i - 1] == y[j - 1] ? 0 : 1;
+			d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + substitution});
+			if (i > 1 && j > 1 && x[i - 1] == y[j - 2] && x[i - 2] == y[j - 1])
+				d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+		}
+	return d[x.size()][y.size()];
+}
+
+// Longer than any known key by more than the distance allowed: no suggestion, and no cost.
+constexpr size_t kLongestSuggested = 32;
+
+} // namespace
+
+std::optional<std::string_view> suggestKey(std::string_view spelling, bool section)
+{
+	if (spelling.size() > kLongestSuggested)
+		return std::nullopt;
+	std::optional<std::string_view> best;
+	size_t bestDistance = kMaxSuggestionDistance + 1;
+	const auto consider = [&](const auto &names) {
+		for (const char *name : names)
+			if (const size_t distance = keyDistance(spelling, name); distance < bestDistance) {
+				best = name;
+				bestDistance = distance;
+			}
+	};
+	if (section)
+		consider(kSectionKeyNames);
+	else
+		consider(kKeyNames);
+	// "ab" is two edits from any two-letter key: a guess that far is no help.
+	if (!best || 2 * bestDistance >= spelling.size())
+		return std::nullopt;
+	return best;
+}
 
 std::vector<Prefix> defaultNonMasqueradeCIDRs(const ConfigFlags &flags)
 {

@@ -217,6 +217,8 @@ Status mergeInto(LoadedConfig &merged, LoadedConfig part)
 			return s;
 	for (std::string &warning : part.warnings)
 		merged.warnings.push_back(std::move(warning));
+	for (std::string &unknown : part.unknownKeys)
+		merged.unknownKeys.push_back(std::move(unknown));
 	merged.fromFile = merged.fromFile || part.fromFile;
 	return {};
 }

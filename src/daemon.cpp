@@ -186,6 +186,7 @@ void Daemon::noteConfigTaken()
 
 void Daemon::handOver(DesiredState desired)
 {
+	status_.configKeysUnknown(desired.unknownKeys);
 	conflictCheck_.setDesired(desired.ruleset, desired.samples);
 	snatUsageCheck_.setDesired(desired.ruleset);
 	reconciler_.setDesired(std::move(desired));
@@ -366,8 +367,14 @@ std::optional<int> Daemon::readSignals(bool &reload)
 			noteIgnoredSignal(info);
 			continue;
 		}
-		log::info("{}: exiting; table inet {} stays in place", strsignal(sig),
-			  source_->rulesetOptions().table);
+		// "Stays in place" only of a table the agent applied or adopted: after a bad
+		// config with no table to adopt, there is none.
+		if (status_.snapshot().rulesetInForce)
+			log::info("{}: exiting; table inet {} stays in place", strsignal(sig),
+				  source_->rulesetOptions().table);
+		else
+			log::info("{}: exiting; no table inet {} was applied or adopted, and the kernel "
+				  "is left as it is", strsignal(sig), source_->rulesetOptions().table);
 		notifier_.notify("STOPPING=1");
 		return EXIT_SUCCESS;
 	}

@@ -103,6 +103,7 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 			    describeConfigOrigin(location, loaded),
 			    describeConfig(config),
 			    std::move(warnings),
+			    loaded.unknownKeys,
 			    std::move(subnets),
 			    samplePackets(config, options.enableIpv6),
 			    std::move(discovered)};

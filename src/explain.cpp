@@ -254,7 +254,8 @@ void compareEgress(const ExplainContext &context, Family family, std::vector<std
 }
 
 // The live check: "; the kernel agrees", what differs, or why it could not be checked.
-// `masqueraded` is the desired state's decision (set membership, before the local check).
+// `masqueraded` is the desired state's decision (set membership, before the local check);
+// without the table, the line's verdict (the gates included).
 std::string describeKernel(const ExplainContext &context, const Address &destination,
 			   bool masqueraded)
 {
@@ -265,6 +266,11 @@ std::string describeKernel(const ExplainContext &context, const Address &destina
 	case KernelView::State::unreadable:
 		return fmt::format("; could not check the kernel: {}", escaped(kernel.problem));
 	case KernelView::State::tableAbsent:
+		// Without its table the agent masquerades nothing: that agrees with a line that
+		// says "not masqueraded", only not for the config's reasons.
+		if (!masqueraded)
+			return fmt::format("; the kernel agrees, but only because table inet {} is not in "
+					   "the kernel: the agent masquerades nothing here yet", context.table);
 		return fmt::format("; the kernel disagrees: table inet {} is not in the kernel, so the "
 				   "agent masquerades nothing here", context.table);
 	case KernelView::State::sets:
@@ -321,17 +327,21 @@ std::string decideLine(const Config &config, const ExplainContext &context, cons
 	const bool masqueraded = !exempt || !exempt->elements.contains(destination);
 	const ExplainDecision decision = explainDecision(config, destination);
 	const std::string kernel = describeKernel(context, destination, masqueraded);
+	// A gate's "not masqueraded" is what a missing table gives too.
+	const std::string gatedKernel = context.kernel.state == KernelView::State::tableAbsent
+		? describeKernel(context, destination, false)
+		: kernel;
 	const std::string decided = describeDecision(config, context, decision, family, masqueraded) +
 				    otherDiscovered(config, decision, destination);
 	// In the order the packet meets them: the local check, the interface keys, the source,
 	// then the destination. A gate that stops it leads the line.
 	if (context.node.isLocal(destination))
 		return "not masqueraded: a local address of this host (fib daddr type local never "
-		       "enters the agent's chain); by the config alone: " + decided + kernel;
+		       "enters the agent's chain); by the config alone: " + decided + gatedKernel;
 	if (auto gate = interfaceGate(config, context))
-		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
+		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + gatedKernel;
 	if (auto gate = sourceGate(context, family); gate && masqueraded)
-		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + kernel;
+		return "not masqueraded: " + *gate + "; by the destination alone: " + decided + gatedKernel;
 	return decided + (masqueraded ? describeInterfaces(config, context) : "") +
 	       describeSources(config, context, destination, masqueraded) + kernel;
 }

@@ -314,6 +314,10 @@ const std::vector<FlagRow> kFlagRows = {
 	boolRow("enable-ipv6", false, "Also masquerade IPv6, with fe80::/10 and IPv6 "
 		"nonMasqueradeCIDRs un-NATed.",
 		[](auto &o) -> auto & { return o.configFlags.enableIpv6; }),
+	boolRow("strict-config", false, "Refuse a config file with an unknown key (by default the "
+		"key is ignored with a warning that names the key it most likely means, as upstream "
+		"ignores it).",
+		[](auto &o) -> auto & { return o.configFlags.strictKeys; }),
 	boolRow("random-fully", true, "Masquerade with fully randomized source ports.",
 		[](auto &o) -> auto & { return o.ruleset.randomFully; }),
 	boolRow("connection-counters", true, "Count new connections per decision in named "

@@ -87,6 +87,12 @@ std::string percent(double ratio)
 	return fmt::format("{:.1f}%", ratio * 100);
 }
 
+// "1 destination", "3 destinations": a count and its noun, singular for one.
+std::string counted(uint64_t count, std::string_view one, std::string_view many)
+{
+	return fmt::format("{} {}", count, count == 1 ? one : many);
+}
+
 } // namespace
 
 std::string protocolName(uint8_t protocol)
@@ -419,27 +425,32 @@ std::string snatUsageTable(const SnatUsage &usage)
 			d.protocol = t.protocol;
 			d.destination = t.destination;
 			d.port = t.port;
-			out += fmt::format("{} {} over the agent's {} addresses: {} connections from {} of "
+			out += fmt::format("{} {} over the agent's {} addresses: {} from {} of "
 					   "them, {} ports in all ({}); each client gets one address\n",
 					   protocolName(t.protocol), d.destinationText(), t.addresses,
-					   t.connections, t.addressesInUse, t.available,
+					   counted(t.connections, "connection", "connections"),
+					   t.addressesInUse, t.available,
 					   percent(t.available ? double(t.connections) / t.available : 1.0));
 		}
 	}
-	out += fmt::format("{} of the agent's connections toward {} destinations (per translated "
-			   "address); highest usage {}; {} at or above {:.0f}%, {} exhausted.\n",
-			   usage.connections, usage.destinations, percent(usage.maxRatio),
+	out += fmt::format("{} of the agent's rules toward {} (per translated address); highest "
+			   "usage {}; {} at or above {:.0f}%, {} exhausted.\n",
+			   counted(usage.connections, "connection", "connections"),
+			   counted(usage.destinations, "destination", "destinations"), percent(usage.maxRatio),
 			   usage.aboveWarning, SnatUsage::kWarningRatio * 100, usage.exhausted);
 	if (usage.entriesRead == 0)
 		out += "Read no conntrack entry.\n";
 	else
-		out += fmt::format("Read {} conntrack entries ({}).\n", usage.entriesRead,
-			   usage.kernelFiltered ? "the kernel sent the source-NATed ones only"
-						: "every entry: this kernel does not filter a dump by status, "
-						  "so they were filtered here");
+		out += fmt::format("Read {} ({}).\n",
+				   counted(usage.entriesRead, "conntrack entry", "conntrack entries"),
+				   usage.kernelFiltered ? "the kernel sent the source-NATed ones only"
+							: "every entry: this kernel does not filter a dump "
+							  "by status, so they were filtered here");
 	if (usage.leftOut)
-		out += fmt::format("Incomplete: {} connections toward destinations beyond the first {} "
-				   "were counted but not attributed.\n", usage.leftOut, usage.destinations);
+		out += fmt::format("Incomplete: {} toward destinations beyond the first {} {} counted "
+				   "but not attributed.\n",
+				   counted(usage.leftOut, "connection", "connections"), usage.destinations,
+				   usage.leftOut == 1 ? "was" : "were");
 	if (usage.otherConnections) {
 		out += fmt::format("Not counted above: {} source-NATed connections that the agent's "
 				   "rules did not make (another address, or ports outside its ranges):\n",

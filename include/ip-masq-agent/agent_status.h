@@ -129,10 +129,14 @@ public:
 		// Findings for /readyz?verbose that do not make the agent unready: each
 		// conflict, legacy iptables nat tables that cannot be checked.
 		std::vector<std::string> warnings;
+		// The config's unknown keys, one warning each: never part of readiness (upstream
+		// ignores them too), but said in /readyz?verbose and counted in /metrics.
+		std::vector<std::string> unknownConfigKeys;
 
 		// Readiness: the config is valid and its table is in force.
 		Health health() const;
-		// The lines /readyz?verbose adds: `warnings`, and stale addresses.
+		// The lines /readyz?verbose adds: the config's unknown keys, `warnings`, and
+		// stale addresses.
 		std::vector<std::string> verboseWarnings() const;
 		// Then one "info: ..." line each: the pod network found (nonMasqueradeDiscovery).
 		std::vector<std::string> verboseInfo() const;
@@ -148,6 +152,9 @@ public:
 
 	void configLoaded();
 	void configFailed(const std::string &error);
+	// The unknown keys of the config handed over (their warnings, with the key each most
+	// likely means): /readyz?verbose lists them, ip_masq_agent_config_unknown_keys counts.
+	void configKeysUnknown(std::vector<std::string> warnings);
 	void syncSucceeded(const Ruleset &applied, std::chrono::duration<double> took);
 	void syncFailed(const std::string &error);
 	// Nothing to write: the kernel holds the desired table (clears a sync error).

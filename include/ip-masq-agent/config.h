@@ -44,6 +44,13 @@ inline constexpr size_t kMaxConfigValues = kMaxNonMasqueradeCIDRs + 100000;
 // More anchors, or more distinct unknown keys, than this: not an ip-masq-agent config.
 inline constexpr size_t kMaxConfigAnchors = 1000;
 inline constexpr size_t kMaxUnknownConfigKeys = 100;
+// A file's errors are all reported at once, in the order of the file; its message lists
+// the first this many and counts the rest ("and N more").
+inline constexpr size_t kMaxReportedConfigErrors = 20;
+// An unknown key's warning suggests the known key at the smallest edit distance
+// (insertions, deletions, substitutions and swaps of two adjacent letters, ignoring case)
+// when that distance is at most this and less than half the unknown key's length.
+inline constexpr size_t kMaxSuggestionDistance = 3;
 // outputInterface and nonMasqueradeInterfaces take at most this many names each: a node
 // has a few interfaces; a list this long is a mistake.
 inline constexpr size_t kMaxInterfacePatterns = 1024;
@@ -52,6 +59,9 @@ inline constexpr size_t kMaxInterfacePatterns = 1024;
 struct ConfigFlags {
 	bool nomasqAllReservedRanges = false;
 	bool enableIpv6 = false;
+	// --strict-config: an unknown key is an error (without it, a warning: upstream
+	// ignores unknown keys, and its configs must load as they do there).
+	bool strictKeys = false;
 };
 
 // Where a config's entries were written: its files in the order read (Origin::file indexes
@@ -126,6 +136,9 @@ constexpr const char *outputAddressKey(Family family)
 struct LoadedConfig {
 	Config config;
 	std::vector<std::string> warnings;
+	// Of those, the unknown keys' warnings (one per key, with the suggestion): what
+	// /readyz?verbose shows and ip_masq_agent_config_unknown_keys counts.
+	std::vector<std::string> unknownKeys;
 	bool fromFile = false; // false: the file was absent and defaults apply
 	// Whether the file set these keys: a merge of several files (config_dir.h) takes the
 	// largest cidrLimit and the shortest resyncInterval of the files that give them.
@@ -140,7 +153,9 @@ std::vector<Prefix> defaultNonMasqueradeCIDRs(const ConfigFlags &flags);
 Config defaultConfig(const ConfigFlags &flags);
 
 // Parse and validate config text. `source` names it in messages (usually the path).
-// Keys absent keep their defaults; an empty document means all defaults. Streams the
+// Keys absent keep their defaults; an empty document means all defaults. Every error of
+// the text is reported at once, in the order of the file (kMaxReportedConfigErrors of
+// them listed), except after a YAML syntax error, which is reported alone. Streams the
 // text through yaml-cpp's event API: memory is the text plus the model, whatever the input
 // (aliases are looked up, never expanded; see docs/configuration.md for the policy).
 Result<LoadedConfig> parseConfig(std::string_view text, const std::string &source,
@@ -155,7 +170,9 @@ Result<LoadedConfig> parseConfigWithYamlCpp(std::string_view text, const std::st
 // device, a socket or a directory is an error that says which, and never blocks.
 Result<std::optional<std::string>> readConfigText(const std::string &path);
 
-
+// The known key (top-level or of the nonMasqueradeDiscovery section, as `section` says)
+// that an unknown `spelling` most likely means (kMaxSuggestionDistance), or nullopt.
+std::optional<std::string_view> suggestKey(std::string_view spelling, bool section = false);
 
 // One line for logs: "nonMasqueradeCIDRs=[...] cidrLimit=64 ...". Long lists are
 // summarized: the first few entries and the count.

@@ -54,7 +54,8 @@ Status checkConfigDirBytes(const std::string &dir, size_t total);
 //   `within`): within, routeProtocols and routeInterfaces are unions (within at most
 //   kMaxWithinCIDRs in all), flannelSubnetEnv and cniConfDir may be repeated but not
 //   contradicted, holdDown is the longest a file gives (30s if none does).
-// - Origins are remapped into the merged `files`; warnings are all kept.
+// - Origins are remapped into the merged `files`; warnings (and of them the unknown keys')
+//   are all kept.
 // No part: the defaults. One part: that part as it is.
 Result<LoadedConfig> mergeConfigs(std::vector<LoadedConfig> parts, const ConfigFlags &flags);
 

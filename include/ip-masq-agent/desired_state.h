@@ -51,6 +51,9 @@ struct DesiredState {
 	// Findings to log that did not make it invalid (unknown keys, a raised interval, an
 	// outputAddress that is not this node's).
 	std::vector<std::string> warnings;
+	// Of those, the unknown keys' (LoadedConfig::unknownKeys): /readyz?verbose shows them
+	// and a gauge counts them while the config is in force.
+	std::vector<std::string> unknownKeys;
 	// The outputAddress subnets in use, one per family, and what this node has in each.
 	std::vector<SubnetChoice> subnets;
 	// The packets the NAT conflict check evaluates against this ruleset and other tables.

@@ -27,6 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ConfigFlags flags;
 	flags.enableIpv6 = selector & 1;
 	flags.nomasqAllReservedRanges = selector & 2;
+	flags.strictKeys = selector & 16;
 	RulesetOptions options;
 	options.enableIpv6 = flags.enableIpv6;
 	options.randomFully = selector & 4;

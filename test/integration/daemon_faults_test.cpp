@@ -113,6 +113,10 @@ TEST_CASE("a fresh node with a bad config gets no table, and the log says why")
 	CHECK_THAT(agent.log(), Catch::Contains("abcdefg"));
 	CHECK(tableListing().empty());
 	CHECK(agent.stop(SIGTERM) == 0);
+	// Its exit says what it leaves: no table, not one that "stays in place".
+	CHECK_THAT(agent.log(), Catch::Contains("Terminated: exiting; no table inet ip-masq-agent was "
+						"applied or adopted, and the kernel is left as it is") &&
+					!Catch::Contains("stays in place"));
 }
 
 TEST_CASE("a config directory deleted and re-created is live again without a resync, never via "

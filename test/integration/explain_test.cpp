@@ -132,6 +132,14 @@ TEST_CASE("--explain: the kernel agrees with --once's table, and each way it sto
 		CHECK(result.out == "192.0.2.1: masqueraded: no entry covers it; the kernel disagrees: "
 				    "table inet ip-masq-agent is not in the kernel, so the agent "
 				    "masquerades nothing here; no other table's NAT undoes that\n");
+		// Not masqueraded by the config: no table agrees, for another reason, and says so.
+		result = explain(config + " --explain=198.18.5.5");
+		CHECK(result.status == 0);
+		CHECK_THAT(result.out, Catch::StartsWith("198.18.5.5: not masqueraded: ") &&
+					       Catch::EndsWith("; the kernel agrees, but only because table inet "
+							       "ip-masq-agent is not in the kernel: the agent "
+							       "masquerades nothing here yet; no other table's NAT "
+							       "undoes that\n"));
 	}
 	SECTION("another --table is looked up")
 	{

@@ -157,6 +157,62 @@ TEST_CASE("a bad config: /readyz and /healthz fail with the reason, /livez stays
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }
 
+TEST_CASE("a misspelled key: ready, and said in the log, /readyz?verbose and a gauge; "
+	  "--strict-config refuses it; upstream's configs load")
+{
+	requireCurl();
+	deleteAgentTable();
+	TempDir dir;
+	const std::string file = dir.file("config");
+	dir.write("config", kSlowResync + "nonMasqueradeCIDR:\n  - 198.51.100.0/24\n");
+	const std::string base = "http://127.0.0.1:10263";
+	const std::string warning = file + ":2:1: ignoring unknown key \"nonMasqueradeCIDR\": did you "
+					   "mean \"nonMasqueradeCIDRs\"?";
+	{
+		AgentProcess agent({"--config=" + file, kHealthAddr});
+		requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready", endpoints);
+		// The typo's consequence: the defaults are in force, which the agent stays ready
+		// with (upstream ignores unknown keys too), and says loudly.
+		CHECK(agentTableHas("10.0.0.0/8"));
+		CHECK_FALSE(agentTableHas("198.51.100.0/24"));
+		CHECK(request("/readyz?verbose").body == "ok\nwarning: " + warning + "\n");
+		CHECK(metricAt(base, "ip_masq_agent_config_unknown_keys") == "1");
+		CHECK_THAT(agent.log(), Catch::Contains(" warning: " + warning + "\n"));
+
+		// Fixed: the warning goes with the key.
+		dir.write("config", kSlowResync + "nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n");
+		requireWithin([] { return agentTableHas("198.51.100.0/24"); }, kChangeSeen, agent, "fixed");
+		requireWithin([&] { return metricAt(base, "ip_masq_agent_config_unknown_keys") == "0"; },
+			      kChangeSeen, agent, "the gauge back to 0");
+		CHECK(request("/readyz?verbose").body == "ok\n");
+		CHECK(agent.stop(SIGTERM) == 0);
+	}
+	// --strict-config: the typo is an error, and the last good rules stay (adopted).
+	dir.write("config", kSlowResync + "nonMasqueradeCIDR:\n  - 198.51.100.0/24\n");
+	{
+		AgentProcess agent({"--config=" + file, kHealthAddr, "--strict-config"});
+		requireWithin([] { return answers("/readyz", 503, "config invalid"); }, 5s, agent,
+			      "not ready with --strict-config", endpoints);
+		CHECK_THAT(request("/readyz").body,
+			   Catch::Contains(file + ":2:1: unknown key \"nonMasqueradeCIDR\" (--strict-config: "
+						  "unknown keys are errors): did you mean \"nonMasqueradeCIDRs\"?"));
+		CHECK(agentTableHas("198.51.100.0/24"));
+		CHECK(agent.stop(SIGTERM) == 0);
+	}
+	// Without it, a config written for upstream with a key the agent does not know loads
+	// as upstream loads it.
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs:\n  - 203.0.113.0/24\nmasqLinkLocal: false\n"
+					  "nodeName: worker-1\n");
+	{
+		AgentProcess agent({"--config=" + file, kHealthAddr});
+		requireWithin([] { return agentTableHas("203.0.113.0/24"); }, 5s, agent, "upstream's config");
+		requireWithin([] { return answers("/readyz", 200, "ok"); }, 5s, agent, "ready", endpoints);
+		CHECK_THAT(request("/readyz?verbose").body, Catch::Contains("ignoring unknown key \"nodeName\""));
+		CHECK(agent.stop(SIGTERM) == 0);
+	}
+	deleteAgentTable();
+}
+
 TEST_CASE("SIGSTOP: a probe gets no answer, which the kubelet counts as a failure; SIGCONT heals")
 {
 	requireCurl();

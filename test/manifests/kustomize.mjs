@@ -2,8 +2,9 @@
 // What users get from manifests/ with a real kubectl, the commands of docs/kubernetes.md:
 // `kubectl kustomize` of the kustomization (the DaemonSet, its labels, image, probes
 // and nodes), of an overlay that sets the image, of one with the opt-in component
-// components/masq-agent-ds-ready, and `kubectl create configmap --from-file` of the
-// example config.
+// components/masq-agent-ds-ready, of one with each discovery component
+// (components/discovery-*: the ConfigMap, --config-dir and the mounts), and `kubectl
+// create configmap --from-file` of the example config.
 //
 // node kustomize.mjs --manifests DIR --packages DIR --work DIR [--version X]
 //   --packages, --work: as for validate.mjs (the npm packages, for the YAML parser)
@@ -213,6 +214,117 @@ if (ds) {
 		check("components/masq-agent-ds-ready: nodeSelector kubernetes.io/os: linux and " +
 		      "node.kubernetes.io/masq-agent-ds-ready: \"true\", nothing else changed", problems);
 	}
+}
+
+// ---------------------------------------------------------------- discovery components
+
+// docs/kubernetes.md, "The pod network from the node": each discovery component adds its
+// ConfigMap (the section), reads /etc/config as a directory of it and the user's
+// ConfigMap, and mounts what the section reads from the node, read-only, at the same
+// path; and nothing else. `mounts` are the hostPath directories, `key` the section's
+// source (flannelSubnetEnv, cniConfDir, routeProtocols).
+const DISCOVERY_COMPONENTS = [
+	{ name: "discovery-flannel", mounts: ["/run/flannel"], key: "flannelSubnetEnv: /run/flannel/subnet.env" },
+	{ name: "discovery-cni-conf", mounts: ["/etc/cni/net.d"], key: "cniConfDir: /etc/cni/net.d" },
+	{ name: "discovery-bird-routes", mounts: [], key: "routeProtocols: [bird]" },
+];
+
+// What the DaemonSet must be with the component: the base, with --config-dir, a projected
+// config volume of both ConfigMaps (the generated one by its hashed name), and the mounts.
+function expectedWithDiscovery(ds, generatedName, mounts) {
+	const want = structuredClone(ds);
+	const spec = want.spec.template.spec;
+	const container = containerOf(want);
+	container.args = [...container.args, "--config-dir=/etc/config"];
+	spec.volumes = spec.volumes.map((v) => v.name !== "config" ? v : {
+		name: "config",
+		projected: {
+			sources: [
+				{ configMap: { name: AGENT, optional: true, items: [{ key: "config", path: AGENT }] } },
+				{ configMap: { name: generatedName, items: [{ key: "ip-masq-agent-discovery", path: "ip-masq-agent-discovery" }] } },
+			],
+		},
+	});
+	for (const mount of mounts) {
+		spec.volumes.push({ name: DISCOVERY_VOLUMES[mount], hostPath: { path: mount, type: "DirectoryOrCreate" } });
+		container.volumeMounts.push({ name: DISCOVERY_VOLUMES[mount], mountPath: mount, readOnly: true });
+	}
+	return want;
+}
+const DISCOVERY_VOLUMES = { "/run/flannel": "flannel-run", "/etc/cni/net.d": "cni-conf" };
+
+// One component rendered in an overlay (optionally with more of the overlay's own
+// fields): its DaemonSet and its ConfigMap, or the problems.
+function renderDiscovery(component, problems, fields = () => ({})) {
+	const built = renderOverlay(`overlay-${component.name}`, (base) => ({
+		components: [`${base}/components/${component.name}`],
+		...fields(base),
+	}));
+	if (built.error) {
+		problems.push(built.error);
+		return {};
+	}
+	const daemonSets = built.objects.filter((o) => o?.kind === "DaemonSet");
+	const configMaps = built.objects.filter((o) => o?.kind === "ConfigMap");
+	if (daemonSets.length !== 1 || configMaps.length !== 1 || built.objects.length !== 2)
+		problems.push(`rendered ${json(built.objects.map((o) => `${o?.kind} ${o?.metadata?.name}`))}, expected the DaemonSet and one ConfigMap`);
+	return { ds: daemonSets[0], cm: configMaps[0] };
+}
+
+function discoveryChecks(ds, component) {
+	const problems = [];
+	const { ds: rendered, cm } = renderDiscovery(component, problems);
+	if (!rendered || !cm)
+		return problems;
+	expect(problems, "the ConfigMap's namespace", cm.metadata?.namespace, "kube-system");
+	const name = cm.metadata?.name ?? "";
+	if (!/^ip-masq-agent-discovery-[a-z0-9]+$/.test(name))
+		problems.push(`the ConfigMap is named ${json(name)}, expected ip-masq-agent-discovery-HASH`);
+	const section = cm.data?.["ip-masq-agent-discovery"] ?? "";
+	if (!section.includes("nonMasqueradeDiscovery:") || !section.includes(component.key))
+		problems.push(`the ConfigMap's key ip-masq-agent-discovery holds ${json(section)}, expected the section with ${component.key}`);
+	// The mounts, spelled out (the comparison below says the same, but this names them).
+	const container = containerOf(rendered);
+	for (const mount of component.mounts) {
+		const volumeMount = (container?.volumeMounts ?? []).find((m) => m.mountPath === mount);
+		const volume = (rendered.spec?.template?.spec?.volumes ?? []).find((v) => v.name === volumeMount?.name);
+		if (volumeMount?.readOnly !== true || volume?.hostPath?.path !== mount)
+			problems.push(`${mount}: expected a read-only mount of the hostPath ${mount}, got ${json({ volumeMount, volume })}`);
+	}
+	const hostPaths = (rendered.spec?.template?.spec?.volumes ?? []).filter((v) => v.hostPath).map((v) => v.hostPath.path);
+	expect(problems, "the hostPath volumes", hostPaths, component.mounts);
+	const want = expectedWithDiscovery(ds, name, component.mounts);
+	if (!same(rendered, want))
+		problems.push(`the DaemonSet is not the base with --config-dir, the projected config volume and the mounts:\n${json(rendered)}\nexpected\n${json(want)}`);
+	return problems;
+}
+
+if (ds && version.minor <= 20) {
+	console.log(`# kubectl ${version.gitVersion} has no components: the discovery components are not rendered`);
+} else if (ds) {
+	for (const component of DISCOVERY_COMPONENTS)
+		check(`components/${component.name}: its ConfigMap, --config-dir, the projected config volume` +
+		      (component.mounts.length ? `, ${component.mounts.join(", ")} mounted read-only` : ", no mount") +
+		      "; nothing else changed", discoveryChecks(ds, component));
+	// docs/kubernetes.md: an overlay narrows `within` with a patch of the ConfigMap, whose
+	// hashed name then changes (and the DaemonSet's reference with it: a rollout).
+	const problems = [];
+	const narrowed = "nonMasqueradeDiscovery:\n  within: [\"10.244.0.0/16\"]\n  flannelSubnetEnv: /run/flannel/subnet.env\n";
+	const plain = renderDiscovery(DISCOVERY_COMPONENTS[0], problems);
+	const patched = renderDiscovery(DISCOVERY_COMPONENTS[0], problems, () => ({
+		patches: [{
+			target: { kind: "ConfigMap", name: "ip-masq-agent-discovery" },
+			patch: YAML.stringify([{ op: "replace", path: "/data/ip-masq-agent-discovery", value: narrowed }]),
+		}],
+	}));
+	if (patched.cm && plain.cm) {
+		expect(problems, "the patched section", patched.cm.data?.["ip-masq-agent-discovery"]?.trimEnd(), narrowed.trimEnd());
+		if (patched.cm.metadata?.name === plain.cm.metadata?.name)
+			problems.push("the patched ConfigMap kept its name: the DaemonSet would not roll out");
+		const source = patched.ds?.spec?.template?.spec?.volumes?.find((v) => v.name === "config")?.projected?.sources?.[1];
+		expect(problems, "the DaemonSet's reference", source?.configMap?.name, patched.cm.metadata?.name);
+	}
+	check("an overlay's patch of ip-masq-agent-discovery narrows within, and the DaemonSet follows its new name", problems);
 }
 
 // ---------------------------------------------------------------- the ConfigMap

@@ -365,10 +365,56 @@ function kustomizationChecks(dir, kustomization, objectsByFile) {
 	return v;
 }
 
+// One patch of a component: a strategic merge patch (a DaemonSet) or a JSON patch (a list
+// of operations); either leaves the immutable selector alone.
+function componentPatchChecks(where, text) {
+	const v = [];
+	const doc = YAML.parseDocument(text, { version: "1.1", uniqueKeys: true });
+	v.push(...doc.errors.map((e) => `${where}.patch: ${e.message}`));
+	const patch = doc.toJS();
+	if (Array.isArray(patch)) {
+		for (const [i, op] of patch.entries()) {
+			if (!["add", "remove", "replace", "test"].includes(op?.op) || typeof op?.path !== "string")
+				v.push(`${where}.patch[${i}] must be a JSON patch operation (add, remove, replace, test) with a path`);
+			else if (op.path.startsWith("/spec/selector"))
+				v.push(`${where}.patch[${i}] must not touch spec.selector: it is immutable`);
+		}
+		return v;
+	}
+	if (patch?.kind !== "DaemonSet" || patch?.metadata?.name !== AGENT)
+		v.push(`${where}.patch must be a DaemonSet named ${AGENT}, or a JSON patch`);
+	if (patch?.spec?.selector !== undefined)
+		v.push(`${where}.patch must not touch spec.selector: it is immutable`);
+	for (const [key, value] of Object.entries(patch?.spec?.template?.spec?.nodeSelector ?? {}))
+		if (typeof value !== "string")
+			v.push(`${where}.patch: nodeSelector ${key} must be a string (quote it), not ${JSON.stringify(value)}`);
+	return v;
+}
+
+// A component's generated ConfigMaps: each file entry ("KEY=FILE") names a file beside
+// the component. Returns [{ name, key, file }].
+function componentConfigFiles(componentDir, component, v) {
+	const out = [];
+	for (const generator of component?.configMapGenerator ?? []) {
+		if (generator?.namespace !== "kube-system")
+			v.push(`configMapGenerator ${generator?.name}: namespace must be kube-system, the DaemonSet's`);
+		for (const entry of generator?.files ?? []) {
+			const [key, file] = String(entry).includes("=") ? String(entry).split("=", 2) : [path.basename(String(entry)), String(entry)];
+			const full = path.join(componentDir, file);
+			if (!fs.existsSync(full))
+				v.push(`configMapGenerator ${generator?.name}: ${file} does not exist`);
+			else
+				out.push({ name: generator.name, key, file: full });
+		}
+	}
+	return out;
+}
+
 // manifests/components/*: kustomize components an overlay may add. Without kubectl
 // (kustomize.mjs renders them where there is one), at least: each is a Component whose
 // patches target the DaemonSet, leave its immutable selector alone, and give the
-// nodeSelector string values (a bare YAML true is a boolean the API server refuses).
+// nodeSelector string values (a bare YAML true is a boolean the API server refuses);
+// the files of its ConfigMaps exist (the agent reads them below).
 function componentChecks(dir) {
 	const results = [];
 	const componentsDir = path.join(dir, "components");
@@ -393,22 +439,13 @@ function componentChecks(dir) {
 			const where = `patches[${index}]`;
 			if (entry?.target?.kind !== "DaemonSet" || entry?.target?.name !== AGENT)
 				v.push(`${where}.target must name the DaemonSet ${AGENT}`);
-			if (typeof entry?.patch !== "string") {
-				v.push(`${where}.patch must be an inline strategic merge patch`);
-				continue;
-			}
-			const doc = YAML.parseDocument(entry.patch, { version: "1.1", uniqueKeys: true });
-			v.push(...doc.errors.map((e) => `${where}.patch: ${e.message}`));
-			const patch = doc.toJS();
-			if (patch?.kind !== "DaemonSet" || patch?.metadata?.name !== AGENT)
-				v.push(`${where}.patch must be a DaemonSet named ${AGENT}`);
-			if (patch?.spec?.selector !== undefined)
-				v.push(`${where}.patch must not touch spec.selector: it is immutable`);
-			for (const [key, value] of Object.entries(patch?.spec?.template?.spec?.nodeSelector ?? {}))
-				if (typeof value !== "string")
-					v.push(`${where}.patch: nodeSelector ${key} must be a string (quote it), not ${JSON.stringify(value)}`);
+			if (typeof entry?.patch !== "string")
+				v.push(`${where}.patch must be an inline patch`);
+			else
+				v.push(...componentPatchChecks(where, entry.patch));
 		}
-		results.push([name, v]);
+		const configs = componentConfigFiles(path.join(componentsDir, name), component, v);
+		results.push([name, v, configs]);
 	}
 	return results;
 }
@@ -437,6 +474,68 @@ function agentChecks(agent, ds, cm) {
 			v.push(`${label}: the dry run printed no table`);
 	}
 	return v;
+}
+
+// A component's ConfigMap files, each under its key's name in a directory, as the projected
+// volume lays them out: the agent's dry run with the DaemonSet's args and --config-dir,
+// strict, takes them without an error or a warning.
+function componentAgentChecks(agent, ds, name, configs) {
+	const v = [];
+	const dir = fs.mkdtempSync(path.join(args.work, `component-${name}-`));
+	try {
+		for (const { key, file } of configs)
+			fs.copyFileSync(file, path.join(dir, key));
+		const containerArgs = ds?.spec?.template?.spec?.containers?.[0]?.args ?? [];
+		const run = runAgent(agent, [...containerArgs, `--config-dir=${dir}`, "--strict-config", "--dry-run"]);
+		if (run.status !== 0)
+			v.push(`ip-masq-agent --config-dir --strict-config --dry-run exited ${run.status}: ${run.stderr.trim()}`);
+		else if (/ (warning|error): /.test(run.stderr))
+			v.push(`the agent warned: ${run.stderr.trim()}`);
+		else if (!/^table inet /m.test(run.stdout))
+			v.push("the dry run printed no table");
+	} finally {
+		fs.rmSync(dir, { recursive: true, force: true });
+	}
+	return v;
+}
+
+// What the manifest and docs/kubernetes.md say the agent does without the ConfigMap is what
+// the DaemonSet's args make it do: with --nomasq-all-reserved-ranges, every reserved IPv4
+// range is in its set, and both texts name the flag ("its defaults" alone misled).
+function noConfigMapClaims(agent, ds, manifestsDir) {
+	const v = [];
+	const containerArgs = ds?.spec?.template?.spec?.containers?.[0]?.args ?? [];
+	if (!containerArgs.includes("--nomasq-all-reserved-ranges"))
+		return ["the DaemonSet no longer passes --nomasq-all-reserved-ranges: update this check and the texts it reads"];
+	const missing = path.join(args.work, "no-such-dir", "ip-masq-agent");
+	const run = runAgent(agent, [...containerArgs, `--config=${missing}`, "--dry-run"]);
+	for (const range of ["10.0.0.0/8", "100.64.0.0/10", "192.0.2.0/24", "240.0.0.0/4"])
+		if (!run.stdout?.includes(range))
+			v.push(`without a ConfigMap the dry run's set lacks ${range}`);
+	const manifest = fs.readFileSync(path.join(manifestsDir, "daemonset.yaml"), "utf8");
+	const optional = manifest.split("\n").findIndex((line) => /^\s*optional: true/.test(line));
+	const comment = manifest.split("\n").slice(Math.max(0, optional - 4), optional).join("\n");
+	if (!comment.includes("--nomasq-all-reserved-ranges"))
+		v.push(`daemonset.yaml, above the ConfigMap's optional: true, must say what the agent runs without it (naming --nomasq-all-reserved-ranges), says:\n${comment}`);
+	const docs = path.join(manifestsDir, "..", "docs", "kubernetes.md");
+	const deploying = fs.readFileSync(docs, "utf8").split("## Deploying")[1]?.split("\n## ")[0] ?? "";
+	const line = deploying.split("\n").findIndex((l) => l.includes("The config (optional"));
+	if (line < 0 || !deploying.split("\n").slice(line, line + 3).join(" ").includes("--nomasq-all-reserved-ranges"))
+		v.push("docs/kubernetes.md, Deploying: the config step must say what the agent runs without it, naming --nomasq-all-reserved-ranges");
+	return v;
+}
+
+// The base's image is a placeholder that no registry serves: the manifest says so at the
+// image line, and how to replace it.
+function placeholderImageCheck(manifestsDir) {
+	const lines = fs.readFileSync(path.join(manifestsDir, "daemonset.yaml"), "utf8").split("\n");
+	const at = lines.findIndex((line) => /^\s*image: /.test(line));
+	const above = [];
+	for (let i = at - 1; i >= 0 && /^\s*#/.test(lines[i]); i--)
+		above.unshift(lines[i]);
+	const comment = above.join("\n");
+	return /PLACEHOLDER/.test(comment) && comment.includes("container/build-image.sh") && comment.includes("images:")
+		? [] : [`the comment above the image line must say it is a PLACEHOLDER to replace (container/build-image.sh, an overlay's images:), says:\n${comment}`];
 }
 
 // The agent's default --health-addr port, or the one the DaemonSet gives, must be the probes'
@@ -495,6 +594,7 @@ if (args.version)
 	      String(ds?.spec?.template?.spec?.containers?.[0]?.image).endsWith(`:v${args.version}`)
 		      ? [] : [`image ${ds?.spec?.template?.spec?.containers?.[0]?.image}`]);
 check("ConfigMap: upstream's name and key, a valid example config", configMapPolicy(cm));
+check("DaemonSet: the image line says the image is a placeholder to replace, and how", placeholderImageCheck(manifestsDir));
 
 // Test the test: every weakening must be reported, and a misspelt field must be found.
 if (ds) {
@@ -539,12 +639,25 @@ if (kustomization) {
 	}
 }
 
-for (const [name, problems] of componentChecks(manifestsDir))
+const components = componentChecks(manifestsDir);
+for (const [name, problems] of components)
 	check(`manifests/components/${name}: a Component patching the DaemonSet, selector untouched, string node labels`, problems);
 
 if (args.agent) {
 	check("the agent accepts the DaemonSet's args and the example config (and runs without it)",
 	      agentChecks(args.agent, ds, cm));
+	for (const [name, , configs] of components)
+		if (configs.length > 0)
+			check(`manifests/components/${name}: the agent reads its config with --config-dir and --strict-config`,
+			      componentAgentChecks(args.agent, ds, name, configs));
+	check("without the ConfigMap: the reserved ranges are not masqueraded, as daemonset.yaml and docs/kubernetes.md say",
+	      noConfigMapClaims(args.agent, ds, manifestsDir));
+	const health = healthPortCheck(args.agent, ds);
+	if (health.skipped)
+		console.log(`# ${health.skipped}: the probes' port is not cross-checked`);
+	else
+		check("the probes' port is the agent's --health-addr port", health.problems);
+
 	check("the probes' port is the agent's --health-addr port", healthPortCheck(args.agent, ds).problems);
 } else {
 	console.log("# no --agent given: the agent's own checks of args and config are skipped");

@@ -485,3 +485,32 @@ TEST_CASE("/metrics: SNAT usage with a fixed number of series, whatever the dest
 	CHECK(status.prometheusText().find("ip_masq_agent_snat_usage_max_ratio") == std::string::npos);
 	CHECK_THAT(status.snapshot().snatUsageText(), Catch::Contains("could not be read"));
 }
+
+TEST_CASE("the config's unknown keys: a gauge and a warning line each, never unready")
+{
+	AgentStatus status;
+	status.syncSucceeded(sampleRuleset(), 3ms);
+	// There from the start, at 0: an alert compares it.
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_config_unknown_keys") == "0");
+	CHECK_THAT(status.prometheusText(), Catch::Contains("# TYPE ip_masq_agent_config_unknown_keys gauge\n"));
+
+	const std::string typo = "/etc/config/ip-masq-agent:1:1: ignoring unknown key \"nonMasqueradeCIDR\": "
+				 "did you mean \"nonMasqueradeCIDRs\"?";
+	status.natConflictsChecked({}, {"NAT conflict: x"});
+	status.configKeysUnknown({typo, "/etc/config/ip-masq-agent:4:1: ignoring unknown key \"x\""});
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_config_unknown_keys") == "2");
+	CHECK(status.health().ok);
+	// The config's first: it is what the operator wrote, and the likeliest to fix.
+	const std::vector<std::string> warnings = status.snapshot().verboseWarnings();
+	REQUIRE(warnings.size() == 3);
+	CHECK(warnings[0] == typo);
+	CHECK(warnings[2] == "NAT conflict: x");
+	// A NAT check's pass replaces its own warnings only.
+	status.natConflictsChecked({}, {});
+	CHECK(status.snapshot().verboseWarnings().size() == 2);
+
+	// The key fixed: the next config has none.
+	status.configKeysUnknown({});
+	CHECK(sample(status.prometheusText(), "ip_masq_agent_config_unknown_keys") == "0");
+	CHECK(status.snapshot().verboseWarnings().empty());
+}

@@ -321,11 +321,15 @@ TEST_CASE("deep nesting is refused at a fixed depth, without recursion")
 	const std::string deep = "other: " + std::string(100000, '[') + std::string(100000, ']') + "\n";
 	CHECK_THAT(parseError(deep), Catch::StartsWith(kSource + ":1:") &&
 					     Catch::Contains("nested more than 64 levels"));
-	// Where the handler does not count (a key, a refused value), yaml-cpp's own guard
-	// stops it, and the message says what happened.
-	for (const char *prefix : {"", "? ", "nonMasqueradeCIDRs: "})
+	// Where the handler does not count (the root, a key), yaml-cpp's own guard stops it,
+	// and the message says what happened.
+	for (const char *prefix : {"", "? "})
 		CHECK_THAT(parseError(prefix + std::string(100000, '[')),
 			   Catch::StartsWith(kSource + ":") && Catch::Contains("levels deep or more"));
+	// A refused value is skipped, and counted as it is skipped: both are said.
+	CHECK_THAT(parseError("nonMasqueradeCIDRs: " + std::string(100000, '[')),
+		   Catch::StartsWith(kSource + ": 2 errors") && Catch::Contains("nonMasqueradeCIDRs[0]: expected a CIDR") &&
+			   Catch::Contains("nested more than 64 levels deep"));
 	// Shallow values of unknown keys are skipped as before.
 	CHECK(parseOk("other: {a: [1, {b: c}]}\ncidrLimit: 5\n").config.cidrLimit == 5);
 }

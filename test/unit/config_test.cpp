@@ -112,6 +112,149 @@ TEST_CASE("unknown keys are ignored with a warning that names them")
 	CHECK_FALSE(loaded.config.masqLinkLocal);
 }
 
+TEST_CASE("a misspelled key is ignored with a warning that names the key it most likely means")
+{
+	// One letter short: the defaults stay in force, and the warning says so loudly.
+	const LoadedConfig loaded = parseOk("nonMasqueradeCIDR:\n  - 198.51.100.0/24\n");
+	CHECK(loaded.config == defaultConfig({}));
+	REQUIRE(loaded.warnings.size() == 1);
+	CHECK(loaded.warnings[0] == kSource + ":1:1: ignoring unknown key \"nonMasqueradeCIDR\": did you "
+					      "mean \"nonMasqueradeCIDRs\"?");
+	CHECK(loaded.unknownKeys == loaded.warnings);
+
+	// A key far from every known one gets the list instead.
+	const LoadedConfig far = parseOk("nodeName: worker-1\ncidrLimit: 5\n");
+	REQUIRE(far.unknownKeys.size() == 1);
+	CHECK_THAT(far.unknownKeys[0], Catch::Contains("(known keys: nonMasqueradeCIDRs, cidrLimit") &&
+					       !Catch::Contains("did you mean"));
+	CHECK(far.config.cidrLimit == 5);
+	// A known key misspelled only in case is no unknown key.
+	CHECK(parseOk("NonMasqueradeCIDRs: [198.51.100.0/24]\n").unknownKeys.empty());
+}
+
+TEST_CASE("the suggestion: the closest known key, by edits ignoring case, when close enough")
+{
+	CHECK(suggestKey("nonMasqueradeCIDR") == "nonMasqueradeCIDRs");
+	CHECK(suggestKey("NONMASQUERADECIDR") == "nonMasqueradeCIDRs");
+	CHECK(suggestKey("masqLinkLcoal") == "masqLinkLocal"); // two letters swapped: one edit
+	CHECK(suggestKey("masqLinkLocalIpv4") == "masqLinkLocalIPv6");
+	CHECK(suggestKey("resync") == std::nullopt); // 8 edits from resyncInterval
+	CHECK(suggestKey("cidrLimt") == "cidrLimit");
+	CHECK(suggestKey("masqueradeCIDR") == "masqueradeCIDRs");
+	// At most kMaxSuggestionDistance edits, and fewer than half the key's letters.
+	CHECK(suggestKey("cidrLmt") == "cidrLimit");     // 2 edits of 7 letters
+	CHECK(suggestKey("xxxxLimit") == std::nullopt);  // 4 edits
+	CHECK(suggestKey("ab") == std::nullopt);
+	CHECK(suggestKey(std::string(33, 'a')) == std::nullopt);
+	// The section's keys, for its own message.
+	CHECK(suggestKey("withn", true) == "within");
+	CHECK(suggestKey("withn") == std::nullopt);
+	CHECK_THAT(parseError("nonMasqueradeDiscovery:\n  withn: [198.18.0.0/15]\n"),
+		   Catch::Contains("unknown key \"withn\": did you mean \"within\"?"));
+}
+
+TEST_CASE("--strict-config: an unknown key is an error; without it upstream's configs load")
+{
+	const ConfigFlags strict{.nomasqAllReservedRanges = false, .enableIpv6 = false, .strictKeys = true};
+	CHECK(parseError("nonMasqueradeCIDR:\n  - 198.51.100.0/24\n", strict) ==
+	      kSource + ":1:1: unknown key \"nonMasqueradeCIDR\" (--strict-config: unknown keys are "
+			"errors): did you mean \"nonMasqueradeCIDRs\"? Fix its spelling, or remove it");
+	CHECK_THAT(parseError("nodeName: worker-1\n", strict),
+		   Catch::Contains("remove it, or fix its spelling (known keys: nonMasqueradeCIDRs"));
+	// A config written for upstream, with a key of a newer upstream or a fork: read as
+	// upstream reads it, the unknown key ignored.
+	const std::string upstream = "nonMasqueradeCIDRs:\n  - 10.0.0.0/8\n  - 198.51.100.0/24\n"
+				     "masqLinkLocal: false\nresyncInterval: 60s\nnodeName: worker-1\n";
+	const LoadedConfig loaded = parseOk(upstream);
+	CHECK(cidrs(loaded.config) == std::vector<std::string>{"10.0.0.0/8", "198.51.100.0/24"});
+	CHECK(loaded.unknownKeys.size() == 1);
+	// And with the flag, a config without unknown keys loads the same.
+	CHECK(parseOk("nonMasqueradeCIDRs: [198.51.100.0/24]\ncidrLimit: 5\n", strict).config ==
+	      parseOk("nonMasqueradeCIDRs: [198.51.100.0/24]\ncidrLimit: 5\n").config);
+}
+
+TEST_CASE("every error of a file is reported at once, in the order of the file")
+{
+	const std::string e = parseError("nonMasqueradeCIDRs:\n  - 198.51.100.0/24\n  - 198.51.100.1/24\n"
+					 "  - bogus\n  - 203.0.113.0/33\ncidrLimit: many\n");
+	CHECK_THAT(e, Catch::StartsWith(kSource + ": 4 errors (fix each of them): [1] " + kSource +
+					":3:5: nonMasqueradeCIDRs[1]: "));
+	const auto at = [&](const std::string &text) { return e.find(text); };
+	REQUIRE(at("[2] " + kSource + ":4:5: nonMasqueradeCIDRs[2]: CIDR \"bogus\"") != std::string::npos);
+	REQUIRE(at("[3] " + kSource + ":5:5: nonMasqueradeCIDRs[3]: ") != std::string::npos);
+	REQUIRE(at("[4] " + kSource + ":6:12: cidrLimit: expected a whole number") != std::string::npos);
+	CHECK(at("[1]") < at("[2]"));
+	CHECK(at("[2]") < at("[3]"));
+	CHECK(at("[3]") < at("[4]"));
+	// One error is reported as it is, unnumbered.
+	CHECK_THAT(parseError("nonMasqueradeCIDRs: [bogus]\n"), Catch::StartsWith(kSource + ":1:"));
+}
+
+TEST_CASE("after an error the rest of the file is read as the file says")
+{
+	// A refused value is skipped whole, whatever its shape, and the next key read as a key.
+	const std::string wrongType = parseError("cidrLimit: [1, 2]\nmasqLinkLocal: maybe\n"
+						 "nonMasqueradeCIDRs: [[198.51.100.0/24], bogus]\n");
+	CHECK_THAT(wrongType, Catch::StartsWith(kSource + ": 4 errors") &&
+				      Catch::Contains("[1] " + kSource + ":1:12: cidrLimit:") &&
+				      Catch::Contains("[2] " + kSource + ":2:16: masqLinkLocal:") &&
+				      Catch::Contains("[3] " + kSource + ":3:22: nonMasqueradeCIDRs[0]: expected a "
+						      "CIDR string such as \"10.0.0.0/8\", got a list") &&
+				      Catch::Contains("[4] " + kSource + ":3:41: nonMasqueradeCIDRs[1]: CIDR \"bogus\""));
+	// A duplicate key's value is not read as a key.
+	const std::string duplicate = parseError("cidrLimit: 3\nCIDRLimit: 4\nmasqLinkLocal: maybe\n");
+	CHECK_THAT(duplicate, Catch::StartsWith(kSource + ": 2 errors") &&
+				      Catch::Contains("[1] " + kSource + ":2:1: cidrLimit: duplicate key") &&
+				      Catch::Contains("[2] " + kSource + ":3:16: masqLinkLocal:"));
+	// The section too: a bad key's value is skipped, each bad entry said.
+	const std::string section = parseError("nonMasqueradeDiscovery:\n  within: [bogus, 198.18.0.0/15]\n"
+					       "  holdDwn: {a: b}\n  holdDown: 1\n"
+					       "  routeInterfaces: [[x], \"an-interface-name-too-long\"]\n");
+	CHECK_THAT(section, Catch::StartsWith(kSource + ": 5 errors") &&
+				    Catch::Contains("nonMasqueradeDiscovery.within[0]") &&
+				    Catch::Contains("unknown key \"holdDwn\": did you mean \"holdDown\"?") &&
+				    Catch::Contains("nonMasqueradeDiscovery.holdDown: \"1\" is a bare number") &&
+				    Catch::Contains("nonMasqueradeDiscovery.routeInterfaces[0]") &&
+				    Catch::Contains("nonMasqueradeDiscovery.routeInterfaces[1]"));
+	// A list longer than cidrLimit is said once, with the file's other errors.
+	const std::string limit = parseError("cidrLimit: 1\nnonMasqueradeCIDRs: [198.51.100.0/24, "
+					     "203.0.113.0/24, 198.18.0.0/15]\nmasqLinkLocal: maybe\n");
+	CHECK_THAT(limit, Catch::StartsWith(kSource + ": 2 errors") && Catch::Contains("more than cidrLimit (1") &&
+				  Catch::Contains("masqLinkLocal"));
+	// A syntax error is reported alone: what came before it may be its consequence.
+	CHECK_THAT(parseError("cidrLimit: x\nnonMasqueradeCIDRs: [198.51.100.0/24\n"),
+		   Catch::StartsWith(kSource + ":") && Catch::Contains("YAML syntax error") &&
+			   !Catch::Contains("cidrLimit"));
+}
+
+TEST_CASE("the errors listed are bounded: the first 20, and how many more")
+{
+	std::string text = "nonMasqueradeCIDRs:\n";
+	for (int i = 0; i < 25; i++)
+		text += "  - bogus" + std::to_string(i) + "\n";
+	const std::string e = parseError(text);
+	CHECK_THAT(e, Catch::StartsWith(kSource + ": 25 errors") &&
+			      Catch::Contains("[20] " + kSource + ":21:5: nonMasqueradeCIDRs[19]") &&
+			      !Catch::Contains("[21]") && !Catch::Contains("bogus20") &&
+			      Catch::EndsWith("; and 5 more after these (only the first 20 are listed)"));
+	STATIC_REQUIRE(kMaxReportedConfigErrors == 20);
+}
+
+TEST_CASE("a tab in the indentation is named as such")
+{
+	CHECK_THAT(parseError("nonMasqueradeCIDRs:\n\t- 198.51.100.0/24\n"),
+		   Catch::StartsWith(kSource + ":2:1: a tab in the indentation: YAML indents with spaces "
+						"only: replace the tab with spaces (the YAML parser stopped at "));
+	CHECK_THAT(parseError("cidrLimit: 3\nnonMasqueradeCIDRs:\n  - 198.51.100.0/24\n \t- 203.0.113.0/24\n"),
+		   Catch::StartsWith(kSource + ":4:2: a tab in the indentation"));
+	// A tab elsewhere is not blamed: JSON may use tabs, and a syntax error after a tab
+	// in a value is another error.
+	const LoadedConfig json = parseOk("{\n\t\"cidrLimit\": 5\n}\n");
+	CHECK(json.config.cidrLimit == 5);
+	CHECK_THAT(parseError("nonMasqueradeCIDRs: [198.51.100.0/24\ncidrLimit:\t3\n"),
+		   Catch::Contains("YAML syntax error") && !Catch::Contains("tab"));
+}
+
 TEST_CASE("keys match case-insensitively, as upstream's JSON decoder, with a warning")
 {
 	const LoadedConfig loaded = parseOk("NonMasqueradeCIDRs: [10.0.0.0/8]\n");

@@ -213,8 +213,8 @@ TEST_CASE("discovery: the paths are absolute")
 TEST_CASE("discovery: unknown and repeated keys in the section are errors; spelling is forgiven")
 {
 	CHECK(parseError(withSection("  routeProtocol: [bird]\n")) ==
-	      "/etc/config/ip-masq-agent:3:3: nonMasqueradeDiscovery: unknown key \"routeProtocol\" (the "
-	      "section's keys: within, routeProtocols, routeInterfaces, flannelSubnetEnv, cniConfDir, "
+	      "/etc/config/ip-masq-agent:3:3: nonMasqueradeDiscovery: unknown key \"routeProtocol\": did "
+	      "you mean \"routeProtocols\"? (the section's keys: within, routeProtocols, routeInterfaces, flannelSubnetEnv, cniConfDir, "
 	      "holdDown): fix its spelling");
 	CHECK(parseError(withSection("  holdDown: 1s\n  HoldDown: 2s\n")) ==
 	      "/etc/config/ip-masq-agent:4:3: nonMasqueradeDiscovery: holdDown: duplicate key: it is "

@@ -283,6 +283,13 @@ TEST_CASE("the kernel's sets: agreement, each kind of disagreement, and why it c
 	CHECK(line(config, context, "192.0.2.1").ends_with(
 		"; the kernel disagrees: table inet my-table is not in the kernel, so the agent "
 		"masquerades nothing here"));
+	// A destination the config does not masquerade: without the table nothing is, which
+	// is no disagreement, only not for the config's reasons.
+	const std::string exempt = line(config, context, "10.1.2.3");
+	CHECK_THAT(exempt, Catch::StartsWith("10.1.2.3: not masqueraded") &&
+				   Catch::EndsWith("; the kernel agrees, but only because table inet my-table is "
+						   "not in the kernel: the agent masquerades nothing here yet") &&
+				   !Catch::Contains("disagrees"));
 	context.kernel = KernelView{KernelView::State::unreadable, {}, "cannot talk to nf_tables: boom\n"};
 	CHECK(line(config, context, "192.0.2.1").ends_with(
 		"; could not check the kernel: cannot talk to nf_tables: boom\\n"));

@@ -159,7 +159,7 @@ struct Fixture {
 	{
 		reconciler.setDesired(DesiredState{rulesetOf(configText, options),
 						   DesiredState::Cause::config, kDefaultResyncInterval,
-						   kPath, configText, {}, {}, {}, {}});
+						   kPath, configText, {}, {}, {}, {}, {}});
 	}
 	void broken(const std::string &why) { reconciler.setConfigError(Error(why)); }
 	Status sync(SyncTrigger trigger) { return reconciler.reconcile(trigger); }
@@ -675,7 +675,7 @@ TEST_CASE("out of memory inside the backend: an ENOMEM failure, retried, never a
 	Reconciler reconciler(guarded, Reconciler::Settings{{}, true, kPath}, f.status,
 			      [&f] { return f.now; });
 	reconciler.setDesired(DesiredState{rulesetOf(kGood), DesiredState::Cause::config,
-					   kDefaultResyncInterval, kPath, kGood, {}, {}, {}, {}});
+					   kDefaultResyncInterval, kPath, kGood, {}, {}, {}, {}, {}});
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
 	f.kernel.ourTableDeleted();
 	f.kernel.applyThrows = true;

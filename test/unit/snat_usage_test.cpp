@@ -301,3 +301,20 @@ TEST_CASE("the entry parser refuses a message whose length is not a multiple of 
 	REQUIRE_FALSE(parsed);
 	CHECK_THAT(parsed.error().message, Catch::Contains("not a multiple of 4"));
 }
+
+TEST_CASE("the table's counts: one destination, connection and entry in the singular")
+{
+	SnatUsageCounter one(masqueradePlan({{40000, 40099}}), kNode);
+	one.add(natted("198.51.100.2", 50000, "203.0.113.2", "203.0.113.1", 40000));
+	const std::string table = snatUsageTable(one.finish());
+	CHECK_THAT(table, Catch::Contains("1 connection of the agent's rules toward 1 destination (per "
+					  "translated address)") &&
+				  Catch::Contains("Read 1 conntrack entry (") && !Catch::Contains("1 destinations"));
+
+	SnatUsageCounter two(masqueradePlan({{40000, 40099}}), kNode);
+	two.add(natted("198.51.100.2", 50000, "203.0.113.2", "203.0.113.1", 40000));
+	two.add(natted("198.51.100.2", 50001, "192.0.2.2", "203.0.113.1", 40001));
+	CHECK_THAT(snatUsageTable(two.finish()),
+		   Catch::Contains("2 connections of the agent's rules toward 2 destinations") &&
+			   Catch::Contains("Read 2 conntrack entries ("));
+}

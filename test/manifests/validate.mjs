@@ -652,12 +652,6 @@ if (args.agent) {
 			      componentAgentChecks(args.agent, ds, name, configs));
 	check("without the ConfigMap: the reserved ranges are not masqueraded, as daemonset.yaml and docs/kubernetes.md say",
 	      noConfigMapClaims(args.agent, ds, manifestsDir));
-	const health = healthPortCheck(args.agent, ds);
-	if (health.skipped)
-		console.log(`# ${health.skipped}: the probes' port is not cross-checked`);
-	else
-		check("the probes' port is the agent's --health-addr port", health.problems);
-
 	check("the probes' port is the agent's --health-addr port", healthPortCheck(args.agent, ds).problems);
 } else {
 	console.log("# no --agent given: the agent's own checks of args and config are skipped");

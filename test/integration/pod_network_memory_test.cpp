@@ -4,7 +4,7 @@
 // malformed, while the route dump fails (an injected fault), and before bird has installed
 // its routes (bird's kernel protocol emulated: the routes are added and deleted with `ip
 // route ... proto bird`, as it does); holdDown edited during a hold-down and during a stale
-// read. And the files' watch and names: a directory deleted and made again is read through
+// read; a source removed from the section, `within` narrowed. And the files' watch and names: a directory deleted and made again is read through
 // its watch, set again, not by the 10 s safety net; 65,600 CNI file names come and go beside
 // the agent, and the names it holds follow the files present.
 #include <catch2/catch.hpp>
@@ -265,6 +265,76 @@ TEST_CASE_METHOD(PodNetworkNode,
 	CHECK(seenFrom(net, kServerV4) == kPodV4);
 	CHECK(staleGauge("flannelSubnetEnv") == "1");
 	CHECK_THAT(nomasqSet("discovered-flannel-v4"), Catch::Contains("203.0.113.0/24"));
+	deleteAgentTable();
+}
+
+TEST_CASE_METHOD(PodNetworkNode,
+		 "edits of the section: a source removed takes its range out after the hold-down while the source "
+		 "that stays keeps its own; within narrowed takes a range out at once, whatever the hold-down")
+{
+	deleteAgentTable();
+	const std::string route = "203.0.113.0/26 dev to-ext proto bird";
+	runOrFail("ip route add " + route);
+	dir.write("subnet.env", "FLANNEL_NETWORK=192.0.2.0/24\n");
+	const std::string bothSources = "  routeProtocols: [bird]\n  flannelSubnetEnv: " + subnetEnv + "\n";
+	dir.write("config", discoveryConfig("192.0.2.0/24, 203.0.113.0/24", bothSources, "3s"));
+	AgentProcess agent(agentArgs(dir));
+	const auto context = [&] { return agent.log() + "\n/readyz?verbose: " + verbose(); };
+	requireWithin(ready, kHang, agent, "the agent ready", context);
+	requireWithin([&] { return seenFrom(net, kOtherServerV4) == kPodV4 && seenFrom(net, kServerV4) == kPodV4; },
+		      kHang, agent, "both ranges", context);
+
+	const auto removed = Clock::now();
+	dir.write("config", discoveryConfig("192.0.2.0/24, 203.0.113.0/24", "  routeProtocols: [bird]\n", "3s"));
+	requireWithin([&] { return seenFrom(net, kOtherServerV4) == kNodeV4; }, kHang, agent,
+		      "the removed source's range masqueraded", context);
+	CHECK(Clock::now() - removed >= 3s);
+	CHECK(seenFrom(net, kServerV4) == kPodV4);
+	CHECK_THAT(agent.log(), !Catch::Contains("203.0.113.0/26 is no longer found"));
+
+	// Narrowed, with a hold-down of an hour: out all the same.
+	dir.write("config", discoveryConfig("192.0.2.0/24", "  routeProtocols: [bird]\n", "1h"));
+	requireWithin([&] { return seenFrom(net, kServerV4) == kNodeV4; }, kHang, agent,
+		      "the range outside the narrowed within masqueraded", context);
+	CHECK_THAT(nomasqSet("discovered-routes-v4"), !Catch::Contains("203.0.113.0/26"));
+	runOrFail("ip route del " + route);
+
+	// The section with Flannel's file again, then no section at all: what it found leaves
+	// after the hold-down, as for a source removed.
+	dir.write("config", discoveryConfig("192.0.2.0/24", "  flannelSubnetEnv: " + subnetEnv + "\n", "3s"));
+	requireWithin([&] { return seenFrom(net, kOtherServerV4) == kPodV4; }, kHang, agent, "Flannel's range again",
+		      context);
+	const auto sectionRemoved = Clock::now();
+	dir.write("config", "nonMasqueradeCIDRs: [10.0.0.0/8]\n");
+	requireWithin([&] { return seenFrom(net, kOtherServerV4) == kNodeV4; }, kHang, agent,
+		      "the range masqueraded once the section went", context);
+	CHECK(Clock::now() - sectionRemoved >= 3s);
+	deleteAgentTable();
+}
+
+TEST_CASE_METHOD(PodNetworkNode,
+		 "--once keeps what the agent's table holds for a source it cannot read, and takes a source that "
+		 "reads as the truth")
+{
+	deleteAgentTable();
+	dir.write("config", discoveryConfig("192.0.2.0/24, 203.0.113.0/24", "  flannelSubnetEnv: " + subnetEnv + "\n"));
+	const auto once = [&] {
+		std::string out;
+		const int status = run(fmt::format("{} --once --config={} 2>&1", agentBinary(), dir.file("config")), &out);
+		INFO(out);
+		CHECK(status == 0);
+		return out;
+	};
+	dir.write("subnet.env", "FLANNEL_NETWORK=192.0.2.0/24\n");
+	(void)once();
+	CHECK_THAT(nomasqSet(), Catch::Contains("192.0.2.0/24"));
+	dir.write("subnet.env", "FLANNEL_NETWORK=not-a-cidr\n");
+	CHECK_THAT(once(), Catch::Contains("the 1 ranges the agent's table held for flannelSubnetEnv"));
+	CHECK_THAT(nomasqSet(), Catch::Contains("192.0.2.0/24"));
+	CHECK_THAT(nomasqSet("discovered-flannel-v4"), Catch::Contains("192.0.2.0/24"));
+	dir.write("subnet.env", "FLANNEL_NETWORK=203.0.113.0/24\n");
+	(void)once();
+	CHECK_THAT(nomasqSet(), Catch::Contains("203.0.113.0/24") && !Catch::Contains("192.0.2.0/24"));
 	deleteAgentTable();
 }
 

@@ -146,9 +146,8 @@ void DiscoveredRanges::noteOutside(DiscoverySource source, const Sighting &sight
 
 void DiscoveredRanges::touch(const Key &key) { dirty_.insert(key); }
 
-void DiscoveredRanges::cancelLeaving(const Key &key, Entry &entry)
+void DiscoveredRanges::unschedule(const Key &key, Entry &entry)
 {
-	entry.heldFor.reset();
 	if (!entry.leavesAt)
 		return;
 	auto [first, last] = leaving_.equal_range(*entry.leavesAt);
@@ -160,16 +159,15 @@ void DiscoveredRanges::cancelLeaving(const Key &key, Entry &entry)
 	entry.leavesAt.reset();
 }
 
+void DiscoveredRanges::cancelLeaving(const Key &key, Entry &entry)
+{
+	entry.heldFor.reset();
+	unschedule(key, entry);
+}
+
 void DiscoveredRanges::holdUntil(const Key &key, Entry &entry, Clock::time_point at)
 {
-	if (entry.leavesAt) {
-		auto [first, last] = leaving_.equal_range(*entry.leavesAt);
-		for (auto it = first; it != last; ++it)
-			if (it->second == key) {
-				leaving_.erase(it);
-				break;
-			}
-	}
+	unschedule(key, entry);
 	entry.leavesAt = at;
 	leaving_.emplace(at, key);
 }

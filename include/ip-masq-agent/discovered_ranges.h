@@ -232,7 +232,9 @@ private:
 	enum class Leaving { heldDown, atOnce, reshaped };
 	void removeOrigin(uint16_t input, const Key &key, const std::string &text, Clock::time_point now,
 			  Leaving leaving = Leaving::heldDown);
+	// Its hold-down ends at `at` (unschedule: it has none).
 	void holdUntil(const Key &key, Entry &entry, Clock::time_point at);
+	void unschedule(const Key &key, Entry &entry);
 	// What `source`'s inputs give now, in `family`, merged.
 	IntervalSet givenBy(DiscoverySource source, Family family) const;
 	void cancelLeaving(const Key &key, Entry &entry);

@@ -408,6 +408,14 @@ DiscoveredRanges::Settings docSettings(Duration holdDown = 30s)
 	return s;
 }
 
+// The one message the model has to say.
+std::string onlyMessage(DiscoveredRanges &model)
+{
+	const auto messages = model.takeMessages();
+	REQUIRE(messages.size() == 1);
+	return messages[0].text;
+}
+
 Sighting flannel(const char *text)
 {
 	return Sighting{prefix(text), "FLANNEL_NETWORK in " + kEnv + ":1"};
@@ -447,11 +455,9 @@ TEST_CASE("restart: what the table held is in force at once; a source that reads
 	CHECK(texts(model.takeChanges(t0 + 70s).removed) == Strings{"198.18.2.0/26"});
 	// Flannel never read: its kept range stays whatever the time.
 	CHECK(texts(model.inForceOf(DiscoverySource::flannel)) == Strings{"198.18.0.0/16"});
-	const auto messages = model.takeMessages();
-	REQUIRE(messages.size() == 1);
-	CHECK(messages[0].text == "nonMasqueradeDiscovery: routes: of the 2 ranges the agent's table held for it "
-				  "when the agent started, 1 are not given now and leave after the hold-down "
-				  "(30s); the rest is what it gives now");
+	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: routes: of the 2 ranges the agent's table held for it "
+				     "when the agent started, 1 are not given now and leave after the hold-down "
+				     "(30s); the rest is what it gives now");
 }
 
 TEST_CASE("restart: an empty reading (bird not started yet) holds every kept range down, from the restart")
@@ -542,10 +548,8 @@ TEST_CASE("restart: the kept ranges respect the bound")
 	DiscoveredRanges model(s);
 	model.keep(DiscoverySource::routes, prefixes({"198.18.1.0/24", "198.18.2.0/24", "198.18.3.0/24"}), kKept);
 	CHECK(model.inForce().size() == 2);
-	const auto messages = model.takeMessages();
-	REQUIRE(messages.size() == 1);
-	CHECK(messages[0].text == "nonMasqueradeDiscovery: the agent's table holds more ranges than the 2 the agent "
-				  "takes: the rest of routes is not kept");
+	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: the agent's table holds more ranges than the 2 the agent "
+				     "takes: the rest of routes is not kept");
 }
 
 TEST_CASE("edit: a lower holdDown never shortens a hold-down under way; a higher one lengthens it from the edit")
@@ -621,10 +625,8 @@ TEST_CASE("forget: a name that is gone leaves the model; its ranges are held dow
 	CHECK(model.takeChanges(t0 + 31s).removed.size() == 1); // a's
 	CHECK(texts(model.takeChanges(t0 + 32s).removed) == Strings{"198.18.3.0/24"});
 	CHECK(texts(model.inForce()) == Strings{"198.18.2.0/24"});
-	const auto messages = model.takeMessages();
-	REQUIRE(messages.size() == 1);
-	CHECK(messages[0].text == "nonMasqueradeDiscovery: /etc/cni/net.d/10-a.conflist (cniConfDir): gone; the 1 "
-				  "ranges it gave are withdrawn");
+	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: /etc/cni/net.d/10-a.conflist (cniConfDir): gone; the 1 "
+				     "ranges it gave are withdrawn");
 }
 
 TEST_CASE("forget: 70,000 names come and go, the model holds what exists now")

@@ -6,10 +6,12 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -186,7 +188,6 @@ bool PodNetwork::drainWatch(bool &changed)
 		const ssize_t n = read(watch_.get(), buffer, sizeof(buffer));
 		if (n <= 0)
 			break;
-		changed = true;
 		size_t at = 0;
 		while (at + sizeof(inotify_event) <= static_cast<size_t>(n)) {
 			inotify_event event;
@@ -194,13 +195,16 @@ bool PodNetwork::drainWatch(bool &changed)
 			const size_t end = at + sizeof(inotify_event) + event.len;
 			if (end > static_cast<size_t>(n))
 				break;
-			const std::string name(buffer + at + sizeof(inotify_event),
-					       strnlen(buffer + at + sizeof(inotify_event), event.len));
+			const char *name = buffer + at + sizeof(inotify_event);
+			const std::string_view entry(name, strnlen(name, event.len));
+			const auto watch = std::find_if(watches_.begin(), watches_.end(),
+							[&](const Watch &w) { return w.wd == event.wd; });
 			if (event.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF))
 				rewatch = true;
-			for (const Watch &watch : watches_)
-				if (watch.wd == event.wd && watch.parent && name == watch.next)
-					rewatch = true;
+			else if (watch != watches_.end() && watch->parent)
+				rewatch = rewatch || entry == watch->next; // other entries of a parent: no news
+			else
+				changed = true; // a source's directory, or lost events (IN_Q_OVERFLOW)
 			at = end;
 		}
 	}

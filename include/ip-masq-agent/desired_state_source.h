@@ -84,9 +84,9 @@ public:
 	bool dependsOnNodeAddresses() const { return addressDependent_; }
 
 	// The pod network found on the node, when the last good config has a
-	// nonMasqueradeDiscovery section (pod_network.h): its descriptors for poll(), what to
-	// do when one is readable or at its wake time, each giving the new desired state when
-	// the ranges in force changed.
+	// nonMasqueradeDiscovery section (pod_network.h), or had one whose ranges are still
+	// held down: its descriptors for poll(), what to do when one is readable or at its
+	// wake time, each giving the new desired state when the ranges in force changed.
 	const PodNetwork *podNetwork() const { return podNetwork_ ? &*podNetwork_ : nullptr; }
 	PodNetwork::Fds podNetworkFds() const;
 	std::optional<DesiredState> podNetworkReadable(Clock::time_point now);

@@ -5,7 +5,7 @@
 // its routes (bird's kernel protocol emulated: the routes are added and deleted with `ip
 // route ... proto bird`, as it does); holdDown edited during a hold-down and during a stale
 // read; a source removed from the section, `within` narrowed. And the files' watch and names: a directory deleted and made again is read through
-// its watch, set again, not by the 10 s safety net; 65,600 CNI file names come and go beside
+// its watch, set again, not by the 10 s safety net; 65,646 CNI file names come and go beside
 // the agent, and the names it holds follow the files present.
 #include <catch2/catch.hpp>
 
@@ -431,7 +431,7 @@ long rssKiB(pid_t pid)
 } // namespace
 
 TEST_CASE_METHOD(PodNetworkNode,
-		 "65,600 CNI file names come and go beside the agent: the names it holds follow the files present, "
+		 "65,646 CNI file names come and go beside the agent: the names it holds follow the files present, "
 		 "and its memory stays flat")
 {
 	deleteAgentTable();

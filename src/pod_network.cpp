@@ -197,8 +197,9 @@ bool PodNetwork::drainWatch(bool &changed)
 				break;
 			const char *name = buffer + at + sizeof(inotify_event);
 			const std::string_view entry(name, strnlen(name, event.len));
+			const int wd = event.wd;
 			const auto watch = std::find_if(watches_.begin(), watches_.end(),
-							[&](const Watch &w) { return w.wd == event.wd; });
+							[wd](const Watch &w) { return w.wd == wd; });
 			if (event.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF))
 				rewatch = true;
 			else if (watch != watches_.end() && watch->parent)

@@ -316,8 +316,8 @@ std::string DiscoveredRanges::whatStays(const DiscoveryInput &input) const
 		return fmt::format("the {} ranges the agent's table held for {} when the agent started stay in "
 				   "force until it reads", held, discoverySourceName(input.source));
 	if (!settings_.readsKernel)
-		return "its ranges are missing here: this mode reads no kernel state, where the running agent "
-		       "keeps what the source had in force";
+		return "its ranges are missing here: only the running agent and --once keep what the agent's "
+		       "table held for a source";
 	return "nothing of it is in force: the agent's table held none of its ranges, and no earlier "
 	       "reading of it is known";
 }

@@ -107,9 +107,9 @@ public:
 		bool ipv6 = false; // IPv6 prefixes count only when true (--enable-ipv6)
 		size_t maxPrefixes = kMaxDiscoveredPrefixes;
 		// Whether the caller reads the agent's table for what it held (keep()): the daemon
-		// and --once. False for the modes that read no kernel state (--dry-run,
-		// --explain, --snat-usage): a source that cannot be read is said to be missing
-		// from their output.
+		// and --once. False for the modes that keep nothing (--dry-run, --explain,
+		// --snat-usage): a source that cannot be read is said to be missing from their
+		// output.
 		bool readsKernel = true;
 	};
 	explicit DiscoveredRanges(Settings settings);

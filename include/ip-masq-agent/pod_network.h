@@ -39,7 +39,7 @@ public:
 	// Reads every source once (the first read is the truth: no hold-down). `kept`: what
 	// the agent's table held for each source when the agent started (the daemon,
 	// --once): in force until its source reads, then what the source no longer gives is
-	// held down from now; nullptr for the modes that read no kernel state. Never fails:
+	// held down from now; nullptr for the modes that keep nothing. Never fails:
 	// an input that cannot be read is stale, and tried again.
 	PodNetwork(const NonMasqueradeDiscovery &section, bool ipv6, Clock::time_point now,
 		   const RangesBySource *kept = nullptr, RouteOpener openRoutes = &PodNetwork::openRoutes);

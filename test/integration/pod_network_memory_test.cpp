@@ -106,11 +106,11 @@ TEST_CASE_METHOD(PodNetworkNode,
 	CHECK_THAT(verbose(), Catch::Contains("info: pod network, not masqueraded: 192.0.2.0/24: in the agent's "
 					      "table when it started"));
 	CHECK_THAT(nomasqSet("discovered-flannel-v4"), Catch::Contains("192.0.2.0/24"));
-	// The dry run reads no kernel state: it says what it could not read, and its table lacks it.
+	// The dry run keeps nothing: it says what it could not read, and its table lacks it.
 	std::string dryRun;
 	REQUIRE(run(fmt::format("{} --config={} --dry-run 2>&1", agentBinary(), dir.file("config")), &dryRun) == 0);
 	CHECK_THAT(dryRun, Catch::Contains(subnetEnv + " (flannelSubnetEnv): " + subnetEnv + ":1: FLANNEL_NETWORK") &&
-				   Catch::Contains("its ranges are missing here: this mode reads no kernel state") &&
+				   Catch::Contains("its ranges are missing here: only the running agent and --once keep") &&
 				   !Catch::Contains("192.0.2.0/24"));
 
 	// Fixed, with another range: not stale; the new range comes and the kept one leaves after

@@ -506,8 +506,8 @@ TEST_CASE("restart: a source that cannot be read keeps what the table held, stal
 	DiscoveredRanges::Settings dryRun = docSettings();
 	dryRun.readsKernel = false;
 	CHECK(DiscoveredRanges(dryRun).whatStays(reading) ==
-	      "its ranges are missing here: this mode reads no kernel state, where the running agent keeps what the "
-	      "source had in force");
+	      "its ranges are missing here: only the running agent and --once keep what the agent's table held for "
+	      "a source");
 }
 
 TEST_CASE("restart: a kept range the source still covers, merged by the table's set, leaves at once without "

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/prefixes.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/discovered_ranges.h"
 #include "ip-masq-agent/pod_network.h"
@@ -13,6 +14,8 @@
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
+using test::prefix;
+using test::texts;
 using Clock = DiscoveredRanges::Clock;
 
 namespace {
@@ -21,12 +24,6 @@ const Clock::time_point t0{std::chrono::hours(1000)};
 const std::string kRoutes = "routes";
 const std::string kEnv = "/run/flannel/subnet.env";
 
-Prefix prefix(const char *text)
-{
-	auto parsed = parsePrefix(text);
-	REQUIRE(parsed);
-	return *parsed;
-}
 
 Sighting route(const char *text, const char *via = "192.0.2.2")
 {
@@ -40,14 +37,6 @@ DiscoveredRanges::Settings settings(Duration holdDown = 30s, bool ipv6 = false)
 	s.holdDown = holdDown;
 	s.ipv6 = ipv6;
 	return s;
-}
-
-std::vector<std::string> texts(const std::vector<Prefix> &prefixes)
-{
-	std::vector<std::string> out;
-	for (const Prefix &p : prefixes)
-		out.push_back(p.toString());
-	return out;
 }
 
 using Strings = std::vector<std::string>;

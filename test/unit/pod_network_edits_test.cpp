@@ -6,10 +6,13 @@
 
 #include <filesystem>
 
+#include "../common/prefixes.h"
 #include "ip-masq-agent/pod_network.h"
 #include "scratch_dir.h"
 
 using namespace ipmasq;
+using test::prefix;
+using test::texts;
 using namespace std::chrono_literals;
 using Clock = PodNetwork::Clock;
 using Strings = std::vector<std::string>;
@@ -17,21 +20,6 @@ using Strings = std::vector<std::string>;
 namespace {
 
 const Clock::time_point t0{std::chrono::hours(1000)};
-
-Prefix prefix(const char *text)
-{
-	auto parsed = parsePrefix(text);
-	REQUIRE(parsed);
-	return *parsed;
-}
-
-Strings texts(const std::vector<Prefix> &prefixes)
-{
-	Strings out;
-	for (const Prefix &p : prefixes)
-		out.push_back(p.toString());
-	return out;
-}
 
 NonMasqueradeDiscovery section(const test::ScratchDir &dir, Duration holdDown = 30s)
 {

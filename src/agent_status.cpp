@@ -522,6 +522,10 @@ std::string podNetworkText(const AgentStatus::Snapshot &s)
 	       "gave before stay.\n# TYPE ip_masq_agent_discovery_stale gauge\n";
 	for (const auto &[source, stale] : p.staleSources)
 		out += fmt::format("ip_masq_agent_discovery_stale{{source=\"{}\"}} {}\n", source, stale ? 1 : 0);
+	out += "# HELP ip_masq_agent_discovery_inputs What each source reads: the route source, subnet.env, "
+	       "each CNI network config file present.\n# TYPE ip_masq_agent_discovery_inputs gauge\n";
+	for (const auto &[source, inputs] : p.inputsPerSource)
+		out += fmt::format("ip_masq_agent_discovery_inputs{{source=\"{}\"}} {}\n", source, inputs);
 	appendMetric(out, "ip_masq_agent_discovered_ranges_held_down", "gauge",
 		     "Discovered ranges withdrawn and still in force until their hold-down ends.", p.heldDown);
 	appendMetric(out, "ip_masq_agent_discovered_range_changes_total", "counter",

@@ -221,6 +221,49 @@ bool IntervalSet::contains(const Address &address) const
 	return address <= it->last;
 }
 
+bool IntervalSet::contains(const AddressRange &range) const
+{
+	if (range.first.family != family_ || range.last < range.first)
+		return false;
+	// The ranges are merged: addresses that follow each other lie in one of them.
+	auto it = std::upper_bound(ranges_.begin(), ranges_.end(), range.first,
+				   [](const Address &a, const AddressRange &r) { return a < r.first; });
+	if (it == ranges_.begin())
+		return false;
+	--it;
+	return range.last <= it->last;
+}
+
+std::vector<Prefix> prefixesOf(const AddressRange &range)
+{
+	std::vector<Prefix> out;
+	const Family family = range.first.family;
+	const unsigned bits = familyBits(family);
+	AddressValue start = range.first.value;
+	const AddressValue last = range.last.value;
+	while (start <= last) {
+		// The shortest prefix that starts at `start` (aligned) and ends within the range.
+		unsigned length = bits;
+		AddressValue span = 0; // its size minus one
+		while (length > 0) {
+			const unsigned hostBits = bits - length + 1;
+			const AddressValue wider = hostBits >= 128 ? ~AddressValue(0) : (AddressValue(1) << hostBits) - 1;
+			if ((start & wider) != 0 || last - start < wider)
+				break;
+			span = wider;
+			length--;
+		}
+		Prefix prefix;
+		prefix.network = Address{family, start};
+		prefix.length = length;
+		out.push_back(std::move(prefix));
+		if (last - start == span)
+			break; // the range's end, which may be the family's last address
+		start += span + 1;
+	}
+	return out;
+}
+
 IntervalSet IntervalSet::difference(const IntervalSet &other) const
 {
 	IntervalSet out(family_);

@@ -287,16 +287,17 @@ AgentStatus::PodNetworkState podNetworkState(const PodNetwork &podNetwork, PodNe
 {
 	const DiscoveredRanges &model = podNetwork.model();
 	const DiscoveryStats stats = model.stats();
-	AgentStatus::PodNetworkState state{{}, {}, stats.inForce, stats.heldDown, stats.changes,
+	AgentStatus::PodNetworkState state{{}, {}, {}, stats.inForce, stats.heldDown, stats.changes,
 					   stats.outsideWithin, stats.overBound, {}, {}};
-	for (const DiscoverySource source : {DiscoverySource::routes, DiscoverySource::flannel, DiscoverySource::cni}) {
+	for (const DiscoverySource source : kAllDiscoverySources) {
 		state.perSource.emplace_back(discoverySourceName(source), stats.prefixesPerSource[size_t(source)]);
+		state.inputsPerSource.emplace_back(discoverySourceName(source), stats.inputsPerSource[size_t(source)]);
 		bool stale = false;
 		for (const DiscoveryInput &input : model.inputs())
 			if (input.source == source && input.state == DiscoveryInput::State::stale) {
 				stale = true;
-				state.problems.push_back(fmt::format("{} could not be read ({}): what it gave before stays",
-								     input.name, input.reason));
+				state.problems.push_back(fmt::format("{} could not be read ({}): {}", input.name,
+								     input.reason, model.whatStays(input)));
 			}
 		state.staleSources.emplace_back(discoverySourceName(source), stale);
 	}

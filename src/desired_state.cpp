@@ -135,7 +135,7 @@ Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
 
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
 					 const RulesetOptions &options,
-					 const Result<std::vector<NodeAddress>> &read)
+					 const Result<std::vector<NodeAddress>> &read, const KeptRangesReader &readKept)
 {
 	auto content = readConfigContent(location);
 	if (!content)
@@ -146,8 +146,8 @@ Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const C
 	auto node = addressesForConfig(*loaded, read);
 	if (!node)
 		return fail(node.error());
-	return desiredFromConfig(withPodNetworkReadOnce(std::move(*loaded), flags.enableIpv6), location, options,
-				 *node);
+	return desiredFromConfig(withPodNetworkReadOnce(std::move(*loaded), flags.enableIpv6, readKept), location,
+				 options, *node);
 }
 
 } // namespace ipmasq

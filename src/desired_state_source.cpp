@@ -9,18 +9,40 @@
 
 namespace ipmasq {
 
+namespace {
+
+void logMessages(std::vector<DiscoveryMessage> messages)
+{
+	for (const DiscoveryMessage &message : messages)
+		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
+}
+
+void logRangeChanges(const DiscoveryChanges &changes)
+{
+	for (const Prefix &prefix : changes.added)
+		log::info("pod network: {} is not masqueraded from now on", prefix.toString());
+	for (const Prefix &prefix : changes.removed)
+		log::info("pod network: {} is no longer found on the node: masqueraded again", prefix.toString());
+}
+
+} // namespace
+
 DesiredStateSource::DesiredStateSource(ConfigSource config, ConfigLocation location,
-				       ConfigFlags flags, RulesetOptions rulesetOptions)
+				       ConfigFlags flags, RulesetOptions rulesetOptions,
+				       KeptRangesReader readKept, PodNetwork::RouteOpener openRoutes)
 	: config_(std::move(config)), location_(std::move(location)), flags_(std::move(flags)),
-	  rulesetOptions_(std::move(rulesetOptions))
+	  rulesetOptions_(std::move(rulesetOptions)), readKept_(std::move(readKept)),
+	  openRoutes_(std::move(openRoutes))
 {
 }
 
-std::unique_ptr<DesiredStateSource> DesiredStateSource::open(const AgentOptions &options)
+std::unique_ptr<DesiredStateSource> DesiredStateSource::open(const AgentOptions &options,
+							     KeptRangesReader readKept,
+							     PodNetwork::RouteOpener openRoutes)
 {
 	return std::unique_ptr<DesiredStateSource>(new DesiredStateSource(
 		ConfigSource::open(options.config), options.config, options.configFlags,
-		options.ruleset));
+		options.ruleset, std::move(readKept), std::move(openRoutes)));
 }
 
 void DesiredStateSource::onWatchEvents(Clock::time_point now)
@@ -104,18 +126,47 @@ std::optional<DesiredState> DesiredStateSource::nodeAddressesChanged(const NodeA
 void DesiredStateSource::followPodNetwork(const LoadedConfig &loaded, Clock::time_point now)
 {
 	const auto &section = loaded.config.nonMasqueradeDiscovery;
-	if (!section) {
-		podNetwork_.reset();
+	podNetworkRetiring_ = !section;
+	if (!podNetwork_) {
+		if (!section)
+			return;
+		const std::optional<RangesBySource> kept = keptInKernel();
+		podNetwork_.emplace(*section, flags_.enableIpv6, now, kept ? &*kept : nullptr, openRoutes_);
+		(void)podNetwork_->takeChanges(now); // the first read is in the desired state being made
+		logMessages(podNetwork_->takeMessages());
 		return;
 	}
-	// The same section goes on following; another one starts again from a first read.
-	if (podNetwork_ && podNetwork_->section() == *section && podNetwork_->ipv6() == flags_.enableIpv6)
+	// An edit keeps what did not change; a section that went names no source, and what
+	// its sources found leaves after the hold-down.
+	NonMasqueradeDiscovery next = section ? *section : podNetwork_->section();
+	if (!section) {
+		next.routeProtocols.clear();
+		next.routeInterfaces.clear();
+		next.flannelSubnetEnv.reset();
+		next.cniConfDir.reset();
+	}
+	if (next == podNetwork_->section())
 		return;
-	podNetwork_.reset();
-	podNetwork_.emplace(*section, flags_.enableIpv6, now);
-	(void)podNetwork_->takeChanges(now); // the first read is in the desired state being made
-	for (const DiscoveryMessage &message : podNetwork_->takeMessages())
-		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
+	podNetwork_->reconfigure(next, now);
+	logMessages(podNetwork_->takeMessages());
+	logRangeChanges(podNetwork_->takeChanges(now)); // in the desired state being made
+	retireIfDone();
+}
+
+std::optional<RangesBySource> DesiredStateSource::keptInKernel()
+{
+	if (!readKept_)
+		return std::nullopt;
+	if (std::exchange(kernelRead_, true))
+		return RangesBySource{}; // what the agent found itself since is in its model
+	return readKept_();
+}
+
+void DesiredStateSource::retireIfDone()
+{
+	if (podNetworkRetiring_ && podNetwork_ && podNetwork_->model().stats().inForce == 0 &&
+	    !podNetwork_->model().nextWake())
+		podNetwork_.reset();
 }
 
 DesiredState DesiredStateSource::remake(const NodeAddresses &node)
@@ -148,18 +199,15 @@ std::optional<DesiredState> DesiredStateSource::podNetworkTimer(Clock::time_poin
 
 std::optional<DesiredState> DesiredStateSource::podNetworkChanged(Clock::time_point now)
 {
-	for (const DiscoveryMessage &message : podNetwork_->takeMessages())
-		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
+	logMessages(podNetwork_->takeMessages());
 	const DiscoveryChanges changes = podNetwork_->takeChanges(now);
 	// A config that waits for the node's addresses gets its desired state from them.
 	if (changes.empty() || !keptConfig_ || addressesAwaited_)
 		return std::nullopt;
-	for (const Prefix &prefix : changes.added)
-		log::info("pod network: {} is not masqueraded from now on", prefix.toString());
-	for (const Prefix &prefix : changes.removed)
-		log::info("pod network: {} is no longer found on the node: masqueraded again", prefix.toString());
+	logRangeChanges(changes);
 	DesiredState desired = remake(keptNode_);
 	desired.cause = DesiredState::Cause::podNetwork;
+	retireIfDone();
 	return desired;
 }
 

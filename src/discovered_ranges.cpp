@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/duration.h"
 #include "ip-masq-agent/escape.h"
 
 namespace ipmasq {
@@ -20,17 +21,14 @@ bool inside(const Prefix &prefix, const Prefix &outer)
 
 } // namespace
 
-const char *discoverySourceName(DiscoverySource source)
+DiscoveredRanges::DiscoveredRanges(Settings settings) : settings_(std::move(settings))
 {
-	switch (source) {
-	case DiscoverySource::routes: return "routes";
-	case DiscoverySource::flannel: return "flannelSubnetEnv";
-	case DiscoverySource::cni: return "cniConfDir";
+	// One input per source for what the agent's table held for it (keep()).
+	for (const DiscoverySource source : kAllDiscoverySources) {
+		inputs_.push_back(DiscoveryInput{source, "the agent's table", DiscoveryInput::State::current, {}, 0});
+		given_.emplace_back();
 	}
-	return "";
 }
-
-DiscoveredRanges::DiscoveredRanges(Settings settings) : settings_(std::move(settings)) {}
 
 DiscoveredRanges::Key DiscoveredRanges::keyOf(const Prefix &prefix)
 {
@@ -45,16 +43,61 @@ Prefix DiscoveredRanges::prefixOf(const Key &key)
 	return prefix;
 }
 
-uint16_t DiscoveredRanges::inputIndex(DiscoverySource source, const std::string &input)
+std::optional<uint16_t> DiscoveredRanges::findInput(DiscoverySource source, const std::string &input) const
 {
-	for (size_t i = 0; i < inputs_.size(); i++)
+	for (size_t i = kDiscoverySources; i < inputs_.size(); i++)
 		if (inputs_[i].source == source && inputs_[i].name == input)
 			return static_cast<uint16_t>(i);
+	return std::nullopt;
+}
+
+uint16_t DiscoveredRanges::inputIndex(DiscoverySource source, const std::string &input)
+{
+	if (const auto found = findInput(source, input))
+		return *found;
 	// A handful in practice: the route source, one subnet.env, the CNI files (at most
-	// kMaxCniConfFiles at a time, each its own input).
+	// kMaxCniConfFiles at a time, each its own input, forgotten when gone), so the index
+	// never nears its 16 bits.
 	inputs_.push_back(DiscoveryInput{source, input, DiscoveryInput::State::pending, {}, 0});
 	given_.emplace_back();
 	return static_cast<uint16_t>(inputs_.size() - 1);
+}
+
+void DiscoveredRanges::forget(DiscoverySource source, const std::string &input, Clock::time_point now)
+{
+	if (const auto index = findInput(source, input))
+		forgetIndex(*index, now);
+}
+
+void DiscoveredRanges::forgetInputs(DiscoverySource source, Clock::time_point now)
+{
+	for (size_t i = inputs_.size(); i-- > kDiscoverySources;)
+		if (inputs_[i].source == source)
+			forgetIndex(static_cast<uint16_t>(i), now);
+}
+
+// What the input gave is withdrawn; its slot goes to the last input (whose origins are
+// renumbered), so that the inputs stay dense and as many as exist now.
+void DiscoveredRanges::forgetIndex(uint16_t index, Clock::time_point now)
+{
+	const DiscoveryInput &input = inputs_[index];
+	if (input.origins > 0)
+		messages_.push_back(DiscoveryMessage{
+			false, fmt::format("nonMasqueradeDiscovery: {} ({}): gone; the {} ranges it gave are "
+					   "withdrawn", escaped(input.name), discoverySourceName(input.source),
+					   input.origins)});
+	replaceGiven(index, {}, now);
+	const auto last = static_cast<uint16_t>(inputs_.size() - 1);
+	if (index != last) {
+		inputs_[index] = std::move(inputs_[last]);
+		given_[index] = std::move(given_[last]);
+		for (const auto &[key, text] : given_[index])
+			for (OriginRef &origin : entries_[key].origins)
+				if (origin.input == last && origin.text == text)
+					origin.input = index;
+	}
+	inputs_.pop_back();
+	given_.pop_back();
 }
 
 void DiscoveredRanges::expect(DiscoverySource source, const std::string &input)
@@ -103,7 +146,7 @@ void DiscoveredRanges::noteOutside(DiscoverySource source, const Sighting &sight
 
 void DiscoveredRanges::touch(const Key &key) { dirty_.insert(key); }
 
-void DiscoveredRanges::cancelLeaving(const Key &key, Entry &entry)
+void DiscoveredRanges::unschedule(const Key &key, Entry &entry)
 {
 	if (!entry.leavesAt)
 		return;
@@ -114,6 +157,19 @@ void DiscoveredRanges::cancelLeaving(const Key &key, Entry &entry)
 			break;
 		}
 	entry.leavesAt.reset();
+}
+
+void DiscoveredRanges::cancelLeaving(const Key &key, Entry &entry)
+{
+	entry.heldFor.reset();
+	unschedule(key, entry);
+}
+
+void DiscoveredRanges::holdUntil(const Key &key, Entry &entry, Clock::time_point at)
+{
+	unschedule(key, entry);
+	entry.leavesAt = at;
+	leaving_.emplace(at, key);
 }
 
 void DiscoveredRanges::addOrigin(uint16_t input, const Key &key, std::string text)
@@ -128,12 +184,13 @@ void DiscoveredRanges::addOrigin(uint16_t input, const Key &key, std::string tex
 	if (firstOfSource)
 		perSource_[static_cast<size_t>(source)]++;
 	entry.origins.push_back(std::move(origin));
+	entry.reshaped = false;
 	cancelLeaving(key, entry); // back within the hold-down: it never left
 	touch(key);
 }
 
 void DiscoveredRanges::removeOrigin(uint16_t input, const Key &key, const std::string &text,
-				    Clock::time_point now)
+				    Clock::time_point now, Leaving leaving)
 {
 	const auto found = entries_.find(key);
 	if (found == entries_.end())
@@ -150,10 +207,14 @@ void DiscoveredRanges::removeOrigin(uint16_t input, const Key &key, const std::s
 	touch(key);
 	if (!entry.origins.empty() || !entry.inForce)
 		return; // still given, or never in force: takeChanges() drops it at once
+	if (leaving != Leaving::heldDown) {
+		entry.reshaped = leaving == Leaving::reshaped;
+		return;
+	}
 	// Withdrawn while in force: it stays for the hold-down, so that a flap does not flip
 	// traffic to masquerade and back.
-	entry.leavesAt = now + settings_.holdDown;
-	leaving_.emplace(*entry.leavesAt, key);
+	holdUntil(key, entry, now + settings_.holdDown);
+	entry.heldFor = source;
 }
 
 void DiscoveredRanges::add(DiscoverySource source, const std::string &input, Sighting sighting)
@@ -235,9 +296,7 @@ void DiscoveredRanges::setState(uint16_t index, DiscoveryInput::State state, con
 	const std::string what =
 		fmt::format("nonMasqueradeDiscovery: {} ({})", escaped(input.name), discoverySourceName(input.source));
 	if (state == DiscoveryInput::State::stale)
-		messages_.push_back(DiscoveryMessage{
-			true, fmt::format("{}: {}; the {} ranges it gave before stay in force until it "
-					  "reads again", what, reason, input.origins)});
+		messages_.push_back(DiscoveryMessage{true, fmt::format("{}: {}; {}", what, reason, whatStays(input))});
 	else if (state == DiscoveryInput::State::absent)
 		messages_.push_back(DiscoveryMessage{
 			false, fmt::format("{}: does not exist (yet): waiting for it", what)});
@@ -246,6 +305,132 @@ void DiscoveredRanges::setState(uint16_t index, DiscoveryInput::State state, con
 			false, fmt::format("{}: {}, {} ranges", what,
 					   before == DiscoveryInput::State::stale ? "read again" : "there now",
 					   input.origins)});
+}
+
+std::string DiscoveredRanges::whatStays(const DiscoveryInput &input) const
+{
+	if (input.origins > 0)
+		return fmt::format("what it gave before stays: its {} ranges stay in force until it reads again",
+				   input.origins);
+	if (const size_t held = kept(input.source); held > 0)
+		return fmt::format("the {} ranges the agent's table held for {} when the agent started stay in "
+				   "force until it reads", held, discoverySourceName(input.source));
+	if (!settings_.readsKernel)
+		return "its ranges are missing here: only the running agent and --once keep what the agent's "
+		       "table held for a source";
+	return "nothing of it is in force: the agent's table held none of its ranges, and no earlier "
+	       "reading of it is known";
+}
+
+void DiscoveredRanges::keep(DiscoverySource source, const std::vector<Prefix> &prefixes, const std::string &origin)
+{
+	const auto index = static_cast<uint16_t>(source);
+	for (const Prefix &prefix : prefixes) {
+		const Sighting sighting{prefix, origin};
+		if (!admit(source, sighting))
+			continue;
+		const Key key = keyOf(prefix);
+		const bool known = entries_.count(key) > 0;
+		if (!known && inForce_ >= settings_.maxPrefixes) {
+			if (!keptFull_)
+				messages_.push_back(DiscoveryMessage{
+					true, fmt::format("nonMasqueradeDiscovery: the agent's table holds more "
+							  "ranges than the {} the agent takes: the rest of {} "
+							  "is not kept", settings_.maxPrefixes,
+							  discoverySourceName(source))});
+			keptFull_ = true;
+			break;
+		}
+		if (!given_[index].emplace(key, origin).second)
+			continue;
+		addOrigin(index, key, origin);
+		// In force already (the kernel holds it): a release withdraws it into its
+		// hold-down instead of dropping it as never applied.
+		Entry &entry = entries_[key];
+		if (!entry.inForce)
+			inForce_++;
+		entry.inForce = true;
+	}
+	inputs_[index].origins = given_[index].size();
+}
+
+IntervalSet DiscoveredRanges::givenBy(DiscoverySource source, Family family) const
+{
+	std::vector<Prefix> given;
+	for (size_t i = kDiscoverySources; i < inputs_.size(); i++)
+		if (inputs_[i].source == source)
+			for (const auto &[key, text] : given_[i])
+				if (key.family == family)
+					given.push_back(prefixOf(key));
+	return IntervalSet::fromPrefixes(family, given);
+}
+
+void DiscoveredRanges::releaseKept(DiscoverySource source, Clock::time_point now)
+{
+	const auto index = static_cast<uint16_t>(source);
+	if (given_[index].empty())
+		return;
+	// The table's set merged adjacent prefixes (two /26 read back as one /25): what the
+	// source gives now covers those without a change for traffic.
+	const IntervalSet given[] = {givenBy(source, Family::ipv4), givenBy(source, Family::ipv6)};
+	size_t withdrawn = 0;
+	for (const auto &[key, text] : std::exchange(given_[index], {})) {
+		const Prefix prefix = prefixOf(key);
+		const bool covered = given[key.family == Family::ipv4 ? 0 : 1].contains(
+			AddressRange{prefix.first(), prefix.last()});
+		withdrawn += covered ? 0 : 1;
+		removeOrigin(index, key, text, now, covered ? Leaving::reshaped : Leaving::heldDown);
+	}
+	messages_.push_back(DiscoveryMessage{
+		false, fmt::format("nonMasqueradeDiscovery: {}: of the {} ranges the agent's table held for it "
+				   "when the agent started, {} are not given now and leave after the hold-down "
+				   "({}); the rest is what it gives now",
+				   discoverySourceName(source), inputs_[index].origins, withdrawn,
+				   formatGoDuration(settings_.holdDown))});
+	inputs_[index].origins = 0;
+}
+
+size_t DiscoveredRanges::kept(DiscoverySource source) const
+{
+	return inputs_[static_cast<size_t>(source)].origins;
+}
+
+void DiscoveredRanges::setHoldDown(Duration holdDown, Clock::time_point now)
+{
+	settings_.holdDown = holdDown;
+	std::vector<std::pair<Key, Clock::time_point>> later;
+	for (const auto &[at, key] : leaving_)
+		if (at > now && at < now + holdDown)
+			later.emplace_back(key, now + holdDown);
+	for (const auto &[key, at] : later)
+		holdUntil(key, entries_[key], at);
+}
+
+void DiscoveredRanges::setWithin(std::vector<Prefix> within, Clock::time_point now)
+{
+	settings_.within = std::move(within);
+	const auto outside = [this](const Key &key) {
+		const Prefix prefix = prefixOf(key);
+		return std::none_of(settings_.within.begin(), settings_.within.end(),
+				    [&](const Prefix &outer) { return inside(prefix, outer); });
+	};
+	for (uint16_t index = 0; index < inputs_.size(); index++) {
+		std::vector<std::pair<Key, std::string>> leaving;
+		for (const auto &given : given_[index])
+			if (outside(given.first))
+				leaving.push_back(given);
+		for (const auto &[key, text] : leaving) {
+			given_[index].erase({key, text});
+			removeOrigin(index, key, text, now, Leaving::atOnce);
+		}
+		inputs_[index].origins = given_[index].size();
+	}
+	// Withdrawn ones held down leave too: the operator asked.
+	for (auto &[key, entry] : entries_)
+		if (entry.origins.empty() && entry.leavesAt && outside(key)) {
+			cancelLeaving(key, entry);
+			touch(key);
+		}
 }
 
 void DiscoveredRanges::applyRoutes(const RouteUpdate &update, Clock::time_point now)
@@ -283,9 +468,10 @@ DiscoveryChanges DiscoveredRanges::takeChanges(Clock::time_point now)
 		if (wanted && !entry.inForce)
 			changes.added.push_back(prefixOf(key));
 		else if (!wanted && entry.inForce)
-			changes.removed.push_back(prefixOf(key));
+			(entry.reshaped ? changes.reshaped : changes.removed).push_back(prefixOf(key));
 	}
-	const size_t after = inForce_ + changes.added.size() - changes.removed.size();
+	const size_t after =
+		inForce_ + changes.added.size() - changes.removed.size() - changes.reshaped.size();
 	if (after > settings_.maxPrefixes) {
 		// The last set within the bound stays; these changes wait until it fits again.
 		if (!overBound_)
@@ -316,6 +502,22 @@ DiscoveryChanges DiscoveredRanges::takeChanges(Clock::time_point now)
 	inForce_ = after;
 	changes_ += changes.added.size() + changes.removed.size();
 	return changes;
+}
+
+std::vector<Prefix> DiscoveredRanges::inForceOf(DiscoverySource source) const
+{
+	std::vector<Prefix> out;
+	for (const auto &[key, entry] : entries_) {
+		if (!entry.inForce)
+			continue;
+		const bool gives = entry.origins.empty()
+			? entry.heldFor == source
+			: std::any_of(entry.origins.begin(), entry.origins.end(),
+				      [&](const OriginRef &o) { return inputs_[o.input].source == source; });
+		if (gives)
+			out.push_back(prefixOf(key));
+	}
+	return out;
 }
 
 std::optional<DiscoveredRanges::Clock::time_point> DiscoveredRanges::nextWake() const
@@ -366,7 +568,8 @@ std::vector<DiscoveredRange> DiscoveredRanges::covering(const Address &address) 
 
 bool DiscoveredRanges::started() const
 {
-	return std::none_of(inputs_.begin(), inputs_.end(), [](const DiscoveryInput &input) {
+	const auto read = inputs();
+	return std::none_of(read.begin(), read.end(), [](const DiscoveryInput &input) {
 		return input.state == DiscoveryInput::State::pending;
 	});
 }
@@ -375,6 +578,8 @@ DiscoveryStats DiscoveredRanges::stats() const
 {
 	DiscoveryStats stats;
 	stats.prefixesPerSource = perSource_;
+	for (const DiscoveryInput &input : inputs())
+		stats.inputsPerSource[static_cast<size_t>(input.source)]++;
 	stats.inForce = inForce_;
 	for (const auto &[key, entry] : entries_)
 		stats.heldDown += entry.inForce && entry.origins.empty() ? 1 : 0;

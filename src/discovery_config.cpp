@@ -10,6 +10,34 @@
 
 namespace ipmasq {
 
+const char *discoverySourceName(DiscoverySource source)
+{
+	switch (source) {
+	case DiscoverySource::routes: return "routes";
+	case DiscoverySource::flannel: return "flannelSubnetEnv";
+	case DiscoverySource::cni: return "cniConfDir";
+	}
+	return "";
+}
+
+size_t RangesBySource::size() const
+{
+	size_t total = 0;
+	for (const std::vector<Prefix> &list : prefixes)
+		total += list.size();
+	return total;
+}
+
+bool NonMasqueradeDiscovery::names(DiscoverySource source) const
+{
+	switch (source) {
+	case DiscoverySource::routes: return followsRoutes();
+	case DiscoverySource::flannel: return flannelSubnetEnv.has_value();
+	case DiscoverySource::cni: return cniConfDir.has_value();
+	}
+	return false;
+}
+
 std::optional<std::string> discoveryPathProblem(std::string_view text)
 {
 	if (text.empty())

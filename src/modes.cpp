@@ -29,6 +29,7 @@
 #include "ip-masq-agent/process_guard.h"
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/ruleset_mapping.h"
 #include "ip-masq-agent/snat_usage.h"
 #include "ip_masq_agent_version.h"
 
@@ -174,10 +175,52 @@ int runExplain(const AgentOptions &options)
 
 namespace {
 
-// A fault hook for the integration tests (test/integration/backend_test.cpp): commits look
-// as they do to a kernel without masquerade fully-random, to exercise the fallback.
+// Fault hooks for the integration tests: commits look as they do to a kernel without
+// masquerade fully-random, to exercise the fallback (kernel_features_test.cpp); every
+// reading of the pod network's routes fails (pod_network_memory_test.cpp).
 constexpr const char *kFaultVariable = "IP_MASQ_AGENT_TEST_FAULT";
 constexpr std::string_view kFaultNoFullyRandom = "kernel-without-fully-random";
+constexpr std::string_view kFaultRouteDumpFails = "route-dump-fails";
+
+bool faultInjected(std::string_view fault)
+{
+	const char *value = std::getenv(kFaultVariable);
+	return value && value == fault;
+}
+
+PodNetwork::RouteOpener routeOpener()
+{
+	if (!faultInjected(kFaultRouteDumpFails))
+		return &PodNetwork::openRoutes;
+	return [](RouteFilter filter) {
+		auto source = RouteSource::open(std::move(filter));
+		if (source)
+			source->simulateFailingDumps();
+		return source;
+	};
+}
+
+// What the agent's table holds for each pod network source (its discovered-* sets): read
+// by --once and by the daemon when it first follows the pod network, so that a source that
+// cannot be read keeps what it had in force. Nothing on a first start.
+RangesBySource keptRanges(TableBackend &backend, const std::string &table)
+{
+	auto read = backend.readTable(table);
+	if (!read) {
+		log::warning("{}; the pod network is what its sources say now (a source that cannot be "
+			     "read has nothing to keep)", read.error().message);
+		return {};
+	}
+	if (!*read)
+		return {};
+	RangesBySource kept = discoveredInKernel(**read);
+	if (kept.size() > 0)
+		log::info("pod network: table inet {} holds {} ranges its sources had in force before this start "
+			  "(routes {}, flannelSubnetEnv {}, cniConfDir {}): each source keeps its own until it "
+			  "reads", table, kept.size(), kept.of(DiscoverySource::routes).size(),
+			  kept.of(DiscoverySource::flannel).size(), kept.of(DiscoverySource::cni).size());
+	return kept;
+}
 
 // --once: read the config, make the kernel hold its ruleset, exit. No loop, no watch,
 // no timers, no signals blocked.
@@ -188,7 +231,8 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 			      status);
 	// A bad config is logged here and fails the reconcile below.
 	auto desired = desiredFromLocation(options.config, options.configFlags, options.ruleset,
-					   readNodeAddresses());
+					   readNodeAddresses(),
+					   [&] { return keptRanges(backend, options.ruleset.table); });
 	if (desired)
 		reconciler.setDesired(std::move(*desired));
 	else
@@ -283,7 +327,8 @@ int runDaemon(const AgentOptions &options, NetlinkBackend &backend)
 		backend.quietDuringCommits(&*monitor);
 	// Out of memory, a sync fails and is retried; the process goes on.
 	GuardedBackend guarded(backend);
-	auto daemon = Daemon::create(DesiredStateSource::open(options), guarded,
+	const auto readKept = [&guarded, table = options.ruleset.table] { return keptRanges(guarded, table); };
+	auto daemon = Daemon::create(DesiredStateSource::open(options, readKept, routeOpener()), guarded,
 				     monitor ? &*monitor : nullptr, SystemdNotifier::fromEnvironment());
 	if (!daemon) {
 		log::error("{}", daemon.error().message);
@@ -315,7 +360,7 @@ int runAgent(AgentOptions options, const std::vector<std::string> &effectiveFlag
 		return cleanup(**backend, options.ruleset.table);
 	// No feature probe here: apply() learns from the first commit what the kernel
 	// refuses (backend_features.cpp), which keeps the start fast.
-	if (const char *fault = std::getenv(kFaultVariable); fault && fault == kFaultNoFullyRandom)
+	if (faultInjected(kFaultNoFullyRandom))
 		(*backend)->simulateKernelWithoutFullyRandom();
 	if (options.once)
 		return applyOnce(options, **backend);

@@ -15,14 +15,16 @@ namespace ipmasq {
 
 namespace {
 
-// "2 IPv4 intervals, 1 IPv4 source intervals, 2 in nomasq-ifaces". An interface set's keys
-// are 128 bits wide, as IPv6 addresses are: it is named, never counted as a family's.
+// "2 IPv4 intervals, 1 IPv4 source intervals, 2 in nomasq-ifaces, 1 in discovered-routes-v4".
+// An interface set's keys are 128 bits wide, as IPv6 addresses are: it is named, never
+// counted as a family's; so is a set no rule uses for a decision of its own.
 std::string describeSet(const Ruleset &ruleset, const AddressSet &set)
 {
-	if (set.interfaceNames)
-		return fmt::format("{} in {}", set.elements.size(), set.name);
-	return fmt::format("{} {}{} intervals", set.elements.size(), familyName(set.family()),
-			   &set == ruleset.findSet(set.family()) ? "" : " source");
+	if (&set == ruleset.findSet(set.family()))
+		return fmt::format("{} {} intervals", set.elements.size(), familyName(set.family()));
+	if (!set.interfaceNames && set.name == sourceSetName(set.family()))
+		return fmt::format("{} {} source intervals", set.elements.size(), familyName(set.family()));
+	return fmt::format("{} in {}", set.elements.size(), set.name);
 }
 
 std::string summarize(const Ruleset &ruleset)

@@ -69,6 +69,70 @@ AddressSet sourceSet(Family family, const Config &config)
 			  sourceSetComment(family)};
 }
 
+// The discovered-* sets: per source of nonMasqueradeDiscovery and family, the ranges the
+// source has in force (held-down ones included), merged per source. No rule refers to them,
+// so a packet never pays for them: they are the pod network's memory across restarts (a
+// merged nomasq set cannot say which source held what), read back by discoveredInKernel.
+const char *discoveredSetSource(DiscoverySource source)
+{
+	switch (source) {
+	case DiscoverySource::routes: return "routes";
+	case DiscoverySource::flannel: return "flannel";
+	case DiscoverySource::cni: return "cni";
+	}
+	return "";
+}
+
+std::string discoveredSetName(DiscoverySource source, Family family)
+{
+	return fmt::format("discovered-{}-{}", discoveredSetSource(source), family == Family::ipv4 ? "v4" : "v6");
+}
+
+std::string discoveredSetComment(DiscoverySource source, Family family)
+{
+	return fmt::format("{} ranges in force from {} (nonMasqueradeDiscovery): kept across restarts, no "
+			   "rule uses it", familyName(family), discoverySourceName(source));
+}
+
+// The discovered-* sets the section's sources make, in the sources' order.
+void addDiscoveredSets(Ruleset &ruleset, const Config &config, const std::vector<Family> &families)
+{
+	if (!config.nonMasqueradeDiscovery)
+		return;
+	for (const DiscoverySource source : kAllDiscoverySources)
+		if (config.nonMasqueradeDiscovery->names(source))
+			for (const Family family : families)
+				ruleset.sets.push_back(AddressSet{
+					discoveredSetName(source, family),
+					IntervalSet::fromPrefixes(family, config.discoveredBySource.of(source)),
+					discoveredSetComment(source, family)});
+}
+
+// The discovered-* set `set` is, if it is one: its source.
+std::optional<DiscoverySource> discoveredSetOf(const AddressSet &set)
+{
+	for (const DiscoverySource source : kAllDiscoverySources)
+		if (!set.interfaceNames && set.name == discoveredSetName(source, set.family()) &&
+		    set.comment == discoveredSetComment(source, set.family()))
+			return source;
+	return std::nullopt;
+}
+
+// For adoption: a section in `config` that names `source` (what it names is a placeholder:
+// only which sources there are shapes the table).
+void namePlaceholderSource(Config &config, DiscoverySource source)
+{
+	if (!config.nonMasqueradeDiscovery)
+		config.nonMasqueradeDiscovery.emplace();
+	NonMasqueradeDiscovery &section = *config.nonMasqueradeDiscovery;
+	const DiscoveryPath placeholder{"/placeholder", {}};
+	switch (source) {
+	case DiscoverySource::routes: section.routeProtocols = {RouteProtocol{}}; break;
+	case DiscoverySource::flannel: section.flannelSubnetEnv = placeholder; break;
+	case DiscoverySource::cni: section.cniConfDir = placeholder; break;
+	}
+}
+
 // The base chain's jumps: one for every family at once (or IPv4 only) as upstream, or,
 // when masqueradeSourceCIDRs restricts a family, one per family, the restricted ones
 // matching their source set. Their comments do not embed the chain's name, so they do
@@ -319,6 +383,7 @@ void addSets(Ruleset &ruleset, const Config &config, const std::vector<Family> &
 						    config.nonMasqueradeInterfaces,
 						    "output interfaces never source-NATed: "
 						    "nonMasqueradeInterfaces"));
+	addDiscoveredSets(ruleset, config, families);
 }
 
 } // namespace
@@ -372,6 +437,26 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 	return ruleset;
 }
 
+RangesBySource discoveredInKernel(const KernelTable &kernel)
+{
+	RangesBySource kept;
+	size_t total = 0;
+	for (const AddressSet &set : kernel.sets) {
+		const auto source = discoveredSetOf(set);
+		if (!source)
+			continue;
+		// A range of an interval set is at most two prefixes per bit: the walk stops at
+		// the model's bound whatever someone wrote into the set.
+		for (const AddressRange &range : set.elements.ranges())
+			for (Prefix &prefix : prefixesOf(range)) {
+				if (total++ >= kMaxDiscoveredPrefixes)
+					return kept;
+				kept.of(*source).push_back(std::move(prefix));
+			}
+	}
+	return kept;
+}
+
 std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel)
 {
 	// The config the sets' names and comments and the SNAT rules describe. A placeholder
@@ -393,6 +478,10 @@ std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const Ke
 		}
 		if (set.interfaceNames)
 			return std::nullopt;
+		if (const auto source = discoveredSetOf(set)) {
+			namePlaceholderSource(config, *source);
+			continue;
+		}
 		if (set.name == sourceSetName(family)) {
 			config.masqueradeSourceCIDRs.push_back(placeholder);
 			continue;
@@ -478,7 +567,10 @@ std::vector<Config> configsWithEveryComment()
 		outputAddress(builtinPrefix("255.255.255.255/32"), OutputAddress::Form::subnet);
 	subnets.outputAddressIPv6 = outputAddress(
 		builtinPrefix("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128"), OutputAddress::Form::subnet);
-	return {Config{}, both, v4Sources, v6Sources, egress, subnets};
+	Config discovery;
+	for (const DiscoverySource source : kAllDiscoverySources)
+		namePlaceholderSource(discovery, source);
+	return {Config{}, both, v4Sources, v6Sources, egress, subnets, discovery};
 }
 
 } // namespace

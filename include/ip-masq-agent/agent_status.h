@@ -50,6 +50,8 @@ public:
 	struct PodNetworkState {
 		std::vector<std::pair<std::string, size_t>> perSource; // by config key: prefixes it gives
 		std::vector<std::pair<std::string, bool>> staleSources; // by config key: a read failed
+		// By config key: the inputs it reads (the route source, subnet.env, each CNI file)
+		std::vector<std::pair<std::string, size_t>> inputsPerSource;
 		size_t inForce = 0;
 		size_t heldDown = 0;
 		uint64_t changes = 0;

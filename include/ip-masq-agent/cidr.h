@@ -96,6 +96,10 @@ struct AddressRange {
 	bool operator==(const AddressRange &) const = default;
 };
 
+// The fewest prefixes that hold exactly the addresses of `range` (at most two per bit of
+// its family): how a range read back from an interval set becomes prefixes again.
+std::vector<Prefix> prefixesOf(const AddressRange &range);
+
 // A set of addresses of one family as the minimal sorted list of disjoint,
 // non-adjacent ranges: the form nftables interval sets require (they reject overlaps).
 class IntervalSet
@@ -112,6 +116,8 @@ public:
 	bool empty() const { return ranges_.empty(); }
 	size_t size() const { return ranges_.size(); }
 	bool contains(const Address &address) const;
+	// Whether every address of `range` (of this family) is in the set.
+	bool contains(const AddressRange &range) const;
 
 	// Addresses in this set and not in `other`: room for an "exceptions" list later.
 	IntervalSet difference(const IntervalSet &other) const;

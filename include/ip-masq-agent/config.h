@@ -107,6 +107,10 @@ struct Config {
 	// The origins of the discovered prefixes added to nonMasqueradeCIDRs (putDiscovered in
 	// pod_network.h), one text per prefix; Origin::line indexes this for those.
 	ConfigFiles discoveredOrigins;
+	// The same prefixes by the source that has each in force (a withdrawn one held down
+	// by the source that gave it last): the table's discovered-* sets, which no rule uses
+	// and which tell a starting agent what each source had in force.
+	RangesBySource discoveredBySource;
 
 	// masqLinkLocal or masqLinkLocalIPv6: whether link-local of `family` is masqueraded.
 	bool masqueradesLinkLocal(Family family) const

@@ -6,6 +6,7 @@
 // here; the reconciler receives only this value, never file bytes or config types.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct ConfigContent;
 struct ConfigFlags;
 struct ConfigLocation;
 struct LoadedConfig;
+struct RangesBySource;
 
 // What the config asks of this node's addresses: an outputAddress subnet of a family,
 // and this node's address in it, if it has one (without, the family is masqueraded and
@@ -95,10 +97,17 @@ Result<DesiredState> desiredFromContent(const ConfigContent &content,
 Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
 					 const Result<std::vector<NodeAddress>> &read);
 
+// What the agent's table holds for each pod network source (discoveredInKernel), read
+// only when the config has a nonMasqueradeDiscovery section.
+using KeptRangesReader = std::function<RangesBySource()>;
+
 // The location read once (readConfigContent), loaded, given its addresses from `read`
-// (addressesForConfig), and mapped: --once and --dry-run.
+// (addressesForConfig), its pod network read once (withPodNetworkReadOnce, with what
+// `readKept` says the agent's table holds: --once), and mapped: --once, --dry-run and
+// --snat-usage.
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
 					 const RulesetOptions &options,
-					 const Result<std::vector<NodeAddress>> &read);
+					 const Result<std::vector<NodeAddress>> &read,
+					 const KeptRangesReader &readKept = {});
 
 } // namespace ipmasq

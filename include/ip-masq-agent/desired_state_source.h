@@ -50,8 +50,13 @@ public:
 	using Found = std::variant<AwaitingNodeAddresses, Result<DesiredState>>;
 
 	// Never fails: without inotify the config is looked at by the resync only, and the
-	// first look() logs why.
-	static std::unique_ptr<DesiredStateSource> open(const AgentOptions &options);
+	// first look() logs why. `readKept` says what the agent's table holds for each pod
+	// network source (the table's discovered-* sets): called once, when the pod network is
+	// first followed, so that a source that cannot be read keeps what it had in force when
+	// the agent last ran; without it nothing is kept across a restart. `openRoutes` opens
+	// the pod network's route source (a test's fault wraps it).
+	static std::unique_ptr<DesiredStateSource> open(const AgentOptions &options, KeptRangesReader readKept = {},
+							PodNetwork::RouteOpener openRoutes = &PodNetwork::openRoutes);
 
 	// The options every desired state is built with (the table's name among them), and
 	// where the config is, for the reconciler's adoption and log.
@@ -79,9 +84,9 @@ public:
 	bool dependsOnNodeAddresses() const { return addressDependent_; }
 
 	// The pod network found on the node, when the last good config has a
-	// nonMasqueradeDiscovery section (pod_network.h): its descriptors for poll(), what to
-	// do when one is readable or at its wake time, each giving the new desired state when
-	// the ranges in force changed.
+	// nonMasqueradeDiscovery section (pod_network.h), or had one whose ranges are still
+	// held down: its descriptors for poll(), what to do when one is readable or at its
+	// wake time, each giving the new desired state when the ranges in force changed.
 	const PodNetwork *podNetwork() const { return podNetwork_ ? &*podNetwork_ : nullptr; }
 	PodNetwork::Fds podNetworkFds() const;
 	std::optional<DesiredState> podNetworkReadable(Clock::time_point now);
@@ -93,7 +98,8 @@ public:
 
 private:
 	DesiredStateSource(ConfigSource config, ConfigLocation location, ConfigFlags flags,
-			   RulesetOptions rulesetOptions);
+			   RulesetOptions rulesetOptions, KeptRangesReader readKept,
+			   PodNetwork::RouteOpener openRoutes);
 
 	ConfigSource config_;
 	ConfigLocation location_;
@@ -101,8 +107,15 @@ private:
 	RulesetOptions rulesetOptions_;
 	Duration resyncInterval_ = kDefaultResyncInterval;
 
-	// Starts, keeps or stops following the pod network for a new good config.
+	// Starts following the pod network for a new good config, or applies the edit of its
+	// section (what did not change is kept), or, for a config without the section, lets
+	// what it found go after the hold-down.
 	void followPodNetwork(const LoadedConfig &loaded, Clock::time_point now);
+	// What the agent's table held for each source when it started (once; after that,
+	// nothing); nullopt without a reader.
+	std::optional<RangesBySource> keptInKernel();
+	// Stops following a pod network whose section went, once nothing it found is in force.
+	void retireIfDone();
 	// The kept config's desired state again, with the discovered ranges in force.
 	DesiredState remake(const NodeAddresses &node);
 	std::optional<DesiredState> podNetworkChanged(Clock::time_point now);
@@ -114,6 +127,12 @@ private:
 	bool addressDependent_ = false;
 	NodeAddresses keptNode_; // the addresses keptConfig_'s desired state was made with
 	std::optional<PodNetwork> podNetwork_;
+	// The last good config has no nonMasqueradeDiscovery: podNetwork_ names no source and
+	// goes once its ranges left.
+	bool podNetworkRetiring_ = false;
+	KeptRangesReader readKept_;
+	bool kernelRead_ = false;
+	PodNetwork::RouteOpener openRoutes_;
 	std::vector<Prefix> watchedSubnets_;
 	SubnetAddresses subnetAddresses_;
 	bool addressesAwaited_ = false;

@@ -3,8 +3,10 @@
 // node itself (routes, Flannel's subnet.env, the CNI's host-local ranges), as a value.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +34,31 @@ inline constexpr size_t kMaxRouteProtocols = 256;
 inline constexpr size_t kMaxDiscoveredPrefixes = 65536;
 // A path (flannelSubnetEnv, cniConfDir) is at most this long: PATH_MAX.
 inline constexpr size_t kMaxDiscoveryPathBytes = 4096;
+
+// Where a range was found: the section's sources. Closed: metrics, logs, the table's
+// discovered-* sets and --explain handle each kind.
+enum class DiscoverySource : uint8_t { routes, flannel, cni };
+inline constexpr size_t kDiscoverySources = 3;
+inline constexpr std::array<DiscoverySource, kDiscoverySources> kAllDiscoverySources{
+	DiscoverySource::routes, DiscoverySource::flannel, DiscoverySource::cni};
+// "routes", "flannelSubnetEnv", "cniConfDir": the config key that turns the source on,
+// which metrics use as their label.
+const char *discoverySourceName(DiscoverySource source);
+
+// Prefixes per source: what each source has in force (Config::discoveredBySource, from
+// which the table's discovered-* sets are made), or what the agent's table held for each
+// when it started (read back by discoveredInKernel, ruleset_mapping.h).
+struct RangesBySource {
+	std::array<std::vector<Prefix>, kDiscoverySources> prefixes;
+
+	std::vector<Prefix> &of(DiscoverySource source) { return prefixes[static_cast<size_t>(source)]; }
+	const std::vector<Prefix> &of(DiscoverySource source) const
+	{
+		return prefixes[static_cast<size_t>(source)];
+	}
+	size_t size() const;
+	bool operator==(const RangesBySource &) const = default;
+};
 
 // A path as the section gives it: absolute, and where it was written (not compared).
 struct DiscoveryPath {
@@ -67,6 +94,8 @@ struct NonMasqueradeDiscovery {
 	SectionOrigin written;
 
 	bool followsRoutes() const { return !routeProtocols.empty() || !routeInterfaces.empty(); }
+	// Whether the section names `source` (routes: a protocol or an interface).
+	bool names(DiscoverySource source) const;
 	bool operator==(const NonMasqueradeDiscovery &) const = default;
 };
 

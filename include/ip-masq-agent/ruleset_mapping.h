@@ -32,6 +32,12 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 // TableBackend::check().
 std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel);
 
+// What the table's discovered-* sets (one per nonMasqueradeDiscovery source and family,
+// which no rule uses) hold, per source, as prefixes again: what each source had in force
+// when the agent that wrote them last ran. The pod network keeps them across a restart
+// (pod_network.h). At most kMaxDiscoveredPrefixes in all.
+RangesBySource discoveredInKernel(const KernelTable &kernel);
+
 // Names valid, and everything the ruleset built from these options carries fits what
 // nft and the kernel accept: no comment longer than kMaxNftCommentLength (the chain
 // name is part of a rule comment), the priority in range.

@@ -199,6 +199,9 @@ Result<RouteSource> RouteSource::open(RouteFilter filter, size_t maxRoutes)
 // dump per protocol when no interface is named (the kernel drops the rest).
 Status RouteSource::readInto(SelectedRoutes &fresh, RouteUpdate &update)
 {
+	if (failDumps_)
+		return fail("cannot read the node's IPv4 routes: the dump failed (the injected fault "
+			    "route-dump-fails)", EIO);
 	const auto onLink = [&](const nlmsghdr *nlh) -> Status {
 		if (nlh->nlmsg_type != RTM_NEWLINK)
 			return {};

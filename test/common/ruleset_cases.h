@@ -83,6 +83,15 @@ inline const std::vector<RulesetCase> &rulesetCases()
 					   "masqueradeSourceCIDRs: [10.244.0.0/16, \"fd00:10:244::/56\"]\n"
 					   "outputAddress: 203.0.113.7\n",
 		 {"--enable-ipv6", "--connection-counters=false"}},
+		// nonMasqueradeDiscovery: a discovered-* set per source and family, which no rule
+		// uses (here empty: the config alone finds nothing).
+		{"discovery", "nonMasqueradeCIDRs: [198.18.0.0/16]\n"
+			      "nonMasqueradeDiscovery:\n"
+			      "  within: [198.51.100.0/24, \"2001:db8::/32\"]\n"
+			      "  routeProtocols: [bird]\n"
+			      "  flannelSubnetEnv: /run/flannel/subnet.env\n"
+			      "  cniConfDir: /etc/cni/net.d\n",
+		 {"--enable-ipv6"}},
 		// Counters with both families: one rule per family before each counter.
 		{"counters-everything", "outputInterface: eth0\nnonMasqueradeInterfaces: [wg0]\n"
 					"masqueradeSourceCIDRs: [10.244.0.0/16, \"fd00:10:244::/56\"]\n"

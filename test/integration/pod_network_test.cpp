@@ -12,8 +12,6 @@
 // into the kernel.)
 #include <catch2/catch.hpp>
 
-#include <sys/socket.h>
-
 #include <chrono>
 #include <string>
 #include <thread>
@@ -22,28 +20,13 @@
 
 #include "agent_process.h"
 #include "netns.h"
+#include "pod_network_support.h"
 #include "traffic_support.h"
 
 using namespace ipmasq::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-// Deadlines only a hang misses; the hold-down itself is 1 s.
-constexpr auto kHang = 30s;
-
-// The source the external host sees for a connection from the pod to `server`.
-std::string seenFrom(const Topology &net, const std::string &server)
-{
-	return connectFromPod(net, AF_INET, server, kServerPort).address;
-}
-
-std::string nomasqSet(const std::string &set = "nomasq-v4")
-{
-	std::string out;
-	(void)run(fmt::format("nft list set inet ip-masq-agent {} 2>&1", set), &out);
-	return out;
-}
 
 // The handles of the agent's table and of `set`: an element update keeps both.
 std::string handles(const std::string &set)
@@ -52,37 +35,10 @@ std::string handles(const std::string &set)
 	       runOrFail(fmt::format("nft -a list set inet ip-masq-agent {} | grep -o 'handle [0-9]*'", set));
 }
 
-const std::string kHealth = "http://127.0.0.1:10263";
-
-bool ready()
-{
-	return curlGet(kHealth + "/readyz").rfind("200", 0) == 0;
-}
-
 std::string flannelStale()
 {
-	return metricAt(kHealth, "ip_masq_agent_discovery_stale{source=\"flannelSubnetEnv\"}");
+	return staleGauge("flannelSubnetEnv");
 }
-
-// A config that lists no pod range: `sources` (the section's lines) find them in `within`.
-std::string discoveryConfig(const std::string &within, const std::string &sources)
-{
-	return fmt::format("nonMasqueradeCIDRs: [10.0.0.0/8]\n"
-			   "nonMasqueradeDiscovery:\n"
-			   "  within: [{}]\n"
-			   "{}"
-			   "  holdDown: 1s\n",
-			   within, sources);
-}
-
-// Each traffic case's node: the pod, the external host and its server, a directory for the
-// config and subnet.env.
-struct PodNetworkNode {
-	Topology net;
-	SourceEchoServer server{net.external};
-	TempDir dir;
-	std::string subnetEnv = dir.file("subnet.env");
-};
 
 } // namespace
 

@@ -176,3 +176,55 @@ TEST_CASE("addresses print canonically and as network-order bytes")
 	CHECK(P("2001:0db8:0000:0000:0000:0000:0000:0000/32").network.toString() == "2001:db8::");
 	CHECK(Address::max(Family::ipv4).toString() == "255.255.255.255");
 }
+
+namespace {
+
+std::vector<std::string> prefixTexts(const std::vector<Prefix> &prefixes)
+{
+	std::vector<std::string> out;
+	for (const Prefix &p : prefixes)
+		out.push_back(p.toString());
+	return out;
+}
+
+AddressRange range(const char *first, const char *last)
+{
+	auto a = parseAddress(first);
+	auto b = parseAddress(last);
+	REQUIRE(a);
+	REQUIRE(b);
+	return AddressRange{*a, *b};
+}
+
+} // namespace
+
+TEST_CASE("a range as the fewest prefixes again, to the edges of the address space")
+{
+	using S = std::vector<std::string>;
+	CHECK(prefixTexts(prefixesOf(range("198.18.1.0", "198.18.1.127"))) == S{"198.18.1.0/25"});
+	CHECK(prefixTexts(prefixesOf(range("198.18.1.64", "198.18.2.255"))) ==
+	      S{"198.18.1.64/26", "198.18.1.128/25", "198.18.2.0/24"});
+	CHECK(prefixTexts(prefixesOf(range("192.0.2.7", "192.0.2.7"))) == S{"192.0.2.7/32"});
+	CHECK(prefixTexts(prefixesOf(range("0.0.0.0", "255.255.255.255"))) == S{"0.0.0.0/0"});
+	CHECK(prefixTexts(prefixesOf(range("255.255.255.254", "255.255.255.255"))) == S{"255.255.255.254/31"});
+	CHECK(prefixTexts(prefixesOf(range("0.0.0.1", "0.0.0.2"))) == S{"0.0.0.1/32", "0.0.0.2/32"});
+	CHECK(prefixTexts(prefixesOf(range("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"))) == S{"::/0"});
+	CHECK(prefixTexts(prefixesOf(range("::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"))).size() == 128);
+	// The worst case: two prefixes per bit, and they hold exactly the range.
+	const auto worst = prefixesOf(range("0.0.0.1", "255.255.255.254"));
+	CHECK(worst.size() == 62);
+	CHECK(IntervalSet::fromPrefixes(Family::ipv4, worst).ranges() ==
+	      std::vector<AddressRange>{range("0.0.0.1", "255.255.255.254")});
+}
+
+TEST_CASE("a set holds a range when one of its ranges does")
+{
+	const IntervalSet set = IntervalSet::fromPrefixes(Family::ipv4, {P("198.18.1.0/26"), P("198.18.1.64/26"),
+									 P("198.18.3.0/24")});
+	CHECK(set.contains(range("198.18.1.0", "198.18.1.127")));
+	CHECK(set.contains(range("198.18.3.7", "198.18.3.9")));
+	CHECK_FALSE(set.contains(range("198.18.1.0", "198.18.1.128")));
+	CHECK_FALSE(set.contains(range("198.18.2.255", "198.18.3.0")));
+	CHECK_FALSE(set.contains(range("198.51.100.1", "198.51.100.1")));
+	CHECK_FALSE(set.contains(range("2001:db8::", "2001:db8::")));
+}

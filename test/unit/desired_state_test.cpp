@@ -112,6 +112,52 @@ TEST_CASE("reverse mapping: sets that no config makes with these options give no
 	CHECK(candidate->chains == built->ruleset.chains);
 }
 
+TEST_CASE("the discovered-* sets: a set per source the section names, read back per source as prefixes; "
+	  "adoption rebuilds them, and one the agent did not write gives no candidate")
+{
+	const test::RulesetCase discovery{"discovery", "nonMasqueradeDiscovery:\n"
+						       "  within: [198.18.0.0/15]\n"
+						       "  routeProtocols: [bird]\n"
+						       "  cniConfDir: /etc/cni/net.d\n", {}};
+	auto built = test::buildCaseWithOptions(discovery);
+	REQUIRE(built);
+	std::vector<std::string> names;
+	for (const AddressSet &set : built->ruleset.sets)
+		names.push_back(set.name);
+	CHECK(names == std::vector<std::string>{"nomasq-v4", "discovered-routes-v4", "discovered-cni-v4"});
+	// No rule uses them.
+	for (const Chain &chain : built->ruleset.chains)
+		for (const Rule &rule : chain.rules)
+			CHECK_THAT(rule.comment, !Catch::Contains("discovered"));
+
+	std::vector<AddressSet> sets = built->ruleset.sets;
+	// Two adjacent /26 of the routes, merged by the set, and a CNI range.
+	sets[1].elements = IntervalSet::fromPrefixes(
+		Family::ipv4, {builtinPrefix("198.18.1.0/26"), builtinPrefix("198.18.1.64/26"), builtinPrefix("198.18.2.64/26"),
+			       builtinPrefix("198.18.2.128/25")});
+	sets[2].elements = IntervalSet::fromPrefixes(Family::ipv4, {builtinPrefix("198.18.9.0/24")});
+	const KernelTable kernel{sets, {}};
+	const RangesBySource kept = discoveredInKernel(kernel);
+	const auto texts = [](const std::vector<Prefix> &prefixes) {
+		std::vector<std::string> out;
+		for (const Prefix &prefix : prefixes)
+			out.push_back(prefix.toString());
+		return out;
+	};
+	using Strings = std::vector<std::string>;
+	CHECK(texts(kept.of(DiscoverySource::routes)) == Strings{"198.18.1.0/25", "198.18.2.64/26", "198.18.2.128/25"});
+	CHECK(kept.of(DiscoverySource::flannel).empty());
+	CHECK(texts(kept.of(DiscoverySource::cni)) == Strings{"198.18.9.0/24"});
+	const auto adopted = rulesetFromKernel(built->options, kernel);
+	REQUIRE(adopted);
+	CHECK(adopted->sets == sets);
+
+	// A set of that name whose comment the agent does not write is not its memory.
+	sets[1].comment = "someone else's";
+	CHECK(discoveredInKernel(KernelTable{sets, {}}).of(DiscoverySource::routes).empty());
+	CHECK_FALSE(rulesetFromKernel(built->options, KernelTable{sets, {}}));
+}
+
 namespace {
 
 NodeAddress nodeAddress(const char *text, const char *interface)

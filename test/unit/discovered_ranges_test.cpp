@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The discovered-range model over a fake clock: within, hold-down (not at start-up), the
-// bound, origins, inputs that are waited for or stale, element diffs.
+// bound, origins, inputs that are waited for or stale, element diffs; what the agent's
+// table held at a restart, the section's edits, names that are gone.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
 
+#include "../common/prefixes.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/discovered_ranges.h"
 #include "ip-masq-agent/pod_network.h"
@@ -12,6 +14,8 @@
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
+using test::prefix;
+using test::texts;
 using Clock = DiscoveredRanges::Clock;
 
 namespace {
@@ -20,12 +24,6 @@ const Clock::time_point t0{std::chrono::hours(1000)};
 const std::string kRoutes = "routes";
 const std::string kEnv = "/run/flannel/subnet.env";
 
-Prefix prefix(const char *text)
-{
-	auto parsed = parsePrefix(text);
-	REQUIRE(parsed);
-	return *parsed;
-}
 
 Sighting route(const char *text, const char *via = "192.0.2.2")
 {
@@ -39,14 +37,6 @@ DiscoveredRanges::Settings settings(Duration holdDown = 30s, bool ipv6 = false)
 	s.holdDown = holdDown;
 	s.ipv6 = ipv6;
 	return s;
-}
-
-std::vector<std::string> texts(const std::vector<Prefix> &prefixes)
-{
-	std::vector<std::string> out;
-	for (const Prefix &p : prefixes)
-		out.push_back(p.toString());
-	return out;
 }
 
 using Strings = std::vector<std::string>;
@@ -245,8 +235,8 @@ TEST_CASE("model: a failed read keeps what the input said, and says so once")
 	REQUIRE(messages.size() == 2);
 	CHECK(messages[0].warning);
 	CHECK(messages[0].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
-				  "/run/flannel/subnet.env:1: FLANNEL_NETWORK is empty; the 1 ranges it "
-				  "gave before stay in force until it reads again");
+				  "/run/flannel/subnet.env:1: FLANNEL_NETWORK is empty; what it gave before "
+				  "stays: its 1 ranges stay in force until it reads again");
 	CHECK_FALSE(messages[1].warning);
 	CHECK(messages[1].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
 				  "read again, 1 ranges");
@@ -384,4 +374,265 @@ TEST_CASE("putDiscovered: the ranges in force join nonMasqueradeCIDRs, each with
 	putDiscovered(loaded.config, DiscoveredRanges(settings()));
 	CHECK(loaded.config == given.config);
 	CHECK(loaded.config.discoveredOrigins.empty());
+}
+
+namespace {
+
+const std::string kKept = "in the agent's table when it started";
+
+std::vector<Prefix> prefixes(std::initializer_list<const char *> list)
+{
+	std::vector<Prefix> out;
+	for (const char *text : list)
+		out.push_back(prefix(text));
+	return out;
+}
+
+// These cases' pod network, in the documentation ranges.
+DiscoveredRanges::Settings docSettings(Duration holdDown = 30s)
+{
+	DiscoveredRanges::Settings s;
+	s.within = {prefix("198.18.0.0/16"), prefix("2001:db8::/32")};
+	s.holdDown = holdDown;
+	return s;
+}
+
+// The one message the model has to say.
+std::string onlyMessage(DiscoveredRanges &model)
+{
+	const auto messages = model.takeMessages();
+	REQUIRE(messages.size() == 1);
+	return messages[0].text;
+}
+
+Sighting flannel(const char *text)
+{
+	return Sighting{prefix(text), "FLANNEL_NETWORK in " + kEnv + ":1"};
+}
+
+} // namespace
+
+TEST_CASE("restart: what the table held is in force at once; a source that reads keeps what it gives, and "
+	  "what it no longer gives leaves after a hold-down from the restart")
+{
+	DiscoveredRanges model(docSettings(30s));
+	model.keep(DiscoverySource::flannel, prefixes({"198.18.0.0/16"}), kKept);
+	model.keep(DiscoverySource::routes, prefixes({"198.18.1.0/26", "198.18.2.0/26"}), kKept);
+	CHECK(model.kept(DiscoverySource::routes) == 2);
+	// In force before any read: the first desired state holds them.
+	CHECK(texts(model.inForce()) == Strings{"198.18.0.0/16", "198.18.1.0/26", "198.18.2.0/26"});
+	CHECK(texts(model.inForceOf(DiscoverySource::routes)) == Strings{"198.18.1.0/26", "198.18.2.0/26"});
+	CHECK(texts(model.inForceOf(DiscoverySource::flannel)) == Strings{"198.18.0.0/16"});
+	CHECK(model.stats().prefixesPerSource[0] == 2);
+
+	// The routes read (bird has installed one of the two): the other is held from now.
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.1.0/26"));
+	model.markCurrent(DiscoverySource::routes, kRoutes);
+	model.releaseKept(DiscoverySource::routes, t0);
+	CHECK(model.kept(DiscoverySource::routes) == 0);
+	CHECK(model.takeChanges(t0).empty()); // nothing changes for traffic
+	CHECK(model.nextWake() == t0 + 30s);
+	CHECK(texts(model.inForceOf(DiscoverySource::routes)) == Strings{"198.18.1.0/26", "198.18.2.0/26"});
+	CHECK(model.stats().heldDown == 1);
+	// bird installs it within the hold-down: it never leaves.
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.2.0/26"));
+	CHECK(model.takeChanges(t0 + 31s).empty());
+	CHECK(texts(model.inForce()) == Strings{"198.18.0.0/16", "198.18.1.0/26", "198.18.2.0/26"});
+	// Withdrawn again: the hold-down as always.
+	model.remove(DiscoverySource::routes, kRoutes, route("198.18.2.0/26"), t0 + 40s);
+	CHECK(model.takeChanges(t0 + 69s).empty());
+	CHECK(texts(model.takeChanges(t0 + 70s).removed) == Strings{"198.18.2.0/26"});
+	// Flannel never read: its kept range stays whatever the time.
+	CHECK(texts(model.inForceOf(DiscoverySource::flannel)) == Strings{"198.18.0.0/16"});
+	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: routes: of the 2 ranges the agent's table held for it "
+				     "when the agent started, 1 are not given now and leave after the hold-down "
+				     "(30s); the rest is what it gives now");
+}
+
+TEST_CASE("restart: an empty reading (bird not started yet) holds every kept range down, from the restart")
+{
+	DiscoveredRanges model(docSettings(30s));
+	model.keep(DiscoverySource::routes, prefixes({"198.18.1.0/26"}), kKept);
+	model.markCurrent(DiscoverySource::routes, kRoutes);
+	model.releaseKept(DiscoverySource::routes, t0 + 5s);
+	CHECK(model.takeChanges(t0 + 34s).empty());
+	const auto held = model.ranges();
+	REQUIRE(held.size() == 1);
+	CHECK(held[0].origins.empty());
+	CHECK(held[0].leavesAt == t0 + 35s);
+	CHECK(texts(model.takeChanges(t0 + 35s).removed) == Strings{"198.18.1.0/26"});
+}
+
+TEST_CASE("restart: a source that cannot be read keeps what the table held, stale, until it reads; a cold "
+	  "start has nothing to keep and says so")
+{
+	DiscoveredRanges model(docSettings(1s));
+	model.keep(DiscoverySource::flannel, prefixes({"198.18.0.0/16"}), kKept);
+	model.markStale(DiscoverySource::flannel, kEnv, kEnv + ":1: FLANNEL_NETWORK: not-a-cidr is not a CIDR");
+	CHECK(model.takeChanges(t0 + 1h).empty());
+	CHECK(texts(model.inForce()) == Strings{"198.18.0.0/16"});
+	REQUIRE(model.inputs().size() == 1);
+	CHECK(model.inputs()[0].state == DiscoveryInput::State::stale);
+	CHECK(model.whatStays(model.inputs()[0]) ==
+	      "the 1 ranges the agent's table held for flannelSubnetEnv when the agent started stay in force until "
+	      "it reads");
+	const auto ranges = model.ranges();
+	REQUIRE(ranges.size() == 1);
+	REQUIRE(ranges[0].origins.size() == 1);
+	CHECK(ranges[0].origins[0].text == kKept);
+	CHECK(ranges[0].origins[0].source == DiscoverySource::flannel);
+	// It reads, with another range: the new one comes, the kept one is held from now.
+	model.replace(DiscoverySource::flannel, kEnv, {flannel("198.18.128.0/17")}, t0 + 2h);
+	model.releaseKept(DiscoverySource::flannel, t0 + 2h);
+	CHECK(texts(model.takeChanges(t0 + 2h).added) == Strings{"198.18.128.0/17"});
+	CHECK(texts(model.takeChanges(t0 + 2h + 1s).removed) == Strings{"198.18.0.0/16"});
+
+	DiscoveredRanges cold(docSettings());
+	cold.markStale(DiscoverySource::flannel, kEnv, "malformed");
+	CHECK(cold.whatStays(cold.inputs()[0]) == "nothing of it is in force: the agent's table held none of its "
+						  "ranges, and no earlier reading of it is known");
+	DiscoveryInput reading = cold.inputs()[0];
+	DiscoveredRanges::Settings dryRun = docSettings();
+	dryRun.readsKernel = false;
+	CHECK(DiscoveredRanges(dryRun).whatStays(reading) ==
+	      "its ranges are missing here: only the running agent and --once keep what the agent's table held for "
+	      "a source");
+}
+
+TEST_CASE("restart: a kept range the source still covers, merged by the table's set, leaves at once without "
+	  "a change for traffic")
+{
+	DiscoveredRanges model(docSettings(30s));
+	// Two adjacent /26 were read back from the set as one /25.
+	model.keep(DiscoverySource::routes, prefixes({"198.18.1.0/25", "198.18.9.0/24"}), kKept);
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.1.0/26"));
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.1.64/26"));
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.9.0/25")); // half of the /24
+	model.releaseKept(DiscoverySource::routes, t0);
+	const DiscoveryChanges changes = model.takeChanges(t0);
+	CHECK(texts(changes.added) == Strings{"198.18.1.0/26", "198.18.1.64/26", "198.18.9.0/25"});
+	CHECK(texts(changes.reshaped) == Strings{"198.18.1.0/25"});
+	CHECK(changes.removed.empty());
+	CHECK(model.stats().heldDown == 1); // the /24's other half is no longer given
+	CHECK(model.stats().changes == 3);
+	CHECK(texts(model.takeChanges(t0 + 30s).removed) == Strings{"198.18.9.0/24"});
+}
+
+TEST_CASE("restart: kept ranges outside within are not kept; a source the section no longer names lets its "
+	  "kept ranges go after the hold-down")
+{
+	DiscoveredRanges model(docSettings(30s));
+	model.keep(DiscoverySource::cni, prefixes({"198.19.0.0/16", "198.18.0.0/24"}), kKept);
+	CHECK(texts(model.inForce()) == Strings{"198.18.0.0/24"});
+	CHECK(model.stats().outsideWithin == 1);
+	model.releaseKept(DiscoverySource::cni, t0);
+	CHECK(model.takeChanges(t0 + 29s).empty());
+	CHECK(texts(model.takeChanges(t0 + 30s).removed) == Strings{"198.18.0.0/24"});
+}
+
+TEST_CASE("restart: the kept ranges respect the bound")
+{
+	DiscoveredRanges::Settings s = docSettings();
+	s.maxPrefixes = 2;
+	DiscoveredRanges model(s);
+	model.keep(DiscoverySource::routes, prefixes({"198.18.1.0/24", "198.18.2.0/24", "198.18.3.0/24"}), kKept);
+	CHECK(model.inForce().size() == 2);
+	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: the agent's table holds more ranges than the 2 the agent "
+				     "takes: the rest of routes is not kept");
+}
+
+TEST_CASE("edit: a lower holdDown never shortens a hold-down under way; a higher one lengthens it from the edit")
+{
+	DiscoveredRanges model(docSettings(30s));
+	for (const char *p : {"198.18.1.0/26", "198.18.2.0/26"})
+		model.add(DiscoverySource::routes, kRoutes, route(p));
+	model.takeChanges(t0);
+	model.remove(DiscoverySource::routes, kRoutes, route("198.18.1.0/26"), t0); // leaves at t0 + 30s
+	model.remove(DiscoverySource::routes, kRoutes, route("198.18.2.0/26"), t0 + 20s); // at t0 + 50s
+	model.takeChanges(t0 + 20s);
+	model.setHoldDown(10s, t0 + 25s); // the later of each deadline and t0 + 35s
+	CHECK(model.takeChanges(t0 + 34s).empty());
+	CHECK(texts(model.takeChanges(t0 + 35s).removed) == Strings{"198.18.1.0/26"});
+	model.setHoldDown(60s, t0 + 40s); // t0 + 100s, the later
+	CHECK(model.takeChanges(t0 + 99s).empty());
+	CHECK(texts(model.takeChanges(t0 + 100s).removed) == Strings{"198.18.2.0/26"});
+	// What is withdrawn after the edit is held by the new value.
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.3.0/26"));
+	model.takeChanges(t0 + 100s);
+	model.remove(DiscoverySource::routes, kRoutes, route("198.18.3.0/26"), t0 + 100s);
+	CHECK(model.nextWake() == t0 + 160s);
+}
+
+TEST_CASE("edit: a holdDown edited during a stale read keeps the stale ranges")
+{
+	DiscoveredRanges model(docSettings(30s));
+	model.replace(DiscoverySource::flannel, kEnv, {flannel("198.18.0.0/16")}, t0);
+	model.takeChanges(t0);
+	model.markStale(DiscoverySource::flannel, kEnv, "malformed");
+	model.setHoldDown(1s, t0 + 1s);
+	CHECK(model.takeChanges(t0 + 1h).empty());
+	CHECK(texts(model.inForce()) == Strings{"198.18.0.0/16"});
+	CHECK(model.inputs()[0].state == DiscoveryInput::State::stale);
+}
+
+TEST_CASE("edit: within narrowed takes out what is outside it at once, held down or not")
+{
+	DiscoveredRanges model(docSettings(30s));
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.1.0/26"));
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.200.0/26"));
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.201.0/26"));
+	model.takeChanges(t0);
+	model.remove(DiscoverySource::routes, kRoutes, route("198.18.201.0/26"), t0); // held until t0 + 30s
+	model.setWithin(prefixes({"198.18.0.0/17"}), t0 + 1s);
+	CHECK(texts(model.takeChanges(t0 + 1s).removed) == Strings{"198.18.200.0/26", "198.18.201.0/26"});
+	CHECK(texts(model.inForce()) == Strings{"198.18.1.0/26"});
+	CHECK_FALSE(model.nextWake());
+	// Given again, it is outside: said, not taken.
+	model.add(DiscoverySource::routes, kRoutes, route("198.18.200.0/26"));
+	CHECK(model.takeChanges(t0 + 2s).empty());
+	CHECK(model.stats().outsideWithin == 1);
+}
+
+TEST_CASE("forget: a name that is gone leaves the model; its ranges are held down; the others keep theirs")
+{
+	DiscoveredRanges model(docSettings(30s));
+	const std::string a = "/etc/cni/net.d/10-a.conflist", b = "/etc/cni/net.d/20-b.conflist",
+			  c = "/etc/cni/net.d/30-c.conflist";
+	model.replace(DiscoverySource::cni, a, {Sighting{prefix("198.18.1.0/24"), "a"}}, t0);
+	model.replace(DiscoverySource::cni, b, {Sighting{prefix("198.18.2.0/24"), "b"}}, t0);
+	model.replace(DiscoverySource::cni, c, {Sighting{prefix("198.18.3.0/24"), "c"}}, t0);
+	model.takeChanges(t0);
+	model.forget(DiscoverySource::cni, a, t0 + 1s); // the last input takes its slot
+	REQUIRE(model.inputs().size() == 2);
+	CHECK(model.stats().inputsPerSource[static_cast<size_t>(DiscoverySource::cni)] == 2);
+	// The moved input's origins follow it: c's range is still c's, and goes with it.
+	const auto address = parseAddress("198.18.3.1");
+	REQUIRE(address);
+	REQUIRE(model.covering(*address).size() == 1);
+	CHECK(model.covering(*address)[0].origins[0].text == "c");
+	model.replace(DiscoverySource::cni, c, {}, t0 + 2s);
+	CHECK(model.takeChanges(t0 + 31s).removed.size() == 1); // a's
+	CHECK(texts(model.takeChanges(t0 + 32s).removed) == Strings{"198.18.3.0/24"});
+	CHECK(texts(model.inForce()) == Strings{"198.18.2.0/24"});
+	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: /etc/cni/net.d/10-a.conflist (cniConfDir): gone; the 1 "
+				     "ranges it gave are withdrawn");
+}
+
+TEST_CASE("forget: 70,000 names come and go, the model holds what exists now")
+{
+	DiscoveredRanges model(docSettings(0s));
+	for (size_t i = 0; i < 70000; i++) {
+		const std::string name = fmt::format("/etc/cni/net.d/{}.conflist", i);
+		model.replace(DiscoverySource::cni, name,
+			      {Sighting{prefix(fmt::format("198.18.{}.0/24", i % 256).c_str()), name}}, t0);
+		if (i >= 2)
+			model.forget(DiscoverySource::cni, fmt::format("/etc/cni/net.d/{}.conflist", i - 2), t0);
+	}
+	CHECK(model.inputs().size() == 2);
+	model.takeChanges(t0);
+	CHECK(texts(model.inForce()) == Strings{"198.18.110.0/24", "198.18.111.0/24"});
+	// Each range is the origin of the file that gives it now.
+	const auto address = parseAddress("198.18.111.1");
+	REQUIRE(address);
+	CHECK(model.covering(*address)[0].origins[0].text == "/etc/cni/net.d/69999.conflist");
 }

@@ -59,6 +59,11 @@ public:
 	// failure nothing changes.
 	RouteSourceUpdate reread();
 
+	// The integration tests' fault (IP_MASQ_AGENT_TEST_FAULT=route-dump-fails, modes.cpp):
+	// every reading fails as a dump the kernel ends with an error does; notifications
+	// still come.
+	void simulateFailingDumps() { failDumps_ = true; }
+
 	uint64_t overruns() const { return overruns_; }
 	uint64_t rereads() const { return rereads_; }
 	uint64_t notifications() const { return notifications_; }
@@ -74,6 +79,7 @@ private:
 	uint64_t overruns_ = 0;
 	uint64_t rereads_ = 0;
 	uint64_t notifications_ = 0;
+	bool failDumps_ = false;
 };
 
 } // namespace ipmasq

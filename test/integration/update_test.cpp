@@ -114,8 +114,9 @@ void requireUpdateParity(const std::string &name, const Ruleset &before, const R
 	CHECK(viaUpdate == runOrFail(kListTable));
 }
 
-// A backend through which another program commits right before the element update is
-// sent: after the diff was computed, before the kernel sees the batch.
+// A backend through which another program commits (a table of its own) right before each
+// of the next `interruptions` element updates is sent: after the agent knew the generation,
+// before the kernel sees the batch.
 class InterruptedBackend final : public TableBackend
 {
 public:
@@ -123,20 +124,29 @@ public:
 
 	std::vector<Error> updateErrors;
 	int updates = 0;
+	int interruptions = 0;
 
 	Result<uint32_t> apply(const Ruleset &ruleset) override { return inner_.apply(ruleset); }
 	Result<uint32_t> updateElements(const std::string &table, const ElementDiff &diff,
 					uint32_t generation) override
 	{
 		updates++;
-		runOrFail("nft add table inet someone-else");
+		if (interruptions > 0) {
+			interruptions--;
+			runOrFail(fmt::format("nft add table inet someone-else-{}", ++commits_));
+		}
 		auto result = inner_.updateElements(table, diff, generation);
 		if (!result)
 			updateErrors.push_back(result.error());
 		return result;
 	}
 	Result<uint32_t> generation() override { return inner_.generation(); }
-	Result<TableCheck> check(const Ruleset &ruleset) override { return inner_.check(ruleset); }
+	Result<CheckedTable> check(const Ruleset &ruleset) override
+	{
+		checks++;
+		return inner_.check(ruleset);
+	}
+	int checks = 0;
 	Result<std::vector<CounterValue>> readCounters(const std::string &table) override
 	{
 		return inner_.readCounters(table);
@@ -148,6 +158,7 @@ public:
 
 private:
 	NetlinkBackend &inner_;
+	int commits_ = 0; // a new table each time: adding one that exists commits nothing
 };
 
 std::string configText(const std::vector<std::string> &cidrs)
@@ -319,41 +330,63 @@ TEST_CASE("a commit by anyone since the diff's generation makes the kernel refus
 	CHECK(matches(*backend, after));
 }
 
-TEST_CASE("the reconciler falls back to the full replacement when its update is refused")
+TEST_CASE("another program's commit before an element update: the table is read once and the update "
+	  "sent against that read; replaced only when commits keep racing the update")
 {
 	auto netlink = freshBackend();
 	InterruptedBackend backend(*netlink);
 	AgentStatus status;
 	const ConfigLocation location = ConfigLocation::file("/etc/config/ip-masq-agent");
 	Reconciler reconciler(backend, Reconciler::Settings{{}, false, location.path}, status);
-	const auto desired = [&location](const std::vector<std::string> &list) {
-		return desiredFromContent(ConfigContent::single(location.path, configText(list)),
-					  location, {}, {}, NodeAddresses{});
+	const auto desire = [&](const std::vector<std::string> &list) {
+		auto desired = desiredFromContent(ConfigContent::single(location.path, configText(list)),
+						  location, {}, {}, NodeAddresses{});
+		REQUIRE(desired);
+		reconciler.setDesired(std::move(*desired));
 	};
-	const std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
-					     "100.64.0.0/10"};
-	auto first = desired(cidrs);
-	REQUIRE(first);
-	reconciler.setDesired(std::move(*first));
+	const auto inKernel = [&](const std::vector<std::string> &list) {
+		Config config;
+		for (const std::string &text : list)
+			config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
+		return matches(*netlink, buildRuleset(config, {}));
+	};
+	std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"};
+	desire(cidrs);
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
-	const std::string handle = baseChainHandle();
+	const std::string chain = baseChainHandle();
+	const std::string table = tableHandle();
 
-	std::vector<std::string> next = cidrs;
-	next[1] = "172.16.0.0/13";
-	auto second = desired(next);
-	REQUIRE(second);
-	reconciler.setDesired(std::move(*second));
-	const Status synced = reconciler.reconcile(SyncTrigger::configChange);
+	// Once: refused, read, sent again against the generation of the read.
+	cidrs[1] = "172.16.0.0/13";
+	desire(cidrs);
+	backend.interruptions = 1;
+	Status synced = reconciler.reconcile(SyncTrigger::configChange);
 	INFO((synced ? "" : synced.error().message));
 	REQUIRE(synced);
-	CHECK(backend.updates == 1);
+	CHECK(backend.updates == 2);
 	REQUIRE(backend.updateErrors.size() == 1);
 	CHECK(backend.updateErrors[0].errnum == ERESTART);
-	Config config;
-	for (const std::string &text : next)
-		config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
-	CHECK(matches(*netlink, buildRuleset(config, {})));
-	CHECK(baseChainHandle() != handle); // replaced
+	CHECK(backend.checks == 1);
+	CHECK(inKernel(cidrs));
+	CHECK(baseChainHandle() == chain); // updated in place
+	CHECK(tableHandle() == table);
+	CHECK(status.health().ok);
+
+	// Before every attempt: after the bounded number of reads and attempts, replaced.
+	cidrs[2] = "192.168.0.0/17";
+	desire(cidrs);
+	backend.updates = 0;
+	backend.checks = 0;
+	backend.updateErrors.clear();
+	backend.interruptions = 100;
+	synced = reconciler.reconcile(SyncTrigger::configChange);
+	INFO((synced ? "" : synced.error().message));
+	REQUIRE(synced);
+	CHECK(backend.updates == Reconciler::kUpdateRaces + 1);
+	CHECK(backend.checks == Reconciler::kUpdateRaces);
+	CHECK(backend.updateErrors.size() == static_cast<size_t>(Reconciler::kUpdateRaces + 1));
+	CHECK(inKernel(cidrs));
+	CHECK(baseChainHandle() != chain); // replaced
 	CHECK(status.health().ok);
 	CHECK(runOrFail("nft list tables").find("someone-else") != std::string::npos);
 }

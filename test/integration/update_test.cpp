@@ -16,6 +16,7 @@
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "agent_process.h"
 #include "backend_support.h"
 #include "netns.h"
 
@@ -304,6 +305,41 @@ TEST_CASE("the table is kept by an element update and replaced by a rule change"
 	CHECK(baseChainHandle() != chain); // the chains and rules made again
 	CHECK(tableHandle() == handle); // around the counters, which go on counting
 	CHECK(matches(*backend, otherRules));
+}
+
+TEST_CASE("a read of the table that other tables' commits keep interrupting is one consistent read, at the "
+	  "generation read after it")
+{
+	auto backend = freshBackend();
+	// 16,384 ranges (every other /30 of 198.18.0.0/15): dumps of many messages, a while long.
+	std::vector<std::string> many;
+	for (int i = 0; i < 16384; i++)
+		many.push_back(fmt::format("198.{}.{}.{}/30", 18 + i / 8192, i / 32 % 256, i % 32 * 8));
+	const Ruleset ruleset = rulesetOf(many);
+	requireApplied(*backend, ruleset);
+	test::Neighbour busy("i=0; while [ $i -lt 5000 ]; do nft add table ip busy; nft delete table ip busy; "
+			     "i=$((i+1)); done", 120);
+	int spanned = 0; // reads during which someone committed
+	for (int i = 0; i < 10; i++) {
+		const uint32_t before = backend->generation().value();
+		auto checked = backend->check(ruleset);
+		INFO((checked ? "" : checked.error().message));
+		REQUIRE(checked);
+		CHECK(checked->verdict == TableCheck::same);
+		REQUIRE(checked->generation);
+		spanned += *checked->generation != before;
+	}
+	WARN(spanned << " of 10 reads spanned other tables' commits");
+	busy.stop();
+	// The generation it answers with is the kernel's, at which the table was so: an update
+	// guarded by it goes through.
+	auto checked = backend->check(ruleset);
+	REQUIRE(checked);
+	REQUIRE(checked->generation);
+	CHECK(*checked->generation == backend->generation().value());
+	const Ruleset fewer = rulesetOf(std::vector<std::string>(many.begin() + 1, many.end()));
+	REQUIRE(backend->updateElements(ruleset.table, *diffElements(ruleset, fewer), *checked->generation));
+	CHECK(matches(*backend, fewer));
 }
 
 TEST_CASE("a commit by anyone since the diff's generation makes the kernel refuse the update")

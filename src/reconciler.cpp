@@ -465,7 +465,8 @@ Status Reconciler::commit(SyncTrigger trigger, const char *done)
 	auto committed = updateOrReplace();
 	const auto took = std::chrono::steady_clock::now() - start;
 	if (!committed) {
-		forgetApplied("its last commit failed"); // the outcome of a failed exchange may be unknown
+		// A commit whose outcome may be unknown, or a read that failed before it.
+		forgetApplied("the agent's last sync of it failed");
 		if (committed.error().message != lastSyncError_)
 			log::error("applying table inet {} failed, the previous ruleset stays in "
 				   "force: {}", desired_->table, committed.error().message);

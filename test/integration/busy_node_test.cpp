@@ -62,15 +62,33 @@ std::vector<std::string> syncLines(const std::string &log, const std::string &tr
 	return out;
 }
 
-// Every sync `trigger` caused was an element update (and there were `count` of them).
-void requireElementUpdates(const AgentProcess &agent, const std::string &trigger, size_t count)
+// Every sync `trigger` caused was an element update (and there were `count` of them), and the
+// table and its set have the handles they had `before`.
+void requireElementUpdates(const AgentProcess &agent, const std::string &trigger, size_t count,
+			   const std::string &before)
 {
+	CHECK(handles() == before);
 	const std::string log = agent.log();
 	INFO(log);
 	const std::vector<std::string> lines = syncLines(log, trigger);
 	CHECK(lines.size() == count);
 	for (const std::string &line : lines)
 		CHECK_THAT(line, Catch::Contains("by an element update") && !Catch::Contains("replacement"));
+}
+
+// Another component commits: a table of its own, ip `name`.
+void commitElsewhere(const std::string &name)
+{
+	runOrFail("nft add table ip " + name);
+}
+
+// The agent stopped (SIGTERM: its table stays), its table and the tables `others` removed.
+void finish(AgentProcess &agent, const std::vector<std::string> &others)
+{
+	CHECK(agent.stop(SIGTERM) == 0);
+	deleteAgentTable();
+	for (const std::string &name : others)
+		(void)run("nft delete table ip " + name);
 }
 
 // The i-th /28 of the pod network: every other one in 198.18.0.0/15, so that none merge.
@@ -123,17 +141,13 @@ TEST_CASE("config changes with another table committed before each are element u
 	for (const std::string added : {"198.51.100.0/24", "203.0.113.0/24"}) {
 		// Another component commits its own table: the agent is not woken for that, and
 		// its generation is no longer the kernel's when the config changes.
-		runOrFail(fmt::format("nft add table ip other-{}", changes));
+		commitElsewhere(fmt::format("other-{}", changes));
 		cidrs += ", " + added;
 		dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [" + cidrs + "]\n");
 		requireWithin([&] { return tableHas(added); }, kChangeSeen, agent, "the change applied");
-		changes++;
-		CHECK(handles() == before);
-		requireElementUpdates(agent, "config change", changes);
+		requireElementUpdates(agent, "config change", ++changes, before);
 	}
-	CHECK(agent.stop(SIGTERM) == 0);
-	deleteAgentTable();
-	(void)run("nft delete table ip other-0; nft delete table ip other-1");
+	finish(agent, {"other-0", "other-1"});
 }
 
 TEST_CASE("pod network changes with another table committed before each are element updates, and keep "
@@ -147,21 +161,17 @@ TEST_CASE("pod network changes with another table committed before each are elem
 	requireWithin([] { return tableHas("198.18.1.0/24"); }, kChangeSeen, agent, "the route found at start");
 	const std::string before = handles();
 
-	runOrFail("nft add table ip other-a");
+	commitElsewhere("other-a");
 	runOrFail("ip route add 198.18.3.0/24 dev disc0 proto bird");
 	requireWithin([] { return tableHas("198.18.3.0/24"); }, kChangeSeen, agent, "a new route's range in force");
-	CHECK(handles() == before);
-	requireElementUpdates(agent, "pod network change", 1);
+	requireElementUpdates(agent, "pod network change", 1, before);
 
-	runOrFail("nft add table ip other-b");
+	commitElsewhere("other-b");
 	runOrFail("ip route del 198.18.1.0/24 dev disc0 proto bird");
 	requireWithin([] { return !tableHas("198.18.1.0/24"); }, kChangeSeen, agent,
 		      "a withdrawn route's range gone after its hold-down");
-	CHECK(handles() == before);
-	requireElementUpdates(agent, "pod network change", 2);
-	CHECK(agent.stop(SIGTERM) == 0);
-	deleteAgentTable();
-	(void)run("nft delete table ip other-a; nft delete table ip other-b");
+	requireElementUpdates(agent, "pod network change", 2, before);
+	finish(agent, {"other-a", "other-b"});
 }
 
 TEST_CASE("nft monitor sees only element events of the agent's table when 100 of 1,000 discovered ranges "
@@ -239,9 +249,8 @@ TEST_CASE("nft monitor sees only element events of the agent's table when 100 of
 					 Catch::StartsWith("delete element inet ip-masq-agent nomasq-v4 "));
 	}
 	CHECK(lines >= 2);
-	CHECK(handles() == before);
 	CHECK(setElements() == expected);
-	requireElementUpdates(agent, "pod network change", addedBefore + addSyncs + removeSyncs);
+	requireElementUpdates(agent, "pod network change", addedBefore + addSyncs + removeSyncs, before);
 
 	// A burst that arrived together went in as one update. Whether `ip -batch` was done
 	// within the loop's window is the machine's business: only then is it one.
@@ -252,6 +261,5 @@ TEST_CASE("nft monitor sees only element events of the agent's table when 100 of
 		CHECK(addSyncs == 1);
 	if (removeTook < ipmasq::Daemon::kPodNetworkCoalesce)
 		CHECK(removeSyncs == 1);
-	CHECK(agent.stop(SIGTERM) == 0);
-	deleteAgentTable();
+	finish(agent, {});
 }

@@ -24,6 +24,10 @@ namespace {
 // Room for other components' notifications while a large table is read; an overrun only
 // makes the reader read again.
 constexpr size_t kReceiveBuffer = 4u << 20;
+// Datagrams one drain reads at most: a writer that commits faster than the watch reads
+// cannot keep a reader (the daemon's loop among them) here. Past it the watch is blind, as
+// after an overrun: the reader reads again, or gives up after its attempts.
+constexpr size_t kMaxDatagramsPerDrain = 4096;
 
 // The generation a NEWGEN notification closes (NFTA_GEN_ID); nullopt if it has none.
 std::optional<uint32_t> generationOf(const nlmsghdr *nlh)
@@ -87,8 +91,8 @@ void ChangeWatch::drain()
 			case NotificationSubject::Kind::unknown: blind_++; break;
 			}
 		},
-		SIZE_MAX);
-	if (!drained || drained->overrun)
+		kMaxDatagramsPerDrain);
+	if (!drained || drained->overrun || drained->bounded)
 		blind_++;
 }
 

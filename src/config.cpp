@@ -1644,25 +1644,40 @@ Result<std::optional<std::string>> readConfigText(const std::string &path)
 namespace {
 
 // "[a,b,c]", or for a long list "[a,...,h,... (N entries)]": one log line whatever its size.
+// Only the entries `counted` takes, without a copy of the list.
+template<typename Counted>
+std::string summarizeList(const std::vector<Prefix> &list, const Counted &counted)
+{
+	const size_t total = static_cast<size_t>(std::count_if(list.begin(), list.end(), counted));
+	const size_t listed = total <= kDescribedInFull ? total : kDescribedFirst;
+	std::string cidrs;
+	size_t i = 0;
+	for (auto it = list.begin(); it != list.end() && i < listed; ++it) {
+		if (!counted(*it))
+			continue;
+		if (i++ > 0)
+			cidrs += ',';
+		cidrs += it->toString();
+	}
+	if (listed < total)
+		cidrs += fmt::format(",... ({} entries)", total);
+	return "[" + cidrs + "]";
+}
+
 std::string summarizeList(const std::vector<Prefix> &list)
 {
-	const size_t listed = list.size() <= kDescribedInFull ? list.size() : kDescribedFirst;
-	std::string cidrs;
-	for (size_t i = 0; i < listed; i++) {
-		if (i > 0)
-			cidrs += ',';
-		cidrs += list[i].toString();
-	}
-	if (listed < list.size())
-		cidrs += fmt::format(",... ({} entries)", list.size());
-	return "[" + cidrs + "]";
+	return summarizeList(list, [](const Prefix &) { return true; });
 }
 
 } // namespace
 
 std::string describeConfig(const Config &config)
 {
-	std::string out = fmt::format("nonMasqueradeCIDRs={} ", summarizeList(config.nonMasqueradeCIDRs));
+	// The operator's list as written (or the defaults); the pod network's ranges, which
+	// putDiscovered adds to it, apart after the section that finds them.
+	const auto discovered = [](const Prefix &prefix) { return prefix.origin.discovered(); };
+	const auto written = [](const Prefix &prefix) { return !prefix.origin.discovered(); };
+	std::string out = fmt::format("nonMasqueradeCIDRs={} ", summarizeList(config.nonMasqueradeCIDRs, written));
 	// The newer lists only when used, so that a config without them logs as before.
 	if (!config.masqueradeCIDRs.empty())
 		out += fmt::format("masqueradeCIDRs={} ", summarizeList(config.masqueradeCIDRs));
@@ -1684,8 +1699,9 @@ std::string describeConfig(const Config &config)
 	if (!config.nonMasqueradeInterfaces.empty())
 		out += fmt::format("nonMasqueradeInterfaces={} ", names(config.nonMasqueradeInterfaces));
 	if (config.nonMasqueradeDiscovery)
-		out += fmt::format("nonMasqueradeDiscovery={{{}}} ",
-				   describeDiscovery(*config.nonMasqueradeDiscovery));
+		out += fmt::format("nonMasqueradeDiscovery={{{}}} discovered={} ",
+				   describeDiscovery(*config.nonMasqueradeDiscovery),
+				   summarizeList(config.nonMasqueradeCIDRs, discovered));
 	return out + fmt::format("cidrLimit={} masqLinkLocal={} masqLinkLocalIPv6={} resyncInterval={}",
 				 config.cidrLimit, config.masqLinkLocal, config.masqLinkLocalIPv6,
 				 formatGoDuration(config.resyncInterval));

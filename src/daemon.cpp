@@ -409,6 +409,9 @@ Daemon::Clock::time_point Daemon::nextWake(Clock::time_point now) const
 	for (const auto &deadline : {source_->nextWake(), reconciler_.nextWake()})
 		if (deadline)
 			wake = std::min(wake, *deadline);
+	// While a look at the pod network is pending, its own deadlines wait for it.
+	if (const PodNetwork *podNetwork = source_->podNetwork(); podNetwork && !timers_[podNetworkLook])
+		wake = std::min(wake, podNetwork->nextWake());
 	return wake;
 }
 
@@ -560,9 +563,11 @@ std::optional<int> Daemon::waitForEvents(Events &events)
 {
 	enum { kSignal, kConfig, kMonitor, kAddresses, kTimer, kPodNetwork, kCount = kPodNetwork + PodNetwork::Fds().size() };
 	std::array<pollfd, kCount> fds{};
+	// While a look at the pod network is pending, what its sources say waits for it (in
+	// their sockets' queues): it is read then, all at once.
 	const PodNetwork::Fds podNetwork = source_->podNetworkFds();
 	for (size_t i = 0; i < podNetwork.size(); i++)
-		fds[kPodNetwork + i] = {podNetwork[i], POLLIN, 0};
+		fds[kPodNetwork + i] = {timers_[podNetworkLook] ? -1 : podNetwork[i], POLLIN, 0};
 	fds[kSignal] = {signalFd_.get(), POLLIN, 0};
 	fds[kConfig] = {source_->fd(), POLLIN, 0};
 	fds[kMonitor] = {monitor_ ? monitor_->fd() : -1, POLLIN, 0};
@@ -592,10 +597,8 @@ std::optional<int> Daemon::waitForEvents(Events &events)
 	// can change the desired state.
 	if (fds[kAddresses].revents & kReadable)
 		events.addressesChanged = followAddresses(events.now);
-	if ((fds[kPodNetwork].revents | fds[kPodNetwork + 1].revents) & kReadable) {
-		events.podNetworkRead = true;
-		events.podNetwork = source_->podNetworkReadable(events.now);
-	}
+	if ((fds[kPodNetwork].revents | fds[kPodNetwork + 1].revents) & kReadable)
+		events.podNetworkReadable = true;
 	if (fds[kTimer].revents & POLLIN) {
 		uint64_t expirations = 0;
 		(void)!read(timerFd_.get(), &expirations, sizeof(expirations));
@@ -660,13 +663,27 @@ void Daemon::act(Events &events)
 	runDueTimers(Clock::now());
 }
 
-bool Daemon::takePodNetwork(Events &events, Clock::time_point now)
+bool Daemon::takePodNetwork(const Events &events, Clock::time_point now)
 {
 	const PodNetwork *podNetwork = source_->podNetwork();
-	const bool looked = events.podNetworkRead || (podNetwork && podNetwork->nextWake() <= now);
-	auto desired = events.podNetwork ? std::move(events.podNetwork) : source_->podNetworkTimer(now);
-	if (looked)
-		reportPodNetwork(now);
+	if (!podNetwork) {
+		timers_[podNetworkLook].reset();
+		return false;
+	}
+	// Something to read or a deadline of its own: looked at a little later, so that what
+	// comes meanwhile is one change (kPodNetworkCoalesce).
+	if (!timers_[podNetworkLook] && (events.podNetworkReadable || podNetwork->nextWake() <= now))
+		timers_[podNetworkLook] = now + kPodNetworkCoalesce;
+	if (!due(podNetworkLook, now))
+		return false;
+	timers_[podNetworkLook].reset();
+	// Everything pending read, every hold-down ended by now taken, in one desired state;
+	// then the timer's own work (a failed read tried again, the files' safety net), which
+	// makes another only if it finds something new.
+	auto desired = source_->podNetworkReadable(now);
+	if (auto timer = source_->podNetworkTimer(now))
+		desired = std::move(timer);
+	reportPodNetwork(now);
 	if (!desired)
 		return false;
 	handOver(std::move(*desired));

@@ -52,10 +52,7 @@ void DesiredStateSource::onWatchEvents(Clock::time_point now)
 
 std::optional<DesiredStateSource::Clock::time_point> DesiredStateSource::nextWake() const
 {
-	auto wake = config_.nextWake();
-	if (podNetwork_ && (!wake || podNetwork_->nextWake() < *wake))
-		wake = podNetwork_->nextWake();
-	return wake;
+	return config_.nextWake();
 }
 
 void DesiredStateSource::redeliver()

@@ -50,7 +50,7 @@ Result<uint32_t> GuardedBackend::generation()
 	return guarded("reading the ruleset generation", "", [&] { return inner_.generation(); });
 }
 
-Result<TableCheck> GuardedBackend::check(const Ruleset &ruleset)
+Result<CheckedTable> GuardedBackend::check(const Ruleset &ruleset)
 {
 	return guarded("reading", ruleset.table, [&] { return inner_.check(ruleset); });
 }

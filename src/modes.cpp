@@ -245,7 +245,8 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 // inotify instance and the systemd notify socket (7); the health endpoint's epoll,
 // eventfd, timerfd and listening socket (4); and a reserve for what it opens for a moment
 // (the config file twice, for the read lease and the read, a directory listing, /proc for
-// a table owner's name, a netlink socket to read addresses or conntrack's statistics).
+// a table owner's name, a netlink socket to read addresses or conntrack's statistics, or
+// to follow other commits while the agent reads its table: one of them at a time).
 size_t daemonDescriptors(const AgentOptions &options)
 {
 	const size_t own = 7;

@@ -187,14 +187,15 @@ void Reconciler::tryAdopt()
 	if (!checked)
 		return note(fmt::format("cannot adopt table inet {}: {}", table, checked.error().message),
 			    true);
-	if (*checked == TableCheck::unsettled)
+	if (checked->verdict == TableCheck::unsettled)
 		return; // others kept committing: the next event tries again
-	if (*checked == TableCheck::same) {
+	if (checked->verdict == TableCheck::same) {
 		desired_ = std::make_shared<const Ruleset>(std::move(*candidate));
 		desiredVersion_++;
 		appliedVersion_ = desiredVersion_;
-		appliedGeneration_ = *generation;
-		applied_.reset(); // adopted, not committed by us: the next change replaces
+		appliedGeneration_ = checked->generation.value_or(*generation);
+		// Adopted, not committed by us: the next change replaces.
+		forgetApplied("the agent adopted it from the kernel and has not written it since");
 		log::info("adopted table inet {} as it is in the kernel ({}) as the last good "
 			  "ruleset: it is restored if deleted or edited, until the config is fixed",
 			  table, summarize(*desired_));
@@ -295,11 +296,11 @@ Status Reconciler::verify(SyncTrigger trigger, uint32_t generation)
 	if (!checked)
 		return syncFailure(checked.error(),
 				   fmt::format("reading table inet {}", desired_->table).c_str());
-	switch (*checked) {
+	switch (checked->verdict) {
 	case TableCheck::same:
+		appliedGeneration_ = checked->generation.value_or(generation);
 		log::debug("{}: nftables changed elsewhere, table inet {} is intact (generation {})",
-			   syncTriggerName(trigger), desired_->table, generation);
-		appliedGeneration_ = generation;
+			   syncTriggerName(trigger), desired_->table, *appliedGeneration_);
 		lastSyncError_.clear();
 		status_.noopResync();
 		return {};
@@ -322,23 +323,35 @@ Status Reconciler::verify(SyncTrigger trigger, uint32_t generation)
 	return restoreNow(trigger);
 }
 
+void Reconciler::driftFound()
+{
+	const auto now = clock_();
+	// One line per episode (drifts less than kQuiet apart): a writer fighting the agent
+	// does not flood the log.
+	if (!lastDriftAt_ || now - *lastDriftAt_ >= RestorePacer::kQuiet)
+		log::warning({{"table", desired_->table}},
+			     "table inet {} was changed or deleted outside the agent; restoring "
+			     "it (while this goes on, restores are spaced by a delay growing "
+			     "from {} ms to {} ms)", desired_->table,
+			     RestorePacer::kInitial.count(), RestorePacer::kMax.count());
+	lastDriftAt_ = now;
+	status_.tableDrifted();
+}
+
+void Reconciler::forgetApplied(std::string why)
+{
+	applied_.reset();
+	appliedUnknownBecause_ = std::move(why);
+}
+
 void Reconciler::needRestore(bool drift)
 {
 	const auto now = clock_();
-	if (drift) {
-		// One line per episode (drifts less than kQuiet apart): a writer fighting the
-		// agent does not flood the log.
-		if (!lastDriftAt_ || now - *lastDriftAt_ >= RestorePacer::kQuiet)
-			log::warning({{"table", desired_->table}},
-				     "table inet {} was changed or deleted outside the agent; restoring "
-				     "it (while this goes on, restores are spaced by a delay growing "
-				     "from {} ms to {} ms)", desired_->table,
-				     RestorePacer::kInitial.count(), RestorePacer::kMax.count());
-		lastDriftAt_ = now;
-		status_.tableDrifted();
-	}
+	if (drift)
+		driftFound();
 	// Whatever the kernel holds now, it is not known well enough to diff against.
-	applied_.reset();
+	forgetApplied(drift ? "its table was changed outside the agent"
+			    : "other commits kept its table from being read consistently");
 	restorePending_ = true;
 	pendingIsDrift_ = pendingIsDrift_ || drift;
 	retryAt_ = std::max(pacer_.allowedAt(now), now);
@@ -369,50 +382,93 @@ Status Reconciler::restoreNow(SyncTrigger trigger)
 	return {};
 }
 
-std::optional<ElementDiff> Reconciler::plannedUpdate() const
+Reconciler::UpdatePlan Reconciler::plannedUpdate() const
 {
 	if (!applied_ || !appliedGeneration_)
-		return std::nullopt;
+		return {std::nullopt, appliedUnknownBecause_};
 	auto diff = diffElements(*applied_, *desired_);
-	if (!diff || diff->empty())
-		return std::nullopt;
+	if (!diff)
+		return {std::nullopt, "the change is not only in set elements"};
+	if (diff->empty())
+		return {std::nullopt, "its sets already hold these elements"};
 	// Past this, the update sends more elements than the whole new table: replacing
 	// it costs no more, and leaves nothing to chance.
 	if (diff->changedRanges() > rangeCount(*desired_))
-		return std::nullopt;
-	return diff;
+		return {std::nullopt, "the update would send more elements than the table holds"};
+	return {std::move(diff), {}};
 }
 
-Result<uint32_t> Reconciler::updateOrReplace(bool &updated)
+Result<std::optional<uint32_t>> Reconciler::sendUpdate(const ElementDiff &diff, std::string &replaceBecause)
 {
-	updated = false;
-	if (auto diff = plannedUpdate()) {
-		auto committed = backend_.updateElements(desired_->table, *diff, *appliedGeneration_);
-		if (committed) {
-			updated = true;
-			return committed;
+	const std::string &table = desired_->table;
+	uint32_t guard = *appliedGeneration_;
+	// races: refusals of a generation that a read had just confirmed.
+	for (int races = 0;; races++) {
+		auto committed = backend_.updateElements(table, diff, guard);
+		if (committed)
+			return std::optional(*committed);
+		if (committed.error().errnum != ERESTART) {
+			log::warning("element update of table inet {} failed: {}; replacing the table",
+				     table, committed.error().message);
+			replaceBecause = fmt::format("the kernel refused the element update ({})",
+						     committed.error().message);
+			return std::optional<uint32_t>();
 		}
-		// Someone committed since our generation (ERESTART), or the kernel refused the
-		// update otherwise: nothing changed, and the replacement needs no knowledge of
-		// what the table holds.
-		if (committed.error().errnum == ERESTART)
-			log::debug("element update of table inet {} refused: {}; replacing the table",
-				   desired_->table, committed.error().message);
-		else
-			log::warning("element update of table inet {} failed: {}; replacing the "
-				     "table", desired_->table, committed.error().message);
+		if (races == kUpdateRaces) {
+			replaceBecause = fmt::format("someone else committed {} times during the update",
+						     races);
+			return std::optional<uint32_t>();
+		}
+		// Someone committed since `guard`: most often another table (kube-proxy's). One
+		// read says whether ours is still what the agent wrote, and at which generation.
+		auto checked = backend_.check(*applied_);
+		if (!checked)
+			return fail(checked.error().withContext(fmt::format("reading table inet {}: ", table)));
+		switch (checked->verdict) {
+		case TableCheck::same:
+			log::debug("element update of table inet {} refused at generation {} (someone "
+				   "committed since); the table is as the agent wrote it at generation "
+				   "{}: sending it against that", table, guard, checked->generation.value_or(guard));
+			guard = checked->generation.value_or(guard);
+			appliedGeneration_ = guard;
+			continue;
+		case TableCheck::different:
+			driftFound();
+			driftFoundByUpdate_ = true;
+			replaceBecause = "its table was changed outside the agent";
+			return std::optional<uint32_t>();
+		case TableCheck::unsettled:
+			replaceBecause = "other commits kept its table from being read consistently";
+			return std::optional<uint32_t>();
+		}
 	}
-	return backend_.apply(*desired_);
+}
+
+Result<Reconciler::Committed> Reconciler::updateOrReplace()
+{
+	driftFoundByUpdate_ = false;
+	UpdatePlan plan = plannedUpdate();
+	if (plan.diff) {
+		auto updated = sendUpdate(*plan.diff, plan.replaceBecause);
+		if (!updated)
+			return fail(updated.error());
+		if (*updated)
+			return Committed{**updated, true, {}};
+	}
+	auto replaced = backend_.apply(*desired_);
+	if (!replaced)
+		return fail(replaced.error());
+	return Committed{*replaced, false, std::move(plan.replaceBecause)};
 }
 
 Status Reconciler::commit(SyncTrigger trigger, const char *done)
 {
 	const auto start = std::chrono::steady_clock::now();
-	bool updated = false;
-	auto committed = updateOrReplace(updated);
+	auto committed = updateOrReplace();
 	const auto took = std::chrono::steady_clock::now() - start;
 	if (!committed) {
-		applied_.reset(); // the outcome of a failed exchange may be unknown
+		// A commit whose outcome may be unknown, or a read that failed before it.
+		forgetApplied("the agent's last sync of it failed");
 		if (committed.error().message != lastSyncError_)
 			log::error("applying table inet {} failed, the previous ruleset stays in "
 				   "force: {}", desired_->table, committed.error().message);
@@ -422,25 +478,31 @@ Status Reconciler::commit(SyncTrigger trigger, const char *done)
 	}
 	lastSyncError_.clear();
 	status_.syncSucceeded(*desired_, took);
+	if (driftFoundByUpdate_)
+		status_.driftRepaired();
 	const bool restore = appliedVersion_ == desiredVersion_;
 	appliedVersion_ = desiredVersion_;
-	appliedGeneration_ = *committed;
+	appliedGeneration_ = committed->generation;
 	applied_ = desired_;
-	const char *how = updated ? " by an element update" : "";
+	const std::string how = committed->updated
+		? " by an element update"
+		: fmt::format(" by a replacement, because {}", committed->replacedBecause);
 	// A new ruleset is news; restores are announced once per episode (needRestore).
-	const log::Fields fields{{"table", desired_->table}, {"trigger", syncTriggerName(trigger)},
-				 {"sets", summarize(*desired_)}, {"ms", milliseconds(took)},
-				 {"generation", static_cast<uint64_t>(*committed)},
-				 {"path", updated ? "element update" : "replace"}};
+	log::Fields fields{{"table", desired_->table}, {"trigger", syncTriggerName(trigger)},
+			   {"sets", summarize(*desired_)}, {"ms", milliseconds(took)},
+			   {"generation", static_cast<uint64_t>(committed->generation)},
+			   {"path", committed->updated ? "element update" : "replace"}};
+	if (!committed->updated)
+		fields.push_back({"reason", committed->replacedBecause});
 	if (restore)
 		log::debug(fields, "{} table inet {} ({}): {} in {:.1f} ms{} (generation {})", done,
 			   desired_->table, syncTriggerName(trigger), summarize(*desired_),
-			   milliseconds(took), how, *committed);
+			   milliseconds(took), how, committed->generation);
 	else
 		log::info(fields, "{} table inet {} ({}): {} in {:.1f} ms{} (generation {})", done,
 			  desired_->table, syncTriggerName(trigger), summarize(*desired_),
-			  milliseconds(took), how, *committed);
-	recheckAfterCommit(*committed);
+			  milliseconds(took), how, committed->generation);
+	recheckAfterCommit(committed->generation);
 	return {};
 }
 
@@ -456,12 +518,12 @@ void Reconciler::recheckAfterCommit(uint32_t committed)
 	auto checked = backend_.check(*desired_);
 	log::debug("after commit {}: generation {}, table {}", committed, *now,
 		   !checked ? checked.error().message
-		   : *checked == TableCheck::same ? "intact"
-		   : *checked == TableCheck::different ? "changed" : "unsettled");
-	if (!checked || *checked == TableCheck::unsettled)
+		   : checked->verdict == TableCheck::same ? "intact"
+		   : checked->verdict == TableCheck::different ? "changed" : "unsettled");
+	if (!checked || checked->verdict == TableCheck::unsettled)
 		return;
-	if (*checked == TableCheck::same) {
-		appliedGeneration_ = *now;
+	if (checked->verdict == TableCheck::same) {
+		appliedGeneration_ = checked->generation.value_or(*now);
 		return;
 	}
 	needRestore(true); // the loop calls back at retryAt_ (at once if the pace allows)

@@ -179,7 +179,9 @@ Result<std::optional<std::string>> readConfigText(const std::string &path);
 std::optional<std::string_view> suggestKey(std::string_view spelling, bool section = false);
 
 // One line for logs: "nonMasqueradeCIDRs=[...] cidrLimit=64 ...". Long lists are
-// summarized: the first few entries and the count.
+// summarized: the first few entries and the count. nonMasqueradeCIDRs is the operator's
+// list (or the defaults); the ranges the pod network adds to it (putDiscovered) are
+// "discovered=[...]", after the nonMasqueradeDiscovery section.
 std::string describeConfig(const Config &config);
 
 } // namespace ipmasq

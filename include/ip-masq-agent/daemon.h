@@ -72,6 +72,12 @@ public:
 	// Health and counters, for the HTTP endpoint (which reads them from its thread).
 	const AgentStatus &status() const { return status_; }
 
+	// How long the pod network's sources are left to speak once one has something to say
+	// (a route notification, a file's event, a hold-down that ends): what comes meanwhile
+	// (a burst of routes from a BGP peer or `ip -batch`, a file rewritten, the hold-downs of
+	// ranges withdrawn together) is read then, all at once, and goes in as one change.
+	static constexpr std::chrono::milliseconds kPodNetworkCoalesce{20};
+
 private:
 	using Clock = std::chrono::steady_clock;
 
@@ -84,6 +90,7 @@ private:
 		addressRead,     // every address read again: lost notifications, a failed read
 		addressHandOver, // the followed addresses to the checks (kAddressHandOverSpacing)
 		watchdog,        // systemd's WATCHDOG=1
+		podNetworkLook,  // the pod network read and taken in (kPodNetworkCoalesce)
 		kTimers,
 	};
 	// What one turn of the loop found on its descriptors, not acted on yet.
@@ -92,8 +99,7 @@ private:
 		bool reload = false; // SIGHUP
 		bool tableChanged = false; // the agent's table changed, or notifications were lost
 		bool addressesChanged = false; // an address inside an outputAddress subnet changed
-		bool podNetworkRead = false; // the pod network's sources said something
-		std::optional<DesiredState> podNetwork; // the pod network found changed it
+		bool podNetworkReadable = false; // the pod network's sources have something to say
 	};
 
 	Daemon(std::unique_ptr<DesiredStateSource> source, TableBackend &backend,
@@ -148,8 +154,8 @@ private:
 	// gives (or a config waited for them), and the reconciler got the new desired state.
 	bool takeNodeAddresses();
 	// The pod network's new desired state (from its notifications or its timer) to the
-	// reconciler; true when there was one.
-	bool takePodNetwork(Events &events, Clock::time_point now);
+	// reconciler, kPodNetworkCoalesce after it had something; true when there was one.
+	bool takePodNetwork(const Events &events, Clock::time_point now);
 	// Reads every address into the view; true when it did. A failure keeps the view as it
 	// was; when the view is not current and `required`, it is tried again on the timer
 	// (back-off) and logged once per distinct message.

@@ -66,7 +66,8 @@ public:
 	// The config watch's descriptor, and its pending events drained without blocking.
 	int fd() const { return config_.fd(); }
 	void onWatchEvents(Clock::time_point now);
-	// When look(ConfigLook::ifDue) has something to do next; nullopt: nothing pending.
+	// When look(ConfigLook::ifDue) has something to do next; nullopt: nothing pending. The
+	// pod network's own deadlines are podNetwork()->nextWake(), which the loop spaces.
 	std::optional<Clock::time_point> nextWake() const;
 	// The daemon could not take in what look() gave last (it ran out of memory): the next
 	// look reads the config again, even if unchanged.

@@ -23,7 +23,7 @@ public:
 	Result<uint32_t> updateElements(const std::string &table, const ElementDiff &diff,
 					uint32_t generation) override;
 	Result<uint32_t> generation() override;
-	Result<TableCheck> check(const Ruleset &ruleset) override;
+	Result<CheckedTable> check(const Ruleset &ruleset) override;
 	Result<std::optional<KernelTable>> readTable(const std::string &table) override;
 	Result<std::vector<CounterValue>> readCounters(const std::string &table) override;
 

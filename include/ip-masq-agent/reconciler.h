@@ -93,6 +93,14 @@ public:
 	static constexpr std::chrono::seconds kFailureRetryLimit{10};
 	static constexpr std::chrono::milliseconds kLockedOutRetry{250};
 
+	// A change of set elements only is sent as an element update, guarded by the generation
+	// at which the kernel is known to hold what the agent last wrote. When someone else has
+	// committed since (kube-proxy commits on every Service change), one read of the table
+	// (check) says whether it is still that; then the update is sent guarded by the
+	// generation of that read. Refused again (a commit in between), it is read and sent
+	// again, up to this many times, before the table is replaced instead.
+	static constexpr int kUpdateRaces = 3;
+
 	// When reconcile(SyncTrigger::retry) should run next: a restore waiting for its
 	// pace, or a failed sync waiting for its retry. nullopt: nothing pending.
 	std::optional<Clock::time_point> nextWake() const { return retryAt_; }
@@ -109,12 +117,32 @@ private:
 	void needRestore(bool drift);
 	Status restoreNow(SyncTrigger trigger);
 	Status commit(SyncTrigger trigger, const char *done);
+	// What a commit did: an element update, or a replacement and why (for the log).
+	struct Committed {
+		uint32_t generation;
+		bool updated;
+		std::string replacedBecause;
+	};
 	// The element-level update from the applied ruleset to the desired one, when the
-	// kernel is known to hold the applied one and only elements differ, in fewer
-	// ranges than the desired sets hold; nullopt: replace the table.
-	std::optional<ElementDiff> plannedUpdate() const;
-	// The update, or the full replacement when there is none or the kernel refused it.
-	Result<uint32_t> updateOrReplace(bool &updated);
+	// kernel is known to hold the applied one and only elements differ, in fewer ranges
+	// than the desired sets hold; otherwise why the table is replaced instead.
+	struct UpdatePlan {
+		std::optional<ElementDiff> diff;
+		std::string replaceBecause;
+	};
+	UpdatePlan plannedUpdate() const;
+	// The update, or the full replacement when there is none or it cannot be sent.
+	Result<Committed> updateOrReplace();
+	// The update, guarded by the generation the agent knows its table at, and after other
+	// commits by the generation of a read that found the table as the agent wrote it (see
+	// kUpdateRaces); nullopt with `replaceBecause` said when the table must be replaced.
+	Result<std::optional<uint32_t>> sendUpdate(const ElementDiff &diff, std::string &replaceBecause);
+	// What the kernel holds is no longer known for sure (`why`, said when the next change
+	// replaces the table): element updates wait for a replacement.
+	void forgetApplied(std::string why);
+	// The table was found deleted or edited: a warning once per episode, and not ready until
+	// the next commit.
+	void driftFound();
 	void recheckAfterCommit(uint32_t committed);
 	void tryAdopt();
 	// Record a netlink failure: logged and counted once per distinct message.
@@ -145,6 +173,11 @@ private:
 	// table drifted, could not be read, or a commit failed, and never set by adoption.
 	// Element-level updates are computed against it; without it, the table is replaced.
 	std::shared_ptr<const Ruleset> applied_;
+	// Why applied_ is not known (the reason the next change replaces the table).
+	std::string appliedUnknownBecause_ = "it is the agent's first write since it started";
+	// The update path found the table changed outside the agent: the replacement that
+	// follows repairs a drift.
+	bool driftFoundByUpdate_ = false;
 
 	// Healing: the pace of restores, when a drift was last found (an episode goes on
 	// while drifts come less than RestorePacer::kQuiet apart), and a pending restore.

@@ -20,7 +20,15 @@ namespace ipmasq {
 enum class TableCheck {
 	same,      // exactly the desired table: table, sets, elements, chains, rules, comments
 	different, // missing, or anything in it differs
-	unsettled, // other commits kept interrupting the read: no consistent view was had
+	unsettled, // commits to the table kept interrupting the read: no consistent view was had
+};
+
+// What check() found, and when: `generation` is the ruleset generation at which the table was
+// exactly the ruleset (TableCheck::same only). An element update guarded by it applies to
+// that very table, whatever other tables were committed while it was read.
+struct CheckedTable {
+	TableCheck verdict;
+	std::optional<uint32_t> generation;
 };
 
 class TableBackend
@@ -44,9 +52,10 @@ public:
 	// The kernel's ruleset generation id: it changes with every commit by anyone.
 	virtual Result<uint32_t> generation() = 0;
 
-	// Compares the kernel's table with `ruleset`. A race with other components'
-	// commits is not an error: it is TableCheck::unsettled.
-	virtual Result<TableCheck> check(const Ruleset &ruleset) = 0;
+	// Compares the kernel's table with `ruleset`, in one consistent read. Other tables'
+	// commits during it do not spoil it; commits to this table that keep interrupting it
+	// are not an error: TableCheck::unsettled.
+	virtual Result<CheckedTable> check(const Ruleset &ruleset) = 0;
 
 	// What inet `table` holds that a ruleset cannot be rebuilt without (KernelTable): every
 	// interval set of addresses or interface names, elements and comments included, and the

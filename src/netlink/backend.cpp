@@ -17,6 +17,7 @@
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/log.h"
 #include "ip-masq-agent/netlink/batch.h"
+#include "ip-masq-agent/netlink/change_watch.h"
 #include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/netlink/port_owner.h"
@@ -92,9 +93,12 @@ std::optional<SetKeys> addressSetKeys(const nftnl_set *set)
 // other commits came in between, before the whole table is replaced instead.
 constexpr int kKeepingCountersAttempts = 3;
 
-// How often check() reads a table again when other commits interrupted the read, before
-// it answers "unsettled" (the caller then re-applies or looks again later).
+// How often check() reads a table again when commits to it (or lost notifications) spoiled
+// the read, before it answers "unsettled" (the caller then re-applies or looks again later).
 constexpr int kSnapshotAttempts = 3;
+// How long check() waits for the notifications of the commits made while it read: the
+// kernel sends them as it commits, so this only ends a wait for a kernel that is stuck.
+constexpr std::chrono::milliseconds kNotificationWait{1000};
 
 // EPERM and EACCES say what refused: a missing capability, or something else (refusal.h).
 Error withPermissionHint(Error error)
@@ -515,8 +519,12 @@ Result<uint32_t> NetlinkBackend::generation()
 	return generation;
 }
 
-Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
+Result<CheckedTable> NetlinkBackend::check(const Ruleset &ruleset)
 {
+	// Subscribed before the first generation is read: every commit after it is seen.
+	auto watch = ChangeWatch::open();
+	if (!watch)
+		return fail(withPermissionHint(watch.error()));
 	// A missing table (deleted by hand) differs from any ruleset: say so without encoding
 	// the ruleset. For 100,000 ranges that takes tens of MB, which a restore under a tight
 	// memory limit then needs for the commit itself.
@@ -524,30 +532,45 @@ Result<TableCheck> NetlinkBackend::check(const Ruleset &ruleset)
 	if (!exists)
 		return fail(exists.error());
 	if (!*exists)
-		return TableCheck::different;
+		return CheckedTable{TableCheck::different, std::nullopt};
 	auto encoded = encodeForKernel(ruleset);
 	if (!encoded)
 		return fail(encoded.error());
 	const std::string desired = canonicalForm(*encoded);
-	// The table is read with several dumps; a commit in between could make a mix of
-	// two versions. The generation id tells, and then we read again, a few times.
+	// The table is read with several dumps; a commit in between could make a mix of two
+	// versions. When the generation moved, the notifications say whether any of those
+	// commits touched the table: only then, or when they were lost, is it read again.
 	for (int attempt = 0; attempt < kSnapshotAttempts; attempt++) {
+		watch->forget(NFPROTO_INET, ruleset.table);
+		const uint64_t blindAt = watch->blind();
 		auto before = generation();
 		if (!before)
 			return fail(before.error());
 		auto result = matchesOnce(desired, ruleset.table);
-		const bool interrupted = !result && result.error().errnum == EINTR;
+		// EINTR: a dump interrupted; ENOENT: a set or the table gone between two dumps.
+		const bool interrupted =
+			!result && (result.error().errnum == EINTR || result.error().errnum == ENOENT);
 		if (!result && !interrupted)
 			return fail(result.error());
 		auto after = generation();
 		if (!after)
 			return fail(after.error());
-		if (!interrupted && *after == *before)
-			return *result ? TableCheck::same : TableCheck::different;
+		if (interrupted)
+			continue;
+		if (*after == *before)
+			return CheckedTable{*result ? TableCheck::same : TableCheck::different, *after};
+		auto seen = watch->reached(*after, kNotificationWait);
+		if (!seen)
+			return fail(seen.error());
+		if (*seen && !watch->changed(NFPROTO_INET, ruleset.table, blindAt)) {
+			log::debug("table inet {} read at generation {}: the commits since generation {} "
+				   "were other tables'", ruleset.table, *after, *before);
+			return CheckedTable{*result ? TableCheck::same : TableCheck::different, *after};
+		}
 	}
-	log::debug("table inet {} could not be read consistently: other commits interrupted "
+	log::debug("table inet {} could not be read consistently: commits to it interrupted "
 		   "{} reads in a row", ruleset.table, kSnapshotAttempts);
-	return TableCheck::unsettled;
+	return CheckedTable{TableCheck::unsettled, std::nullopt};
 }
 
 Result<bool> NetlinkBackend::matches(const Ruleset &ruleset)
@@ -555,10 +578,10 @@ Result<bool> NetlinkBackend::matches(const Ruleset &ruleset)
 	auto checked = check(ruleset);
 	if (!checked)
 		return fail(checked.error());
-	if (*checked == TableCheck::unsettled)
+	if (checked->verdict == TableCheck::unsettled)
 		return fail(fmt::format("table inet {} kept changing while it was being read",
 					ruleset.table), EAGAIN);
-	return *checked == TableCheck::same;
+	return checked->verdict == TableCheck::same;
 }
 
 Status NetlinkBackend::dumpSetElements(const std::string &table, const std::string &set,
@@ -595,12 +618,23 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 	}
 	snapshot.table = std::move(*found);
 
+	// The kernel counts its place in a chain or object dump among every inet table's
+	// objects, so a commit to another table could make one skip or repeat an object of ours:
+	// those fail when interrupted (EINTR: read again). Sets, their elements and rules are
+	// counted among this table's own, so only a change to it can spoil them, which check()
+	// learns from the notifications.
+	struct Tolerance {
+		Socket &socket;
+		~Tolerance() { socket.tolerateInterruptedDumps(false); }
+	} strictAfterwards{socket_};
+	socket_.tolerateInterruptedDumps(false);
 	if (auto s = dumpChains(socket_, table, snapshot.chains); !s)
 		return fail(s.error().withContext(context("chains")));
-	if (auto s = dumpSets(socket_, table, snapshot.sets); !s)
-		return fail(s.error().withContext(context("sets")));
 	if (auto s = dumpObjects(socket_, table, snapshot.objects); !s)
 		return fail(s.error().withContext(context("counters")));
+	socket_.tolerateInterruptedDumps(true);
+	if (auto s = dumpSets(socket_, table, snapshot.sets); !s)
+		return fail(s.error().withContext(context("sets")));
 
 	for (const SetPtr &set : snapshot.sets) {
 		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);

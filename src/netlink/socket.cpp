@@ -269,6 +269,7 @@ Result<Drained> Socket::drainNotifications(const std::function<void(const nlmsgh
 					   size_t maxDatagrams)
 {
 	Drained drained;
+	drained.bounded = true;
 	for (size_t read = 0; read < maxDatagrams; read++) {
 		auto got = receivePending(onMessage);
 		if (!got) {
@@ -278,8 +279,10 @@ Result<Drained> Socket::drainNotifications(const std::function<void(const nlmsgh
 			drained.overrun = true;
 			continue;
 		}
-		if (!*got)
+		if (!*got) {
+			drained.bounded = false;
 			break;
+		}
 	}
 	return drained;
 }

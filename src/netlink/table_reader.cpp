@@ -16,7 +16,7 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/netlink/monitor.h"
+#include "ip-masq-agent/netlink/change_watch.h"
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/netlink/socket.h"
@@ -197,58 +197,6 @@ struct TableKey {
 	auto operator<=>(const TableKey &) const = default;
 };
 
-// Which tables other commits changed since it was opened: nf_tables notifications.
-class ChangeWatch
-{
-public:
-	static Result<ChangeWatch> open()
-	{
-		auto socket = netlink::Socket::open();
-		if (!socket)
-			return fail(socket.error());
-		if (auto joined = socket->joinGroup(NFNLGRP_NFTABLES); !joined)
-			return fail(joined.error().withContext("watching nf_tables' changes: "));
-		(void)socket->reserveBuffers(0, 4u << 20); // best effort: an overrun means "all"
-		return ChangeWatch(std::move(*socket));
-	}
-	// Lost notifications, or ones that name no table: every table may have changed.
-	uint64_t blind()
-	{
-		drain();
-		return blind_;
-	}
-	// Whether `table` changed since forget(table) (or the start), or the watch went blind
-	// since `blindAt`.
-	bool changed(const TableKey &table, uint64_t blindAt)
-	{
-		drain();
-		return blind_ != blindAt || changed_.count(table);
-	}
-	void forget(const TableKey &table) { changed_.erase(table); }
-
-private:
-	explicit ChangeWatch(netlink::Socket socket) : socket_(std::move(socket)) {}
-	void drain()
-	{
-		auto drained = socket_.drainNotifications(
-			[this](const nlmsghdr *nlh) {
-				const NotificationSubject s = subjectOf(nlh);
-				const auto family = familyOf(s.family);
-				if (s.kind == NotificationSubject::Kind::unknown)
-					blind_++;
-				else if (s.kind == NotificationSubject::Kind::table && family)
-					changed_.insert({*family, s.table});
-			},
-			SIZE_MAX);
-		if (!drained || drained->overrun)
-			blind_++;
-	}
-
-	netlink::Socket socket_;
-	std::set<TableKey> changed_;
-	uint64_t blind_ = 0;
-};
-
 bool raced(const Error &error)
 {
 	// A dump interrupted by a commit (EINTR), an object gone in between (ENOENT).
@@ -279,7 +227,7 @@ private:
 
 	const NatReadLimits &limits_;
 	std::optional<netlink::Socket> socket_;
-	std::optional<ChangeWatch> watch_;
+	std::optional<netlink::ChangeWatch> watch_;
 	uint64_t start_ = 0; // the watch's blind count when the lists were read
 	size_t rules_ = 0, elementBudget_ = 0, bytes_ = 0;
 };
@@ -519,7 +467,7 @@ Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> c
 		if (attempt == 0) {
 			table.chains = std::move(chains); // listed with every table's, since the start
 		} else {
-			watch_->forget(key);
+			watch_->forget(nfprotoOf(key.family), key.name);
 			since = watch_->blind();
 			std::map<TableKey, std::vector<Chain>> listed;
 			s = listChains({key}, listed);
@@ -530,7 +478,7 @@ Result<Table> Reader::readConsistently(const TableKey &key, std::vector<Chain> c
 		if (!s && s.error().errnum != kOverBudget && !raced(s.error()))
 			return fail(s.error());
 		const bool overBudget = !s && s.error().errnum == kOverBudget;
-		const bool again = !overBudget && (!s || watch_->changed(key, since));
+		const bool again = !overBudget && (!s || watch_->changed(nfprotoOf(key.family), key.name, since));
 		if (s && !again)
 			return table;
 		// What the table held is given back to the budget: it is dropped.
@@ -550,7 +498,7 @@ Result<NatRuleset> Reader::read()
 	auto generation = netlink::rulesetGeneration(*socket_);
 	if (!generation)
 		return fail(generation.error());
-	auto watch = ChangeWatch::open();
+	auto watch = netlink::ChangeWatch::open();
 	if (!watch)
 		return fail(watch.error());
 	watch_.emplace(std::move(*watch));

@@ -81,13 +81,13 @@ TEST_CASE("a kernel that refuses fully-random gets the table without it, and it 
 	// Verification compares with what was really applied: the same, not "different".
 	auto checked = backend->check(ruleset);
 	REQUIRE(checked);
-	CHECK(*checked == TableCheck::same);
+	CHECK(checked->verdict == TableCheck::same);
 
 	// A later apply sends the adapted table at once (one commit, no refusal).
 	auto again = backend->apply(ruleset);
 	REQUIRE(again);
 	CHECK(*again == backend->generation().value());
-	CHECK(backend->check(ruleset).value() == TableCheck::same);
+	CHECK(backend->check(ruleset).value().verdict == TableCheck::same);
 }
 
 TEST_CASE("a kernel with fully-random keeps it (the control of the fallback test)")
@@ -153,7 +153,7 @@ TEST_CASE("an absent table is created without a delete; an existing one is repla
 	// DELTABLE, NEWTABLE) would have taken two, and made close() wait (see batch.h).
 	REQUIRE(backend->apply(ruleset));
 	CHECK(tableHandle() == marker + 1);
-	CHECK(backend->check(ruleset).value() == TableCheck::same);
+	CHECK(backend->check(ruleset).value().verdict == TableCheck::same);
 
 	// Present: replaced around its counters (replacement.h): the same table, new chains.
 	const long chain = chainHandle("postrouting");
@@ -161,5 +161,5 @@ TEST_CASE("an absent table is created without a delete; an existing one is repla
 	REQUIRE(backend->apply(ruleset));
 	CHECK(tableHandle() == marker + 1);
 	CHECK(chainHandle("postrouting") > chain);
-	CHECK(backend->check(ruleset).value() == TableCheck::same);
+	CHECK(backend->check(ruleset).value().verdict == TableCheck::same);
 }

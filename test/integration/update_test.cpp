@@ -16,6 +16,7 @@
 #include "ip-masq-agent/reconciler.h"
 #include "ip-masq-agent/ruleset.h"
 #include "ip-masq-agent/ruleset_mapping.h"
+#include "agent_process.h"
 #include "backend_support.h"
 #include "netns.h"
 
@@ -114,8 +115,9 @@ void requireUpdateParity(const std::string &name, const Ruleset &before, const R
 	CHECK(viaUpdate == runOrFail(kListTable));
 }
 
-// A backend through which another program commits right before the element update is
-// sent: after the diff was computed, before the kernel sees the batch.
+// A backend through which another program commits (a table of its own) right before each
+// of the next `interruptions` element updates is sent: after the agent knew the generation,
+// before the kernel sees the batch.
 class InterruptedBackend final : public TableBackend
 {
 public:
@@ -123,20 +125,29 @@ public:
 
 	std::vector<Error> updateErrors;
 	int updates = 0;
+	int interruptions = 0;
 
 	Result<uint32_t> apply(const Ruleset &ruleset) override { return inner_.apply(ruleset); }
 	Result<uint32_t> updateElements(const std::string &table, const ElementDiff &diff,
 					uint32_t generation) override
 	{
 		updates++;
-		runOrFail("nft add table inet someone-else");
+		if (interruptions > 0) {
+			interruptions--;
+			runOrFail(fmt::format("nft add table inet someone-else-{}", ++commits_));
+		}
 		auto result = inner_.updateElements(table, diff, generation);
 		if (!result)
 			updateErrors.push_back(result.error());
 		return result;
 	}
 	Result<uint32_t> generation() override { return inner_.generation(); }
-	Result<TableCheck> check(const Ruleset &ruleset) override { return inner_.check(ruleset); }
+	Result<CheckedTable> check(const Ruleset &ruleset) override
+	{
+		checks++;
+		return inner_.check(ruleset);
+	}
+	int checks = 0;
 	Result<std::vector<CounterValue>> readCounters(const std::string &table) override
 	{
 		return inner_.readCounters(table);
@@ -148,6 +159,7 @@ public:
 
 private:
 	NetlinkBackend &inner_;
+	int commits_ = 0; // a new table each time: adding one that exists commits nothing
 };
 
 std::string configText(const std::vector<std::string> &cidrs)
@@ -295,6 +307,41 @@ TEST_CASE("the table is kept by an element update and replaced by a rule change"
 	CHECK(matches(*backend, otherRules));
 }
 
+TEST_CASE("a read of the table that other tables' commits keep interrupting is one consistent read, at the "
+	  "generation read after it")
+{
+	auto backend = freshBackend();
+	// 16,384 ranges (every other /30 of 198.18.0.0/15): dumps of many messages, a while long.
+	std::vector<std::string> many;
+	for (int i = 0; i < 16384; i++)
+		many.push_back(fmt::format("198.{}.{}.{}/30", 18 + i / 8192, i / 32 % 256, i % 32 * 8));
+	const Ruleset ruleset = rulesetOf(many);
+	requireApplied(*backend, ruleset);
+	test::Neighbour busy("i=0; while [ $i -lt 5000 ]; do nft add table ip busy; nft delete table ip busy; "
+			     "i=$((i+1)); done", 120);
+	int spanned = 0; // reads during which someone committed
+	for (int i = 0; i < 10; i++) {
+		const uint32_t before = backend->generation().value();
+		auto checked = backend->check(ruleset);
+		INFO((checked ? "" : checked.error().message));
+		REQUIRE(checked);
+		CHECK(checked->verdict == TableCheck::same);
+		REQUIRE(checked->generation);
+		spanned += *checked->generation != before;
+	}
+	WARN(spanned << " of 10 reads spanned other tables' commits");
+	busy.stop();
+	// The generation it answers with is the kernel's, at which the table was so: an update
+	// guarded by it goes through.
+	auto checked = backend->check(ruleset);
+	REQUIRE(checked);
+	REQUIRE(checked->generation);
+	CHECK(*checked->generation == backend->generation().value());
+	const Ruleset fewer = rulesetOf(std::vector<std::string>(many.begin() + 1, many.end()));
+	REQUIRE(backend->updateElements(ruleset.table, *diffElements(ruleset, fewer), *checked->generation));
+	CHECK(matches(*backend, fewer));
+}
+
 TEST_CASE("a commit by anyone since the diff's generation makes the kernel refuse the update")
 {
 	auto backend = freshBackend();
@@ -319,41 +366,63 @@ TEST_CASE("a commit by anyone since the diff's generation makes the kernel refus
 	CHECK(matches(*backend, after));
 }
 
-TEST_CASE("the reconciler falls back to the full replacement when its update is refused")
+TEST_CASE("another program's commit before an element update: the table is read once and the update "
+	  "sent against that read; replaced only when commits keep racing the update")
 {
 	auto netlink = freshBackend();
 	InterruptedBackend backend(*netlink);
 	AgentStatus status;
 	const ConfigLocation location = ConfigLocation::file("/etc/config/ip-masq-agent");
 	Reconciler reconciler(backend, Reconciler::Settings{{}, false, location.path}, status);
-	const auto desired = [&location](const std::vector<std::string> &list) {
-		return desiredFromContent(ConfigContent::single(location.path, configText(list)),
-					  location, {}, {}, NodeAddresses{});
+	const auto desire = [&](const std::vector<std::string> &list) {
+		auto desired = desiredFromContent(ConfigContent::single(location.path, configText(list)),
+						  location, {}, {}, NodeAddresses{});
+		REQUIRE(desired);
+		reconciler.setDesired(std::move(*desired));
 	};
-	const std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
-					     "100.64.0.0/10"};
-	auto first = desired(cidrs);
-	REQUIRE(first);
-	reconciler.setDesired(std::move(*first));
+	const auto inKernel = [&](const std::vector<std::string> &list) {
+		Config config;
+		for (const std::string &text : list)
+			config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
+		return matches(*netlink, buildRuleset(config, {}));
+	};
+	std::vector<std::string> cidrs{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"};
+	desire(cidrs);
 	REQUIRE(reconciler.reconcile(SyncTrigger::startup));
-	const std::string handle = baseChainHandle();
+	const std::string chain = baseChainHandle();
+	const std::string table = tableHandle();
 
-	std::vector<std::string> next = cidrs;
-	next[1] = "172.16.0.0/13";
-	auto second = desired(next);
-	REQUIRE(second);
-	reconciler.setDesired(std::move(*second));
-	const Status synced = reconciler.reconcile(SyncTrigger::configChange);
+	// Once: refused, read, sent again against the generation of the read.
+	cidrs[1] = "172.16.0.0/13";
+	desire(cidrs);
+	backend.interruptions = 1;
+	Status synced = reconciler.reconcile(SyncTrigger::configChange);
 	INFO((synced ? "" : synced.error().message));
 	REQUIRE(synced);
-	CHECK(backend.updates == 1);
+	CHECK(backend.updates == 2);
 	REQUIRE(backend.updateErrors.size() == 1);
 	CHECK(backend.updateErrors[0].errnum == ERESTART);
-	Config config;
-	for (const std::string &text : next)
-		config.nonMasqueradeCIDRs.push_back(parsePrefix(text).value());
-	CHECK(matches(*netlink, buildRuleset(config, {})));
-	CHECK(baseChainHandle() != handle); // replaced
+	CHECK(backend.checks == 1);
+	CHECK(inKernel(cidrs));
+	CHECK(baseChainHandle() == chain); // updated in place
+	CHECK(tableHandle() == table);
+	CHECK(status.health().ok);
+
+	// Before every attempt: after the bounded number of reads and attempts, replaced.
+	cidrs[2] = "192.168.0.0/17";
+	desire(cidrs);
+	backend.updates = 0;
+	backend.checks = 0;
+	backend.updateErrors.clear();
+	backend.interruptions = 100;
+	synced = reconciler.reconcile(SyncTrigger::configChange);
+	INFO((synced ? "" : synced.error().message));
+	REQUIRE(synced);
+	CHECK(backend.updates == Reconciler::kUpdateRaces + 1);
+	CHECK(backend.checks == Reconciler::kUpdateRaces);
+	CHECK(backend.updateErrors.size() == static_cast<size_t>(Reconciler::kUpdateRaces + 1));
+	CHECK(inKernel(cidrs));
+	CHECK(baseChainHandle() != chain); // replaced
 	CHECK(status.health().ok);
 	CHECK(runOrFail("nft list tables").find("someone-else") != std::string::npos);
 }

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
 #include "scratch_dir.h"
@@ -381,6 +383,32 @@ TEST_CASE("describeConfig gives one line with every key")
 	const std::string line = describeConfig(defaultConfig({}));
 	CHECK(line == "nonMasqueradeCIDRs=[10.0.0.0/8,172.16.0.0/12,192.168.0.0/16] cidrLimit=64 "
 		      "masqLinkLocal=false masqLinkLocalIPv6=false resyncInterval=1m0s");
+}
+
+TEST_CASE("describeConfig names the operator's nonMasqueradeCIDRs and the discovered ranges apart")
+{
+	LoadedConfig loaded = parseOk("nonMasqueradeCIDRs: []\n"
+				      "nonMasqueradeDiscovery:\n"
+				      "  within: [198.18.0.0/15]\n"
+				      "  routeProtocols: [bird]\n");
+	Config &config = loaded.config;
+	// As putDiscovered adds them: after the operator's entries, marked as discovered.
+	for (int i = 0; i < 1000; i++) {
+		Prefix prefix = parsePrefix(fmt::format("198.18.{}.{}/28", i * 32 / 256, i * 32 % 256)).value();
+		prefix.origin = Origin{Origin::kDiscovered, static_cast<uint32_t>(i)};
+		config.nonMasqueradeCIDRs.push_back(prefix);
+	}
+	const std::string line = describeConfig(config);
+	INFO(line);
+	CHECK_THAT(line, Catch::StartsWith("nonMasqueradeCIDRs=[] nonMasqueradeDiscovery={within=[198.18.0.0/15] "
+					   "routeProtocols=[bird] holdDown=30s} discovered=[198.18.0.0/28,198.18.0.32/28,") &&
+				 Catch::Contains(",... (1000 entries)] cidrLimit=64 "));
+
+	config.nonMasqueradeCIDRs.insert(config.nonMasqueradeCIDRs.begin(), parsePrefix("192.0.2.0/24").value());
+	config.nonMasqueradeCIDRs.resize(3);
+	CHECK_THAT(describeConfig(config),
+		   Catch::StartsWith("nonMasqueradeCIDRs=[192.0.2.0/24] nonMasqueradeDiscovery={") &&
+			   Catch::Contains("} discovered=[198.18.0.0/28,198.18.0.32/28] cidrLimit=64 "));
 }
 
 TEST_CASE("masqueradeCIDRs and masqueradeSourceCIDRs: lists of CIDRs with their lines")

@@ -26,6 +26,7 @@
 #include "ip-masq-agent/netlink/port_owner.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/paced_thread.h"
+#include "captured_stderr.h"
 #include "scratch_dir.h"
 
 namespace {
@@ -63,41 +64,6 @@ size_t openDescriptors()
 	return n;
 }
 
-// stderr into a file while it lives; text() is what was written.
-class CapturedStderr
-{
-public:
-	CapturedStderr() : file_(std::tmpfile()), saved_(dup(STDERR_FILENO))
-	{
-		std::fflush(stderr);
-		dup2(fileno(file_), STDERR_FILENO);
-	}
-	~CapturedStderr()
-	{
-		restore();
-		std::fclose(file_);
-	}
-	std::string text()
-	{
-		restore();
-		std::string out(1 << 16, '\0');
-		const ssize_t n = pread(fileno(file_), out.data(), out.size(), 0);
-		out.resize(n > 0 ? static_cast<size_t>(n) : 0);
-		return out;
-	}
-
-private:
-	void restore()
-	{
-		std::fflush(stderr);
-		if (saved_ >= 0)
-			dup2(saved_, STDERR_FILENO), close(saved_);
-		saved_ = -1;
-	}
-	FILE *file_;
-	int saved_;
-};
-
 } // namespace
 
 void *operator new(size_t size)
@@ -120,6 +86,7 @@ void operator delete(void *p, size_t) noexcept
 }
 
 using namespace ipmasq;
+using test::CapturedStderr;
 
 TEST_CASE("out of memory inside the netlink callback: an error from the exchange, never an exception through libmnl")
 {

@@ -16,10 +16,12 @@
 #include "ip-masq-agent/ruleset_mapping.h"
 
 #include "../common/kernel_table.h"
+#include "captured_stderr.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using ipmasq::test::CapturedStderr;
 
 namespace {
 
@@ -38,9 +40,12 @@ public:
 	int applyErrno = EINVAL;
 	bool applyThrows = false; // out of memory inside the backend
 	std::vector<ElementDiff> updates; // element updates the kernel committed
+	std::vector<uint32_t> updateGuards; // the generation each update was sent against
 	int refusedUpdates = 0;
-	bool commitBeforeNextUpdate = false; // someone commits between diff and batch
+	int commitsBeforeUpdates = 0; // the next this many updates: someone commits right before
+	bool editBeforeNextUpdate = false; // someone edits our table right before the next update
 	bool deleteAfterNextApply = false;   // a writer deletes the table right after a commit
+	std::vector<Ruleset> checked; // what each check() compared the kernel's table with
 
 	Result<uint32_t> apply(const Ruleset &ruleset) override
 	{
@@ -61,9 +66,14 @@ public:
 	Result<uint32_t> updateElements(const std::string &name, const ElementDiff &diff,
 					uint32_t generation) override
 	{
-		if (commitBeforeNextUpdate) {
-			commitBeforeNextUpdate = false;
+		updateGuards.push_back(generation);
+		if (commitsBeforeUpdates > 0) {
+			commitsBeforeUpdates--;
 			gen++;
+		}
+		if (editBeforeNextUpdate) {
+			editBeforeNextUpdate = false;
+			ourTableEdited();
 		}
 		if (generation != gen) {
 			refusedUpdates++;
@@ -91,15 +101,16 @@ public:
 		return ++gen;
 	}
 	Result<uint32_t> generation() override { return gen; }
-	Result<TableCheck> check(const Ruleset &ruleset) override
+	Result<CheckedTable> check(const Ruleset &ruleset) override
 	{
 		checks++;
+		checked.push_back(ruleset);
+		TableCheck answer = table && *table == ruleset ? TableCheck::same : TableCheck::different;
 		if (!scriptedChecks.empty()) {
-			const TableCheck answer = scriptedChecks.front();
+			answer = scriptedChecks.front();
 			scriptedChecks.pop_front();
-			return answer;
 		}
-		return table && *table == ruleset ? TableCheck::same : TableCheck::different;
+		return CheckedTable{answer, answer == TableCheck::same ? std::optional(gen) : std::nullopt};
 	}
 	Result<std::vector<CounterValue>> readCounters(const std::string &) override
 	{
@@ -562,25 +573,122 @@ TEST_CASE("a change beyond elements, or a diff larger than the new sets, replace
 
 }
 
-TEST_CASE("an element update refused for a stale generation falls back to the replacement")
+TEST_CASE("someone else's commit before a change: one read confirms the table, and the change is "
+	  "an element update against that read's generation")
+{
+	Fixture f;
+	f.desire(manyCidrs(10));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	const uint32_t ours = f.kernel.gen;
+	// Another table committed (kube-proxy's); the monitor does not wake the agent for it.
+	f.kernel.otherTableCommitted();
+	CapturedStderr log;
+	f.desire(manyCidrs(200));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	const std::string text = log.text();
+	INFO(text);
+	CHECK(f.kernel.applies.size() == 1); // not replaced
+	REQUIRE(f.kernel.updates.size() == 1);
+	CHECK(f.kernel.refusedUpdates == 1); // sent against the generation of our commit first
+	REQUIRE(f.kernel.updateGuards.size() == 2);
+	CHECK(f.kernel.updateGuards[0] == ours);
+	CHECK(f.kernel.updateGuards[1] == ours + 1); // the generation the read was at
+	// One read, of what the agent last wrote (not of the new ruleset).
+	REQUIRE(f.kernel.checks == 1);
+	CHECK(f.kernel.checked.front() == f.rulesetOf(manyCidrs(10)));
+	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
+	CHECK_THAT(text, Catch::Contains("(config change)") && Catch::Contains("by an element update"));
+	CHECK(f.status.health().ok);
+	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
+	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == "0");
+
+	// A commit between the read and the update (a race): read again, sent again.
+	f.kernel.commitsBeforeUpdates = 2;
+	f.desire(manyCidrs(210));
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	CHECK(f.kernel.applies.size() == 1);
+	CHECK(f.kernel.updates.size() == 2);
+	CHECK(f.kernel.checks == 3);
+	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(210)));
+}
+
+TEST_CASE("its own table changed outside the agent before a change: replaced, and the log says why")
 {
 	Fixture f;
 	f.desire(manyCidrs(10));
 	REQUIRE(f.sync(SyncTrigger::startup));
 	f.desire(manyCidrs(200));
-	f.kernel.commitBeforeNextUpdate = true;
+	f.kernel.editBeforeNextUpdate = true; // found by the update's read, before any notification
+	CapturedStderr log;
 	REQUIRE(f.sync(SyncTrigger::configChange));
-	CHECK(f.kernel.refusedUpdates == 1);
+	const std::string text = log.text();
+	INFO(text);
 	CHECK(f.kernel.updates.empty());
+	CHECK(f.kernel.checks == 1);
 	CHECK(f.kernel.applies.size() == 2);
 	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
+	CHECK_THAT(text, Catch::Contains("applied table inet ip-masq-agent (config change)") &&
+				 Catch::Contains("by a replacement, because its table was changed outside the agent"));
+	CHECK_THAT(text, Catch::Contains("was changed or deleted outside the agent"));
+	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == "1");
 	CHECK(f.status.health().ok);
-	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
 
-	// After the replacement, updates work again.
+	// Known again: the next change is an update.
 	f.desire(manyCidrs(210));
 	REQUIRE(f.sync(SyncTrigger::configChange));
 	CHECK(f.kernel.updates.size() == 1);
+}
+
+TEST_CASE("commits that keep racing the element update: read and sent again a bounded number of "
+	  "times, then replaced, and the log says why")
+{
+	Fixture f;
+	f.desire(manyCidrs(10));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.desire(manyCidrs(200));
+	f.kernel.commitsBeforeUpdates = 1000; // someone commits right before every attempt
+	CapturedStderr log;
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	const std::string text = log.text();
+	INFO(text);
+	CHECK(f.kernel.updates.empty());
+	// The first attempt, then one read and one attempt per race.
+	CHECK(f.kernel.refusedUpdates == Reconciler::kUpdateRaces + 1);
+	CHECK(f.kernel.checks == Reconciler::kUpdateRaces);
+	CHECK(f.kernel.applies.size() == 2);
+	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
+	CHECK_THAT(text, Catch::Contains(fmt::format("by a replacement, because someone else committed {} times "
+						     "during the update", Reconciler::kUpdateRaces)));
+	CHECK(f.status.health().ok);
+	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
+	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == "0"); // nothing had drifted
+}
+
+TEST_CASE("every replacement of a new ruleset says why it was not an element update")
+{
+	Fixture f;
+	CapturedStderr log;
+	f.desire(manyCidrs(10));
+	REQUIRE(f.sync(SyncTrigger::startup));
+	f.desire(kGood); // 20 ranges removed, 1 added: more than the 2 it holds then
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	f.desire("masqLinkLocal: true\n" + kGood); // a set's comment changes too
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	f.desire("masqLinkLocal: true\nnonMasqueradeCIDRs: [192.0.2.0/24, 198.51.100.0/24]\n");
+	f.kernel.scriptedChecks = {TableCheck::unsettled};
+	f.kernel.commitsBeforeUpdates = 1;
+	REQUIRE(f.sync(SyncTrigger::configChange));
+	const std::string text = log.text();
+	INFO(text);
+	CHECK(f.kernel.updates.empty());
+	CHECK(f.kernel.applies.size() == 4);
+	CHECK_THAT(text, Catch::Contains("(start-up): 21 IPv4 intervals") &&
+				 Catch::Contains("by a replacement, because it is the agent's first write since it started"));
+	CHECK_THAT(text, Catch::Contains("by a replacement, because the change is not only in set elements"));
+	CHECK_THAT(text, Catch::Contains("by a replacement, because the update would send more elements than "
+					 "the table holds"));
+	CHECK_THAT(text, Catch::Contains("by a replacement, because other commits kept its table from being "
+					 "read consistently"));
 }
 
 TEST_CASE("after drift or adoption, the next change replaces the table")

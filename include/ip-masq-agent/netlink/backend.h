@@ -59,10 +59,13 @@ public:
 	Result<uint32_t> generation() override;
 
 	// Whether the kernel's table is exactly the desired one: table, sets, elements,
-	// chains and rules, userdata (comments) included. A missing table is different.
-	// The table is read with several dumps; when other commits interrupt them a few
-	// times in a row, the answer is TableCheck::unsettled, never an error.
-	Result<TableCheck> check(const Ruleset &ruleset) override;
+	// chains and rules, userdata (comments) included, and the generation it was so at. A
+	// missing table is different. The table is read with several dumps while a socket of
+	// its own listens to nf_tables' notifications (netlink/change_watch.h): a read that
+	// other tables' commits interrupted holds for this table at the generation read after
+	// it. When commits to the table itself (or lost notifications) spoil it a few times in
+	// a row, the answer is TableCheck::unsettled, never an error.
+	Result<CheckedTable> check(const Ruleset &ruleset) override;
 
 	// check() for tests and tools that need a yes or no: unsettled is an EAGAIN error.
 	Result<bool> matches(const Ruleset &ruleset);

@@ -57,6 +57,7 @@ enum class Protocol {
 // What drainNotifications() met besides the messages it passed on.
 struct Drained {
 	bool overrun = false; // the kernel dropped notifications (ENOBUFS): we read too slowly
+	bool bounded = false; // it stopped at its bound, not because nothing was left
 };
 
 class Socket

@@ -3,6 +3,7 @@
 // this node's addresses, handed over as desired states only.
 #include "ip-masq-agent/desired_state_source.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "ip-masq-agent/log.h"
@@ -17,12 +18,22 @@ void logMessages(std::vector<DiscoveryMessage> messages)
 		message.warning ? log::warning("{}", message.text) : log::info("{}", message.text);
 }
 
+// A line per range that comes or goes, the first kLoggedRangeChanges of each kind; a burst
+// (65,536 ranges back within the bound at once) ends with a line that counts the rest.
+constexpr size_t kLoggedRangeChanges = 20;
+
 void logRangeChanges(const DiscoveryChanges &changes)
 {
-	for (const Prefix &prefix : changes.added)
-		log::info("pod network: {} is not masqueraded from now on", prefix.toString());
-	for (const Prefix &prefix : changes.removed)
-		log::info("pod network: {} is no longer found on the node: masqueraded again", prefix.toString());
+	const auto logSome = [](const std::vector<Prefix> &prefixes, const char *one, const char *many) {
+		for (size_t i = 0; i < std::min(prefixes.size(), kLoggedRangeChanges); i++)
+			log::info("pod network: {} {}", prefixes[i].toString(), one);
+		if (prefixes.size() > kLoggedRangeChanges)
+			log::info("pod network: {} more ranges {} (the first {} are named above)",
+				  prefixes.size() - kLoggedRangeChanges, many, kLoggedRangeChanges);
+	};
+	logSome(changes.added, "is not masqueraded from now on", "are not masqueraded from now on");
+	logSome(changes.removed, "is no longer found on the node: masqueraded again",
+		"are no longer found on the node: masqueraded again");
 }
 
 } // namespace
@@ -145,8 +156,9 @@ void DesiredStateSource::followPodNetwork(const LoadedConfig &loaded, Clock::tim
 	if (next == podNetwork_->section())
 		return;
 	podNetwork_->reconfigure(next, now);
-	logMessages(podNetwork_->takeMessages());
-	logRangeChanges(podNetwork_->takeChanges(now)); // in the desired state being made
+	const DiscoveryChanges changes = podNetwork_->takeChanges(now); // in the desired state being made
+	logMessages(podNetwork_->takeMessages()); // after the changes: what taking them said too
+	logRangeChanges(changes);
 	retireIfDone();
 }
 
@@ -196,8 +208,8 @@ std::optional<DesiredState> DesiredStateSource::podNetworkTimer(Clock::time_poin
 
 std::optional<DesiredState> DesiredStateSource::podNetworkChanged(Clock::time_point now)
 {
-	logMessages(podNetwork_->takeMessages());
 	const DiscoveryChanges changes = podNetwork_->takeChanges(now);
+	logMessages(podNetwork_->takeMessages()); // after the changes: what taking them said too
 	// A config that waits for the node's addresses gets its desired state from them.
 	if (changes.empty() || !keptConfig_ || addressesAwaited_)
 		return std::nullopt;

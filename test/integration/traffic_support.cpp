@@ -2,6 +2,8 @@
 // Test support for real traffic: pod, node and external namespaces, a source-echo server.
 #include "traffic_support.h"
 
+#include "agent_process.h"
+
 #include <algorithm>
 #include <arpa/inet.h>
 #include <csignal>
@@ -87,6 +89,9 @@ void removeLinks()
 Topology::Topology()
 {
 	removeLinks(); // an earlier case's links, if its namespaces are still being freed
+	// A new node: an earlier case's agent left its table (SIGTERM keeps it), and a starting
+	// agent keeps the pod network's ranges that table holds.
+	deleteAgentTable();
 	const std::string noDad = "echo 0 > /proc/sys/net/ipv6/conf/default/accept_dad && "
 				  "echo 0 > /proc/sys/net/ipv6/conf/all/accept_dad";
 	runOrFail(noDad);

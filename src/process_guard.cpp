@@ -8,7 +8,6 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
-#include <dirent.h>
 #include <exception>
 #include <fcntl.h>
 #include <malloc.h>
@@ -19,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq::process {
 
@@ -136,10 +136,10 @@ void prepareFatalLine(int sig)
 size_t countOpenDescriptors(size_t limit)
 {
 	size_t open = 0;
-	if (DIR *dir = opendir("/proc/self/fd")) {
-		const int own = dirfd(dir);
+	if (DirStream dir = DirStream::open("/proc/self/fd"); dir.isValid()) {
+		const int own = dir.fd();
 		for (int entries = 0; entries < 1 << 20; entries++) {
-			const dirent *entry = readdir(dir);
+			const dirent *entry = dir.next();
 			if (entry == nullptr)
 				break;
 			char *end = nullptr;
@@ -147,7 +147,6 @@ size_t countOpenDescriptors(size_t limit)
 			if (end != entry->d_name && *end == '\0' && static_cast<int>(fd) != own && fd < limit)
 				open++;
 		}
-		closedir(dir);
 		return open;
 	}
 	for (size_t fd = 0; fd < std::min<size_t>(limit, 1 << 16); fd++)

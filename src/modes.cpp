@@ -3,6 +3,7 @@
 // daemon, each from the parsed options to an exit status.
 #include "ip-masq-agent/modes.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/desired_state_source.h"
@@ -179,16 +181,22 @@ namespace {
 constexpr const char *kFaultVariable = "IP_MASQ_AGENT_TEST_FAULT";
 constexpr std::string_view kFaultNoFullyRandom = "kernel-without-fully-random";
 
-// --once: read the config, make the kernel hold its ruleset, exit. No loop, no watch,
-// no timers, no signals blocked.
+// --once: read the config, make the kernel hold its ruleset, exit. No loop, no timers, no
+// signals blocked; the config is read as the daemon's first look reads it (the write
+// guard waits, bounded, for a file held open for writing).
 int applyOnce(const AgentOptions &options, TableBackend &backend)
 {
 	AgentStatus status;
 	Reconciler reconciler(backend, Reconciler::Settings{options.ruleset, false, options.config.path},
 			      status);
+	// The read lease signals SIGIO when a writer opens the file during the read, whose
+	// default action would end the process.
+	(void)std::signal(SIGIO, SIG_IGN);
+	auto content = ConfigSource::readSettled(options.config);
 	// A bad config is logged here and fails the reconcile below.
-	auto desired = desiredFromLocation(options.config, options.configFlags, options.ruleset,
-					   readNodeAddresses());
+	auto desired = content ? desiredFromReadContent(*content, options.config, options.configFlags,
+							options.ruleset, readNodeAddresses())
+			       : Result<DesiredState>(fail(content.error()));
 	if (desired)
 		reconciler.setDesired(std::move(*desired));
 	else

@@ -93,9 +93,14 @@ Result<NodeAddresses> addressesForConfig(const LoadedConfig &loaded,
 					 const Result<std::vector<NodeAddress>> &read);
 
 // The location read once (readConfigContent), loaded, given its addresses from `read`
-// (addressesForConfig), and mapped: --once and --dry-run.
+// (addressesForConfig), and mapped: --dry-run and --snat-usage.
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
 					 const RulesetOptions &options,
 					 const Result<std::vector<NodeAddress>> &read);
+// The same from content already read: --once, which reads it with the daemon's write
+// guard (ConfigSource::readSettled).
+Result<DesiredState> desiredFromReadContent(const ConfigContent &content, const ConfigLocation &location,
+					    const ConfigFlags &flags, const RulesetOptions &options,
+					    const Result<std::vector<NodeAddress>> &read);
 
 } // namespace ipmasq

@@ -535,8 +535,7 @@ void Daemon::start()
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
 	handAddressesToChecks(Clock::now());
-	conflictCheck_.start();
-	snatUsageCheck_.start();
+	startChecks();
 	readConnectionCounters();
 	resyncEvery_ = source_->resyncInterval();
 	timers_[resync] = Clock::now() + resyncEvery_;
@@ -616,8 +615,10 @@ void Daemon::act(Events &events)
 {
 	const Clock::time_point now = events.now;
 	const bool resyncDue = due(resync, now);
-	if (resyncDue)
+	if (resyncDue) {
 		timers_[resync] = now + resyncEvery_;
+		startChecks(); // those the kernel refused a thread before
+	}
 	// The addresses first: a config read in the same turn is then made with them. A resync
 	// reads them all once more (the safety net); a read due after lost notifications or a
 	// failure is retried on the timer.
@@ -650,6 +651,25 @@ void Daemon::act(Events &events)
 		log::debug("resync every {}", formatGoDuration(resyncEvery_));
 	}
 	runDueTimers(Clock::now());
+}
+
+void Daemon::startChecks()
+{
+	const auto startOne = [this](auto &check, std::string &lastRefusal, const char *label,
+				     const char *what) {
+		if (check.running())
+			return;
+		const Status started = check.start();
+		if (started && !lastRefusal.empty())
+			log::info("{} runs now: its thread started", what);
+		if (!started && started.error().message != lastRefusal)
+			log::warning("{}; the agent goes on without {}, and tries to start it again at "
+				     "each resync", started.error().message, what);
+		lastRefusal = started ? std::string() : started.error().message;
+		status_.checkThread(AgentStatus::CheckThread{label, what, lastRefusal});
+	};
+	startOne(conflictCheck_, checkRefusals_[0], "nat_conflicts", "the NAT conflict check");
+	startOne(snatUsageCheck_, checkRefusals_[1], "snat_usage", "the SNAT usage read");
 }
 
 bool Daemon::takePodNetwork(Events &events, Clock::time_point now)

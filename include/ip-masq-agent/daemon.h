@@ -107,6 +107,10 @@ private:
 	std::optional<int> waitForEvents(Events &events);
 	// Decides what the events and the deadlines due call for, and does it.
 	void act(Events &events);
+	// Starts the checks' threads that do not run yet (after the first sync, then at each
+	// resync while the kernel refuses one): a refusal is logged once per distinct message
+	// and reported (/readyz?verbose, ip_masq_agent_check_running); the agent goes on.
+	void startChecks();
 	// The reads and notices whose deadline has come (conntrack, counters, watchdog, the
 	// addresses handed to the checks).
 	void runDueTimers(Clock::time_point now);
@@ -204,6 +208,8 @@ private:
 	// How close each destination is to running out of SNAT ports, read on a thread of its
 	// own with the last desired state's ranges.
 	SnatUsageCheck snatUsageCheck_;
+	// Why each check's thread was last refused (logged once each): conflicts, SNAT usage.
+	std::array<std::string, 2> checkRefusals_;
 
 	// This node's addresses: their change notifications (none: read at each resync only)
 	// and the view they keep current, for an outputAddress subnet and for both checks.

@@ -243,22 +243,8 @@ int cleanup(NetlinkBackend &backend, const std::string &table)
 	return EXIT_SUCCESS;
 }
 
-// The nftables monitor, told to ignore the backend's own commits and to watch only the
-// agent's table; none, with a warning, when it cannot be opened: the agent still heals,
-// at the next resync.
-std::optional<NftablesMonitor> openMonitor(NetlinkBackend &backend, const std::string &table)
-{
-	auto opened = NftablesMonitor::open();
-	if (!opened) {
-		log::warning("{}; changes to the table are repaired at the next resync only",
-			     opened.error().message);
-		return std::nullopt;
-	}
-	std::optional<NftablesMonitor> monitor(std::move(*opened));
-	monitor->ignoreChangesFrom(backend.portId());
-	monitor->watchOnlyTable(table);
-	return monitor;
-}
+// The test hooks of the daemon's change monitors (netlink/socket.h).
+constexpr std::string_view kFaultMonitorsFailWhile = "monitors-fail-while:";
 
 // The health endpoint, or nullptr when --health-addr is empty. A port that cannot be bound
 // is fatal: probes would fail forever otherwise, and an exit makes the conflict visible at
@@ -286,13 +272,19 @@ int runDaemon(const AgentOptions &options, NetlinkBackend &backend)
 	if (auto reserved = process::reserveLessPerThread(); !reserved)
 		log::warning("{}; each thread reserves the default stack and arena",
 			     reserved.error().message);
-	std::optional<NftablesMonitor> monitor = openMonitor(backend, options.ruleset.table);
-	if (monitor)
-		backend.quietDuringCommits(&*monitor);
+	if (const char *fault = std::getenv(kFaultVariable);
+	    fault && std::string_view(fault).starts_with(kFaultMonitorsFailWhile))
+		netlink::failMonitorsWhileFileExists(fault + kFaultMonitorsFailWhile.size());
+	// The nftables monitor, told to ignore the backend's own commits and to watch only the
+	// agent's table; the daemon opens it (and opens it again whenever it fails).
+	NftablesMonitor monitor;
+	monitor.ignoreChangesFrom(backend.portId());
+	monitor.watchOnlyTable(options.ruleset.table);
+	backend.quietDuringCommits(&monitor);
 	// Out of memory, a sync fails and is retried; the process goes on.
 	GuardedBackend guarded(backend);
-	auto daemon = Daemon::create(DesiredStateSource::open(options), guarded,
-				     monitor ? &*monitor : nullptr, SystemdNotifier::fromEnvironment());
+	auto daemon = Daemon::create(DesiredStateSource::open(options), guarded, &monitor,
+				     SystemdNotifier::fromEnvironment());
 	if (!daemon) {
 		log::error("{}", daemon.error().message);
 		return EXIT_FAILURE;

@@ -45,7 +45,11 @@ class Daemon
 public:
 	// `source` gives the desired states, and the options they are built with (the table's
 	// name, whether it holds connection counters), which the reconciler adopts by.
-	// `monitor` may be null (then drift is found at the next resync only).
+	// `monitor` may be null (then drift is found at the next resync only); closed, it is
+	// opened here. Either monitor (nf_tables', the addresses') that cannot be opened, or
+	// fails later, is opened again on the loop's timer (kFirstMonitorReopen, doubling up
+	// to kLongestMonitorReopen), and what changed meanwhile is caught up by a full read:
+	// a check of the table, every address read.
 	// Blocks SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGIO and the signals it only logs (SIGUSR1,
 	// SIGALRM, real-time signals, ...): from here on run() reads them. Fails
 	// if the signalfd or timerfd cannot be made, with that call's errno.
@@ -83,6 +87,8 @@ private:
 		countersRead,    // the table's connection counters (kCountersReadPeriod)
 		addressRead,     // every address read again: lost notifications, a failed read
 		addressHandOver, // the followed addresses to the checks (kAddressHandOverSpacing)
+		tableMonitorReopen,   // nf_tables' change monitor opened again after a failure
+		addressMonitorReopen, // the address monitor opened again after a failure
 		watchdog,        // systemd's WATCHDOG=1
 		kTimers,
 	};
@@ -132,8 +138,22 @@ private:
 	// The reconciler told why it looks, then what it did reported on.
 	void sync(SyncTrigger trigger);
 	// The nftables monitor's notifications: true when the agent's table changed (or some
-	// were lost); another table's nudge the conflict check. A monitor that fails is dropped.
-	bool drainTableMonitor();
+	// were lost); another table's nudge the conflict check. A monitor that fails is closed
+	// and opened again on its timer (monitorDown).
+	bool drainTableMonitor(Clock::time_point now);
+	// How a monitor that failed comes back: the next delay, and the last failure (logged
+	// once per distinct message).
+	struct MonitorRecovery {
+		std::chrono::milliseconds delay;
+		std::string lastError;
+	};
+	// A monitor is down (`error` says why): schedules its reopen on `timer`.
+	void monitorDown(Timer timer, MonitorRecovery &recovery, const std::string &error,
+			 const char *consequence, Clock::time_point now);
+	// The monitors' reopens, when due. nf_tables': true when it is back (its catch-up: a
+	// sync that checks the table). The addresses': every address read once it is back.
+	bool reopenTableMonitor(Clock::time_point now);
+	void reopenAddressMonitor(Clock::time_point now);
 	// Handle the pending signals; an exit status when the daemon must stop.
 	std::optional<int> readSignals(bool &reload);
 	// A signal that would have ended the process by default, and does not here.
@@ -186,8 +206,19 @@ private:
 	// view changes with every notification, and the checks' passes are seconds apart.
 	static constexpr std::chrono::seconds kAddressHandOverSpacing{1};
 
+public:
+	// A monitor that failed is opened again after this, the delay doubling up to the
+	// longest while it keeps failing (a netlink socket the kernel refuses now, out of
+	// memory or descriptors, is a passing state).
+	static constexpr std::chrono::milliseconds kFirstMonitorReopen{100};
+	static constexpr std::chrono::milliseconds kLongestMonitorReopen{5000};
+
+private:
+
 	std::unique_ptr<DesiredStateSource> source_;
-	NftablesMonitor *monitor_; // null: none, or dropped after it failed
+	NftablesMonitor *monitor_; // null: none; closed while it is being reopened
+	MonitorRecovery tableMonitorRecovery_{kFirstMonitorReopen, {}};
+	MonitorRecovery addressMonitorRecovery_{kFirstMonitorReopen, {}};
 	AgentStatus status_;
 	Reconciler reconciler_;
 	SystemdNotifier notifier_;

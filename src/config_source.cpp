@@ -434,10 +434,10 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 		GuardedText read = readGuarded(path);
 		if (!read.text)
 			return readFailed(read.text.error(), now); // the last content stays
-		if (read.writerSeen)
-			held.push_back(path);
 		if (!*read.text)
 			continue; // gone since the listing (or --config's file is absent)
+		if (read.writerSeen)
+			held.push_back(path);
 		total += (*read.text)->size();
 		if (location_.isDirectory())
 			if (auto fits = checkConfigDirBytes(location_.path, total); !fits)

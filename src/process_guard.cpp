@@ -262,6 +262,18 @@ std::string kernelText(const std::string &path)
 	return read.outcome == FileRead::Outcome::text ? std::move(read.text) : std::string();
 }
 
+// Whether the comma-separated `list` ("rw,relatime,pids") has `item`.
+bool listHas(std::string_view list, std::string_view item)
+{
+	for (size_t at = 0; at <= list.size();) {
+		const size_t end = std::min(list.find(',', at), list.size());
+		if (list.substr(at, end - at) == item)
+			return true;
+		at = end + 1;
+	}
+	return false;
+}
+
 // This process's cgroup in the hierarchy that holds the pids controller, from
 // /proc/self/cgroup: cgroup v1's "N:...pids...:/path", else v2's "0::/path".
 std::optional<std::pair<bool, std::string>> pidsCgroupPath()
@@ -273,10 +285,10 @@ std::optional<std::pair<bool, std::string>> pidsCgroupPath()
 		const size_t first = line.find(':'), second = line.find(':', first + 1);
 		if (first == std::string::npos || second == std::string::npos)
 			continue;
-		const std::string controllers = "," + line.substr(first + 1, second - first - 1) + ",";
-		if (controllers.find(",pids,") != std::string::npos)
+		const std::string_view controllers = std::string_view(line).substr(first + 1, second - first - 1);
+		if (listHas(controllers, "pids"))
 			return std::pair{true, line.substr(second + 1)};
-		if (controllers == ",," && line.compare(0, first, "0") == 0)
+		if (controllers.empty() && line.compare(0, first, "0") == 0)
 			unified = std::pair{false, line.substr(second + 1)};
 	}
 	return unified;
@@ -296,8 +308,7 @@ std::optional<std::pair<std::string, std::string>> pidsHierarchyMount(bool v1)
 		std::string id, parent, device, root, mountPoint, type, source, options;
 		head >> id >> parent >> device >> root >> mountPoint;
 		tail >> type >> source >> options;
-		if (v1 ? type == "cgroup" && ("," + options + ",").find(",pids,") != std::string::npos
-		       : type == "cgroup2")
+		if (v1 ? type == "cgroup" && listHas(options, "pids") : type == "cgroup2")
 			return std::pair{mountPoint, root};
 	}
 	return std::nullopt;

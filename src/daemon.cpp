@@ -756,6 +756,12 @@ bool Daemon::takePodNetwork(Events &events, Clock::time_point now)
 void Daemon::sync(SyncTrigger trigger)
 {
 	(void)reconciler_.reconcile(trigger); // logged, counted and reported by the reconciler
+	// A commit after which the monitor could not join its group again closed it (the
+	// backend logged why): it comes back as after a read error.
+	if (monitor_ && !monitor_->isOpen() && !timers_[tableMonitorReopen])
+		monitorDown(tableMonitorReopen, tableMonitorRecovery_,
+			    "nf_tables' change monitor lost its subscription after a commit",
+			    "watching nf_tables for changes", Clock::now());
 	giveMemoryBack();
 	reportToSystemd();
 	conflictCheck_.nudge();

@@ -75,7 +75,16 @@ Status NftablesMonitor::pause()
 
 Status NftablesMonitor::resume()
 {
-	return socket_ ? socket_->joinGroup(NFNLGRP_NFTABLES) : Status();
+	if (!socket_)
+		return {};
+	Status joined = netlink::injectedMonitorFault();
+	if (joined)
+		joined = socket_->joinGroup(NFNLGRP_NFTABLES);
+	// Out of its group the socket would never hear again: it goes, and the caller, seeing
+	// the monitor closed, opens it again as after a read error.
+	if (!joined)
+		socket_.reset();
+	return joined;
 }
 
 Result<bool> NftablesMonitor::drain()

@@ -343,6 +343,24 @@ TEST_CASE("a change monitor's read error: reopened with a back-off, what changed
 		requireWithin([] { return tableHas("192.0.2.0/24"); }, kChangeSeen, agent, "repaired live");
 		runOrFail("nft delete table ip neighbour");
 	}
+	SECTION("nf_tables' monitor: out of its group after the agent's own commit, opened again")
+	{
+		// Each commit leaves the group and joins it again (quietDuringCommits): a join that
+		// fails leaves a socket that would never hear again.
+		const std::string retry = "watching nf_tables for changes again in";
+		dir.write("monitors-fail", "");
+		dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\noutputAddress: 198.18.1.0/24\n");
+		requireWithin([&] { return countOf(agent.log(), "nf_tables' change monitor is closed and opened "
+							       "again") == 1; },
+			      kChangeSeen, agent, "the failed subscription after the commit");
+		CHECK(tableHas("198.51.100.0/24"));
+		runOrFail("nft delete table inet ip-masq-agent");
+		requireReopenFailedSince(retry, countOf(agent.log(), retry));
+		CHECK(tableListing().empty());
+		runOrFail("rm " + fault);
+		requireWithin([] { return tableHas("198.51.100.0/24"); }, 4 * Daemon::kLongestMonitorReopen,
+			      agent, "restored after the reopen");
+	}
 	SECTION("the address monitor: an address added in the gap is followed once it is back")
 	{
 		// The subnet's lowest address is the one SNATed to.

@@ -59,7 +59,7 @@ public:
 	// anyone listens, the kernel builds one notification per set element of a commit,
 	// which doubles the cost of applying a large set. Changes made by others while
 	// paused are not reported: the caller compares ruleset generations instead.
-	// Closed, both do nothing.
+	// Closed, both do nothing. A resume that fails closes the monitor (isOpen() false).
 	Status pause();
 	Status resume();
 

@@ -335,6 +335,17 @@ void AgentStatus::snatUsageReadFailed()
 	state_.snatReadFailures++;
 }
 
+void AgentStatus::checkThread(CheckThread state)
+{
+	std::lock_guard lock(mutex_);
+	for (CheckThread &known : state_.checkThreads)
+		if (known.label == state.label) {
+			known = std::move(state);
+			return;
+		}
+	state_.checkThreads.push_back(std::move(state));
+}
+
 std::string AgentStatus::Snapshot::snatUsageText() const
 {
 	if (snatUsage)
@@ -417,6 +428,11 @@ std::vector<std::string> AgentStatus::Snapshot::verboseWarnings() const
 	if (podNetwork)
 		for (const std::string &problem : podNetwork->problems)
 			out.push_back("pod network: " + problem);
+	for (const CheckThread &check : checkThreads)
+		if (!check.refused.empty())
+			out.push_back(fmt::format("{} is not running: {}; the agent goes on without it, and "
+						  "tries to start it again at each resync", check.what,
+						  check.refused));
 	return out;
 }
 
@@ -563,6 +579,20 @@ std::string natCheckText(const AgentStatus::Snapshot &s)
 	return out;
 }
 
+// Whether each check's thread runs.
+std::string checkThreadsText(const AgentStatus::Snapshot &s)
+{
+	if (s.checkThreads.empty())
+		return {};
+	std::string out = "# HELP ip_masq_agent_check_running 1 while the check runs on its thread, 0 "
+			  "while the kernel refuses the thread (a limit on tasks: /readyz?verbose and "
+			  "the log say which).\n# TYPE ip_masq_agent_check_running gauge\n";
+	for (const AgentStatus::CheckThread &check : s.checkThreads)
+		out += fmt::format("ip_masq_agent_check_running{{check=\"{}\"}} {}\n", check.label,
+				   check.refused.empty() ? 1 : 0);
+	return out;
+}
+
 } // namespace
 
 std::string AgentStatus::Snapshot::prometheusText() const
@@ -573,7 +603,7 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
 			   IP_MASQ_AGENT_VERSION) +
 	       addressText(*this) + podNetworkText(*this) + connectionsText(connections) + conntrackText(*this) +
-	       natCheckText(*this) + snatUsageMetrics(*this);
+	       natCheckText(*this) + checkThreadsText(*this) + snatUsageMetrics(*this);
 }
 
 } // namespace ipmasq

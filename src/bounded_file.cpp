@@ -130,24 +130,19 @@ FileRead readBoundedFile(const std::string &path, size_t maxBytes)
 DirListing listRegularFiles(const std::string &dir, const std::function<bool(std::string_view)> &wanted,
 			    size_t maxFiles, size_t maxEntries)
 {
-	UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	if (!fd.isValid())
+	DirStream stream = DirStream::open(dir.c_str());
+	if (!stream.isValid())
 		return failedListing(errno == ENOENT	? DirListing::Outcome::absent
 				     : errno == ENOTDIR ? DirListing::Outcome::notDirectory
 							: DirListing::Outcome::failed,
 				     errno);
-	const int dirFd = fd.get();
-	DirHandle handle(fdopendir(dirFd));
-	if (!handle)
-		return failedListing(DirListing::Outcome::failed, errno);
-	(void)fd.release(); // closedir() closes it now
+	const int dirFd = stream.fd();
 
 	DirListing listing;
 	for (size_t seen = 0;; seen++) {
 		if (seen > maxEntries)
 			return failedListing(DirListing::Outcome::tooManyEntries);
-		errno = 0;
-		const dirent *entry = readdir(handle.get());
+		const dirent *entry = stream.next();
 		if (entry == nullptr) {
 			if (errno != 0)
 				return failedListing(DirListing::Outcome::failed, errno);

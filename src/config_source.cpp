@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <poll.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 
@@ -24,8 +25,8 @@ namespace {
 
 using Clock = ConfigSource::Clock;
 
-// IN_MODIFY only marks a write in progress: a file written in place is read once it is
-// closed (IN_CLOSE_WRITE), never half-written or truncated.
+// IN_MODIFY marks a write in progress: a file written in place is read once it is closed
+// (IN_CLOSE_WRITE), or, held open, once it stays the same (kWriterQuietWindow).
 constexpr uint32_t kDirEvents = IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |
 				IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF |
 				IN_MOVE_SELF | IN_ONLYDIR;
@@ -40,7 +41,8 @@ constexpr const char *kConfigMapDataLink = "..data";
 
 // A read lease on the file: the kernel grants it only while nobody has the file open
 // for writing, and while we hold it a writer's open() waits until we let go. So a file
-// read under a lease was complete and not being written.
+// read under a lease was not being written; one whose lease is refused is read by the
+// write guard's window.
 enum class Lease { held, fileOpenForWriting, unavailable };
 
 Lease takeReadLease(const UniqueFd &fd)
@@ -100,6 +102,39 @@ ConfigSource ConfigSource::open(ConfigLocation location)
 					     "changes are picked up at the next resync instead",
 					     ipmasq::quoted(source.dir_), std::strerror(err)));
 	return source;
+}
+
+Result<ConfigContent> ConfigSource::readSettled(ConfigLocation location, Clock::duration limit)
+{
+	// Each turn waits for the source's next deadline or an inotify event (a writer's close
+	// comes as one), whichever is first: bounded in time by `limit`, and in count by the
+	// turns a writer's events can make in that time.
+	constexpr int kMaxTurns = 100000;
+	const std::string path = location.path;
+	ConfigSource source = open(std::move(location));
+	const Clock::time_point deadline = Clock::now() + limit;
+	auto found = source.look(ConfigLook::reload, Clock::now());
+	for (int turn = 0; found && !*found && turn < kMaxTurns; turn++) {
+		const std::optional<Clock::time_point> wake = source.nextWake();
+		const Clock::time_point now = Clock::now();
+		if (!wake || now >= deadline)
+			break;
+		const auto wait = std::chrono::ceil<std::chrono::milliseconds>(std::min(*wake, deadline) - now);
+		pollfd watch{source.fd(), POLLIN, 0};
+		if (poll(&watch, source.fd() >= 0 ? 1 : 0, static_cast<int>(std::max<int64_t>(wait.count(), 0))) > 0)
+			source.onWatchEvents(Clock::now());
+		found = source.look(ConfigLook::ifDue, Clock::now());
+	}
+	if (!found)
+		return fail(found.error());
+	if (*found)
+		return std::move(**found);
+	return fail(fmt::format("{}: still being written after {} s (a process holds it open for "
+				"writing, and it changed within every {} s): nothing is read",
+				ipmasq::quoted(path),
+				std::chrono::duration_cast<std::chrono::seconds>(limit).count(),
+				kWriterQuietWindow.count()),
+		    EAGAIN);
 }
 
 void ConfigSource::warnWatch(std::string message)
@@ -196,7 +231,12 @@ void ConfigSource::noteFileEvent(const char *name, uint32_t mask, Clock::time_po
 {
 	if (mask & IN_MODIFY) {
 		writing_ = true;
-		lastWrite_ = now;
+		// A write is looked at like any change once it settles, closed or not: a writer
+		// that keeps the file open is then timed from its first write. While a quiet
+		// window runs, writes wait for its end (one read per window, however fast the
+		// writer): the read then shows the change, and the window starts again.
+		if (!written_)
+			noteChange(now);
 		return;
 	}
 	if (mask & IN_CREATE) {
@@ -207,7 +247,6 @@ void ConfigSource::noteFileEvent(const char *name, uint32_t mask, Clock::time_po
 		if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
 		    st.st_size == 0) {
 			writing_ = true;
-			lastWrite_ = now;
 			return;
 		}
 	}
@@ -269,7 +308,7 @@ bool ConfigSource::changeDue(Clock::time_point now) const
 		return true;
 	if (readRetryAt_ && now >= *readRetryAt_)
 		return true;
-	return waitingForWriterBlindly_ && now >= lastWrite_ + kWriteTimeout;
+	return written_ && now >= written_->since + kWriterQuietWindow;
 }
 
 std::optional<Clock::time_point> ConfigSource::nextWake() const
@@ -280,8 +319,8 @@ std::optional<Clock::time_point> ConfigSource::nextWake() const
 						   : std::min(lastEvent_ + kSettle, *changeSince_ + kSettleLimit));
 	if (absentSince_)
 		keepEarliest(wake, *absentSince_ + kAbsentGrace);
-	if (waitingForWriterBlindly_)
-		keepEarliest(wake, lastWrite_ + kWriteTimeout);
+	if (written_)
+		keepEarliest(wake, written_->since + kWriterQuietWindow);
 	if (readRetryAt_)
 		keepEarliest(wake, *readRetryAt_);
 	return wake;
@@ -336,33 +375,25 @@ Result<std::vector<std::string>> ConfigSource::filesToRead() const
 	return *listing ? std::move(**listing) : std::vector<std::string>();
 }
 
-std::optional<Result<std::optional<std::string>>>
-ConfigSource::readUnlessWritten(const std::string &path, Clock::time_point now)
+ConfigSource::GuardedText ConfigSource::readGuarded(const std::string &path) const
 {
 	// Look before opening, even for the lease: opening a device can have effects of its
 	// own (a tape rewinds, a watchdog arms). readConfigText() says what the path is, and
 	// never opens anything but a regular file either.
 	struct stat before {};
 	if (stat(path.c_str(), &before) != 0 || !S_ISREG(before.st_mode))
-		return readConfigText(path);
-	// Never read a file someone is writing. The lease (held until this function
-	// returns) also keeps a new writer out while we read.
+		return {readConfigText(path)};
+	// The lease (held until this function returns) keeps a new writer out while we read.
 	UniqueFd leaseFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
 	struct stat opened {};
 	if (leaseFd.isValid() && (fstat(leaseFd.get(), &opened) != 0 || opened.st_dev != before.st_dev ||
 				  opened.st_ino != before.st_ino))
 		leaseFd.reset(); // swapped since the stat: no lease, and readConfigText() looks again
 	const Lease lease = takeReadLease(leaseFd);
+	// Without a lease to tell, inotify's writes not closed yet are the only witness.
 	const bool writerSeen = lease == Lease::fileOpenForWriting ||
-		(lease == Lease::unavailable && writing_ && now < lastWrite_ + kWriteTimeout);
-	if (writerSeen) {
-		log::debug("{} is being written; reading it once it is closed", ipmasq::quoted(path));
-		// The writer's close (IN_CLOSE_WRITE) is the next change. Without a lease,
-		// inotify alone cannot tell a slow writer from a dead one: kWriteTimeout.
-		waitingForWriterBlindly_ = lease == Lease::unavailable;
-		return std::nullopt;
-	}
-	return readConfigText(path);
+				(lease == Lease::unavailable && writing_);
+	return {readConfigText(path), writerSeen};
 }
 
 void ConfigSource::redeliver()
@@ -376,8 +407,9 @@ void ConfigSource::redeliver()
 
 tl::unexpected<Error> ConfigSource::readFailed(Error error, Clock::time_point now)
 {
-	// Neither is the config known to be absent.
+	// Neither is the config known to be absent, nor is a writer's window running.
 	absentSince_.reset();
+	written_.reset();
 	// The same content back after the error is news: the caller still holds the error.
 	redeliver();
 	readRetryAt_ = now + readRetryDelay_;
@@ -388,7 +420,6 @@ tl::unexpected<Error> ConfigSource::readFailed(Error error, Clock::time_point no
 Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 {
 	using Nothing = std::optional<ConfigContent>;
-	waitingForWriterBlindly_ = false;
 	readRetryAt_.reset();
 	auto files = filesToRead();
 	if (!files)
@@ -397,25 +428,25 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 	std::optional<Stamps> stamps = stampsOf(*files);
 
 	ConfigContent content;
+	std::vector<std::string> held; // the files a writer holds open
 	size_t total = 0;
 	for (std::string &path : *files) {
-		auto text = readUnlessWritten(path, now);
-		if (!text) {
-			// It is there, so not absent; and no deadline may stay in the past, or
-			// the loop would spin until the writer is done.
-			absentSince_.reset();
-			return Nothing();
-		}
-		if (!*text)
-			return readFailed(text->error(), now); // the last content stays
-		if (!**text)
+		GuardedText read = readGuarded(path);
+		if (!read.text)
+			return readFailed(read.text.error(), now); // the last content stays
+		if (!*read.text)
 			continue; // gone since the listing (or --config's file is absent)
-		total += (**text)->size();
+		if (read.writerSeen)
+			held.push_back(path);
+		total += (*read.text)->size();
 		if (location_.isDirectory())
 			if (auto fits = checkConfigDirBytes(location_.path, total); !fits)
 				return readFailed(fits.error(), now);
-		content.files.push_back({std::move(path), std::move(***text)});
+		content.files.push_back({std::move(path), std::move(**read.text)});
 	}
+	if (!held.empty())
+		return readWhileWritten(std::move(content), std::move(stamps), std::move(held), now);
+	written_.reset();
 	deliveredStamp_ = std::move(stamps);
 	readRetryDelay_ = kReadRetryInitial;
 	if (content.files.empty())
@@ -425,6 +456,47 @@ Result<std::optional<ConfigContent>> ConfigSource::read(Clock::time_point now)
 	const ContentDigest digest = digestOf(content);
 	if (delivered_ == digest)
 		return Nothing();
+	delivered_ = digest;
+	return std::optional(std::move(content));
+}
+
+Result<std::optional<ConfigContent>> ConfigSource::readWhileWritten(ConfigContent content,
+								    std::optional<Stamps> stamps,
+								    std::vector<std::string> held,
+								    Clock::time_point now)
+{
+	using Nothing = std::optional<ConfigContent>;
+	// It is there, so not absent; and it was read, so no read is to be retried.
+	absentSince_.reset();
+	readRetryDelay_ = kReadRetryInitial;
+	std::vector<std::string> names;
+	for (const std::string &path : held)
+		names.push_back(ipmasq::quoted(path));
+	const ContentDigest digest = digestOf(content);
+	if (delivered_ == digest) {
+		// What is in force is this content already: nothing to wait for.
+		written_.reset();
+		deliveredStamp_ = std::move(stamps);
+		return Nothing();
+	}
+	if (!written_ || !stamps || written_->stamps != *stamps || !(written_->digest == digest)) {
+		// A writer still writing (or the first sight of one): the window starts now.
+		// No stamps (a stat failed) can never show the same files, so no window ends.
+		log::debug("{} {} being written (open for writing by another process): read once "
+			   "{} the same for {} s{}", fmt::join(names, ", "), held.size() == 1 ? "is" : "are",
+			   held.size() == 1 ? "it stays" : "they stay", kWriterQuietWindow.count(),
+			   written_ ? " from now (it changed)" : "");
+		written_ = WrittenRead{stamps.value_or(Stamps{}), digest, now, std::move(held)};
+		return Nothing();
+	}
+	if (now < written_->since + kWriterQuietWindow)
+		return Nothing();
+	log::warning("{}: read while another process holds {} open for writing, after {} size, time "
+		     "stamps and content stayed the same for {} s", fmt::join(names, ", "),
+		     held.size() == 1 ? "it" : "them", held.size() == 1 ? "its" : "their",
+		     kWriterQuietWindow.count());
+	written_.reset();
+	deliveredStamp_ = std::move(stamps);
 	delivered_ = digest;
 	return std::optional(std::move(content));
 }

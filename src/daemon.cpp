@@ -128,13 +128,17 @@ Result<std::unique_ptr<Daemon>> Daemon::create(std::unique_ptr<DesiredStateSourc
 	if (!timerFd.isValid())
 		return undo("timerfd");
 	// Subscribed before the first read of the addresses (in run()), so that no change is
-	// missed. Without it, an outputAddress subnet follows the node at each resync only.
+	// missed. Without it, an outputAddress subnet follows the node at each resync only,
+	// until the loop opens it (start()).
 	std::optional<AddressMonitor> addressMonitor;
 	if (auto opened = AddressMonitor::open())
 		addressMonitor.emplace(std::move(*opened));
 	else
-		log::warning("{}; an outputAddress subnet follows this node's addresses at each "
-			     "resync only", opened.error().message);
+		log::warning("{}; the loop tries again in a moment", opened.error().message);
+	// Before the first sync, for the same reason: a change right after it is seen.
+	if (monitor && !monitor->isOpen())
+		if (auto opened = monitor->reopen(); !opened)
+			log::warning("{}; the loop tries again in a moment", opened.error().message);
 	return std::unique_ptr<Daemon>(new Daemon(std::move(source), backend, monitor,
 						  std::move(notifier), std::move(signalFd),
 						  std::move(timerFd), std::move(addressMonitor)));
@@ -237,12 +241,15 @@ bool Daemon::followAddresses(Clock::time_point now)
 {
 	auto drained = addressMonitor_->drain();
 	if (!drained) {
-		log::warning("{}; an outputAddress subnet follows this node's addresses at each "
-			     "resync only", drained.error().message);
+		// The socket is of no more use, and what was queued on it is lost: the view is
+		// stale until a new subscription is in place and every address is read again
+		// (reopenAddressMonitor); a read before that would be stale at once.
 		addressMonitor_.reset();
 		addressView_.lose();
 		addressesChangedSinceHandOver_ = true;
-		scheduleAddressRead(now);
+		reportAddresses();
+		monitorDown(addressMonitorReopen, addressMonitorRecovery_, drained.error().message,
+			    "following this node's addresses", now);
 		return false;
 	}
 	bool watched = false;
@@ -258,12 +265,15 @@ bool Daemon::followAddresses(Clock::time_point now)
 			   addressMonitor_->overruns());
 		addressView_.lose();
 		addressMonitor_.reset();
-		if (auto fresh = AddressMonitor::open())
+		if (auto fresh = AddressMonitor::open()) {
 			addressMonitor_.emplace(std::move(*fresh));
-		else
-			log::warning("{}; an outputAddress subnet follows this node's addresses at each "
-				     "resync only", fresh.error().message);
-		scheduleAddressRead(now);
+			scheduleAddressRead(now);
+		} else {
+			reportAddresses();
+			monitorDown(addressMonitorReopen, addressMonitorRecovery_, fresh.error().message,
+				    "following this node's addresses", now);
+			return watched;
+		}
 	}
 	if (addressView_.state() != NodeAddressView::State::current)
 		scheduleAddressRead(now);
@@ -546,12 +556,16 @@ void Daemon::start()
 	giveMemoryBack();
 	readConntrack(); // after the first sync, which must not wait for it
 	handAddressesToChecks(Clock::now());
-	conflictCheck_.start();
-	snatUsageCheck_.start();
+	startChecks();
 	readConnectionCounters();
 	resyncEvery_ = source_->resyncInterval();
 	timers_[resync] = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
+	// Monitors that could not be opened in create() (said there) come back on their timers.
+	if (monitor_ && !monitor_->isOpen())
+		timers_[tableMonitorReopen] = Clock::now() + tableMonitorRecovery_.delay;
+	if (!addressMonitor_)
+		timers_[addressMonitorReopen] = Clock::now() + addressMonitorRecovery_.delay;
 	if (const auto period = notifier_.watchdogPeriod()) {
 		notifier_.notify("WATCHDOG=1");
 		timers_[watchdog] = Clock::now() + *period;
@@ -592,7 +606,7 @@ std::optional<int> Daemon::waitForEvents(Events &events)
 	// POLLERR on a netlink socket is an overrun (ENOBUFS), which a drain reads and reports.
 	constexpr short kReadable = POLLIN | POLLERR | POLLHUP;
 	if (fds[kMonitor].revents & kReadable)
-		events.tableChanged = drainTableMonitor();
+		events.tableChanged = drainTableMonitor(events.now);
 	// Each notification applied as it comes: only a change inside an outputAddress subnet
 	// can change the desired state.
 	if (fds[kAddresses].revents & kReadable)
@@ -606,7 +620,7 @@ std::optional<int> Daemon::waitForEvents(Events &events)
 	return std::nullopt;
 }
 
-bool Daemon::drainTableMonitor()
+bool Daemon::drainTableMonitor(Clock::time_point now)
 {
 	auto changed = monitor_->drain();
 	// Other tables matter to the conflict check only (and their churn costs it at most one
@@ -615,20 +629,75 @@ bool Daemon::drainTableMonitor()
 		conflictCheck_.nudge();
 	if (changed)
 		return *changed;
-	// Whatever drain() cannot read would make poll() return at once forever: the monitor
-	// is dropped, and the resyncs remain.
-	log::warning("{}; changes to the table are repaired at the next resync only",
-		     changed.error().message);
-	monitor_ = nullptr;
+	// Whatever drain() cannot read would make poll() return at once forever: the socket
+	// goes, with what was queued on it, and a new one comes on the timer. This sync and
+	// the one after the reopen check the table for what the lost notifications said.
+	monitor_->close();
+	monitorDown(tableMonitorReopen, tableMonitorRecovery_, changed.error().message,
+		    "watching nf_tables for changes", now);
 	return true;
+}
+
+void Daemon::monitorDown(Timer timer, MonitorRecovery &recovery, const std::string &error,
+			 const char *consequence, Clock::time_point now)
+{
+	// Said once per distinct failure: a reopen that fails the same way every 5 s is no news.
+	if (error != recovery.lastError)
+		log::warning("{}; {} again in {} ms, then a full read catches up what changed "
+			     "meanwhile", error, consequence, recovery.delay.count());
+	else
+		log::debug("{}; {} again in {} ms", error, consequence, recovery.delay.count());
+	recovery.lastError = error;
+	timers_[timer] = now + recovery.delay;
+	recovery.delay = std::min(2 * recovery.delay, kLongestMonitorReopen);
+}
+
+bool Daemon::reopenTableMonitor(Clock::time_point now)
+{
+	timers_[tableMonitorReopen].reset();
+	if (auto opened = monitor_->reopen(); !opened) {
+		monitorDown(tableMonitorReopen, tableMonitorRecovery_, opened.error().message,
+			    "watching nf_tables for changes", now);
+		return false;
+	}
+	log::info("watching nf_tables for changes again; checking table inet {} for what "
+		  "changed meanwhile", source_->rulesetOptions().table);
+	tableMonitorRecovery_ = MonitorRecovery{kFirstMonitorReopen, {}};
+	return true;
+}
+
+void Daemon::reopenAddressMonitor(Clock::time_point now)
+{
+	timers_[addressMonitorReopen].reset();
+	auto opened = AddressMonitor::open();
+	if (!opened) {
+		monitorDown(addressMonitorReopen, addressMonitorRecovery_, opened.error().message,
+			    "following this node's addresses", now);
+		return;
+	}
+	addressMonitor_.emplace(std::move(*opened));
+	log::info("following this node's addresses again; reading them all for what changed "
+		  "meanwhile");
+	addressMonitorRecovery_ = MonitorRecovery{kFirstMonitorReopen, {}};
+	// Subscribed first, read second (address_monitor.h): nothing falls in between.
+	addressView_.lose();
+	scheduleAddressRead(now);
 }
 
 void Daemon::act(Events &events)
 {
 	const Clock::time_point now = events.now;
 	const bool resyncDue = due(resync, now);
-	if (resyncDue)
+	if (resyncDue) {
 		timers_[resync] = now + resyncEvery_;
+		startChecks(); // those the kernel refused a thread before
+	}
+	// A monitor back after a failure catches up in this turn: nf_tables' by a sync that
+	// checks the table, the addresses' by the read it schedules.
+	if (due(tableMonitorReopen, now) && reopenTableMonitor(now))
+		events.tableChanged = true;
+	if (due(addressMonitorReopen, now))
+		reopenAddressMonitor(now);
 	// The addresses first: a config read in the same turn is then made with them. A resync
 	// reads them all once more (the safety net); a read due after lost notifications or a
 	// failure is retried on the timer.
@@ -663,6 +732,25 @@ void Daemon::act(Events &events)
 	runDueTimers(Clock::now());
 }
 
+void Daemon::startChecks()
+{
+	const auto startOne = [this](auto &check, std::string &lastRefusal, const char *label,
+				     const char *what) {
+		if (check.running())
+			return;
+		const Status started = check.start();
+		if (started && !lastRefusal.empty())
+			log::info("{} runs now: its thread started", what);
+		if (!started && started.error().message != lastRefusal)
+			log::warning("{}; the agent goes on without {}, and tries to start it again at "
+				     "each resync", started.error().message, what);
+		lastRefusal = started ? std::string() : started.error().message;
+		status_.checkThread(AgentStatus::CheckThread{label, what, lastRefusal});
+	};
+	startOne(conflictCheck_, checkRefusals_[0], "nat_conflicts", "the NAT conflict check");
+	startOne(snatUsageCheck_, checkRefusals_[1], "snat_usage", "the SNAT usage read");
+}
+
 bool Daemon::takePodNetwork(const Events &events, Clock::time_point now)
 {
 	const PodNetwork *podNetwork = source_->podNetwork();
@@ -693,6 +781,12 @@ bool Daemon::takePodNetwork(const Events &events, Clock::time_point now)
 void Daemon::sync(SyncTrigger trigger)
 {
 	(void)reconciler_.reconcile(trigger); // logged, counted and reported by the reconciler
+	// A commit after which the monitor could not join its group again closed it (the
+	// backend logged why): it comes back as after a read error.
+	if (monitor_ && !monitor_->isOpen() && !timers_[tableMonitorReopen])
+		monitorDown(tableMonitorReopen, tableMonitorRecovery_,
+			    "nf_tables' change monitor lost its subscription after a commit",
+			    "watching nf_tables for changes", Clock::now());
 	giveMemoryBack();
 	reportToSystemd();
 	conflictCheck_.nudge();

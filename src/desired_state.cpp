@@ -140,7 +140,15 @@ Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const C
 	auto content = readConfigContent(location);
 	if (!content)
 		return fail(content.error());
-	auto loaded = loadConfigContent(*content, flags);
+	return desiredFromReadContent(*content, location, flags, options, read, readKept);
+}
+
+Result<DesiredState> desiredFromReadContent(const ConfigContent &content, const ConfigLocation &location,
+					    const ConfigFlags &flags, const RulesetOptions &options,
+					    const Result<std::vector<NodeAddress>> &read,
+					    const KeptRangesReader &readKept)
+{
+	auto loaded = loadConfigContent(content, flags);
 	if (!loaded)
 		return fail(loaded.error());
 	auto node = addressesForConfig(*loaded, read);

@@ -518,7 +518,14 @@ Result<std::unique_ptr<HealthServer>> HealthServer::startOrThrow(const ListenAdd
 		   impl->sessions.capacity);
 	impl->accept();
 	Impl *raw = impl.get();
-	impl->thread = std::thread([raw] { raw->serve(); });
+	// Refused (a limit on tasks), the endpoint is not served: an error at start that names
+	// the limit, as for a port that cannot be bound (probes would fail without saying why).
+	auto thread = process::startThread("the health endpoint (/livez, /readyz, /healthz, /metrics)",
+					   [raw] { raw->serve(); });
+	if (!thread)
+		return fail(fmt::format("{}; or turn the endpoint off with --health-addr=",
+					thread.error().message), thread.error().errnum);
+	impl->thread = std::move(*thread);
 	return std::unique_ptr<HealthServer>(new HealthServer(std::move(impl)));
 }
 

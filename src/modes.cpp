@@ -3,6 +3,7 @@
 // daemon, each from the parsed options to an exit status.
 #include "ip-masq-agent/modes.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/config.h"
 #include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/config_source.h"
 #include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/desired_state.h"
 #include "ip-masq-agent/desired_state_source.h"
@@ -222,17 +224,23 @@ RangesBySource keptRanges(TableBackend &backend, const std::string &table)
 	return kept;
 }
 
-// --once: read the config, make the kernel hold its ruleset, exit. No loop, no watch,
-// no timers, no signals blocked.
+// --once: read the config, make the kernel hold its ruleset, exit. No loop, no timers, no
+// signals blocked; the config is read as the daemon's first look reads it (the write
+// guard waits, bounded, for a file held open for writing).
 int applyOnce(const AgentOptions &options, TableBackend &backend)
 {
 	AgentStatus status;
 	Reconciler reconciler(backend, Reconciler::Settings{options.ruleset, false, options.config.path},
 			      status);
+	// The read lease signals SIGIO when a writer opens the file during the read, whose
+	// default action would end the process.
+	(void)std::signal(SIGIO, SIG_IGN);
+	auto content = ConfigSource::readSettled(options.config);
 	// A bad config is logged here and fails the reconcile below.
-	auto desired = desiredFromLocation(options.config, options.configFlags, options.ruleset,
-					   readNodeAddresses(),
-					   [&] { return keptRanges(backend, options.ruleset.table); });
+	auto desired = content ? desiredFromReadContent(*content, options.config, options.configFlags,
+							options.ruleset, readNodeAddresses(),
+							[&] { return keptRanges(backend, options.ruleset.table); })
+			       : Result<DesiredState>(fail(content.error()));
 	if (desired)
 		reconciler.setDesired(std::move(*desired));
 	else
@@ -280,22 +288,8 @@ int cleanup(NetlinkBackend &backend, const std::string &table)
 	return EXIT_SUCCESS;
 }
 
-// The nftables monitor, told to ignore the backend's own commits and to watch only the
-// agent's table; none, with a warning, when it cannot be opened: the agent still heals,
-// at the next resync.
-std::optional<NftablesMonitor> openMonitor(NetlinkBackend &backend, const std::string &table)
-{
-	auto opened = NftablesMonitor::open();
-	if (!opened) {
-		log::warning("{}; changes to the table are repaired at the next resync only",
-			     opened.error().message);
-		return std::nullopt;
-	}
-	std::optional<NftablesMonitor> monitor(std::move(*opened));
-	monitor->ignoreChangesFrom(backend.portId());
-	monitor->watchOnlyTable(table);
-	return monitor;
-}
+// The test hooks of the daemon's change monitors (netlink/socket.h).
+constexpr std::string_view kFaultMonitorsFailWhile = "monitors-fail-while:";
 
 // The health endpoint, or nullptr when --health-addr is empty. A port that cannot be bound
 // is fatal: probes would fail forever otherwise, and an exit makes the conflict visible at
@@ -323,14 +317,20 @@ int runDaemon(const AgentOptions &options, NetlinkBackend &backend)
 	if (auto reserved = process::reserveLessPerThread(); !reserved)
 		log::warning("{}; each thread reserves the default stack and arena",
 			     reserved.error().message);
-	std::optional<NftablesMonitor> monitor = openMonitor(backend, options.ruleset.table);
-	if (monitor)
-		backend.quietDuringCommits(&*monitor);
+	if (const char *fault = std::getenv(kFaultVariable);
+	    fault && std::string_view(fault).starts_with(kFaultMonitorsFailWhile))
+		netlink::failMonitorsWhileFileExists(fault + kFaultMonitorsFailWhile.size());
+	// The nftables monitor, told to ignore the backend's own commits and to watch only the
+	// agent's table; the daemon opens it (and opens it again whenever it fails).
+	NftablesMonitor monitor;
+	monitor.ignoreChangesFrom(backend.portId());
+	monitor.watchOnlyTable(options.ruleset.table);
+	backend.quietDuringCommits(&monitor);
 	// Out of memory, a sync fails and is retried; the process goes on.
 	GuardedBackend guarded(backend);
 	const auto readKept = [&guarded, table = options.ruleset.table] { return keptRanges(guarded, table); };
 	auto daemon = Daemon::create(DesiredStateSource::open(options, readKept, routeOpener()), guarded,
-				     monitor ? &*monitor : nullptr, SystemdNotifier::fromEnvironment());
+				     &monitor, SystemdNotifier::fromEnvironment());
 	if (!daemon) {
 		log::error("{}", daemon.error().message);
 		return EXIT_FAILURE;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/process_guard.h"
 
 namespace ipmasq {
 
@@ -34,10 +35,15 @@ PacedThread::~PacedThread()
 		thread_.join();
 }
 
-void PacedThread::start()
+Status PacedThread::start()
 {
-	if (!thread_.joinable())
-		thread_ = std::thread([this] { run(); });
+	if (thread_.joinable())
+		return {};
+	auto started = process::startThread(what_, [this] { run(); });
+	if (!started)
+		return fail(started.error());
+	thread_ = std::move(*started);
+	return {};
 }
 
 void PacedThread::nudge()

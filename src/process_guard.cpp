@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The process's safety net: standard descriptors, SIGPIPE, last words on fatal signals and
-// uncaught exceptions, and the open-files limit.
+// uncaught exceptions, the open-files limit, and threads the kernel refuses.
 #include "ip-masq-agent/process_guard.h"
 
 #include <array>
@@ -8,17 +8,21 @@
 #include <csignal>
 #include <cstring>
 #include <ctime>
-#include <dirent.h>
 #include <exception>
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <optional>
+#include <sstream>
 #include <sys/resource.h>
+#include <system_error>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/bounded_file.h"
 #include "ip-masq-agent/log.h"
+#include "ip-masq-agent/unique_fd.h"
 
 namespace ipmasq::process {
 
@@ -136,10 +140,10 @@ void prepareFatalLine(int sig)
 size_t countOpenDescriptors(size_t limit)
 {
 	size_t open = 0;
-	if (DIR *dir = opendir("/proc/self/fd")) {
-		const int own = dirfd(dir);
+	if (DirStream dir = DirStream::open("/proc/self/fd"); dir.isValid()) {
+		const int own = dir.fd();
 		for (int entries = 0; entries < 1 << 20; entries++) {
-			const dirent *entry = readdir(dir);
+			const dirent *entry = dir.next();
 			if (entry == nullptr)
 				break;
 			char *end = nullptr;
@@ -147,7 +151,6 @@ size_t countOpenDescriptors(size_t limit)
 			if (end != entry->d_name && *end == '\0' && static_cast<int>(fd) != own && fd < limit)
 				open++;
 		}
-		closedir(dir);
 		return open;
 	}
 	for (size_t fd = 0; fd < std::min<size_t>(limit, 1 << 16); fd++)
@@ -247,6 +250,148 @@ Status reserveLessPerThread()
 	if (mallopt(M_MMAP_THRESHOLD, kMmapThreshold) != 1)
 		return fail(fmt::format("mallopt(M_MMAP_THRESHOLD, {}) refused", kMmapThreshold));
 	return {};
+}
+
+namespace {
+
+// A file of the kernel's (/proc, cgroupfs) as text; empty when it cannot be read.
+std::string kernelText(const std::string &path)
+{
+	constexpr size_t kMaxKernelText = 4 << 20; // mountinfo on a node with many pods
+	FileRead read = readBoundedFile(path, kMaxKernelText);
+	return read.outcome == FileRead::Outcome::text ? std::move(read.text) : std::string();
+}
+
+// Whether the comma-separated `list` ("rw,relatime,pids") has `item`.
+bool listHas(std::string_view list, std::string_view item)
+{
+	for (size_t at = 0; at <= list.size();) {
+		const size_t end = std::min(list.find(',', at), list.size());
+		if (list.substr(at, end - at) == item)
+			return true;
+		at = end + 1;
+	}
+	return false;
+}
+
+// This process's cgroup in the hierarchy that holds the pids controller, from
+// /proc/self/cgroup: cgroup v1's "N:...pids...:/path", else v2's "0::/path".
+std::optional<std::pair<bool, std::string>> pidsCgroupPath()
+{
+	std::istringstream lines(kernelText("/proc/self/cgroup"));
+	std::optional<std::pair<bool, std::string>> unified;
+	std::string line;
+	for (int n = 0; n < 64 && std::getline(lines, line); n++) {
+		const size_t first = line.find(':'), second = line.find(':', first + 1);
+		if (first == std::string::npos || second == std::string::npos)
+			continue;
+		const std::string_view controllers = std::string_view(line).substr(first + 1, second - first - 1);
+		if (listHas(controllers, "pids"))
+			return std::pair{true, line.substr(second + 1)};
+		if (controllers.empty() && line.compare(0, first, "0") == 0)
+			unified = std::pair{false, line.substr(second + 1)};
+	}
+	return unified;
+}
+
+// Where that hierarchy is mounted, and the cgroup it shows at its root (a container's
+// mount shows its own cgroup there), from /proc/self/mountinfo.
+std::optional<std::pair<std::string, std::string>> pidsHierarchyMount(bool v1)
+{
+	std::istringstream lines(kernelText("/proc/self/mountinfo"));
+	std::string line;
+	for (int n = 0; n < 100000 && std::getline(lines, line); n++) {
+		const size_t dash = line.find(" - ");
+		if (dash == std::string::npos)
+			continue;
+		std::istringstream head(line.substr(0, dash)), tail(line.substr(dash + 3));
+		std::string id, parent, device, root, mountPoint, type, source, options;
+		head >> id >> parent >> device >> root >> mountPoint;
+		tail >> type >> source >> options;
+		if (v1 ? type == "cgroup" && listHas(options, "pids") : type == "cgroup2")
+			return std::pair{mountPoint, root};
+	}
+	return std::nullopt;
+}
+
+// "the pids cgroup /PATH has pids.max N, M in use" for this process's cgroup
+// or the ancestor with the least room left; empty when none has a limit or none can be read.
+std::string pidsLimit()
+{
+	const std::optional<PidsCgroup> cgroup = findPidsCgroup();
+	if (!cgroup)
+		return {};
+	PidsCgroup at = *cgroup; // walked up, one ancestor at a time
+	std::string found;
+	long least = -1;
+	for (int depth = 0; depth < 64 && !at.path.empty(); depth++) {
+		const std::string dir = at.dir();
+		const std::string max = kernelText(dir + "/pids.max"), current = kernelText(dir + "/pids.current");
+		char *end = nullptr;
+		const long limit = std::strtol(max.c_str(), &end, 10);
+		if (end != max.c_str() && !current.empty()) {
+			const long room = limit - std::strtol(current.c_str(), nullptr, 10);
+			if (least < 0 || room < least) {
+				least = std::max(room, 0L);
+				found = fmt::format("the pids cgroup {} has pids.max {}, {} in use", at.path,
+						    limit, std::strtol(current.c_str(), nullptr, 10));
+			}
+		}
+		if (at.path == "/")
+			break;
+		const size_t slash = at.path.rfind('/');
+		at.path = slash == 0 ? "/" : at.path.substr(0, slash);
+	}
+	return found;
+}
+
+// The limits on new tasks this process can see, each with its value.
+std::string taskLimits()
+{
+	std::vector<std::string> limits;
+	if (std::string pids = pidsLimit(); !pids.empty())
+		limits.push_back(std::move(pids));
+	rlimit nproc{};
+	if (getrlimit(RLIMIT_NPROC, &nproc) == 0 && nproc.rlim_cur != RLIM_INFINITY)
+		limits.push_back(fmt::format("RLIMIT_NPROC is {} (the user's processes and threads; "
+					     "not enforced with CAP_SYS_RESOURCE)", nproc.rlim_cur));
+	std::string threadsMax = kernelText("/proc/sys/kernel/threads-max");
+	if (!threadsMax.empty() && threadsMax.back() == '\n')
+		threadsMax.pop_back();
+	if (!threadsMax.empty())
+		limits.push_back(fmt::format("kernel.threads-max is {}", threadsMax));
+	return fmt::format("{}", fmt::join(limits, "; "));
+}
+
+} // namespace
+
+std::optional<PidsCgroup> findPidsCgroup()
+{
+	const auto cgroup = pidsCgroupPath();
+	const auto mount = cgroup ? pidsHierarchyMount(cgroup->first) : std::nullopt;
+	if (!mount)
+		return std::nullopt;
+	std::string path = cgroup->second;
+	// A mount of a cgroup below the root (a container's) shows that cgroup as its "/".
+	if (mount->second != "/" && path.compare(0, mount->second.size(), mount->second) == 0)
+		path = path.substr(mount->second.size());
+	return PidsCgroup{cgroup->first, mount->first, path.empty() ? "/" : path};
+}
+
+Result<std::thread> startThread(std::string_view what, std::function<void()> body)
+{
+	try {
+		return std::thread(std::move(body));
+	} catch (const std::system_error &e) {
+		const int err = e.code().value();
+		const std::string limits = taskLimits();
+		return fail(fmt::format("cannot start the thread of {}: the kernel refused it ({}): the "
+					"process is at a limit on tasks{}{}, or its stack (1 MiB) does not "
+					"fit under the memory limits; raise the limit on tasks (the pod's "
+					"or the node's pid limit, TasksMax= in a systemd unit, ulimit -u)",
+					what, std::strerror(err), limits.empty() ? "" : ": ", limits),
+			    err);
+	}
 }
 
 } // namespace ipmasq::process

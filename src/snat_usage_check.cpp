@@ -23,10 +23,12 @@ void SnatUsageCheck::setNodeAddresses(std::shared_ptr<const NodeAddresses> addre
 	thread_.locked([&] { addresses_ = std::move(addresses); });
 }
 
-void SnatUsageCheck::start()
+Status SnatUsageCheck::start()
 {
-	thread_.start();
+	if (auto started = thread_.start(); !started)
+		return started;
 	thread_.nudge();
+	return {};
 }
 
 bool SnatUsageCheck::pass()

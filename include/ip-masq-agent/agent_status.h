@@ -63,6 +63,17 @@ public:
 	};
 	static constexpr size_t kListedRanges = 1000;
 
+	// A check the daemon runs on a thread of its own (the NAT conflict check, the SNAT
+	// usage read): running, or why the kernel refused its thread (a limit on tasks). A
+	// check that is not running is said in /readyz?verbose and by its gauge; readiness
+	// does not depend on it (the table in force does not).
+	struct CheckThread {
+		std::string label;   // the gauge's `check` label: "nat_conflicts", "snat_usage"
+		std::string what;    // in words: "the NAT conflict check"
+		std::string refused; // why its thread is not running; empty while it runs
+		bool operator==(const CheckThread &) const = default;
+	};
+
 	// Upper bounds (seconds) of the sync duration histogram's buckets.
 	static constexpr std::array<double, 12> kDurationBuckets{
 		0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -127,6 +138,8 @@ public:
 		std::optional<SnatUsage> snatUsage;
 		double snatReadUnixSeconds = 0; // the last successful read; 0: none yet
 		uint64_t snatReadFailures = 0;
+		// The checks' threads, once the daemon started (or tried to start) them.
+		std::vector<CheckThread> checkThreads;
 
 		// Findings for /readyz?verbose that do not make the agent unready: each
 		// conflict, legacy iptables nat tables that cannot be checked.
@@ -179,6 +192,9 @@ public:
 	// go until one succeeds; the failure is counted).
 	void snatUsageRead(SnatUsage usage);
 	void snatUsageReadFailed();
+	// A check's thread started, or refused (`refused` says why): replaces what was said
+	// of the same check (by its label) before.
+	void checkThread(CheckThread state);
 
 	// The loop's heartbeat, for liveness (/livez): the loop calls loopTurned() on every
 	// turn and wakes at least every kHeartbeatPeriod to do so, so a heartbeat older than

@@ -48,8 +48,8 @@ struct ConfigContent {
 	bool operator==(const ConfigContent &) const = default;
 };
 
-// Read the location once, without the daemon's watch and write guard (--once, --dry-run,
-// --explain). A missing file or directory is no file; a directory is listed and bounded
+// Read the location once, without the daemon's watch and write guard (--dry-run, --explain,
+// --snat-usage; --once reads with the guard: ConfigSource::readSettled). A missing file or directory is no file; a directory is listed and bounded
 // as config_dir.h says.
 Result<ConfigContent> readConfigContent(const ConfigLocation &location);
 

@@ -37,10 +37,10 @@ struct FileStamp {
 
 // inotify on the config's directory, or with --config-dir on that directory (and, while
 // the directory is missing, on its nearest existing ancestor, as systemd path units do),
-// the debounce, the write guard, the stamp cache, and the policy for a file that
-// vanishes. It never blocks:
-// the loop polls fd(), calls onWatchEvents() when it is readable, calls look() on every
-// turn, and wakes itself up by nextWake() at the latest.
+// the debounce, the write guard and its bound (a file held open for writing), the stamp
+// cache, and the policy for a file that vanishes. It never blocks: the loop polls fd(),
+// calls onWatchEvents() when it is readable, calls look() on every turn, and wakes itself
+// up by nextWake() at the latest. (readSettled() is the one exception, for --once.)
 //
 // The process must block or ignore SIGIO: a read lease (the write guard) signals it when
 // a writer opens the file during the few milliseconds it is being read.
@@ -62,9 +62,24 @@ public:
 	// file is applied with no pass through
 	// the defaults. At start-up an absent file means absent at once.
 	static constexpr std::chrono::seconds kAbsentGrace{2};
-	// Where read leases are unavailable, a writer that stays silent this long after its
-	// last write is presumed dead, and the file is read as it is.
-	static constexpr std::chrono::seconds kWriteTimeout{2};
+	// The write guard's bound. A file that a process holds open for writing (the read
+	// lease refused; or, where no lease can be taken, inotify's writes without a close)
+	// is read once its files' sizes, time stamps and contents have stayed the same from
+	// one read to the next this long: a writer still writing shows a change, and the
+	// window starts again from that read; the same content at both ends of the window is
+	// what is read, so a prefix a writer is still extending never passes for a shorter
+	// list. Why 5 s: a writer that is alive pauses for milliseconds between writes (an
+	// editor, kubectl cp, a shell's redirections), at most about a second when its CPU is
+	// throttled or its pages are swapped in on a loaded node; 5 s is well above that,
+	// and short against what a held-open file waited before (forever: at start, no table
+	// at all) and against the resync (60 s). A writer that pauses longer than this in the
+	// middle of a write has its partial file read; a partial file that does not parse is
+	// a bad config (the last good rules stay), one that does is applied until the writer
+	// finishes and the next change is read.
+	static constexpr std::chrono::seconds kWriterQuietWindow{5};
+	// --once waits at most this long for a file held open for writing to stay the same
+	// for a whole window; a file that keeps changing is then an error.
+	static constexpr std::chrono::seconds kSettledReadLimit{60};
 	// A read that failed (an unreadable file, a FIFO in its place, out of descriptors or
 	// memory) is tried again after this delay, doubled after each failure up to the
 	// limit: some of these causes end with no inotify event to tell (a descriptor freed,
@@ -75,6 +90,13 @@ public:
 	// Never fails: without inotify (out of instances, say) the source still works,
 	// and changes are found by the resync; takeWatchWarning() says so.
 	static ConfigSource open(ConfigLocation location);
+
+	// --once: the config read once, as the daemon's first look reads it (the write guard
+	// and its quiet window included), waiting as long as that takes but at most `limit`
+	// (an error then: the file kept changing). This one blocks: --once has no loop. The
+	// caller must block or ignore SIGIO (see above).
+	static Result<ConfigContent> readSettled(ConfigLocation location,
+						 Clock::duration limit = kSettledReadLimit);
 
 	const std::string &path() const { return location_.path; }
 	int fd() const { return inotify_.get(); }
@@ -118,12 +140,22 @@ private:
 	static std::optional<Stamps> stampsOf(const std::vector<std::string> &files);
 	// The files to read: --config's, or the directory's listing (none if it is missing).
 	Result<std::vector<std::string>> filesToRead() const;
-	// Read one file, unless a writer has it open: then nullopt, and the read waits.
+	// One file as read now: its text (nullopt: gone), and whether a writer holds it open
+	// (then it was read without the lease, and the write guard's window decides).
 	// Only a regular file is ever opened (stat() first): opening a device can have
 	// effects of its own, and readConfigText() reports what the path is instead.
-	std::optional<Result<std::optional<std::string>>> readUnlessWritten(const std::string &path,
-									 Clock::time_point now);
+	struct GuardedText {
+		Result<std::optional<std::string>> text;
+		bool writerSeen = false;
+	};
+	GuardedText readGuarded(const std::string &path) const;
 	Result<std::optional<ConfigContent>> read(Clock::time_point now);
+	// The content of files one of which a writer holds open (`held`): delivered once it
+	// was the same (stamps and digest) at the start of a window of kWriterQuietWindow.
+	Result<std::optional<ConfigContent>> readWhileWritten(ConfigContent content,
+							      std::optional<Stamps> stamps,
+							      std::vector<std::string> held,
+							      Clock::time_point now);
 	Result<std::optional<ConfigContent>> absent(Clock::time_point now);
 	// A read failed: forget what was delivered, and schedule another read.
 	tl::unexpected<Error> readFailed(Error error, Clock::time_point now);
@@ -144,11 +176,9 @@ private:
 	// The burst ended with a complete new file (see kSettle): nothing to wait for.
 	bool changeComplete_ = false;
 
-	// inotify's view of a write in progress (IN_MODIFY or a new empty file, no close yet),
-	// and whether a read waits for it without a lease to tell (then kWriteTimeout holds).
+	// inotify's view of a write in progress (IN_MODIFY or a new empty file, no close
+	// yet): the only witness of a writer where no read lease can be taken.
 	bool writing_ = false;
-	Clock::time_point lastWrite_;
-	bool waitingForWriterBlindly_ = false;
 
 	// What was last delivered, as a digest, and the stamps of the files it came from.
 	// The text itself goes to the caller and is not kept (a config of 100,000 CIDRs is
@@ -168,6 +198,15 @@ private:
 		}
 	};
 	static ContentDigest digestOf(const ConfigContent &content);
+	// The config while a writer holds one of its files open: its stamps and digest when
+	// the current quiet window started, and the files held. nullopt: no writer seen.
+	struct WrittenRead {
+		Stamps stamps;
+		ContentDigest digest;
+		Clock::time_point since;
+		std::vector<std::string> held;
+	};
+	std::optional<WrittenRead> written_;
 	std::optional<ContentDigest> delivered_;
 	std::optional<Stamps> deliveredStamp_;
 	// After a failed read: when to read again, and the delay after the next failure.

@@ -35,8 +35,10 @@ public:
 	// the SNAT usage read: the next pass uses it. Until one comes, nothing is known of them.
 	void setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses);
 	// Starts the thread (the loop calls it after its first sync: the agent's own table
-	// comes first). Without a thread nothing is checked: --once has none.
-	void start() { thread_.start(); }
+	// comes first). Without a thread nothing is checked: --once has none. A refused start
+	// (a limit on tasks) is an Error naming the limit; it may be retried.
+	Status start() { return thread_.start(); }
+	bool running() const { return thread_.running(); }
 	// Other tables changed, or the agent's was synced: a pass is due, as soon as the pace
 	// allows.
 	void nudge() { thread_.nudge(); }

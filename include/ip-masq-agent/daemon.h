@@ -45,7 +45,11 @@ class Daemon
 public:
 	// `source` gives the desired states, and the options they are built with (the table's
 	// name, whether it holds connection counters), which the reconciler adopts by.
-	// `monitor` may be null (then drift is found at the next resync only).
+	// `monitor` may be null (then drift is found at the next resync only); closed, it is
+	// opened here. Either monitor (nf_tables', the addresses') that cannot be opened, or
+	// fails later, is opened again on the loop's timer (kFirstMonitorReopen, doubling up
+	// to kLongestMonitorReopen), and what changed meanwhile is caught up by a full read:
+	// a check of the table, every address read.
 	// Blocks SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGIO and the signals it only logs (SIGUSR1,
 	// SIGALRM, real-time signals, ...): from here on run() reads them. Fails
 	// if the signalfd or timerfd cannot be made, with that call's errno.
@@ -89,6 +93,8 @@ private:
 		countersRead,    // the table's connection counters (kCountersReadPeriod)
 		addressRead,     // every address read again: lost notifications, a failed read
 		addressHandOver, // the followed addresses to the checks (kAddressHandOverSpacing)
+		tableMonitorReopen,   // nf_tables' change monitor opened again after a failure
+		addressMonitorReopen, // the address monitor opened again after a failure
 		watchdog,        // systemd's WATCHDOG=1
 		podNetworkLook,  // the pod network read and taken in (kPodNetworkCoalesce)
 		kTimers,
@@ -113,6 +119,10 @@ private:
 	std::optional<int> waitForEvents(Events &events);
 	// Decides what the events and the deadlines due call for, and does it.
 	void act(Events &events);
+	// Starts the checks' threads that do not run yet (after the first sync, then at each
+	// resync while the kernel refuses one): a refusal is logged once per distinct message
+	// and reported (/readyz?verbose, ip_masq_agent_check_running); the agent goes on.
+	void startChecks();
 	// The reads and notices whose deadline has come (conntrack, counters, watchdog, the
 	// addresses handed to the checks).
 	void runDueTimers(Clock::time_point now);
@@ -134,8 +144,22 @@ private:
 	// The reconciler told why it looks, then what it did reported on.
 	void sync(SyncTrigger trigger);
 	// The nftables monitor's notifications: true when the agent's table changed (or some
-	// were lost); another table's nudge the conflict check. A monitor that fails is dropped.
-	bool drainTableMonitor();
+	// were lost); another table's nudge the conflict check. A monitor that fails is closed
+	// and opened again on its timer (monitorDown).
+	bool drainTableMonitor(Clock::time_point now);
+	// How a monitor that failed comes back: the next delay, and the last failure (logged
+	// once per distinct message).
+	struct MonitorRecovery {
+		std::chrono::milliseconds delay;
+		std::string lastError;
+	};
+	// A monitor is down (`error` says why): schedules its reopen on `timer`.
+	void monitorDown(Timer timer, MonitorRecovery &recovery, const std::string &error,
+			 const char *consequence, Clock::time_point now);
+	// The monitors' reopens, when due. nf_tables': true when it is back (its catch-up: a
+	// sync that checks the table). The addresses': every address read once it is back.
+	bool reopenTableMonitor(Clock::time_point now);
+	void reopenAddressMonitor(Clock::time_point now);
 	// Handle the pending signals; an exit status when the daemon must stop.
 	std::optional<int> readSignals(bool &reload);
 	// A signal that would have ended the process by default, and does not here.
@@ -188,8 +212,19 @@ private:
 	// view changes with every notification, and the checks' passes are seconds apart.
 	static constexpr std::chrono::seconds kAddressHandOverSpacing{1};
 
+public:
+	// A monitor that failed is opened again after this, the delay doubling up to the
+	// longest while it keeps failing (a netlink socket the kernel refuses now, out of
+	// memory or descriptors, is a passing state).
+	static constexpr std::chrono::milliseconds kFirstMonitorReopen{100};
+	static constexpr std::chrono::milliseconds kLongestMonitorReopen{5000};
+
+private:
+
 	std::unique_ptr<DesiredStateSource> source_;
-	NftablesMonitor *monitor_; // null: none, or dropped after it failed
+	NftablesMonitor *monitor_; // null: none; closed while it is being reopened
+	MonitorRecovery tableMonitorRecovery_{kFirstMonitorReopen, {}};
+	MonitorRecovery addressMonitorRecovery_{kFirstMonitorReopen, {}};
 	AgentStatus status_;
 	Reconciler reconciler_;
 	SystemdNotifier notifier_;
@@ -210,6 +245,8 @@ private:
 	// How close each destination is to running out of SNAT ports, read on a thread of its
 	// own with the last desired state's ranges.
 	SnatUsageCheck snatUsageCheck_;
+	// Why each check's thread was last refused (logged once each): conflicts, SNAT usage.
+	std::array<std::string, 2> checkRefusals_;
 
 	// This node's addresses: their change notifications (none: read at each resync only)
 	// and the view they keep current, for an outputAddress subnet and for both checks.

@@ -103,11 +103,16 @@ using KeptRangesReader = std::function<RangesBySource()>;
 
 // The location read once (readConfigContent), loaded, given its addresses from `read`
 // (addressesForConfig), its pod network read once (withPodNetworkReadOnce, with what
-// `readKept` says the agent's table holds: --once), and mapped: --once, --dry-run and
-// --snat-usage.
+// `readKept` says the agent's table holds: --once), and mapped: --dry-run and --snat-usage.
 Result<DesiredState> desiredFromLocation(const ConfigLocation &location, const ConfigFlags &flags,
 					 const RulesetOptions &options,
 					 const Result<std::vector<NodeAddress>> &read,
 					 const KeptRangesReader &readKept = {});
+// The same from content already read: --once, which reads it with the daemon's write
+// guard (ConfigSource::readSettled).
+Result<DesiredState> desiredFromReadContent(const ConfigContent &content, const ConfigLocation &location,
+					    const ConfigFlags &flags, const RulesetOptions &options,
+					    const Result<std::vector<NodeAddress>> &read,
+					    const KeptRangesReader &readKept = {});
 
 } // namespace ipmasq

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "ip-masq-agent/error.h"
+
 namespace ipmasq {
 
 class PacedThread
@@ -39,8 +41,11 @@ public:
 	PacedThread &operator=(const PacedThread &) = delete;
 
 	// Starts the thread; the first pass runs when one is due. Without a thread nothing
-	// runs (--once has none).
-	void start();
+	// runs (--once has none). A start the kernel refuses (a limit on tasks) is an Error
+	// that names the limit (process::startThread); nothing runs then, start() may be
+	// called again later, and nudge() only marks a pass due.
+	Status start();
+	bool running() const { return thread_.joinable(); }
 	// A pass is due, as soon as the pace allows.
 	void nudge();
 

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 // The process's own safety net, set up by main() before the agent's work starts: standard
 // descriptors that are never reused by accident, no signal or abort that ends it without a
-// line in the log, and enough descriptors to run at all.
+// line in the log, enough descriptors to run at all, and threads whose refusal is an error.
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
 
 #include "ip-masq-agent/error.h"
 
@@ -52,5 +57,26 @@ DescriptorRoom descriptorRoom();
 // raises the soft RLIMIT_NOFILE as far as the hard limit when it is lower. Fails, naming
 // the limit and the fix, when even the hard limit leaves fewer than `needed`.
 Result<DescriptorRoom> ensureDescriptorRoom(size_t needed, size_t wanted);
+
+// Where this process's cgroup is in the hierarchy that holds the pids controller (cgroup
+// v1's pids hierarchy, else v2's unified one), from /proc/self/cgroup and
+// /proc/self/mountinfo: the hierarchy's mount point and the cgroup's path below it
+// ("/" for its root). nullopt when neither is mounted here.
+struct PidsCgroup {
+	bool v1 = false;
+	std::string mount;
+	std::string path;
+	// The cgroup's directory (mount + path).
+	std::string dir() const { return path == "/" ? mount : mount + path; }
+};
+std::optional<PidsCgroup> findPidsCgroup();
+
+// Starts `body` on a new thread: the one way the agent starts one (the health endpoint's,
+// the paced checks'). A start the kernel refuses (pthread_create's EAGAIN: a pids cgroup's
+// pids.max reached, RLIMIT_NPROC, kernel.threads-max, or no room for the thread's stack)
+// is an Error whose message names `what` (the thread's work) and those limits with the
+// values this process sees, never the std::system_error that std::thread throws and
+// nobody above would catch. Out of memory for the thread's state stays std::bad_alloc.
+Result<std::thread> startThread(std::string_view what, std::function<void()> body);
 
 } // namespace ipmasq::process

@@ -32,7 +32,9 @@ public:
 	// known), any translated address counts as the node's.
 	void setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses);
 	// Starts the thread (after the first sync); a read is due at once, then every period.
-	void start();
+	// A refused start (a limit on tasks) is an Error naming the limit; it may be retried.
+	Status start();
+	bool running() const { return thread_.running(); }
 
 	// A read every 10 s at least, and 60 times its CPU time: at most 1/60 of one core
 	// (1.7%), whatever conntrack holds. At 200,000 source-NATed entries a read costs about

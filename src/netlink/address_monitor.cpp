@@ -179,6 +179,8 @@ AddressMonitor::AddressMonitor(netlink::Socket socket) : socket_(std::move(socke
 
 Result<AddressMonitor> AddressMonitor::open()
 {
+	if (auto injected = netlink::injectedMonitorFault(); !injected)
+		return fail(injected.error().withContext("cannot follow the node's addresses: "));
 	auto socket = netlink::Socket::open(netlink::Protocol::route);
 	if (!socket)
 		return fail(socket.error());
@@ -193,6 +195,8 @@ Result<AddressMonitor> AddressMonitor::open()
 
 Result<AddressChanges> AddressMonitor::drain()
 {
+	if (auto injected = netlink::injectedMonitorFault(); !injected)
+		return fail(injected.error().withContext("cannot follow the node's addresses: "));
 	AddressChanges read;
 	auto drained = socket_.drainNotifications(
 		[&](const nlmsghdr *nlh) {

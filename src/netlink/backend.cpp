@@ -440,7 +440,7 @@ Result<BatchAnswer> NetlinkBackend::transactQuietly(const Batch &batch)
 		~Resume()
 		{
 			if (auto resumed = monitor->resume(); !resumed)
-				log::warning("{}; outside changes are repaired at the next resync only",
+				log::warning("{}; nf_tables' change monitor is closed and opened again",
 					     resumed.error().message);
 		}
 	} resume{quietMonitor_};

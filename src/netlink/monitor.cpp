@@ -20,20 +20,30 @@ constexpr size_t kMaxDatagramsPerDrain = 4096;
 
 } // namespace
 
-NftablesMonitor::NftablesMonitor(netlink::Socket socket) : socket_(std::move(socket)) {}
-
 Result<NftablesMonitor> NftablesMonitor::open()
 {
+	NftablesMonitor monitor;
+	if (auto opened = monitor.reopen(); !opened)
+		return fail(opened.error());
+	return monitor;
+}
+
+Status NftablesMonitor::reopen()
+{
+	socket_.reset();
+	if (auto injected = netlink::injectedMonitorFault(); !injected)
+		return fail(injected.error().withContext("cannot watch nf_tables for changes: "));
 	auto socket = netlink::Socket::open();
 	if (!socket)
-		return fail(socket.error());
+		return fail(socket.error().withContext("cannot watch nf_tables for changes: "));
 	if (auto s = socket->joinGroup(NFNLGRP_NFTABLES); !s)
 		return fail(s.error().withContext("cannot watch nf_tables for changes: "));
 	// Other components' commits queue notifications while the agent is busy (reading a
 	// large table takes a while); an overrun counts as a change to our table, so a
 	// roomy buffer spares needless verifications. Best effort: the default also works.
 	(void)socket->reserveBuffers(0, kReceiveBuffer);
-	return NftablesMonitor(std::move(*socket));
+	socket_.emplace(std::move(*socket));
+	return {};
 }
 
 NotificationSubject subjectOf(const nlmsghdr *nlh)
@@ -60,16 +70,29 @@ NotificationSubject subjectOf(const nlmsghdr *nlh)
 
 Status NftablesMonitor::pause()
 {
-	return socket_.leaveGroup(NFNLGRP_NFTABLES);
+	return socket_ ? socket_->leaveGroup(NFNLGRP_NFTABLES) : Status();
 }
 
 Status NftablesMonitor::resume()
 {
-	return socket_.joinGroup(NFNLGRP_NFTABLES);
+	if (!socket_)
+		return {};
+	Status joined = netlink::injectedMonitorFault();
+	if (joined)
+		joined = socket_->joinGroup(NFNLGRP_NFTABLES);
+	// Out of its group the socket would never hear again: it goes, and the caller, seeing
+	// the monitor closed, opens it again as after a read error.
+	if (!joined)
+		socket_.reset();
+	return joined;
 }
 
 Result<bool> NftablesMonitor::drain()
 {
+	if (!socket_)
+		return false;
+	if (auto injected = netlink::injectedMonitorFault(); !injected)
+		return fail(injected.error().withContext("cannot read nf_tables' change notifications: "));
 	bool changed = false;
 	const auto onMessage = [&](const nlmsghdr *nlh) {
 		// Every message in this group reports a change, down to the NEWGEN that
@@ -87,7 +110,7 @@ Result<bool> NftablesMonitor::drain()
 			 subject.family == NFPROTO_INET)
 			otherTablesChanged_ = true;
 	};
-	auto drained = socket_.drainNotifications(onMessage, kMaxDatagramsPerDrain);
+	auto drained = socket_->drainNotifications(onMessage, kMaxDatagramsPerDrain);
 	if (!drained)
 		return fail(drained.error());
 	// The kernel dropped notifications because we read too slowly: we cannot tell

@@ -78,20 +78,18 @@ bool holds(int procFd, const char *pid, std::string_view target, int &budget)
 	char fdDir[64];
 	if (std::snprintf(fdDir, sizeof(fdDir), "%s/fd", pid) >= int(sizeof(fdDir)))
 		return false;
-	UniqueFd fd(openat(procFd, fdDir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	DirHandle dir(fd.isValid() ? fdopendir(fd.get()) : nullptr);
-	if (!dir)
+	DirStream dir = DirStream::open(fdDir, procFd);
+	if (!dir.isValid())
 		return false;
-	(void)fd.release(); // closedir() closes it now
 	char link[64];
 	while (budget > 0) {
-		const dirent *entry = readdir(dir.get());
+		const dirent *entry = dir.next();
 		if (entry == nullptr)
 			return false;
 		if (!isNumber(entry->d_name))
 			continue;
 		budget--;
-		const ssize_t n = readlinkat(dirfd(dir.get()), entry->d_name, link, sizeof(link) - 1);
+		const ssize_t n = readlinkat(dir.fd(), entry->d_name, link, sizeof(link) - 1);
 		if (n > 0 && std::string_view(link, static_cast<size_t>(n)) == target)
 			return true;
 	}
@@ -108,17 +106,17 @@ Result<std::optional<PortOwner>> findPortOwner(uint32_t portId, const std::strin
 	if (!*inode)
 		return std::nullopt;
 	const std::string target = fmt::format("socket:[{}]", **inode);
-	DirHandle dir(opendir(proc.c_str()));
-	if (!dir) {
+	DirStream dir = DirStream::open(proc.c_str());
+	if (!dir.isValid()) {
 		const int err = errno; // before the message allocates
 		return fail(fmt::format("cannot list {}: {}", proc, std::strerror(err)), err);
 	}
 	int budget = kMaxDescriptors;
 	for (int processes = 0; processes < kMaxProcesses && budget > 0; processes++) {
-		const dirent *entry = readdir(dir.get());
+		const dirent *entry = dir.next();
 		if (entry == nullptr)
 			break;
-		if (!isNumber(entry->d_name) || !holds(dirfd(dir.get()), entry->d_name, target, budget))
+		if (!isNumber(entry->d_name) || !holds(dir.fd(), entry->d_name, target, budget))
 			continue;
 		const auto pid = static_cast<pid_t>(std::strtol(entry->d_name, nullptr, 10));
 		return PortOwner{pid, commandOf(proc, pid)};

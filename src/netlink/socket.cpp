@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nf_tables.h>
@@ -453,6 +454,23 @@ Result<BatchAnswer> Socket::collectAnswers(const Batch &batch)
 	const std::string what = fmt::format("the kernel acknowledged {} of {} messages of a batch, "
 					     "so its outcome is unknown", answers.answer.acknowledged, expected);
 	return ready == 0 ? fail(timedOut(what)) : fail(what, EPROTO);
+}
+
+namespace {
+std::string gMonitorFaultPath; // set once, before the loop starts; read by the loop only
+} // namespace
+
+void failMonitorsWhileFileExists(std::string path)
+{
+	gMonitorFaultPath = std::move(path);
+}
+
+Status injectedMonitorFault()
+{
+	if (gMonitorFaultPath.empty() || access(gMonitorFaultPath.c_str(), F_OK) != 0)
+		return {};
+	return fail(fmt::format("an injected fault (IP_MASQ_AGENT_TEST_FAULT: {} exists)",
+				gMonitorFaultPath), EIO);
 }
 
 } // namespace ipmasq::netlink

@@ -11,11 +11,13 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
+#include "ip-masq-agent/daemon.h"
 #include "ip-masq-agent/reconciler.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;
 using namespace ipmasq::test;
+using ipmasq::Daemon;
 
 namespace {
 
@@ -304,5 +306,87 @@ TEST_CASE("a writer deleting the table in a loop: restored at a bounded pace, ch
 	CHECK(cpu < 0.25 * fightSeconds);
 	CHECK(countOf(log, "changed or deleted outside the agent") == 1); // one episode
 	CHECK(agent.stop(SIGTERM) == 0);
+	deleteTable();
+}
+
+TEST_CASE("a change monitor's read error: reopened with a back-off, what changed in the gap caught up")
+{
+	// IP_MASQ_AGENT_TEST_FAULT=monitors-fail-while:FILE (netlink/socket.h): while FILE exists,
+	// each read of a monitor fails, and so does each attempt to open one again.
+	TempDir dir;
+	const std::string fault = dir.file("monitors-fail");
+	dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [192.0.2.0/24]\noutputAddress: 198.18.1.0/24\n");
+	runOrFail("ip addr replace 198.18.1.5/24 dev lo"); // there already if a run before failed
+	AgentProcess agent({"--config=" + dir.file("config"), "-v=1"},
+			   {"IP_MASQ_AGENT_TEST_FAULT=monitors-fail-while:" + fault});
+	requireWithin([] { return tableHas("198.18.1.5"); }, kChangeSeen, agent, "first apply");
+	// The gap is real: a reopen fails after the change (its retry line counted), and the
+	// change is not seen then (the resync is an hour away).
+	const auto requireReopenFailedSince = [&](const std::string &retryLine, size_t before) {
+		requireWithin([&] { return countOf(agent.log(), retryLine) > before; },
+			      4 * Daemon::kLongestMonitorReopen, agent, "a reopen failed in the gap");
+	};
+	// With nf_tables' monitor down: the table deleted in the gap, still gone after a failed
+	// reopen; the fault removed, restored by the reopen's catch-up alone.
+	const auto requireDeletedInGapRestored = [&](const std::string &range) {
+		const std::string retry = "watching nf_tables for changes again in";
+		runOrFail("nft delete table inet ip-masq-agent");
+		requireReopenFailedSince(retry, countOf(agent.log(), retry));
+		CHECK(tableListing().empty());
+		runOrFail("rm " + fault);
+		requireWithin([&] { return tableHas(range); }, 4 * Daemon::kLongestMonitorReopen, agent,
+			      "restored after the reopen");
+	};
+
+	SECTION("nf_tables' monitor: the table deleted in the gap is restored once it is back")
+	{
+		dir.write("monitors-fail", "");
+		runOrFail("nft add table ip neighbour"); // a notification: the read fails
+		requireWithin([&] { return countOf(agent.log(), "cannot read nf_tables' change "
+							       "notifications: an injected fault") == 1; },
+			      kChangeSeen, agent, "the read error");
+		requireDeletedInGapRestored("192.0.2.0/24");
+		CHECK(countOf(agent.log(), "watching nf_tables for changes again; checking table") == 1);
+		// Live again: a delete now is repaired at once, with no reopen.
+		runOrFail("nft delete table inet ip-masq-agent");
+		requireWithin([] { return tableHas("192.0.2.0/24"); }, kChangeSeen, agent, "repaired live");
+		runOrFail("nft delete table ip neighbour");
+	}
+	SECTION("nf_tables' monitor: out of its group after the agent's own commit, opened again")
+	{
+		// Each commit leaves the group and joins it again (quietDuringCommits): a join that
+		// fails leaves a socket that would never hear again.
+		dir.write("monitors-fail", "");
+		dir.write("config", kSlowResync + "nonMasqueradeCIDRs: [198.51.100.0/24]\noutputAddress: 198.18.1.0/24\n");
+		requireWithin([&] { return countOf(agent.log(), "nf_tables' change monitor is closed and opened "
+							       "again") == 1; },
+			      kChangeSeen, agent, "the failed subscription after the commit");
+		CHECK(tableHas("198.51.100.0/24"));
+		requireDeletedInGapRestored("198.51.100.0/24");
+	}
+	SECTION("the address monitor: an address added in the gap is followed once it is back")
+	{
+		// The subnet's lowest address is the one SNATed to.
+		const std::string retry = "following this node's addresses again in";
+		dir.write("monitors-fail", "");
+		runOrFail("ip addr add 192.0.2.99/32 dev lo"); // a notification: the read fails
+		requireWithin([&] { return countOf(agent.log(), "cannot follow the node's addresses: an "
+							       "injected fault") >= 1; },
+			      kChangeSeen, agent, "the read error");
+		runOrFail("ip addr add 198.18.1.3/24 dev lo");
+		requireReopenFailedSince(retry, countOf(agent.log(), retry));
+		CHECK(tableHas("198.18.1.5"));
+		runOrFail("rm " + fault);
+		requireWithin([] { return tableHas("198.18.1.3") && !tableHas("198.18.1.5"); },
+			      4 * Daemon::kLongestMonitorReopen, agent, "the new address after the reopen");
+		CHECK(countOf(agent.log(), "following this node's addresses again; reading them all") == 1);
+		// Followed live again.
+		runOrFail("ip addr add 198.18.1.2/24 dev lo");
+		requireWithin([] { return tableHas("198.18.1.2"); }, kChangeSeen, agent, "followed live");
+		runOrFail("ip addr del 198.18.1.2/24 dev lo && ip addr del 198.18.1.3/24 dev lo && "
+			  "ip addr del 192.0.2.99/32 dev lo");
+	}
+	CHECK(agent.stop(SIGTERM) == 0);
+	run("ip addr del 198.18.1.5/24 dev lo 2>/dev/null");
 	deleteTable();
 }

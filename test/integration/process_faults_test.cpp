@@ -6,14 +6,22 @@
 
 #include <csignal>
 #include <fcntl.h>
+#include <fstream>
+#include <optional>
 #include <poll.h>
+#include <sstream>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <variant>
+#include <memory>
+#include <cstring>
 
 #include "agent_process.h"
 #include "connection_flood.h"
+#include "ip-masq-agent/process_guard.h"
 #include "ip-masq-agent/unique_fd.h"
 #include "netns.h"
 
@@ -65,6 +73,65 @@ std::string readUntil(int fd, const std::string &needle)
 	}
 	return seen;
 }
+
+// A pids cgroup of the test's own, made below the test's own cgroup and removed at the end:
+// in cgroup v1's pids hierarchy, or in v2's where the test's cgroup can give its children
+// the pids controller. The agent is moved in by its wrapper before it runs (so each of its
+// threads counts), and pids.max is the real limit a pod's or a unit's pid limit sets.
+class OwnPidsCgroup
+{
+public:
+	// The cgroup, or why none can be made here (the test then says so and skips).
+	static std::variant<std::unique_ptr<OwnPidsCgroup>, std::string> make()
+	{
+		// Where this process is: the agent finds its own the same way for its messages.
+		const std::optional<ipmasq::process::PidsCgroup> own = ipmasq::process::findPidsCgroup();
+		if (!own)
+			return std::string("no cgroup hierarchy with the pids controller is mounted here");
+		if (!own->v1 && !enablePidsBelow(own->dir()))
+			return fmt::format("cgroup v2: the test's cgroup {} cannot give a child the pids "
+					   "controller (it holds processes of its own, or is not writable)",
+					   own->dir());
+		auto cgroup = std::unique_ptr<OwnPidsCgroup>(
+			new OwnPidsCgroup(fmt::format("{}/ipmasq-test-{}", own->dir(), getpid())));
+		if (mkdir(cgroup->path_.c_str(), 0755) != 0)
+			return fmt::format("cannot make a child cgroup in {}: {}", own->dir(), std::strerror(errno));
+		cgroup->made_ = true;
+		return cgroup;
+	}
+	~OwnPidsCgroup()
+	{
+		if (made_)
+			(void)rmdir(path_.c_str()); // empty once the agent is gone
+	}
+	void setMax(int tasks) const
+	{
+		std::ofstream out(path_ + "/pids.max");
+		out << tasks << std::flush;
+		REQUIRE(out.good());
+	}
+	// The agent's wrapper: moves itself into the cgroup, then becomes the agent.
+	std::vector<std::string> wrapper() const
+	{
+		return {"sh", "-c", fmt::format("echo $$ > {}/cgroup.procs && exec \"$@\"", path_), "sh"};
+	}
+
+private:
+	explicit OwnPidsCgroup(std::string path) : path_(std::move(path)) {}
+	static bool enablePidsBelow(const std::string &dir)
+	{
+		std::ifstream enabled(dir + "/cgroup.subtree_control");
+		std::string controllers((std::istreambuf_iterator<char>(enabled)), {});
+		if ((" " + controllers + " ").find(" pids") != std::string::npos)
+			return true;
+		std::ofstream out(dir + "/cgroup.subtree_control");
+		out << "+pids" << std::flush;
+		return out.good();
+	}
+
+	std::string path_;
+	bool made_ = false;
+};
 
 } // namespace
 
@@ -240,5 +307,63 @@ TEST_CASE("100,000 CIDRs under a tight address-space limit: the table is restore
 	}
 	CHECK_THAT(agent.log(), !Catch::Contains("terminate") && !Catch::Contains("fatal"));
 	CHECK(agent.stop(SIGTERM) == 0);
+	deleteAgentTable();
+}
+
+TEST_CASE("a pids limit refusing threads: a check goes, said in /readyz?verbose; the endpoint's, an exit naming the limit")
+{
+	auto made = OwnPidsCgroup::make();
+	if (auto *why = std::get_if<std::string>(&made)) {
+		WARN("SKIP: " << *why);
+		return;
+	}
+	const OwnPidsCgroup &cgroup = *std::get<std::unique_ptr<OwnPidsCgroup>>(made);
+	TempDir dir;
+	dir.write("config", "resyncInterval: 2s\nnonMasqueradeCIDRs: [192.0.2.0/24]\n");
+	const std::vector<std::string> args{"--config=" + dir.file("config"), kHealthAddr};
+
+	SECTION("room for the loop alone: the health endpoint's thread is refused, an exit that names the limit")
+	{
+		cgroup.setMax(1);
+		AgentProcess agent(args, AgentLaunch{{}, cgroup.wrapper()});
+		const int status = agent.wait(10s);
+		const std::string text = agent.log();
+		INFO("exit status " << status << "\nagent log:\n" << text);
+		CHECK(status == 1); // an error, not SIGABRT (134)
+		CHECK_THAT(text, Catch::Contains("cannot start the thread of the health endpoint") &&
+					 Catch::Contains("has pids.max 1, 1 in use") &&
+					 !Catch::Contains("terminate"));
+	}
+	SECTION("room for the endpoint too: both checks refused, the agent goes on and says so; "
+		"started once the limit allows")
+	{
+		cgroup.setMax(2);
+		AgentProcess agent(args, AgentLaunch{{}, cgroup.wrapper()});
+		const auto log = [&] { return agent.log(); };
+		requireWithin([] { return probe(kPort, "/readyz").status == 200; }, kChangeSeen, log, "ready");
+		const std::string base = fmt::format("http://127.0.0.1:{}", kPort);
+		const std::string verbose = curlGet(base + "/readyz?verbose");
+		INFO(verbose);
+		CHECK_THAT(verbose, Catch::StartsWith("200 ") &&
+					    Catch::Contains("the NAT conflict check is not running: cannot start the "
+							    "thread of the NAT conflict check") &&
+					    Catch::Contains("the SNAT usage read is not running") &&
+					    Catch::Contains("has pids.max 2, 2 in use"));
+		CHECK(metricAt(base, "ip_masq_agent_check_running{check=\"nat_conflicts\"}") == "0");
+		CHECK(metricAt(base, "ip_masq_agent_check_running{check=\"snat_usage\"}") == "0");
+		// Room for the 4 tasks docs/configuration.md says the agent needs: the next resync
+		// (every 2 s) starts them.
+		cgroup.setMax(4);
+		requireWithin([&] {
+			return metricAt(base, "ip_masq_agent_check_running{check=\"nat_conflicts\"}") == "1" &&
+			       metricAt(base, "ip_masq_agent_check_running{check=\"snat_usage\"}") == "1";
+		}, kChangeSeen, log, "both checks started at a resync");
+		CHECK_THAT(curlGet(base + "/readyz?verbose"), !Catch::Contains("is not running"));
+		CHECK_THAT(agent.log(), Catch::Contains("the NAT conflict check runs now") &&
+					       Catch::Contains("the SNAT usage read runs now") &&
+					       !Catch::Contains("terminate"));
+		requireStillWorking(agent, dir, "198.51.100.0/24", log);
+		CHECK(agent.stop(SIGTERM) == 0);
+	}
 	deleteAgentTable();
 }

@@ -354,6 +354,33 @@ TEST_CASE("NAT conflicts: a gauge once a check ran, warnings that never make it 
 	CHECK(sample(text, "ip_masq_agent_nat_check_failures_total") == "2");
 }
 
+TEST_CASE("a check whose thread the kernel refused: a gauge at 0 and a verbose warning, never unready")
+{
+	AgentStatus status;
+	status.syncSucceeded(sampleRuleset(), 3ms);
+	// Before the daemon starts its checks, no series: --once has none.
+	CHECK(status.prometheusText().find("ip_masq_agent_check_running") == std::string::npos);
+	status.checkThread({"nat_conflicts", "the NAT conflict check", "cannot start the thread: pids.max"});
+	status.checkThread({"snat_usage", "the SNAT usage read", ""});
+	std::string text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_check_running{check=\"nat_conflicts\"}") == "0");
+	CHECK(sample(text, "ip_masq_agent_check_running{check=\"snat_usage\"}") == "1");
+	CHECK_THAT(text, Catch::Contains("# TYPE ip_masq_agent_check_running gauge\n"));
+	CHECK(status.health().ok);
+	const std::vector<std::string> warnings = status.snapshot().verboseWarnings();
+	REQUIRE(warnings.size() == 1);
+	CHECK_THAT(warnings[0], Catch::StartsWith("the NAT conflict check is not running: cannot start "
+						  "the thread: pids.max") &&
+					Catch::Contains("tries to start it again at each resync"));
+	// Started at a later resync: the same series, now 1, and nothing to say.
+	status.checkThread({"nat_conflicts", "the NAT conflict check", ""});
+	text = status.prometheusText();
+	CHECK(sample(text, "ip_masq_agent_check_running{check=\"nat_conflicts\"}") == "1");
+	CHECK(text.find("ip_masq_agent_check_running{check=\"nat_conflicts\"}") ==
+	      text.rfind("ip_masq_agent_check_running{check=\"nat_conflicts\"}")); // one series
+	CHECK(status.snapshot().verboseWarnings().empty());
+}
+
 TEST_CASE("/metrics: the table's connection counters, labelled from their names")
 {
 	AgentStatus status;

@@ -13,6 +13,8 @@
 #include "ip-masq-agent/config_dir.h"
 #include "ip-masq-agent/config_location.h"
 #include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/process_guard.h"
+#include "ip-masq-agent/unique_fd.h"
 #include "scratch_dir.h"
 
 using namespace ipmasq;
@@ -332,4 +334,32 @@ TEST_CASE("listConfigDir: a directory of very many entries is refused, not scann
 	CHECK_THAT(tooMany.error().message,
 		   Catch::Contains(std::to_string(kMaxConfigDirEntries) + " entries") &&
 			   Catch::Contains(dir.path.string()));
+}
+
+TEST_CASE("DirStream: the one owner of a directory stream closes it, and says why it could not open one")
+{
+	ScratchDir dir;
+	std::ofstream(dir.path / "ip-masq-a") << "x";
+	const size_t before = process::descriptorRoom().open;
+	for (int i = 0; i < 100; i++) {
+		DirStream stream = DirStream::open(dir.path.c_str());
+		REQUIRE(stream.isValid());
+		size_t entries = 0;
+		while (stream.next() != nullptr && entries < 10)
+			entries++;
+		CHECK(entries == 3); // ".", ".." and the file
+		CHECK(errno == 0);   // the end, not an error
+		// Relative to the stream's own descriptor, as /proc/PID/fd is opened in /proc.
+		DirStream self = DirStream::open(".", stream.fd());
+		CHECK(self.isValid());
+	}
+	CHECK(process::descriptorRoom().open == before); // none left open
+
+	DirStream missing = DirStream::open((dir.path / "absent").c_str());
+	CHECK_FALSE(missing.isValid());
+	CHECK(errno == ENOENT);
+	DirStream file = DirStream::open((dir.path / "ip-masq-a").c_str());
+	CHECK_FALSE(file.isValid());
+	CHECK(errno == ENOTDIR);
+	CHECK(process::descriptorRoom().open == before);
 }

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <poll.h>
@@ -16,6 +17,7 @@
 
 using namespace ipmasq;
 using ipmasq::test::ScratchDir;
+using ipmasq::UniqueFd;
 using namespace std::chrono_literals;
 using Clock = ConfigSource::Clock;
 
@@ -218,19 +220,91 @@ TEST_CASE("config source: a directory deleted and re-created is watched again")
 	CHECK_FALSE(source.takeWatchWarning());
 }
 
-TEST_CASE("config source: a file open for writing is not read until it is closed")
+TEST_CASE("config source: a file open for writing is not read before its window, and read at its close")
 {
 	SourceFixture f("a");
 	{
 		std::ofstream writer(f.file, std::ios::trunc);
 		writer << "half" << std::flush;
 		f.source.onWatchEvents(f.now);
-		// Long after inotify's own timeout: the lease still sees the writer.
-		f.now += ConfigSource::kWriteTimeout + 1s;
+		CHECK(f.look(ConfigLook::reload) == "nothing"); // the lease sees the writer
+		REQUIRE(f.source.nextWake());
+		CHECK(*f.source.nextWake() == f.now + ConfigSource::kWriterQuietWindow);
+		f.now += ConfigSource::kWriterQuietWindow - 1ms;
+		CHECK(f.look(ConfigLook::ifDue) == "nothing");
 		CHECK(f.look(ConfigLook::reload) == "nothing");
 		writer << " and whole";
 	}
+	// The close is a change like any other: read at once, under the lease.
 	CHECK(f.settled() == "text:half and whole");
+	CHECK_FALSE(f.source.nextWake());
+}
+
+TEST_CASE("config source: a file held open for writing and left alone is read after the quiet window")
+{
+	SourceFixture f("a");
+	// `exec 3>>config` in a shell: open for writing, nothing written, never closed.
+	UniqueFd holder(open(f.file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+	REQUIRE(holder.isValid());
+	// The held file is what is in force: nothing to wait for, no window.
+	CHECK(f.look(ConfigLook::reload) == "nothing");
+	CHECK_FALSE(f.source.nextWake());
+
+	// Edited in place by someone else while it stays held: the change is seen, and read
+	// once the window shows it unchanged.
+	std::ofstream(f.file, std::ios::trunc) << "b";
+	CHECK(f.settled() == "nothing");
+	const auto windowEnd = f.source.nextWake();
+	REQUIRE(windowEnd);
+	CHECK(*windowEnd == f.now + ConfigSource::kWriterQuietWindow);
+	f.now = *windowEnd - 1ms;
+	CHECK(f.look(ConfigLook::ifDue) == "nothing");
+	f.now = *windowEnd;
+	CHECK(f.look(ConfigLook::ifDue) == "text:b");
+	CHECK_FALSE(f.source.nextWake());
+	CHECK(f.look(ConfigLook::reload) == "nothing");
+}
+
+TEST_CASE("config source: held open from the start, the file is read after the window (no wait without a bound)")
+{
+	ScratchDir dir;
+	const auto file = dir.path / "config";
+	writeAtomically(file, "a");
+	UniqueFd holder(open(file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+	REQUIRE(holder.isValid());
+	ConfigSource source = ConfigSource::open(ConfigLocation::file(file.string()));
+	const Clock::time_point start = Clock::now();
+	CHECK(yielded(source.look(ConfigLook::reload, start)) == "nothing");
+	// A deadline the loop wakes for, not "when the writer closes it".
+	REQUIRE(source.nextWake());
+	CHECK(*source.nextWake() == start + ConfigSource::kWriterQuietWindow);
+	CHECK(yielded(source.look(ConfigLook::ifDue, *source.nextWake())) == "text:a");
+}
+
+TEST_CASE("config source: a writer that truncates and writes slowly is never read half-way")
+{
+	SourceFixture f("nonMasqueradeCIDRs: [192.0.2.0/24, 198.51.100.0/24]");
+	const std::string whole = "nonMasqueradeCIDRs:\n- 192.0.2.0/24\n- 198.51.100.0/24\n";
+	std::ofstream writer(f.file, std::ios::trunc);
+	f.source.onWatchEvents(f.now);
+	// A byte per step, each step a whole window later: every read shows a change. The
+	// prefixes include valid shorter lists ("- 192.0.2.0/24\n"): none may come out.
+	for (size_t written = 0; written < whole.size(); written++) {
+		writer << whole[written] << std::flush;
+		f.source.onWatchEvents(f.now);
+		const auto wake = f.source.nextWake();
+		REQUIRE(wake);
+		f.now = std::max(f.now, *wake);
+		INFO("after " << written + 1 << " bytes");
+		REQUIRE(f.look(ConfigLook::ifDue) == "nothing");
+	}
+	// Done writing, still held: the window started by the read of the last byte ends
+	// with the file unchanged, and the whole file is read.
+	REQUIRE(f.source.nextWake());
+	f.now = *f.source.nextWake() - 1ms;
+	CHECK(f.look(ConfigLook::ifDue) == "nothing");
+	f.now += 1ms;
+	CHECK(f.look(ConfigLook::ifDue) == "text:" + whole);
 }
 
 TEST_CASE("config source: no deadline stays in the past (the loop would spin)")
@@ -352,11 +426,38 @@ TEST_CASE("config source, --config-dir: a file open for writing holds the whole 
 		std::ofstream writer(f.dir.path / "ip-masq-b", std::ios::trunc);
 		writer << "half" << std::flush;
 		f.source.onWatchEvents(f.now);
-		f.now += ConfigSource::kWriteTimeout + 1s;
 		CHECK(f.look(ConfigLook::reload) == "nothing");
+		f.now += ConfigSource::kWriterQuietWindow - 1ms;
+		CHECK(f.look(ConfigLook::ifDue) == "nothing");
 		writer << " and whole";
 	}
 	CHECK(f.settled() == "files:ip-masq-a=1,ip-masq-b=half and whole");
+}
+
+TEST_CASE("config source, --config-dir: one file held open for writing, the directory is read after the window")
+{
+	SourceFixture f(SourceFixture::Watch::directory);
+	writeAtomically(f.dir.path / "ip-masq-a", "1");
+	writeAtomically(f.dir.path / "ip-masq-b", "2");
+	UniqueFd holder(open((f.dir.path / "ip-masq-b").c_str(), O_WRONLY | O_APPEND | O_CLOEXEC));
+	REQUIRE(holder.isValid());
+	CHECK(f.look(ConfigLook::reload) == "nothing");
+	REQUIRE(f.source.nextWake());
+	f.now = *f.source.nextWake();
+	CHECK(f.look(ConfigLook::ifDue) == "files:ip-masq-a=1,ip-masq-b=2");
+	// Another file changing meanwhile restarts the window: the whole directory is one read.
+	writeAtomically(f.dir.path / "ip-masq-a", "3");
+	CHECK(f.settled() == "nothing");
+	REQUIRE(f.source.nextWake());
+	const auto windowEnd = *f.source.nextWake();
+	writeAtomically(f.dir.path / "ip-masq-a", "4");
+	f.source.onWatchEvents(f.now);
+	f.now += ConfigSource::kSettle;
+	CHECK(f.look(ConfigLook::ifDue) == "nothing");
+	REQUIRE(f.source.nextWake());
+	CHECK(*f.source.nextWake() > windowEnd); // started again
+	f.now = *f.source.nextWake();
+	CHECK(f.look(ConfigLook::ifDue) == "files:ip-masq-a=4,ip-masq-b=2");
 }
 
 TEST_CASE("config source, --config-dir: a missing directory is absent, and watched for")

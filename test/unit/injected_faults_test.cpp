@@ -156,7 +156,7 @@ TEST_CASE("a paced thread whose passes throw goes on, and logs what failed")
 				return false;
 			}
 		});
-		thread.start();
+		REQUIRE(thread.start());
 		thread.nudge();
 		// Each failed pass is due again at once: the fourth comes without a nudge.
 		for (int i = 0; i < 10000 && passes < 4; i++)

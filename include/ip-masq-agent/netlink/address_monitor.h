@@ -13,7 +13,7 @@
 //
 // When the kernel drops notifications (drain() says `overrun`), that no longer holds: the
 // caller opens a new monitor (a fresh subscription, whose queue holds nothing older) and
-// reads again.
+// reads again. The same after a read error (drain() fails): the socket is of no more use.
 #pragma once
 
 #include <cstddef>

@@ -32,8 +32,19 @@ class NftablesMonitor
 public:
 	// A socket subscribed to NFNLGRP_NFTABLES.
 	static Result<NftablesMonitor> open();
+	// A monitor without its socket: what open() would give, once reopen() succeeds.
+	// Its settings (ignoreChangesFrom(), watchOnlyTable()) are kept across reopens.
+	NftablesMonitor() = default;
 
-	int fd() const { return socket_.fd(); }
+	// -1 while it is closed.
+	int fd() const { return socket_ ? socket_->fd() : -1; }
+	bool isOpen() const { return socket_.has_value(); }
+
+	// After a read error the socket is of no more use: close() drops it (and every
+	// notification queued on it), reopen() subscribes a new one. What changed in between
+	// is not reported: the caller checks the table once the new subscription is in place.
+	void close() { socket_.reset(); }
+	Status reopen();
 
 	// Notifications caused by this port id (the agent's own backend, see
 	// NetlinkBackend::portId()) do not count as changes.
@@ -48,12 +59,15 @@ public:
 	// anyone listens, the kernel builds one notification per set element of a commit,
 	// which doubles the cost of applying a large set. Changes made by others while
 	// paused are not reported: the caller compares ruleset generations instead.
+	// Closed, both do nothing. A resume that fails closes the monitor (isOpen() false).
 	Status pause();
 	Status resume();
 
 	// Reads the pending notifications without blocking. True if any change arrived;
 	// a receive-queue overrun (ENOBUFS: notifications were lost) counts as a change.
-	// A flood is read in bounded portions: what is left keeps fd() readable.
+	// A flood is read in bounded portions: what is left keeps fd() readable. An error
+	// (anything but the overrun) leaves the socket unusable: close() and reopen() it.
+	// Closed, nothing arrives.
 	Result<bool> drain();
 
 	// Whether drain() saw, since the last call, a change to another table of the families
@@ -62,9 +76,7 @@ public:
 	bool takeOtherTablesChanged() { return std::exchange(otherTablesChanged_, false); }
 
 private:
-	explicit NftablesMonitor(netlink::Socket socket);
-
-	netlink::Socket socket_;
+	std::optional<netlink::Socket> socket_;
 
 	std::optional<uint32_t> ignoredPortId_;
 	std::optional<std::string> table_;

@@ -157,4 +157,12 @@ private:
 	bool toleratesInterruptedDumps_ = false;
 };
 
+// A fault hook for the integration tests (daemon_faults_test.cpp), set from the environment
+// before the daemon starts (modes.cpp): while a file is at `path`, every read of a change
+// monitor (nf_tables', the addresses') fails, and so does every attempt to open one. The
+// monitors' read error, which the kernel gives no test a way to cause, on demand.
+void failMonitorsWhileFileExists(std::string path);
+// The injected error while that file exists; success otherwise (and without the hook).
+Status injectedMonitorFault();
+
 } // namespace ipmasq::netlink

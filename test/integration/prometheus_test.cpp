@@ -382,7 +382,8 @@ TEST_CASE("Prometheus loads the alert rules and evaluates them on the agent: all
 		"IPMasqAgentConntrackInsertFailures", "IPMasqAgentConntrackTableNearlyFull",
 		"IPMasqAgentConntrackUnreadable", "IPMasqAgentOutputAddressMissing",
 		"IPMasqAgentNatConflict", "IPMasqAgentNatCheckUnreadable",
-		"IPMasqAgentSnatPortsNearlyExhausted", "IPMasqAgentSnatPortsExhausted"};
+		"IPMasqAgentSnatPortsNearlyExhausted", "IPMasqAgentSnatPortsExhausted",
+		"IPMasqAgentConfigUnknownKeys"};
 	ServingAgent agent;
 	Prometheus prometheus;
 	std::string rules;

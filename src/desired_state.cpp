@@ -104,7 +104,7 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 			    describeConfig(config),
 			    std::move(warnings),
 			    std::move(subnets),
-			    samplePackets(config, options.enableIpv6),
+			    SamplePlan{samplePackets(config, options.enableIpv6), decidingEntries(config)},
 			    std::move(discovered)};
 }
 

@@ -203,20 +203,6 @@ void warnAboutUncoveredExceptions(LoadedConfig &loaded, Family family)
 	}
 }
 
-// At most `limit` of `items`, evenly spaced from the first: a config of 10,000 CIDRs is
-// checked across its whole range, in bounded time.
-template<typename T>
-std::vector<T> spread(const std::vector<T> &items, size_t limit)
-{
-	if (items.size() <= limit)
-		return items;
-	std::vector<T> out;
-	out.reserve(limit);
-	for (size_t i = 0; i < limit; i++)
-		out.push_back(items[i * items.size() / limit]);
-	return out;
-}
-
 // The first address of each non-masquerade interval and of each masqueraded range
 // between them, in address order. The all-zeros address stands for no host: its
 // range is sampled by the next address.
@@ -236,9 +222,10 @@ std::vector<Address> sampleDestinations(const IntervalSet &exempt)
 	}
 	if (more)
 		out.push_back(next);
+	const Address host = firstSampledHost(family);
 	for (Address &a : out)
-		if (a.value == 0 && exempt.contains(a) == exempt.contains(Address{family, 1}))
-			a.value = 1;
+		if (a.value == 0 && exempt.contains(a) == exempt.contains(host))
+			a = host;
 	return out;
 }
 
@@ -365,6 +352,106 @@ ExplainDecision explainDecision(const Config &config, const Address &destination
 	return decision;
 }
 
+namespace {
+
+// The config's destination entries, compact (32 bytes each, sorted as the sweep sorts
+// them, each with the nearest entry that encloses it), and what names them: the entries
+// that cover an address are the one found by a binary search and its enclosing ones, and
+// explainDecision itself decides among them, so the name is --explain's by construction.
+class EntryIndex final : public DecidingEntries
+{
+public:
+	explicit EntryIndex(const Config &config);
+	std::string describe(const Address &destination) const override;
+
+private:
+	struct Entry {
+		AddressValue first;
+		Origin origin;
+		uint32_t parent; // index of the nearest enclosing entry, or kNone
+		uint8_t length;
+		bool masquerade; // a masqueradeCIDRs entry, else a non-masquerade one
+	};
+	static_assert(sizeof(Entry) == 32);
+	static constexpr uint32_t kNone = UINT32_MAX;
+
+	static std::vector<Entry> indexed(const Config &config, Family family);
+	const std::vector<Entry> &of(Family family) const { return family == Family::ipv4 ? ipv4_ : ipv6_; }
+
+	// What describing needs of the config besides its lists: its files, the discovered
+	// ranges' origins, whether nonMasqueradeCIDRs was given, the link-local keys.
+	Config names_;
+	std::vector<Entry> ipv4_, ipv6_;
+};
+
+EntryIndex::EntryIndex(const Config &config) : ipv4_(indexed(config, Family::ipv4)), ipv6_(indexed(config, Family::ipv6))
+{
+	names_.nonMasqueradeCIDRsGiven = config.nonMasqueradeCIDRsGiven;
+	names_.masqLinkLocal = config.masqLinkLocal;
+	names_.masqLinkLocalIPv6 = config.masqLinkLocalIPv6;
+	names_.files = config.files;
+	names_.discoveredOrigins = config.discoveredOrigins;
+}
+
+std::vector<EntryIndex::Entry> EntryIndex::indexed(const Config &config, Family family)
+{
+	// Link-local is explainDecision's own (from the flags): only the lists are indexed.
+	std::vector<SweepEntry> sorted = sweepEntries(config, family);
+	std::erase_if(sorted, [](const SweepEntry &e) { return e.kind == PolicyEntryKind::linkLocal; });
+	// Of a prefix listed twice in one list, explainDecision names the first written.
+	std::stable_sort(sorted.begin(), sorted.end(), [](const SweepEntry &a, const SweepEntry &b) {
+		return std::tie(a.first, a.length, a.kind, a.index) < std::tie(b.first, b.length, b.kind, b.index);
+	});
+	sorted.erase(std::unique(sorted.begin(), sorted.end(),
+				 [](const SweepEntry &a, const SweepEntry &b) {
+					 return std::tie(a.first, a.length, a.kind) == std::tie(b.first, b.length, b.kind);
+				 }),
+		     sorted.end());
+	std::vector<Entry> out;
+	out.reserve(sorted.size());
+	std::vector<uint32_t> open; // the entries enclosing the next one, innermost last
+	for (const SweepEntry &e : sorted) {
+		while (!open.empty() && lastOf(family, out[open.back()].first, out[open.back()].length) < e.first)
+			open.pop_back();
+		const std::vector<Prefix> &list =
+			e.masquerade() ? config.masqueradeCIDRs : config.nonMasqueradeCIDRs;
+		out.push_back({e.first, list[e.index].origin, open.empty() ? kNone : open.back(), e.length,
+			       e.masquerade()});
+		open.push_back(static_cast<uint32_t>(out.size() - 1));
+	}
+	return out;
+}
+
+std::string EntryIndex::describe(const Address &destination) const
+{
+	const Family family = destination.family;
+	const std::vector<Entry> &entries = of(family);
+	// The last entry that starts at or before the address: every entry that covers it is
+	// this one or one that encloses it (prefixes nest or are disjoint).
+	auto after = std::upper_bound(entries.begin(), entries.end(), destination.value,
+				      [](AddressValue value, const Entry &e) { return value < e.first; });
+	Config covering; // just the entries that cover it, for explainDecision
+	covering.masqLinkLocal = names_.masqLinkLocal;
+	covering.masqLinkLocalIPv6 = names_.masqLinkLocalIPv6;
+	for (uint32_t i = after == entries.begin() ? kNone : uint32_t(after - entries.begin() - 1); i != kNone;
+	     i = entries[i].parent) {
+		const Entry &e = entries[i];
+		if (lastOf(family, e.first, e.length) < destination.value)
+			continue;
+		Prefix prefix{Address{family, e.first}, e.length, {}, e.origin};
+		(e.masquerade ? covering.masqueradeCIDRs : covering.nonMasqueradeCIDRs)
+			.push_back(std::move(prefix));
+	}
+	return describeDecidingEntry(names_, explainDecision(covering, destination));
+}
+
+} // namespace
+
+std::shared_ptr<const DecidingEntries> decidingEntries(const Config &config)
+{
+	return std::make_shared<const EntryIndex>(config);
+}
+
 std::vector<SampledPacket> samplePackets(const Config &config, bool enableIpv6,
 					 const SampleLimits &limits)
 {
@@ -378,10 +465,10 @@ std::vector<SampledPacket> samplePackets(const Config &config, bool enableIpv6,
 			sources.emplace_back(range.first);
 		if (sources.empty())
 			sources.emplace_back(std::nullopt); // no entry of the family: any source
-		sources = spread(sources, limits.maxSources);
+		sources = spreadEvenly(sources, limits.maxSources);
 		const IntervalSet exempt = resolveNonMasquerade(config, family);
 		const auto destinations =
-			withLinkLocal(spread(sampleDestinations(exempt), limits.maxDestinations), exempt);
+			withLinkLocal(spreadEvenly(sampleDestinations(exempt), limits.maxDestinations), exempt);
 		for (const Address &destination : destinations) {
 			const std::string entry = describeDecidingEntry(config, explainDecision(config, destination));
 			for (const std::optional<Address> &source : sources)

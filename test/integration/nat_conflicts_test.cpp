@@ -492,8 +492,8 @@ TEST_CASE("a neighbour's th dport 53 masquerade: certain for DNS traffic to each
 	requireSource(net, agent, AF_INET, "198.18.53.2", kServerPort, kPodV4);
 }
 
-TEST_CASE("outputAddress and a masquerade before the agent that bites inside a masqueraded range: "
-	  "sampled where its rule matches, reported, and the server sees the node")
+TEST_CASE("outputAddress, and a masquerade before it: sampled where the rule bites inside a masqueraded "
+	  "range, reported, and the server sees the node")
 {
 	// The issue's second case. The agent SNATs 198.18.128.0/17 and 198.19.0.0/16 (one range
 	// of its own, sampled at 198.18.128.0, which the neighbour's rule leaves alone) to

@@ -99,7 +99,8 @@ std::optional<std::vector<NatConflict>> ConflictCheck::evaluate(const nft::NatRu
 		if (auto done = cycle_.add(pass))
 			return done;
 		if (cycle_.samples().size() > before && log::debugEnabled())
-			log::debug("the NAT conflict check adds {} packets with the ports that decide its \"may\" "
+			// Not "NAT conflict": the operator's grep for conflicts (docs/kubernetes.md).
+			log::debug("the conflict check adds {} packets with the ports that decide its \"may\" "
 				   "conflicts: {}", cycle_.samples().size() - before,
 				   listed(std::span(cycle_.samples()).subspan(before)));
 		if (pass.evaluated < left || steps >= kStepsPerPass)
@@ -117,19 +118,19 @@ std::vector<SampledPacket> ConflictCheck::cycleSamples(const SamplePlan &plan, c
 	for (const RuleSamples::Cut &cut : more.cuts)
 		if (std::none_of(cuts_.begin(), cuts_.end(), [&cut](const RuleSamples::Cut &c) { return c.family == cut.family; }))
 			log::info("other tables' rules match {}{} {} destinations (the boundaries of their destination "
-				  "matches): the NAT conflict check samples {} of them, evenly spread (its bound: {} a "
+				  "matches): the conflict check samples {} of them, evenly spread (its bound: {} a "
 				  "family, and {} elements of a set); --explain=ADDRESS evaluates any other",
 				  cut.atLeast ? "at least " : "", cut.found, familyName(cut.family), cut.sampled,
 				  limits.maxDestinations, limits.maxSetElements);
 	for (const RuleSamples::Cut &cut : cuts_)
 		if (std::none_of(more.cuts.begin(), more.cuts.end(), [&cut](const RuleSamples::Cut &c) { return c.family == cut.family; }))
-			log::info("the NAT conflict check samples every {} destination other tables' rules match again",
+			log::info("the conflict check samples every {} destination other tables' rules match again",
 				  familyName(cut.family));
 	cuts_ = std::move(more.cuts);
 	std::vector<SampledPacket> samples = plan.packets;
 	samples.insert(samples.end(), more.packets.begin(), more.packets.end());
 	if (log::debugEnabled())
-		log::debug("the NAT conflict check's cycle: {} packets, {} of them where other tables' rules "
+		log::debug("the conflict check's cycle: {} packets, {} of them where other tables' rules "
 			   "match: {}", samples.size(), more.packets.size(), listed(samples));
 	return samples;
 }

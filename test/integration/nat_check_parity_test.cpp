@@ -241,7 +241,7 @@ std::vector<std::string> sampledPackets(const std::string &log)
 	std::vector<std::string> out;
 	// The list follows "...rules match: " on the cycle's line, the marker on the ports' line.
 	const std::pair<const char *, const char *> lines[] = {
-		{"the NAT conflict check's cycle: ", "other tables' rules match: "},
+		{"the conflict check's cycle: ", "other tables' rules match: "},
 		{"packets with the ports that decide its \"may\" conflicts: ", ""}};
 	for (const auto &[marker, before] : lines) {
 		size_t at = log.find(marker);

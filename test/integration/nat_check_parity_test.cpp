@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <csignal>
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <random>
@@ -392,18 +391,6 @@ void runCase(const Case &c, Tally &tally)
 	tally.matchedChecked += matched.size();
 	(void)agent.stop(SIGTERM);
 	(void)run("nft delete table inet ip-masq-agent 2>/dev/null");
-}
-
-size_t envNumber(const char *name, size_t fallback)
-{
-	const char *value = std::getenv(name);
-	if (!value || !*value)
-		return fallback;
-	char *end = nullptr;
-	const unsigned long long n = std::strtoull(value, &end, 10);
-	INFO(name << "=" << value);
-	REQUIRE((end && *end == '\0'));
-	return size_t(n);
 }
 
 } // namespace

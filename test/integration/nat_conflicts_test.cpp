@@ -421,6 +421,13 @@ void requireReported(const Agent &agent, const std::vector<std::string> &parts)
 
 const std::string kNatTable = "nft 'add chain ip other post { type nat hook postrouting priority srcnat; }'";
 
+// The external host answers at `address` too, and the node routes `routed` to it.
+void serveAlsoAt(const Topology &net, const std::string &address, const std::string &routed)
+{
+	net.external.runOrFail("ip addr add " + address + "/32 dev eth0");
+	runOrFail("ip route add " + routed + " via " + kServerV4);
+}
+
 } // namespace
 
 TEST_CASE("a CNI's masquerade of part of an exempt range: sampled where its rule matches, reported, "
@@ -432,8 +439,7 @@ TEST_CASE("a CNI's masquerade of part of an exempt range: sampled where its rule
 	Topology net;
 	SourceEchoServer server(net.external);
 	flushRuleset();
-	net.external.runOrFail("ip addr add 198.19.9.2/32 dev eth0");
-	runOrFail("ip route add 198.19.0.0/16 via " + kServerV4);
+	serveAlsoAt(net, "198.19.9.2", "198.19.0.0/16");
 	const std::string config = "nonMasqueradeCIDRs: [198.18.0.0/15]\n";
 	auto rules = std::make_unique<Rules>(
 		std::vector<std::string>{"nft add table ip other", kNatTable, "nft add rule ip other post ip daddr 198.19.0.0/16 masquerade"});
@@ -468,8 +474,7 @@ TEST_CASE("a neighbour's th dport 53 masquerade: certain for DNS traffic to each
 	SourceEchoServer dns(net.external, 53);
 	SourceEchoServer other(net.external);
 	flushRuleset();
-	net.external.runOrFail("ip addr add 198.18.53.2/32 dev eth0");
-	runOrFail("ip route add 198.18.53.2/32 via " + kServerV4);
+	serveAlsoAt(net, "198.18.53.2", "198.18.53.2/32");
 	const std::string config = "nonMasqueradeCIDRs: [198.18.0.0/15]\n";
 	Rules rules({"nft add table ip other", kNatTable, "nft add rule ip other post th dport 53 masquerade"});
 	const std::string handle = ruleHandle("ip other", "post", "th dport 53 masquerade");
@@ -501,8 +506,7 @@ TEST_CASE("outputAddress, and a masquerade before it: sampled where the rule bit
 	Topology net;
 	SourceEchoServer server(net.external);
 	flushRuleset();
-	net.external.runOrFail("ip addr add 198.19.0.2/32 dev eth0");
-	runOrFail("ip route add 198.19.0.0/16 via " + kServerV4);
+	serveAlsoAt(net, "198.19.0.2", "198.19.0.0/16");
 	const std::string config = "nonMasqueradeCIDRs: [198.18.0.0/15]\n"
 				   "masqueradeCIDRs: [198.18.128.0/17, 198.19.0.0/16]\n"
 				   "outputAddress: 203.0.113.7\n";

@@ -398,15 +398,19 @@ std::vector<EntryIndex::Entry> EntryIndex::indexed(const Config &config, Family 
 	// Link-local is explainDecision's own (from the flags): only the lists are indexed.
 	std::vector<SweepEntry> sorted = sweepEntries(config, family);
 	std::erase_if(sorted, [](const SweepEntry &e) { return e.kind == PolicyEntryKind::linkLocal; });
-	// Of a prefix listed twice in one list, explainDecision names the first written.
-	std::stable_sort(sorted.begin(), sorted.end(), [](const SweepEntry &a, const SweepEntry &b) {
-		return std::tie(a.first, a.length, a.kind, a.index) < std::tie(b.first, b.length, b.kind, b.index);
-	});
-	sorted.erase(std::unique(sorted.begin(), sorted.end(),
-				 [](const SweepEntry &a, const SweepEntry &b) {
-					 return std::tie(a.first, a.length, a.kind) == std::tie(b.first, b.length, b.kind);
-				 }),
-		     sorted.end());
+	// Of a prefix listed twice in one list, explainDecision names the first written: the
+	// lowest index of each run of equal ones (which the sweep's sort leaves in any order).
+	const auto same = [](const SweepEntry &a, const SweepEntry &b) {
+		return std::tie(a.first, a.length, a.kind) == std::tie(b.first, b.length, b.kind);
+	};
+	size_t kept = 0;
+	for (size_t i = 0; i < sorted.size(); i++) {
+		if (kept > 0 && same(sorted[kept - 1], sorted[i]))
+			sorted[kept - 1].index = std::min(sorted[kept - 1].index, sorted[i].index);
+		else
+			sorted[kept++] = sorted[i];
+	}
+	sorted.resize(kept);
 	std::vector<Entry> out;
 	out.reserve(sorted.size());
 	std::vector<uint32_t> open; // the entries enclosing the next one, innermost last

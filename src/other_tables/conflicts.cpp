@@ -187,8 +187,6 @@ std::vector<NatConflict> conflictsOf(const SampledPacket &packet, const nat::Nat
 		c.ruleText = ruleTextOf(ruleset, agent, o);
 		c.agentAction = agentActionText(agentAlone);
 		c.example = packet;
-		if (!c.certain && !packet.transport)
-			c.ports = portsOfForks(node, ruleset, agent);
 		out.push_back(std::move(c));
 	}
 	return out;
@@ -258,6 +256,9 @@ ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *age
 				pass.complete = false;
 				break;
 			}
+			// Once per conflict kept, not per sample: each fork is a rule to find.
+			if (!c.certain && !sample.transport)
+				c.ports = portsOfForks(node, ruleset, agent);
 			pass.conflicts.push_back(std::move(c));
 		}
 	}
@@ -396,6 +397,9 @@ const nft::Rule *findRule(const nft::Table &table, const nat::RuleRef &ref)
 	const nft::Chain *chain = table.findChain(ref.chain);
 	if (!chain)
 		return nullptr;
+	// Where the walk met it, unless the chain was read again since.
+	if (ref.position < chain->rules.size() && chain->rules[ref.position].handle == ref.handle)
+		return &chain->rules[ref.position];
 	for (const nft::Rule &rule : chain->rules)
 		if (rule.handle == ref.handle)
 			return &rule;

@@ -354,100 +354,93 @@ ExplainDecision explainDecision(const Config &config, const Address &destination
 
 namespace {
 
-// The config's destination entries, compact (32 bytes each, sorted as the sweep sorts
-// them, each with the nearest entry that encloses it), and what names them: the entries
-// that cover an address are the one found by a binary search and its enclosing ones, and
-// explainDecision itself decides among them, so the name is --explain's by construction.
+// One destination entry of the config, compact: 16 bytes for IPv4 (the key its first
+// address), 32 for IPv6.
+template<typename Key>
+struct IndexedEntry {
+	Key first;
+	Origin origin;
+	uint8_t length;
+	bool masquerade; // a masqueradeCIDRs entry, else a non-masquerade one
+	auto key() const { return std::tie(first, length, masquerade); }
+};
+static_assert(sizeof(IndexedEntry<uint32_t>) == 16 && sizeof(IndexedEntry<AddressValue>) == 32);
+
+// The entries of one family, sorted, a prefix listed twice in one list once (the first
+// written: the one explainDecision names). Link-local is explainDecision's own (from the
+// flags): only the lists are indexed.
+template<typename Key>
+std::vector<IndexedEntry<Key>> indexEntries(const Config &config, Family family)
+{
+	std::vector<IndexedEntry<Key>> out;
+	const auto add = [&](const std::vector<Prefix> &list, bool masquerade) {
+		for (const Prefix &p : list)
+			if (p.network.family == family)
+				out.push_back({static_cast<Key>(p.network.value), p.origin, static_cast<uint8_t>(p.length),
+					       masquerade});
+	};
+	add(config.nonMasqueradeCIDRs, false);
+	add(config.masqueradeCIDRs, true);
+	std::stable_sort(out.begin(), out.end(), [](const auto &a, const auto &b) { return a.key() < b.key(); });
+	out.erase(std::unique(out.begin(), out.end(), [](const auto &a, const auto &b) { return a.key() == b.key(); }),
+		  out.end());
+	out.shrink_to_fit();
+	return out;
+}
+
+// The config's destination entries kept apart from it, and what names them: the entries
+// that cover an address (one binary search per prefix length), handed to explainDecision
+// itself, so the name is --explain's by construction.
 class EntryIndex final : public DecidingEntries
 {
 public:
-	explicit EntryIndex(const Config &config);
-	std::string describe(const Address &destination) const override;
+	explicit EntryIndex(const Config &config)
+		: ipv4_(indexEntries<uint32_t>(config, Family::ipv4)),
+		  ipv6_(indexEntries<AddressValue>(config, Family::ipv6))
+	{
+		names_.nonMasqueradeCIDRsGiven = config.nonMasqueradeCIDRsGiven;
+		names_.masqLinkLocal = config.masqLinkLocal;
+		names_.masqLinkLocalIPv6 = config.masqLinkLocalIPv6;
+		names_.files = config.files;
+		names_.discoveredOrigins = config.discoveredOrigins;
+	}
+
+	std::string describe(const Address &destination) const override
+	{
+		Config covering; // just the entries that cover it, for explainDecision
+		covering.masqLinkLocal = names_.masqLinkLocal;
+		covering.masqLinkLocalIPv6 = names_.masqLinkLocalIPv6;
+		if (destination.family == Family::ipv4)
+			addCovering(ipv4_, destination, covering);
+		else
+			addCovering(ipv6_, destination, covering);
+		return describeDecidingEntry(names_, explainDecision(covering, destination));
+	}
 
 private:
-	struct Entry {
-		AddressValue first;
-		Origin origin;
-		uint32_t parent; // index of the nearest enclosing entry, or kNone
-		uint8_t length;
-		bool masquerade; // a masqueradeCIDRs entry, else a non-masquerade one
-	};
-	static_assert(sizeof(Entry) == 32);
-	static constexpr uint32_t kNone = UINT32_MAX;
-
-	static std::vector<Entry> indexed(const Config &config, Family family);
-	const std::vector<Entry> &of(Family family) const { return family == Family::ipv4 ? ipv4_ : ipv6_; }
+	template<typename Key>
+	static void addCovering(const std::vector<IndexedEntry<Key>> &entries, const Address &a, Config &into)
+	{
+		const unsigned bits = familyBits(a.family);
+		for (unsigned length = 0; length <= bits; length++) {
+			const AddressValue host = lastOf(a.family, 0, length);
+			const Key first = static_cast<Key>(a.value & ~host);
+			auto it = std::lower_bound(entries.begin(), entries.end(), std::tuple(first, uint8_t(length)),
+						   [](const IndexedEntry<Key> &e, const auto &k) {
+							   return std::tie(e.first, e.length) < k;
+						   });
+			for (; it != entries.end() && it->first == first && it->length == length; ++it)
+				(it->masquerade ? into.masqueradeCIDRs : into.nonMasqueradeCIDRs)
+					.push_back(Prefix{Address{a.family, first}, length, {}, it->origin});
+		}
+	}
 
 	// What describing needs of the config besides its lists: its files, the discovered
 	// ranges' origins, whether nonMasqueradeCIDRs was given, the link-local keys.
 	Config names_;
-	std::vector<Entry> ipv4_, ipv6_;
+	std::vector<IndexedEntry<uint32_t>> ipv4_;
+	std::vector<IndexedEntry<AddressValue>> ipv6_;
 };
-
-EntryIndex::EntryIndex(const Config &config) : ipv4_(indexed(config, Family::ipv4)), ipv6_(indexed(config, Family::ipv6))
-{
-	names_.nonMasqueradeCIDRsGiven = config.nonMasqueradeCIDRsGiven;
-	names_.masqLinkLocal = config.masqLinkLocal;
-	names_.masqLinkLocalIPv6 = config.masqLinkLocalIPv6;
-	names_.files = config.files;
-	names_.discoveredOrigins = config.discoveredOrigins;
-}
-
-std::vector<EntryIndex::Entry> EntryIndex::indexed(const Config &config, Family family)
-{
-	// Link-local is explainDecision's own (from the flags): only the lists are indexed.
-	std::vector<SweepEntry> sorted = sweepEntries(config, family);
-	std::erase_if(sorted, [](const SweepEntry &e) { return e.kind == PolicyEntryKind::linkLocal; });
-	// Of a prefix listed twice in one list, explainDecision names the first written: the
-	// lowest index of each run of equal ones (which the sweep's sort leaves in any order).
-	const auto same = [](const SweepEntry &a, const SweepEntry &b) {
-		return std::tie(a.first, a.length, a.kind) == std::tie(b.first, b.length, b.kind);
-	};
-	size_t kept = 0;
-	for (size_t i = 0; i < sorted.size(); i++) {
-		if (kept > 0 && same(sorted[kept - 1], sorted[i]))
-			sorted[kept - 1].index = std::min(sorted[kept - 1].index, sorted[i].index);
-		else
-			sorted[kept++] = sorted[i];
-	}
-	sorted.resize(kept);
-	std::vector<Entry> out;
-	out.reserve(sorted.size());
-	std::vector<uint32_t> open; // the entries enclosing the next one, innermost last
-	for (const SweepEntry &e : sorted) {
-		while (!open.empty() && lastOf(family, out[open.back()].first, out[open.back()].length) < e.first)
-			open.pop_back();
-		const std::vector<Prefix> &list =
-			e.masquerade() ? config.masqueradeCIDRs : config.nonMasqueradeCIDRs;
-		out.push_back({e.first, list[e.index].origin, open.empty() ? kNone : open.back(), e.length,
-			       e.masquerade()});
-		open.push_back(static_cast<uint32_t>(out.size() - 1));
-	}
-	return out;
-}
-
-std::string EntryIndex::describe(const Address &destination) const
-{
-	const Family family = destination.family;
-	const std::vector<Entry> &entries = of(family);
-	// The last entry that starts at or before the address: every entry that covers it is
-	// this one or one that encloses it (prefixes nest or are disjoint).
-	auto after = std::upper_bound(entries.begin(), entries.end(), destination.value,
-				      [](AddressValue value, const Entry &e) { return value < e.first; });
-	Config covering; // just the entries that cover it, for explainDecision
-	covering.masqLinkLocal = names_.masqLinkLocal;
-	covering.masqLinkLocalIPv6 = names_.masqLinkLocalIPv6;
-	for (uint32_t i = after == entries.begin() ? kNone : uint32_t(after - entries.begin() - 1); i != kNone;
-	     i = entries[i].parent) {
-		const Entry &e = entries[i];
-		if (lastOf(family, e.first, e.length) < destination.value)
-			continue;
-		Prefix prefix{Address{family, e.first}, e.length, {}, e.origin};
-		(e.masquerade ? covering.masqueradeCIDRs : covering.nonMasqueradeCIDRs)
-			.push_back(std::move(prefix));
-	}
-	return describeDecidingEntry(names_, explainDecision(covering, destination));
-}
 
 } // namespace
 

@@ -98,8 +98,8 @@ std::optional<std::vector<NatConflict>> ConflictCheck::evaluate(const nft::NatRu
 		steps += pass.steps;
 		if (auto done = cycle_.add(pass))
 			return done;
+		// Not "NAT conflict", which the operator greps for conflicts (docs/kubernetes.md).
 		if (cycle_.samples().size() > before && log::debugEnabled())
-			// Not "NAT conflict": the operator's grep for conflicts (docs/kubernetes.md).
 			log::debug("the conflict check adds {} packets with the ports that decide its \"may\" "
 				   "conflicts: {}", cycle_.samples().size() - before,
 				   listed(std::span(cycle_.samples()).subspan(before)));
@@ -115,15 +115,18 @@ std::vector<SampledPacket> ConflictCheck::cycleSamples(const SamplePlan &plan, c
 {
 	RuleSamples more = samplesFromRules(ruleset, plan);
 	const RuleSampleLimits limits;
+	const auto cuts = [](const std::vector<RuleSamples::Cut> &list, Family family) {
+		return std::any_of(list.begin(), list.end(), [family](const RuleSamples::Cut &c) { return c.family == family; });
+	};
 	for (const RuleSamples::Cut &cut : more.cuts)
-		if (std::none_of(cuts_.begin(), cuts_.end(), [&cut](const RuleSamples::Cut &c) { return c.family == cut.family; }))
+		if (!cuts(cuts_, cut.family))
 			log::info("other tables' rules match {}{} {} destinations (the boundaries of their destination "
 				  "matches): the conflict check samples {} of them, evenly spread (its bound: {} a "
 				  "family, and {} elements of a set); --explain=ADDRESS evaluates any other",
 				  cut.atLeast ? "at least " : "", cut.found, familyName(cut.family), cut.sampled,
 				  limits.maxDestinations, limits.maxSetElements);
 	for (const RuleSamples::Cut &cut : cuts_)
-		if (std::none_of(more.cuts.begin(), more.cuts.end(), [&cut](const RuleSamples::Cut &c) { return c.family == cut.family; }))
+		if (!cuts(more.cuts, cut.family))
 			log::info("the conflict check samples every {} destination other tables' rules match again",
 				  familyName(cut.family));
 	cuts_ = std::move(more.cuts);

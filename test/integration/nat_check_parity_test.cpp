@@ -170,7 +170,8 @@ struct RuleClause {
 
 std::optional<RuleClause> clauseOf(const std::string &text)
 {
-	static const std::regex parts(R"(^(table \S+ \S+ chain \S+ \([^)]*\)) (.*?): (rule handle \d+(?: in chain \S+)? \(`[^`]*`\))$)");
+	static const std::regex parts(R"(^(table \S+ \S+ chain \S+ \([^)]*\)) (.*?): )"
+				      R"((rule handle \d+(?: in chain \S+)? \(`[^`]*`\))$)");
 	std::smatch m;
 	if (!std::regex_match(text, m, parts))
 		return std::nullopt;
@@ -194,10 +195,11 @@ std::string packetKey(const std::string &source, const std::string &destination,
 
 Reported readReported(const std::string &line)
 {
-	static const std::regex exempted(
-		R"(^(.*`\)), which undoes (.*): IPv4 traffic from (any source|\S+) to (\S+) (?:on any port|port (\S+)) is not masqueraded by the agent$)");
-	static const std::regex first(
-		R"(^(.*`\)), before the agent (.*) IPv4 traffic from (any source|\S+) to (\S+) (?:on any port|port (\S+)) \((.*)\)$)");
+	// The traffic: "IPv4 traffic from any source to 198.19.0.0 on any port".
+	static const std::string traffic = R"(IPv4 traffic from (any source|\S+) to (\S+) (?:on any port|port (\S+)))";
+	static const std::regex exempted(R"(^(.*`\)), which undoes (.*): )" + traffic +
+					 " is not masqueraded by the agent$");
+	static const std::regex first(R"(^(.*`\)), before the agent (.*) )" + traffic + R"( \((.*)\)$)");
 	std::smatch m;
 	Reported r;
 	r.line = line;
@@ -297,8 +299,10 @@ std::map<std::string, Explained> explain(const std::string &configPath, const st
 			std::vector<size_t> starts;
 			for (auto it = std::sregex_iterator(line.begin(), line.end(), clause); it != std::sregex_iterator(); ++it)
 				starts.push_back(size_t(it->position()));
-			for (size_t c = 0; c < starts.size(); c++)
-				e.clauses.push_back(line.substr(starts[c] + 2, (c + 1 < starts.size() ? starts[c + 1] : line.size()) - starts[c] - 2));
+			for (size_t c = 0; c < starts.size(); c++) {
+				const size_t end = c + 1 < starts.size() ? starts[c + 1] : line.size();
+				e.clauses.push_back(line.substr(starts[c] + 2, end - starts[c] - 2));
+			}
 			out[packetKey(group.first.empty() ? "any source" : group.first, destinations[i], group.second)] = e;
 		}
 	}

@@ -441,8 +441,8 @@ TEST_CASE("a CNI's masquerade of part of an exempt range: sampled where its rule
 	flushRuleset();
 	serveAlsoAt(net, "198.19.9.2", "198.19.0.0/16");
 	const std::string config = "nonMasqueradeCIDRs: [198.18.0.0/15]\n";
-	auto rules = std::make_unique<Rules>(
-		std::vector<std::string>{"nft add table ip other", kNatTable, "nft add rule ip other post ip daddr 198.19.0.0/16 masquerade"});
+	auto rules = std::make_unique<Rules>(std::vector<std::string>{
+		"nft add table ip other", kNatTable, "nft add rule ip other post ip daddr 198.19.0.0/16 masquerade"});
 	const std::string handle = ruleHandle("ip other", "post", "ip daddr 198.19.0.0/16 masquerade");
 	Agent agent = startAgent(config);
 	agent.expectNatConflicts();

@@ -352,7 +352,8 @@ TEST_CASE("the cycle: a \"may\" for any port is decided by the ports its rule ma
 	SECTION("a \"may\" no port decides stays, once")
 	{
 		// `oifname "eth0" masquerade`: the output interface of a sample is not known.
-		const nft::NatRuleset oif = ipNat({masqueradeIf(8, {meta(NFT_META_OIFNAME), cmp(nft::CmpOp::eq, ifnameBytes("eth0"))})});
+		const nft::NatRuleset oif =
+			ipNat({masqueradeIf(8, {meta(NFT_META_OIFNAME), cmp(nft::CmpOp::eq, ifnameBytes("eth0"))})});
 		cycle.restart(samples);
 		const auto once = cycle.add(findConflicts(oif, &agent, cycle.rest(), node()));
 		REQUIRE(once);

@@ -73,7 +73,7 @@ bool ConflictCheck::pass(Input &input)
 	if (!cycle_.running()) {
 		if (evaluated_ == now)
 			return false;
-		cycle_.restart(cycleSamples(input.samples, *ruleset));
+		cycle_.restart(cycleSamples(input.samples, *ruleset, *now.addresses));
 	}
 	auto cycle = evaluate(*ruleset, *input.agent, *now.addresses);
 	if (!cycle)
@@ -111,9 +111,10 @@ std::optional<std::vector<NatConflict>> ConflictCheck::evaluate(const nft::NatRu
 	return std::nullopt;
 }
 
-std::vector<SampledPacket> ConflictCheck::cycleSamples(const SamplePlan &plan, const nft::NatRuleset &ruleset)
+std::vector<SampledPacket> ConflictCheck::cycleSamples(const SamplePlan &plan, const nft::NatRuleset &ruleset,
+							const NodeAddresses &node)
 {
-	RuleSamples more = samplesFromRules(ruleset, plan);
+	RuleSamples more = samplesFromRules(ruleset, plan, node);
 	const RuleSampleLimits limits;
 	const auto cuts = [](const std::vector<RuleSamples::Cut> &list, Family family) {
 		return std::any_of(list.begin(), list.end(), [family](const RuleSamples::Cut &c) { return c.family == family; });

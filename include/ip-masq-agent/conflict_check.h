@@ -62,7 +62,8 @@ private:
 	std::optional<std::vector<NatConflict>> evaluate(const nft::NatRuleset &ruleset, const nft::Table &agent,
 							 const NodeAddresses &addresses);
 	// A cycle's packets: the desired state's, and those where other tables' rules match.
-	std::vector<SampledPacket> cycleSamples(const SamplePlan &plan, const nft::NatRuleset &ruleset);
+	std::vector<SampledPacket> cycleSamples(const SamplePlan &plan, const nft::NatRuleset &ruleset,
+						const NodeAddresses &node);
 	void report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings);
 	std::vector<std::string> legacyWarnings();
 

@@ -202,7 +202,7 @@ void collect(const Table &t, const Rule &rule, Boundaries &out, const RuleSample
 // A family's destinations to sample: the collected boundaries, less the plan's own, those
 // inside one entry's stretch first; each named.
 std::vector<SampledPacket> destinationsOf(const std::vector<AddressValue> &collected, Family family,
-					  const SamplePlan &plan, size_t max, size_t &found)
+					  const SamplePlan &plan, const NodeAddresses &node, size_t max, size_t &found)
 {
 	std::set<Address> planned;
 	for (const SampledPacket &p : plan.packets)
@@ -213,7 +213,7 @@ std::vector<SampledPacket> destinationsOf(const std::vector<AddressValue> &colle
 		distinct.insert(value == 0 ? firstSampledHost(family) : Address{family, value});
 	std::vector<SampledPacket> inside, boundary;
 	for (const Address &a : distinct) {
-		if (planned.count(a))
+		if (planned.count(a) || node.isLocal(a))
 			continue;
 		SampledPacket packet{a};
 		packet.entry = plan.entries->describe(a);
@@ -285,7 +285,8 @@ void portsFromSet(const Table &t, const Rule &rule, ReadId read, const std::stri
 
 } // namespace
 
-RuleSamples samplesFromRules(const NatRuleset &ruleset, const SamplePlan &plan, const RuleSampleLimits &limits)
+RuleSamples samplesFromRules(const NatRuleset &ruleset, const SamplePlan &plan, const NodeAddresses &node,
+			     const RuleSampleLimits &limits)
 {
 	RuleSamples out;
 	if (!plan.entries)
@@ -305,7 +306,7 @@ RuleSamples samplesFromRules(const NatRuleset &ruleset, const SamplePlan &plan, 
 			continue; // the plan does not sample the family: the agent leaves it alone
 		size_t found = 0;
 		const std::vector<SampledPacket> destinations =
-			destinationsOf(boundaries.of(family), family, plan, limits.maxDestinations, found);
+			destinationsOf(boundaries.of(family), family, plan, node, limits.maxDestinations, found);
 		if (found > destinations.size() || boundaries.atLeast(family))
 			out.cuts.push_back({family, found, destinations.size(), boundaries.atLeast(family)});
 		for (const SampledPacket &destination : destinations)

@@ -1038,7 +1038,7 @@ ConflictRow measureConflictPass(const std::string &label, const DesiredState &de
 		}));
 		ConflictCycle cycle;
 		RuleSamples more;
-		row.sample.ms.push_back(wallMs([&] { more = samplesFromRules(*ruleset, desired.samples); }));
+		row.sample.ms.push_back(wallMs([&] { more = samplesFromRules(*ruleset, desired.samples, node); }));
 		std::vector<SampledPacket> samples = desired.samples.packets;
 		samples.insert(samples.end(), more.packets.begin(), more.packets.end());
 		row.fromRules = more.packets.size();

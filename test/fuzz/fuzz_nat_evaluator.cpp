@@ -384,18 +384,20 @@ public:
 
 // Where other tables' rules match, and the ports that decide a "may": bounded, of the
 // plan's families and sources, each packet once.
-void checkSamples(const NatRuleset &ruleset, const SampledPacket &sample, const ConflictPass &pass)
+void checkSamples(const NatRuleset &ruleset, const SampledPacket &sample, const NodeAddresses &node,
+		  const ConflictPass &pass)
 {
 	RuleSampleLimits limits;
 	limits.maxDestinations = 8;
 	limits.maxSetElements = 16;
 	const SamplePlan plan{{sample}, std::make_shared<const FixedNames>()};
-	const RuleSamples more = samplesFromRules(ruleset, plan, limits);
+	const RuleSamples more = samplesFromRules(ruleset, plan, node, limits);
 	fuzz::check(more.packets.size() <= limits.maxDestinations, "more destinations than the bound");
 	for (const SampledPacket &p : more.packets) {
 		fuzz::check(p.destination.family == sample.destination.family, "a destination of another family");
 		fuzz::check(p.destination != sample.destination, "a destination the plan samples already");
 		fuzz::check(p.source == sample.source, "a source the plan does not sample");
+		fuzz::check(!node.isLocal(p.destination), "an address of the node");
 	}
 	for (const Table &t : ruleset.tables)
 		for (const nft::Chain &c : t.chains)
@@ -494,6 +496,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz::check(c.outcome.decider != Decider::agent, "the agent's own decision is a conflict");
 		fuzz::check(c.sameAs(c), "a conflict is not the same as itself");
 	}
-	checkSamples(ruleset, sample, pass);
+	checkSamples(ruleset, sample, node, pass);
 	return 0;
 }

@@ -117,7 +117,7 @@ TEST_CASE("a rule's prefix inside a non-masquerade range: sampled at its first a
 	// A CNI's `ip daddr 198.19.0.0/16 masquerade`: 198.20.0.0, the address after it, is the
 	// plan's own already.
 	const nft::NatRuleset cni = ipNat({masqueradeIf(4, daddr("198.19.0.0/16"))});
-	const RuleSamples more = samplesFromRules(cni, plan);
+	const RuleSamples more = samplesFromRules(cni, plan, node());
 	CHECK(named(more.packets) ==
 	      std::vector<std::string>{"198.19.0.0: nonMasqueradeCIDRs 198.18.0.0/15 (" + kFile + ":2)"});
 	CHECK(more.cuts.empty());
@@ -132,7 +132,7 @@ TEST_CASE("a rule's prefix inside a non-masquerade range: sampled at its first a
 
 	SECTION("nothing to name with: nothing more")
 	{
-		CHECK(samplesFromRules(cni, SamplePlan{plan.packets, nullptr}).packets.empty());
+		CHECK(samplesFromRules(cni, SamplePlan{plan.packets, nullptr}, node()).packets.empty());
 	}
 }
 
@@ -159,7 +159,7 @@ TEST_CASE("every shape of destination match gives its boundaries: `!=`, masks, r
 					 payload(nft::PayloadBase::transport, 2, 2, NFT_REG32_01), lookup("services", NFT_REG32_00)}),
 		},
 		{pods, exact, map, services});
-	const RuleSamples more = samplesFromRules(ruleset, plan);
+	const RuleSamples more = samplesFromRules(ruleset, plan, node());
 	CHECK(destinations(more.packets) ==
 	      std::vector<std::string>{"198.18.0.0",   "198.18.64.0", "198.18.128.0", "198.19.1.1", "198.19.1.2",
 				       "198.19.2.10",  "198.19.2.21", "198.19.5.5",   "198.19.5.6", "198.19.7.0",
@@ -172,7 +172,7 @@ TEST_CASE("every shape of destination match gives its boundaries: `!=`, masks, r
 	// The same rules in an inet table read the same.
 	nft::NatRuleset inet = ruleset;
 	inet.tables[0].family = nft::TableFamily::inet;
-	CHECK(destinations(samplesFromRules(inet, plan).packets) == destinations(more.packets));
+	CHECK(destinations(samplesFromRules(inet, plan, node()).packets) == destinations(more.packets));
 }
 
 TEST_CASE("each sampled address is named by the entry that decides it, as --explain names it")
@@ -190,7 +190,7 @@ TEST_CASE("each sampled address is named by the entry that decides it, as --expl
 	const RuleSamples more =
 		samplesFromRules(ipNat({masqueradeIf(2, {payload(nft::PayloadBase::network, 16, 4), lookup("hosts")})},
 				       {hosts}),
-				 plan);
+				 plan, node());
 	REQUIRE(more.packets.size() == 12);
 	for (const SampledPacket &p : more.packets) {
 		INFO(p.toString());
@@ -218,7 +218,7 @@ TEST_CASE("the bound: a 200,000-element set costs a bounded read, gives at most 
 		      nft::TableFamily::ip6);
 	RuleSampleLimits limits;
 	limits.maxDestinations = 16;
-	const RuleSamples more = samplesFromRules(ruleset, plan, limits);
+	const RuleSamples more = samplesFromRules(ruleset, plan, node(), limits);
 	CHECK(more.packets.size() == 16);
 	CHECK(std::is_sorted(more.packets.begin(), more.packets.end(),
 			     [](const SampledPacket &a, const SampledPacket &b) { return a.destination < b.destination; }));
@@ -234,13 +234,25 @@ TEST_CASE("the bound: a 200,000-element set costs a bounded read, gives at most 
 	SECTION("the boundaries collected stop at their own bound")
 	{
 		limits.maxCandidates = 10;
-		const RuleSamples few = samplesFromRules(ruleset, plan, limits);
+		const RuleSamples few = samplesFromRules(ruleset, plan, node(), limits);
 		REQUIRE(few.cuts.size() == 1);
 		CHECK(few.cuts[0].atLeast);
 		// Ten collected, the first of them (2001:db8::) the plan's own.
 		CHECK(few.cuts[0].found == 9);
 		CHECK(few.packets.size() == 9);
 	}
+}
+
+TEST_CASE("an address of the node is not sampled: traffic to it is delivered here, never NATed at "
+	  "postrouting")
+{
+	const Config config = test::fileConfig({entry("198.18.0.0/15", 2)});
+	// A rule for the node's own 203.0.113.1 (node()), and the address after it.
+	const nft::NatRuleset ruleset = ipNat({masqueradeIf(2, daddr("203.0.113.1/32"))});
+	CHECK(destinations(samplesFromRules(ruleset, planOf(config), node()).packets) ==
+	      std::vector<std::string>{"203.0.113.2"});
+	CHECK(destinations(samplesFromRules(ruleset, planOf(config), NodeAddresses{}).packets) ==
+	      std::vector<std::string>{"203.0.113.1", "203.0.113.2"});
 }
 
 TEST_CASE("under the bound, what the config's own sample can never reach comes first")
@@ -252,10 +264,10 @@ TEST_CASE("under the bound, what the config's own sample can never reach comes f
 		ipNat({masqueradeIf(2, daddr("198.19.0.0/16")), masqueradeIf(3, daddr("198.18.7.0/24"))});
 	RuleSampleLimits limits;
 	limits.maxDestinations = 2;
-	CHECK(destinations(samplesFromRules(ruleset, planOf(config), limits).packets) ==
+	CHECK(destinations(samplesFromRules(ruleset, planOf(config), node(), limits).packets) ==
 	      std::vector<std::string>{"198.18.7.0", "198.18.8.0"});
 	limits.maxDestinations = 3;
-	const RuleSamples all = samplesFromRules(ruleset, planOf(config), limits);
+	const RuleSamples all = samplesFromRules(ruleset, planOf(config), node(), limits);
 	CHECK(destinations(all.packets) == std::vector<std::string>{"198.18.7.0", "198.18.8.0", "198.19.0.0"});
 	CHECK(all.cuts.empty());
 }
@@ -271,7 +283,7 @@ TEST_CASE("sources and families: each destination from each of the plan's source
 		 // `ip6 daddr 2001:db8:1::/48 masquerade` in the inet table.
 		 masqueradeIf(4, {payload(nft::PayloadBase::network, 24, 6), cmp(nft::CmpOp::eq, {0x20, 0x01, 0x0d, 0xb8, 0, 1})})},
 		{}, nft::TableFamily::inet);
-	const RuleSamples v4 = samplesFromRules(ruleset, planOf(config));
+	const RuleSamples v4 = samplesFromRules(ruleset, planOf(config), node());
 	// 0.0.0.0 stands for 0.0.0.1, the plan's own; 1.0.0.0 follows 0.0.0.0/8.
 	CHECK(named(v4.packets) == std::vector<std::string>{
 					   "1.0.0.0 from 198.51.100.0: no entry covers it",
@@ -279,7 +291,7 @@ TEST_CASE("sources and families: each destination from each of the plan's source
 					   "198.19.0.0 from 198.51.100.0: nonMasqueradeCIDRs 198.18.0.0/15 (" + kFile + ":2)",
 					   "198.19.0.0 from 203.0.113.0: nonMasqueradeCIDRs 198.18.0.0/15 (" + kFile + ":2)"});
 	// With IPv6 (masqueradeSourceCIDRs lists no IPv6 source: any).
-	const RuleSamples both = samplesFromRules(ruleset, planOf(config, true));
+	const RuleSamples both = samplesFromRules(ruleset, planOf(config, true), node());
 	CHECK_THAT(fmt::format("{}", fmt::join(named(both.packets), "\n")),
 		   Catch::EndsWith("\n2001:db8:1::: nonMasqueradeCIDRs 2001:db8::/32 (" + kFile + ":3)\n"
 				   "2001:db8:2::: nonMasqueradeCIDRs 2001:db8::/32 (" + kFile + ":3)"));
@@ -497,7 +509,7 @@ std::vector<NatConflict> daemonCycle(const Generated &g, const nft::Table &agent
 {
 	const SamplePlan plan = planOf(g.config);
 	std::vector<SampledPacket> samples = plan.packets;
-	for (SampledPacket &p : samplesFromRules(g.ruleset, plan).packets)
+	for (SampledPacket &p : samplesFromRules(g.ruleset, plan, node()).packets)
 		samples.push_back(std::move(p));
 	ConflictCycle cycle;
 	cycle.restart(std::move(samples));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ip-masq-agent/netlink/codec/model.h"
+#include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/sampled_packet.h"
 
 namespace ipmasq {
@@ -47,10 +48,11 @@ struct RuleSamples {
 
 // The packets to sample besides the plan's own: for each family the plan samples, each
 // boundary of a destination match of `ruleset`'s rules that is not already one of the
-// plan's destinations, named by plan.entries, from each of the plan's sources of that
-// family. Boundaries that fall inside a stretch of one config entry come first (the plan's
-// own sample can never reach them), then the others, each group evenly spread.
-RuleSamples samplesFromRules(const nft::NatRuleset &ruleset, const SamplePlan &plan,
+// plan's destinations nor an address of this node (`node`: traffic to it is delivered
+// here, never NATed at postrouting), named by plan.entries, from each of the plan's sources
+// of that family. Boundaries that fall inside a stretch of one config entry come first (the
+// plan's own sample can never reach them), then the others, each group evenly spread.
+RuleSamples samplesFromRules(const nft::NatRuleset &ruleset, const SamplePlan &plan, const NodeAddresses &node,
 			     const RuleSampleLimits &limits = {});
 
 // The protocols and destination ports that make `rule`'s own port matches true (`th dport

@@ -10,10 +10,26 @@
 
 namespace ipmasq {
 
+namespace {
+
+// Packets for the debug log, at most 512 of them.
+std::string listed(std::span<const SampledPacket> packets)
+{
+	constexpr size_t kMax = 512;
+	std::string out;
+	for (size_t i = 0; i < packets.size() && i < kMax; i++)
+		out += (i ? ", " : "") + packets[i].toString();
+	if (packets.size() > kMax)
+		out += fmt::format(" and {} more", packets.size() - kMax);
+	return out;
+}
+
+} // namespace
+
 struct ConflictCheck::Input {
 	Ruleset ruleset; // until the thread made `agent` of it
 	std::optional<nft::Table> agent;
-	std::vector<SampledPacket> samples;
+	SamplePlan samples;
 };
 
 ConflictCheck::ConflictCheck(AgentStatus &status)
@@ -22,7 +38,7 @@ ConflictCheck::ConflictCheck(AgentStatus &status)
 {
 }
 
-void ConflictCheck::setDesired(const Ruleset &ruleset, std::vector<SampledPacket> samples)
+void ConflictCheck::setDesired(const Ruleset &ruleset, SamplePlan samples)
 {
 	auto input = std::make_shared<Input>(Input{ruleset, std::nullopt, std::move(samples)});
 	thread_.locked([&] { next_ = std::move(input); });
@@ -39,7 +55,7 @@ bool ConflictCheck::pass()
 	if (auto next = thread_.locked([this] { return std::move(next_); })) {
 		input_ = std::move(next);
 		inputSerial_++;
-		cycle_.restart();
+		cycle_.stop();
 	}
 	return input_ && pass(*input_);
 }
@@ -54,21 +70,73 @@ bool ConflictCheck::pass(Input &input)
 		return false;
 	Evaluated now{ruleset->generation, inputSerial_, thread_.locked([this] { return addresses_; }),
 		      warnings};
-	if (cycle_.next() == 0 && evaluated_ == now)
-		return false;
-	CheckLimits budget;
-	budget.maxSteps = kStepsPerPass;
-	const std::span<const SampledPacket> rest = std::span(input.samples).subspan(cycle_.next());
-	const ConflictPass pass = findConflicts(*ruleset, &*input.agent, rest, *now.addresses, budget);
-	auto cycle = cycle_.add(pass, input.samples.size());
-	if (!cycle) {
-		log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} steps "
-			   "in this one)", cycle_.next(), input.samples.size(), pass.steps);
-		return true;
+	if (!cycle_.running()) {
+		if (evaluated_ == now)
+			return false;
+		cycle_.restart(cycleSamples(input.samples, *ruleset, *now.addresses));
 	}
+	auto cycle = evaluate(*ruleset, *input.agent, *now.addresses);
+	if (!cycle)
+		return true;
 	evaluated_ = std::move(now);
 	report(std::move(*cycle), std::move(warnings));
 	return false;
+}
+
+std::optional<std::vector<NatConflict>> ConflictCheck::evaluate(const nft::NatRuleset &ruleset,
+								const nft::Table &agent,
+								const NodeAddresses &addresses)
+{
+	// Twice at most: the port samples join the cycle once, and go in the same pass while
+	// its steps last.
+	size_t steps = 0;
+	for (int round = 0; round < 2; round++) {
+		CheckLimits budget;
+		budget.maxSteps = kStepsPerPass - steps;
+		const size_t before = cycle_.samples().size(), left = cycle_.rest().size();
+		const ConflictPass pass = findConflicts(ruleset, &agent, cycle_.rest(), addresses, budget);
+		steps += pass.steps;
+		if (auto done = cycle_.add(pass))
+			return done;
+		// Not "NAT conflict", which the operator greps for conflicts (docs/kubernetes.md).
+		if (cycle_.samples().size() > before && log::debugEnabled())
+			log::debug("the conflict check adds {} packets with the ports that decide its \"may\" "
+				   "conflicts: {}", cycle_.samples().size() - before,
+				   listed(std::span(cycle_.samples()).subspan(before)));
+		if (pass.evaluated < left || steps >= kStepsPerPass)
+			break;
+	}
+	log::debug("the NAT conflict check goes on at sample {} of {} in the next pass ({} steps in this one)",
+		   cycle_.next(), cycle_.samples().size(), steps);
+	return std::nullopt;
+}
+
+std::vector<SampledPacket> ConflictCheck::cycleSamples(const SamplePlan &plan, const nft::NatRuleset &ruleset,
+							const NodeAddresses &node)
+{
+	RuleSamples more = samplesFromRules(ruleset, plan, node);
+	const RuleSampleLimits limits;
+	const auto cuts = [](const std::vector<RuleSamples::Cut> &list, Family family) {
+		return std::any_of(list.begin(), list.end(), [family](const RuleSamples::Cut &c) { return c.family == family; });
+	};
+	for (const RuleSamples::Cut &cut : more.cuts)
+		if (!cuts(cuts_, cut.family))
+			log::info("other tables' rules match {}{} {} destinations (the boundaries of their destination "
+				  "matches): the conflict check samples {} of them, evenly spread (its bound: {} a "
+				  "family, and {} elements of a set); --explain=ADDRESS evaluates any other",
+				  cut.atLeast ? "at least " : "", cut.found, familyName(cut.family), cut.sampled,
+				  limits.maxDestinations, limits.maxSetElements);
+	for (const RuleSamples::Cut &cut : cuts_)
+		if (!cuts(more.cuts, cut.family))
+			log::info("the conflict check samples every {} destination other tables' rules match again",
+				  familyName(cut.family));
+	cuts_ = std::move(more.cuts);
+	std::vector<SampledPacket> samples = plan.packets;
+	samples.insert(samples.end(), more.packets.begin(), more.packets.end());
+	if (log::debugEnabled())
+		log::debug("the conflict check's cycle: {} packets, {} of them where other tables' rules "
+			   "match: {}", samples.size(), more.packets.size(), listed(samples));
+	return samples;
 }
 
 bool ConflictCheck::linearizeAgent(Input &input)

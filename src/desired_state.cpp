@@ -105,7 +105,7 @@ DesiredState desiredFromConfig(const LoadedConfig &loaded, const ConfigLocation 
 			    std::move(warnings),
 			    loaded.unknownKeys,
 			    std::move(subnets),
-			    samplePackets(config, options.enableIpv6),
+			    SamplePlan{samplePackets(config, options.enableIpv6), decidingEntries(config)},
 			    std::move(discovered)};
 }
 

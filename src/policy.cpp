@@ -203,20 +203,6 @@ void warnAboutUncoveredExceptions(LoadedConfig &loaded, Family family)
 	}
 }
 
-// At most `limit` of `items`, evenly spaced from the first: a config of 10,000 CIDRs is
-// checked across its whole range, in bounded time.
-template<typename T>
-std::vector<T> spread(const std::vector<T> &items, size_t limit)
-{
-	if (items.size() <= limit)
-		return items;
-	std::vector<T> out;
-	out.reserve(limit);
-	for (size_t i = 0; i < limit; i++)
-		out.push_back(items[i * items.size() / limit]);
-	return out;
-}
-
 // The first address of each non-masquerade interval and of each masqueraded range
 // between them, in address order. The all-zeros address stands for no host: its
 // range is sampled by the next address.
@@ -236,9 +222,10 @@ std::vector<Address> sampleDestinations(const IntervalSet &exempt)
 	}
 	if (more)
 		out.push_back(next);
+	const Address host = firstSampledHost(family);
 	for (Address &a : out)
-		if (a.value == 0 && exempt.contains(a) == exempt.contains(Address{family, 1}))
-			a.value = 1;
+		if (a.value == 0 && exempt.contains(a) == exempt.contains(host))
+			a = host;
 	return out;
 }
 
@@ -365,6 +352,103 @@ ExplainDecision explainDecision(const Config &config, const Address &destination
 	return decision;
 }
 
+namespace {
+
+// One destination entry of the config, compact: 16 bytes for IPv4 (the key its first
+// address), 32 for IPv6.
+template<typename Key>
+struct IndexedEntry {
+	Key first;
+	Origin origin;
+	uint8_t length;
+	bool masquerade; // a masqueradeCIDRs entry, else a non-masquerade one
+	auto key() const { return std::tie(first, length, masquerade); }
+};
+static_assert(sizeof(IndexedEntry<uint32_t>) == 16 && sizeof(IndexedEntry<AddressValue>) == 32);
+
+// The entries of one family, sorted, a prefix listed twice in one list once (the first
+// written: the one explainDecision names). Link-local is explainDecision's own (from the
+// flags): only the lists are indexed.
+template<typename Key>
+std::vector<IndexedEntry<Key>> indexEntries(const Config &config, Family family)
+{
+	std::vector<IndexedEntry<Key>> out;
+	const auto add = [&](const std::vector<Prefix> &list, bool masquerade) {
+		for (const Prefix &p : list)
+			if (p.network.family == family)
+				out.push_back({static_cast<Key>(p.network.value), p.origin, static_cast<uint8_t>(p.length),
+					       masquerade});
+	};
+	add(config.nonMasqueradeCIDRs, false);
+	add(config.masqueradeCIDRs, true);
+	std::stable_sort(out.begin(), out.end(), [](const auto &a, const auto &b) { return a.key() < b.key(); });
+	out.erase(std::unique(out.begin(), out.end(), [](const auto &a, const auto &b) { return a.key() == b.key(); }),
+		  out.end());
+	out.shrink_to_fit();
+	return out;
+}
+
+// The config's destination entries kept apart from it, and what names them: the entries
+// that cover an address (one binary search per prefix length), handed to explainDecision
+// itself, so the name is --explain's by construction.
+class EntryIndex final : public DecidingEntries
+{
+public:
+	explicit EntryIndex(const Config &config)
+		: ipv4_(indexEntries<uint32_t>(config, Family::ipv4)),
+		  ipv6_(indexEntries<AddressValue>(config, Family::ipv6))
+	{
+		names_.nonMasqueradeCIDRsGiven = config.nonMasqueradeCIDRsGiven;
+		names_.masqLinkLocal = config.masqLinkLocal;
+		names_.masqLinkLocalIPv6 = config.masqLinkLocalIPv6;
+		names_.files = config.files;
+		names_.discoveredOrigins = config.discoveredOrigins;
+	}
+
+	std::string describe(const Address &destination) const override
+	{
+		Config covering; // just the entries that cover it, for explainDecision
+		covering.masqLinkLocal = names_.masqLinkLocal;
+		covering.masqLinkLocalIPv6 = names_.masqLinkLocalIPv6;
+		if (destination.family == Family::ipv4)
+			addCovering(ipv4_, destination, covering);
+		else
+			addCovering(ipv6_, destination, covering);
+		return describeDecidingEntry(names_, explainDecision(covering, destination));
+	}
+
+private:
+	template<typename Key>
+	static void addCovering(const std::vector<IndexedEntry<Key>> &entries, const Address &a, Config &into)
+	{
+		const unsigned bits = familyBits(a.family);
+		for (unsigned length = 0; length <= bits; length++) {
+			const AddressValue host = lastOf(a.family, 0, length);
+			const Key first = static_cast<Key>(a.value & ~host);
+			auto it = std::lower_bound(entries.begin(), entries.end(), std::tuple(first, uint8_t(length)),
+						   [](const IndexedEntry<Key> &e, const auto &k) {
+							   return std::tie(e.first, e.length) < k;
+						   });
+			for (; it != entries.end() && it->first == first && it->length == length; ++it)
+				(it->masquerade ? into.masqueradeCIDRs : into.nonMasqueradeCIDRs)
+					.push_back(Prefix{Address{a.family, first}, length, {}, it->origin});
+		}
+	}
+
+	// What describing needs of the config besides its lists: its files, the discovered
+	// ranges' origins, whether nonMasqueradeCIDRs was given, the link-local keys.
+	Config names_;
+	std::vector<IndexedEntry<uint32_t>> ipv4_;
+	std::vector<IndexedEntry<AddressValue>> ipv6_;
+};
+
+} // namespace
+
+std::shared_ptr<const DecidingEntries> decidingEntries(const Config &config)
+{
+	return std::make_shared<const EntryIndex>(config);
+}
+
 std::vector<SampledPacket> samplePackets(const Config &config, bool enableIpv6,
 					 const SampleLimits &limits)
 {
@@ -378,10 +462,10 @@ std::vector<SampledPacket> samplePackets(const Config &config, bool enableIpv6,
 			sources.emplace_back(range.first);
 		if (sources.empty())
 			sources.emplace_back(std::nullopt); // no entry of the family: any source
-		sources = spread(sources, limits.maxSources);
+		sources = spreadEvenly(sources, limits.maxSources);
 		const IntervalSet exempt = resolveNonMasquerade(config, family);
 		const auto destinations =
-			withLinkLocal(spread(sampleDestinations(exempt), limits.maxDestinations), exempt);
+			withLinkLocal(spreadEvenly(sampleDestinations(exempt), limits.maxDestinations), exempt);
 		for (const Address &destination : destinations) {
 			const std::string entry = describeDecidingEntry(config, explainDecision(config, destination));
 			for (const std::optional<Address> &source : sources)

@@ -31,6 +31,23 @@ std::string PortProtocol::toString() const
 	return fmt::format("{}/{}", port, protocol);
 }
 
+std::string SampledPacket::toString() const
+{
+	std::string out = destination.toString();
+	if (source)
+		out += " from " + source->toString();
+	if (outputInterface)
+		out += " through " + escaped(*outputInterface);
+	if (transport)
+		out += " port " + transport->toString();
+	return out;
+}
+
+Address firstSampledHost(Family family)
+{
+	return Address{family, family == Family::ipv4 ? 1u : 2u};
+}
+
 Result<PortProtocol> parsePortProtocol(const std::string &text)
 {
 	const auto usage = [&text](const char *what) {

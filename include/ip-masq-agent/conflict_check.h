@@ -15,6 +15,7 @@
 #include "ip-masq-agent/agent_status.h"
 #include "ip-masq-agent/node_addresses.h"
 #include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/other_tables/samples.h"
 #include "ip-masq-agent/paced_thread.h"
 #include "ip-masq-agent/ruleset.h"
 
@@ -30,7 +31,7 @@ public:
 
 	// The desired state changed: the agent's ruleset and the packets to check. A new cycle
 	// starts with the next pass.
-	void setDesired(const Ruleset &ruleset, std::vector<SampledPacket> samples);
+	void setDesired(const Ruleset &ruleset, SamplePlan samples);
 	// The loop's snapshot of this node's addresses (fib and addrtype matches), shared with
 	// the SNAT usage read: the next pass uses it. Until one comes, nothing is known of them.
 	void setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses);
@@ -59,6 +60,12 @@ private:
 	// Other tables' NAT: what the last read holds while the kernel's generation is unchanged,
 	// read again otherwise; nullptr when it cannot be read (reported to the status).
 	const nft::NatRuleset *otherTables(std::vector<std::string> &warnings);
+	// Evaluates the cycle as far as this pass's steps go: its conflicts once it is done.
+	std::optional<std::vector<NatConflict>> evaluate(const nft::NatRuleset &ruleset, const nft::Table &agent,
+							 const NodeAddresses &addresses);
+	// A cycle's packets: the desired state's, and those where other tables' rules match.
+	std::vector<SampledPacket> cycleSamples(const SamplePlan &plan, const nft::NatRuleset &ruleset,
+						const NodeAddresses &node);
 	void report(std::vector<NatConflict> conflicts, std::vector<std::string> warnings);
 	std::vector<std::string> legacyWarnings();
 
@@ -83,6 +90,7 @@ private:
 	};
 	std::optional<Evaluated> evaluated_;
 	std::vector<NatConflict> conflicts_; // the last complete cycle's
+	std::vector<RuleSamples::Cut> cuts_; // where the last cycle's bound cut what other tables match
 	std::string lastError_;
 	bool legacySaid_[2] = {false, false}; // IPv4, IPv6
 

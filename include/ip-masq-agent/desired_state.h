@@ -58,8 +58,9 @@ struct DesiredState {
 	std::vector<std::string> unknownKeys;
 	// The outputAddress subnets in use, one per family, and what this node has in each.
 	std::vector<SubnetChoice> subnets;
-	// The packets the NAT conflict check evaluates against this ruleset and other tables.
-	std::vector<SampledPacket> samples;
+	// The packets the NAT conflict check evaluates against this ruleset and other tables,
+	// and what names the entries of those it samples where other tables' rules match.
+	SamplePlan samples;
 	// The pod network found on the node, in force: "10.244.0.0/16: FLANNEL_NETWORK in
 	// /run/flannel/subnet.env:1" (--dry-run prints them as comments).
 	std::vector<std::string> discovered;

@@ -3,6 +3,7 @@
 // across nonMasqueradeCIDRs (or the built-in defaults), link-local and masqueradeCIDRs.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -84,6 +85,13 @@ struct SampleLimits {
 	// Sources of each family: the first address of each masqueradeSourceCIDRs interval.
 	size_t maxSources = 8;
 };
+
+// Names the entry that decides any destination as --explain does
+// (describeDecidingEntry(config, explainDecision(config, destination))), without the
+// config: its destination entries are kept apart, sorted (16 bytes an IPv4 entry, 32 an
+// IPv6 one), and a look-up is one binary search per prefix length. The NAT conflict check
+// names with it the addresses it samples from other tables' rules.
+std::shared_ptr<const DecidingEntries> decidingEntries(const Config &config);
 
 // The packets the NAT conflict check looks at, for the families the agent handles (IPv6
 // with enableIpv6): at most maxDestinations * maxSources per family, plus link-local's

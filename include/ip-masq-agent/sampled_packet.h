@@ -4,8 +4,10 @@
 // including the other's model.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ip-masq-agent/cidr.h"
 #include "ip-masq-agent/error.h"
@@ -35,6 +37,46 @@ struct SampledPacket {
 	// 198.18.0.0/15 (FILE:LINE)", "built-in default 10.0.0.0/8", "no entry covers it".
 	std::string entry = {};
 	bool operator==(const SampledPacket &) const = default;
+	// "198.18.0.0", "198.18.0.0 from 198.51.100.0 port 53/udp": for the debug log.
+	std::string toString() const;
+};
+
+// At most `limit` of `items`, evenly spaced from the first: how every bound of the samples
+// cuts, so that a long list is still sampled across its whole range.
+template<typename T>
+std::vector<T> spreadEvenly(const std::vector<T> &items, size_t limit)
+{
+	if (items.size() <= limit)
+		return items;
+	std::vector<T> out;
+	out.reserve(limit);
+	for (size_t i = 0; i < limit; i++)
+		out.push_back(items[i * items.size() / limit]);
+	return out;
+}
+
+// The first host of a family where a sample would take the all-zeros address, which stands
+// for no host: 0.0.0.1, and ::2 for IPv6 (::1 is the loopback, local to every node, which
+// the agent's `fib daddr type != local` leaves alone whatever the config says).
+Address firstSampledHost(Family family);
+
+// The config entry that decides a destination, in --explain's words ("nonMasqueradeCIDRs
+// 198.18.0.0/15 (FILE:LINE)", "no entry covers it"): made with the desired state from the
+// config (policy.h, decidingEntries), kept without it, so that the NAT conflict check can
+// name addresses it samples long after the config is gone.
+class DecidingEntries
+{
+public:
+	virtual ~DecidingEntries() = default;
+	virtual std::string describe(const Address &destination) const = 0;
+};
+
+// What the NAT conflict check samples for one desired state: the config's own packets, and
+// what it needs to sample more where other tables' rules match (other_tables/samples.h).
+struct SamplePlan {
+	std::vector<SampledPacket> packets;
+	// Names any destination; nullptr: nothing is sampled beyond `packets`.
+	std::shared_ptr<const DecidingEntries> entries = {};
 };
 
 } // namespace ipmasq

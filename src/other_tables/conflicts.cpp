@@ -13,6 +13,7 @@
 
 #include "ip-masq-agent/escape.h"
 #include "ip-masq-agent/netlink/codec/rule_text.h"
+#include "ip-masq-agent/other_tables/samples.h"
 #include "ip-masq-agent/ruleset.h"
 
 namespace ipmasq {
@@ -128,6 +129,26 @@ nat::Packet packetFor(const SampledPacket &sample)
 	return packet;
 }
 
+// The ports that decide a "may" of a packet of any port: those the rules where the walk
+// forked match (a fork on anything else gives none).
+std::vector<PortProtocol> portsOfForks(const nat::NatVerdict &node, const nft::NatRuleset &ruleset,
+				       const nft::Table *agent)
+{
+	constexpr size_t kMaxPorts = 4, kMaxForks = 8;
+	std::vector<PortProtocol> out;
+	for (size_t i = 0; i < node.mayPoints.size() && i < kMaxForks && out.size() < kMaxPorts; i++) {
+		const nat::RuleRef &ref = node.mayPoints[i].rule;
+		const nft::Table *table = findTable(ruleset, agent, ref.family, ref.table);
+		const nft::Rule *rule = table ? findRule(*table, ref) : nullptr;
+		if (!rule)
+			continue;
+		for (const PortProtocol &port : destinationPorts(*table, *rule, kMaxPorts))
+			if (out.size() < kMaxPorts && std::find(out.begin(), out.end(), port) == out.end())
+				out.push_back(port);
+	}
+	return out;
+}
+
 // Whether `list` holds the same conflict as `conflict` (NatConflict::sameAs).
 bool holds(const std::vector<NatConflict> &list, const NatConflict &conflict)
 {
@@ -235,29 +256,82 @@ ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *age
 				pass.complete = false;
 				break;
 			}
+			// Once per conflict kept, not per sample: each fork is a rule to find.
+			if (!c.certain && !sample.transport)
+				c.ports = portsOfForks(node, ruleset, agent);
 			pass.conflicts.push_back(std::move(c));
 		}
 	}
 	return pass;
 }
 
-void ConflictCycle::restart()
+std::vector<SampledPacket> portSamples(const std::vector<NatConflict> &conflicts, size_t max)
 {
+	std::vector<SampledPacket> out;
+	for (const NatConflict &c : conflicts)
+		for (const PortProtocol &port : c.ports) {
+			SampledPacket packet = c.example;
+			packet.transport = port;
+			if (out.size() < max && std::find(out.begin(), out.end(), packet) == out.end())
+				out.push_back(std::move(packet));
+		}
+	return out;
+}
+
+std::vector<NatConflict> withoutMayTwins(std::vector<NatConflict> conflicts)
+{
+	const auto hasCertainTwin = [&conflicts](const NatConflict &c) {
+		if (c.certain)
+			return false;
+		NatConflict twin = c;
+		twin.certain = true;
+		return holds(conflicts, twin);
+	};
+	std::vector<NatConflict> out;
+	for (const NatConflict &c : conflicts)
+		if (!hasCertainTwin(c))
+			out.push_back(c);
+	return out;
+}
+
+void ConflictCycle::restart(std::vector<SampledPacket> samples)
+{
+	stop();
+	samples_ = std::move(samples);
+	running_ = true;
+}
+
+void ConflictCycle::stop()
+{
+	samples_.clear();
 	next_ = 0;
+	running_ = false;
+	portsAdded_ = false;
 	conflicts_.clear();
 }
 
-std::optional<std::vector<NatConflict>> ConflictCycle::add(const ConflictPass &pass, size_t sampleCount,
-							   size_t maxConflicts)
+std::optional<std::vector<NatConflict>> ConflictCycle::add(const ConflictPass &pass, size_t maxConflicts,
+							   size_t maxPortSamples)
 {
 	for (const NatConflict &conflict : pass.conflicts)
 		if (conflicts_.size() < maxConflicts && !holds(conflicts_, conflict))
 			conflicts_.push_back(conflict);
-	next_ += pass.evaluated;
-	if (next_ < sampleCount)
+	next_ = std::min(next_ + pass.evaluated, samples_.size());
+	if (next_ < samples_.size())
 		return std::nullopt;
-	std::vector<NatConflict> done = std::move(conflicts_);
-	restart();
+	if (!portsAdded_) {
+		portsAdded_ = true;
+		std::vector<SampledPacket> more = portSamples(conflicts_, maxPortSamples);
+		std::erase_if(more, [this](const SampledPacket &p) {
+			return std::find(samples_.begin(), samples_.end(), p) != samples_.end();
+		});
+		if (!more.empty()) {
+			samples_.insert(samples_.end(), more.begin(), more.end());
+			return std::nullopt;
+		}
+	}
+	std::vector<NatConflict> done = withoutMayTwins(std::move(conflicts_));
+	stop();
 	return done;
 }
 
@@ -323,6 +397,9 @@ const nft::Rule *findRule(const nft::Table &table, const nat::RuleRef &ref)
 	const nft::Chain *chain = table.findChain(ref.chain);
 	if (!chain)
 		return nullptr;
+	// Where the walk met it, unless the chain was read again since.
+	if (ref.position < chain->rules.size() && chain->rules[ref.position].handle == ref.handle)
+		return &chain->rules[ref.position];
 	for (const nft::Rule &rule : chain->rules)
 		if (rule.handle == ref.handle)
 			return &rule;

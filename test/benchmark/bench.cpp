@@ -46,6 +46,7 @@
 #include "ip-masq-agent/netlink/objects.h"
 #include "ip-masq-agent/options.h"
 #include "ip-masq-agent/other_tables/conflicts.h"
+#include "ip-masq-agent/other_tables/samples.h"
 #include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/policy.h"
 #include "ip-masq-agent/reconciler.h"
@@ -995,17 +996,20 @@ std::vector<ResolveRow> measureResolution()
 // conflict_check.h) with a config of 10,000 CIDRs, as the daemon makes it: the agent's own
 // table linearized from the desired ruleset (once per desired state), every other table's
 // nat chains read (the agent's own, applied by --once, is skipped), then the whole sample
-// evaluated in passes of ConflictCheck::kStepsPerPass steps, at most one per 3 s. Beside
+// evaluated in passes of ConflictCheck::kStepsPerPass steps, at most one per 3 s, with the
+// packets other tables' rules add (samplesFromRules) and the port samples. Beside
 // the agent: nothing, kubelet's one rule, or upstream's leftover chain of 10,000 RETURN
 // rules, which every sampled packet walks.
 struct ConflictRow {
 	std::string label;
-	size_t samples = 0;
+	size_t samples = 0; // the config's
+	size_t fromRules = 0; // where other tables' rules match (samplesFromRules)
 	size_t conflicts = 0;
 	size_t steps = 0;
 	size_t passes = 0;
 	Samples linearize; // agentTable(desired ruleset)
 	Samples read; // readNatRuleset
+	Samples sample; // samplesFromRules
 	Samples evaluate; // the cycle's passes together
 	Samples longestPass; // the longest of them: what the check's thread spends at once
 	Samples cpu; // all of it, CLOCK_PROCESS_CPUTIME_ID
@@ -1033,25 +1037,30 @@ ConflictRow measureConflictPass(const std::string &label, const DesiredState &de
 			ruleset = require(nft::readNatRuleset(limits), "reading other tables' NAT");
 		}));
 		ConflictCycle cycle;
+		RuleSamples more;
+		row.sample.ms.push_back(wallMs([&] { more = samplesFromRules(*ruleset, desired.samples, node); }));
+		std::vector<SampledPacket> samples = desired.samples.packets;
+		samples.insert(samples.end(), more.packets.begin(), more.packets.end());
+		row.fromRules = more.packets.size();
+		cycle.restart(std::move(samples));
 		std::optional<std::vector<NatConflict>> found;
 		double longest = 0, total = 0;
 		row.steps = row.passes = 0;
 		for (size_t pass = 0; pass < 1000 && !found; pass++) {
-			const std::span<const SampledPacket> rest = std::span(desired.samples).subspan(cycle.next());
 			ConflictPass done;
-			const double ms = wallMs([&] { done = findConflicts(*ruleset, &*agent, rest, node, budget); });
+			const double ms = wallMs([&] { done = findConflicts(*ruleset, &*agent, cycle.rest(), node, budget); });
 			longest = std::max(longest, ms);
 			total += ms;
 			row.steps += done.steps;
 			row.passes++;
-			found = cycle.add(done, desired.samples.size());
+			found = cycle.add(done);
 		}
 		if (!found)
 			die("the conflict cycle did not end in 1,000 passes");
 		row.evaluate.ms.push_back(total);
 		row.longestPass.ms.push_back(longest);
 		row.cpu.ms.push_back(processCpuMs() - cpuStart);
-		row.samples = desired.samples.size();
+		row.samples = desired.samples.packets.size();
 		row.conflicts = found->size();
 	}
 	return row;
@@ -1395,13 +1404,13 @@ int main(int argc, char *argv[])
 		   "tables, evaluate the sample\n   in passes of {} steps), config of 10,000 CIDRs, in "
 		   "this process; ms (median, min-max); the daemon\n   runs at most one pass per {} s\n",
 		   thousands(ConflictCheck::kStepsPerPass), ConflictCheck::kPeriod.count());
-	fmt::print("{:>34} {:>7} {:>9} {:>9} {:>6} {:>9} {:>6} {:>17} {:>8} {:>7} {:>4}\n", "other tables",
-		   "samples", "conflicts", "steps", "passes", "linearize", "read", "evaluate", "longest",
-		   "CPU", "runs");
+	fmt::print("{:>34} {:>9} {:>9} {:>9} {:>6} {:>9} {:>6} {:>6} {:>17} {:>8} {:>7} {:>4}\n", "other tables",
+		   "samples", "conflicts", "steps", "passes", "linearize", "read", "sample", "evaluate",
+		   "longest", "CPU", "runs");
 	for (const ConflictRow &r : conflictPasses) {
-		fmt::print("{:>34} {:>7} {:>9} {:>9} {:>6} {:>9} {:>6} {:>17} {:>8} {:>7} {:>4}\n", r.label,
-			   r.samples, r.conflicts, thousands(r.steps), r.passes, ms(r.linearize.median()),
-			   ms(r.read.median()),
+		fmt::print("{:>34} {:>9} {:>9} {:>9} {:>6} {:>9} {:>6} {:>6} {:>17} {:>8} {:>7} {:>4}\n", r.label,
+			   fmt::format("{}+{}", r.samples, r.fromRules), r.conflicts, thousands(r.steps), r.passes,
+			   ms(r.linearize.median()), ms(r.read.median()), ms(r.sample.median()),
 			   fmt::format("{} ({}-{})", ms(r.evaluate.median()), ms(r.evaluate.min()),
 				       ms(r.evaluate.max())),
 			   ms(r.longestPass.median()), ms(r.cpu.median()), r.cpu.ms.size());

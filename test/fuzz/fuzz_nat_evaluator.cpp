@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@
 #include "ip-masq-agent/other_tables/conflicts.h"
 #include "ip-masq-agent/netlink/codec/decoder.h"
 #include "ip-masq-agent/other_tables/evaluator.h"
+#include "ip-masq-agent/other_tables/samples.h"
 #include "ip-masq-agent/netlink/table_reader.h"
 #include "ip-masq-agent/netlink/codec/rule_text.h"
 #include "ip-masq-agent/ruleset_mapping.h"
@@ -373,6 +375,41 @@ void checkFind(const Set &s, Input &in)
 	}
 }
 
+// Names every destination alike: the fuzzer's plan has no config.
+class FixedNames final : public DecidingEntries
+{
+public:
+	std::string describe(const Address &) const override { return "no entry covers it"; }
+};
+
+// Where other tables' rules match, and the ports that decide a "may": bounded, of the
+// plan's families and sources, each packet once.
+void checkSamples(const NatRuleset &ruleset, const SampledPacket &sample, const NodeAddresses &node,
+		  const ConflictPass &pass)
+{
+	RuleSampleLimits limits;
+	limits.maxDestinations = 8;
+	limits.maxSetElements = 16;
+	const SamplePlan plan{{sample}, std::make_shared<const FixedNames>()};
+	const RuleSamples more = samplesFromRules(ruleset, plan, node, limits);
+	fuzz::check(more.packets.size() <= limits.maxDestinations, "more destinations than the bound");
+	for (const SampledPacket &p : more.packets) {
+		fuzz::check(p.destination.family == sample.destination.family, "a destination of another family");
+		fuzz::check(p.destination != sample.destination, "a destination the plan samples already");
+		fuzz::check(p.source == sample.source, "a source the plan does not sample");
+		fuzz::check(!node.isLocal(p.destination), "an address of the node");
+	}
+	for (const Table &t : ruleset.tables)
+		for (const nft::Chain &c : t.chains)
+			for (const nft::Rule &r : c.rules)
+				for (const PortProtocol &port : destinationPorts(t, r, 4))
+					fuzz::check(port.port != 0 && !port.toString().empty(), "a port sample without a port");
+	const std::vector<SampledPacket> ports = portSamples(pass.conflicts, 4);
+	fuzz::check(ports.size() <= 4, "more port samples than the bound");
+	for (const SampledPacket &p : ports)
+		fuzz::check(p.transport.has_value(), "a port sample without a port");
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -459,5 +496,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz::check(c.outcome.decider != Decider::agent, "the agent's own decision is a conflict");
 		fuzz::check(c.sameAs(c), "a conflict is not the same as itself");
 	}
+	checkSamples(ruleset, sample, node, pass);
 	return 0;
 }

@@ -226,6 +226,18 @@ void deleteAgentTable()
 	run("nft delete table inet ip-masq-agent 2>/dev/null");
 }
 
+size_t envNumber(const char *name, size_t fallback)
+{
+	const char *value = std::getenv(name);
+	if (!value || !*value)
+		return fallback;
+	char *end = nullptr;
+	const unsigned long long n = std::strtoull(value, &end, 10);
+	INFO(name << "=" << value);
+	REQUIRE((end && *end == '\0'));
+	return size_t(n);
+}
+
 size_t countOf(const std::string &haystack, const std::string &needle)
 {
 	size_t n = 0;

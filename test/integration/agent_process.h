@@ -145,6 +145,10 @@ void deleteAgentTable();
 // Count occurrences of `needle` in `haystack`.
 size_t countOf(const std::string &haystack, const std::string &needle);
 
+// The number the environment variable `name` gives (a generator's seed, a count), or
+// `fallback` when it is unset or empty; anything but a number fails the test.
+size_t envNumber(const char *name, size_t fallback);
+
 // CPU time (user + system) a process has used so far, from /proc/PID/stat; -1 if unknown.
 double cpuSeconds(pid_t pid);
 

@@ -9,6 +9,7 @@
 // CPU time too): every wait here is for a state, with a deadline only a hang misses.
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <regex>
 #include <sys/socket.h>
 
@@ -378,4 +379,151 @@ TEST_CASE("other tables that cannot be read: counted, said in the log and /ready
 	requireWithin([&] { return agent.log().find("other tables' NAT is readable again") != std::string::npos; },
 		      5s, agent.process(), "the recovery said");
 	CHECK(curlGet(kHealth + "/readyz?verbose") == "200 ok\n");
+}
+
+namespace {
+
+// --explain's lines for `args`, with `config` in a file of its own.
+std::string explainWith(const std::string &config, const std::string &args)
+{
+	TempDir dir;
+	dir.write("config", config);
+	std::string out;
+	const int status = run(fmt::format("{} --config={} {}", agentBinary(), dir.file("config"), args), &out);
+	INFO(out);
+	REQUIRE(status == 0);
+	return out;
+}
+
+// "rule handle N" of the one rule of `table`'s chain `chain` that nft lists as `text`.
+std::string ruleHandle(const std::string &table, const std::string &chain, const std::string &text)
+{
+	const std::string listing = runOrFail(fmt::format("nft -a list chain {} {}", table, chain));
+	const size_t at = listing.find(text + " # handle ");
+	INFO(listing);
+	REQUIRE(at != std::string::npos);
+	const size_t digits = at + text.size() + 10;
+	return "rule handle " + listing.substr(digits, listing.find('\n', digits) - digits);
+}
+
+// The conflict, said in the log and in /readyz?verbose, quoted as nft lists the rule.
+void requireReported(const Agent &agent, const std::vector<std::string> &parts)
+{
+	const std::string verbose = curlGet(kHealth + "/readyz?verbose");
+	INFO(metricsAndReadiness() << "\nagent log:\n" << agent.log());
+	for (const std::string &part : parts) {
+		CHECK(agent.log().find(part) != std::string::npos);
+		CHECK(verbose.find(part) != std::string::npos);
+	}
+	CHECK(requireQuotesAsNft(verbose) > 0);
+	CHECK(requireQuotesAsNft(agent.log()) > 0);
+}
+
+const std::string kNatTable = "nft 'add chain ip other post { type nat hook postrouting priority srcnat; }'";
+
+// The external host answers at `address` too, and the node routes `routed` to it.
+void serveAlsoAt(const Topology &net, const std::string &address, const std::string &routed)
+{
+	net.external.runOrFail("ip addr add " + address + "/32 dev eth0");
+	runOrFail("ip route add " + routed + " via " + kServerV4);
+}
+
+} // namespace
+
+TEST_CASE("a CNI's masquerade of part of an exempt range: sampled where its rule matches, reported, "
+	  "and the server there sees the node")
+{
+	// The issue's third case: the sample took only 198.18.0.0 of 198.18.0.0/15, which the
+	// CNI's rule leaves alone, and the gauge said 0 while pod traffic to 198.19.9.2 left
+	// masqueraded.
+	Topology net;
+	SourceEchoServer server(net.external);
+	flushRuleset();
+	serveAlsoAt(net, "198.19.9.2", "198.19.0.0/16");
+	const std::string config = "nonMasqueradeCIDRs: [198.18.0.0/15]\n";
+	auto rules = std::make_unique<Rules>(std::vector<std::string>{
+		"nft add table ip other", kNatTable, "nft add rule ip other post ip daddr 198.19.0.0/16 masquerade"});
+	const std::string handle = ruleHandle("ip other", "post", "ip daddr 198.19.0.0/16 masquerade");
+	Agent agent = startAgent(config);
+	agent.expectNatConflicts();
+	requireGauge(agent, "1", "0");
+	requireReported(agent, {"NAT conflict: table ip other chain post (priority srcnat, before the agent) "
+				"masquerades it: " + handle + " (`ip daddr 198.19.0.0/16 masquerade`), which undoes "
+				"nonMasqueradeCIDRs 198.18.0.0/15 (",
+				"/config:2): IPv4 traffic from any source to 198.19.0.0 on any port is not masqueraded by the agent"});
+	CHECK_THAT(curlGet(kHealth + "/readyz?verbose"), Catch::StartsWith("200 ok\nwarning: NAT conflict: table ip other"));
+	CHECK_THAT(explainWith(config, "--explain=198.19.9.2"),
+		   Catch::Contains("; but table ip other chain post (priority srcnat, before the agent) masquerades "
+				   "it: " + handle + " (`ip daddr 198.19.0.0/16 masquerade`)"));
+	requireSource(net, agent, AF_INET, "198.19.9.2", kServerPort, kNodeV4);
+
+	// The rule gone: resolved, and the pod's own address again.
+	rules.reset();
+	requireGauge(agent, "0", "0");
+	requireWithin([&] { return agent.log().find("NAT conflict resolved: ") != std::string::npos; }, kCheckDeadline,
+		      agent.process(), "the conflict resolved in the log", metricsAndReadiness);
+	requireSource(net, agent, AF_INET, "198.19.9.2", kServerPort, kPodV4);
+}
+
+TEST_CASE("a neighbour's th dport 53 masquerade: certain for DNS traffic to each exempt entry, quoted "
+	  "as nft lists it, and a connection to port 53 arrives masqueraded")
+{
+	// The issue's first case: reported as "may" for a packet of any port; the port its
+	// rule matches decides it.
+	Topology net;
+	SourceEchoServer dns(net.external, 53);
+	SourceEchoServer other(net.external);
+	flushRuleset();
+	serveAlsoAt(net, "198.18.53.2", "198.18.53.2/32");
+	const std::string config = "nonMasqueradeCIDRs: [198.18.0.0/15]\n";
+	Rules rules({"nft add table ip other", kNatTable, "nft add rule ip other post th dport 53 masquerade"});
+	const std::string handle = ruleHandle("ip other", "post", "th dport 53 masquerade");
+	Agent agent = startAgent(config);
+	agent.expectNatConflicts();
+	// Link-local and 198.18.0.0/15, each certain for 53/udp (the may of any port dropped).
+	requireGauge(agent, "2", "0");
+	const std::string rule = "NAT conflict: table ip other chain post (priority srcnat, before the agent) "
+				 "masquerades it: " + handle + " (`th dport 53 masquerade`), which undoes ";
+	requireReported(agent, {rule + "nonMasqueradeCIDRs 198.18.0.0/15 (",
+				"/config:2): IPv4 traffic from any source to 198.18.0.0 port 53/udp is not masqueraded by the agent",
+				rule + "link-local 169.254.0.0/16: IPv4 traffic from any source to 169.254.0.0 port 53/udp "
+				       "is not masqueraded by the agent"});
+	CHECK(agent.log().find("may masquerade it") == std::string::npos);
+	CHECK_THAT(explainWith(config, "--explain=198.18.53.2 --explain-port=53/tcp"),
+		   Catch::Contains("; but table ip other chain post (priority srcnat, before the agent) masquerades "
+				   "it: " + handle + " (`th dport 53 masquerade`)"));
+	// The kernel: port 53 masqueraded, another port not.
+	requireSource(net, agent, AF_INET, "198.18.53.2", 53, kNodeV4);
+	requireSource(net, agent, AF_INET, "198.18.53.2", kServerPort, kPodV4);
+}
+
+TEST_CASE("outputAddress, and a masquerade before it: sampled where the rule bites inside a masqueraded "
+	  "range, reported, and the server sees the node")
+{
+	// The issue's second case. The agent SNATs 198.18.128.0/17 and 198.19.0.0/16 (one range
+	// of its own, sampled at 198.18.128.0, which the neighbour's rule leaves alone) to
+	// 203.0.113.7; the neighbour masquerades what is not in 198.18.0.0/16 first.
+	Topology net;
+	SourceEchoServer server(net.external);
+	flushRuleset();
+	serveAlsoAt(net, "198.19.0.2", "198.19.0.0/16");
+	const std::string config = "nonMasqueradeCIDRs: [198.18.0.0/15]\n"
+				   "masqueradeCIDRs: [198.18.128.0/17, 198.19.0.0/16]\n"
+				   "outputAddress: 203.0.113.7\n";
+	const std::string text = "ip daddr != 198.18.0.0/16 fib daddr type != local masquerade";
+	Rules rules({"nft add table ip nat",
+		     "nft 'add chain ip nat POSTROUTING { type nat hook postrouting priority srcnat; }'",
+		     "nft add rule ip nat POSTROUTING " + text});
+	const std::string handle = ruleHandle("ip nat", "POSTROUTING", text);
+	Agent agent = startAgent(config);
+	agent.expectNatConflicts();
+	// Also 0.0.0.1 (no entry covers it) and link-local, both sampled before.
+	requireGauge(agent, "3", "0");
+	requireReported(agent, {"NAT conflict: table ip nat chain POSTROUTING (priority srcnat, before the agent) "
+				"masquerades it: " + handle + " (`" + text + "`), before the agent SNATs to 203.0.113.7 "
+				"IPv4 traffic from any source to 198.19.0.0 on any port (masqueradeCIDRs 198.19.0.0/16 ("});
+	CHECK_THAT(explainWith(config, "--explain=198.19.0.2"),
+		   Catch::Contains("; but table ip nat chain POSTROUTING (priority srcnat, before the agent) "
+				   "masquerades it: " + handle + " (`" + text + "`), before the agent SNATs to 203.0.113.7"));
+	requireSource(net, agent, AF_INET, "198.19.0.2", kServerPort, kNodeV4);
 }

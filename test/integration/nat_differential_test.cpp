@@ -763,18 +763,6 @@ std::string agentUnderTest()
 	return other && *other ? other : agentBinary();
 }
 
-size_t envNumber(const char *name, size_t fallback)
-{
-	const char *value = std::getenv(name);
-	if (!value || !*value)
-		return fallback;
-	char *end = nullptr;
-	const unsigned long long n = std::strtoull(value, &end, 10);
-	INFO(name << "=" << value);
-	REQUIRE((end && *end == '\0'));
-	return size_t(n);
-}
-
 std::string describe(const Case &c)
 {
 	std::string out = fmt::format("{}: to {} port {}/tcp ({}), config: {}", c.name, c.destination, c.port,

@@ -466,14 +466,15 @@ TEST_CASE("a check spread over passes: each resumes where the last stopped, the 
 	REQUIRE_FALSE(whole.conflicts.empty());
 
 	ConflictCycle cycle;
+	CHECK_FALSE(cycle.running());
+	cycle.restart(samples);
 	std::optional<std::vector<NatConflict>> result;
 	size_t passes = 0;
 	while (!result && passes < 100) {
 		// A budget of one step: each pass evaluates one sample.
-		const ConflictPass pass = findConflicts(ruleset, &agent, std::span(samples).subspan(cycle.next()),
-							node(), {64, 1});
+		const ConflictPass pass = findConflicts(ruleset, &agent, cycle.rest(), node(), {64, 1});
 		CHECK(pass.evaluated == 1);
-		result = cycle.add(pass, samples.size());
+		result = cycle.add(pass);
 		passes++;
 	}
 	REQUIRE(result);
@@ -481,15 +482,17 @@ TEST_CASE("a check spread over passes: each resumes where the last stopped, the 
 	REQUIRE(result->size() == whole.conflicts.size());
 	for (size_t i = 0; i < whole.conflicts.size(); i++)
 		CHECK(result->at(i).sameAs(whole.conflicts[i]));
-	// Done: the next cycle starts at the first sample, with nothing found yet.
+	// Done: no cycle runs until the next starts, at the first sample, with nothing found yet.
+	CHECK_FALSE(cycle.running());
 	CHECK(cycle.next() == 0);
 
 	// A new sample half-way: what was found for the old one is dropped.
-	(void)cycle.add(findConflicts(ruleset, &agent, samples, node(), {64, 1}), samples.size());
+	cycle.restart(samples);
+	(void)cycle.add(findConflicts(ruleset, &agent, cycle.rest(), node(), {64, 1}));
 	CHECK(cycle.next() == 1);
-	cycle.restart();
+	cycle.restart(samples);
 	CHECK(cycle.next() == 0);
-	const auto clean = cycle.add(findConflicts(ipNat({}), &agent, samples, node()), samples.size());
+	const auto clean = cycle.add(findConflicts(ipNat({}), &agent, cycle.rest(), node()));
 	REQUIRE(clean);
 	CHECK(clean->empty());
 }

@@ -146,6 +146,17 @@ void checkAgainstOracle(Family family, uint64_t seed)
 			config.masqueradeCIDRs.push_back(generator.next());
 		config.masqLinkLocal = random() % 2;
 		config.masqLinkLocalIPv6 = random() % 2;
+		// Each entry named by its line (a prefix listed twice, by its first), some found on
+		// the node, for the names decidingEntries gives.
+		config.files = {kSource};
+		config.nonMasqueradeCIDRsGiven = random() % 2;
+		config.discoveredOrigins = {"FLANNEL_NETWORK in /run/flannel/subnet.env:1"};
+		uint32_t line = 1;
+		for (Prefix &p : config.nonMasqueradeCIDRs)
+			p.origin = random() % 4 == 0 ? Origin{Origin::kDiscovered, 0} : Origin{0, line++};
+		for (Prefix &p : config.masqueradeCIDRs)
+			p.origin = Origin{0, line++};
+		const auto names = decidingEntries(config);
 
 		const IntervalSet resolved = resolveNonMasquerade(config, family);
 		// A valid interval set: sorted, disjoint and not adjacent (what nft requires).
@@ -160,6 +171,9 @@ void checkAgainstOracle(Family family, uint64_t seed)
 			INFO("seed " << seed << " round " << round << " address " << address.toString());
 			REQUIRE(resolved.contains(address) == !expected);
 			REQUIRE(explainDecision(config, address).masqueraded == expected);
+			// Named apart from the config as --explain names it with the config.
+			REQUIRE(names->describe(address) ==
+				describeDecidingEntry(config, explainDecision(config, address)));
 		}
 	}
 }
@@ -182,13 +196,15 @@ LoadedConfig loadOk(const std::string &text, ConfigFlags flags = {})
 
 } // namespace
 
-TEST_CASE("the resolution equals the longest-prefix oracle, IPv4")
+TEST_CASE("the resolution equals the longest-prefix oracle, and the entries named apart from the "
+	  "config are --explain's, IPv4")
 {
 	for (const uint64_t seed : {1, 2, 3})
 		checkAgainstOracle(Family::ipv4, seed);
 }
 
-TEST_CASE("the resolution equals the longest-prefix oracle, IPv6")
+TEST_CASE("the resolution equals the longest-prefix oracle, and the entries named apart from the "
+	  "config are --explain's, IPv6")
 {
 	for (const uint64_t seed : {11, 12, 13})
 		checkAgainstOracle(Family::ipv6, seed);

@@ -41,6 +41,10 @@ struct NatConflict {
 	std::string ruleText; // as nft lists it ("" when there is no rule)
 	std::string agentAction; // what the agent's rules alone do: "masquerades", "SNATs to X"
 	SampledPacket example; // the first sampled packet it was found for
+	// A "may" found for a packet of any port: the protocols and ports that make the port
+	// matches true of the rules where the walk could not tell (th dport 53: 53/udp and
+	// 53/tcp), which a packet with one of them decides. Not part of its identity.
+	std::vector<PortProtocol> ports = {};
 
 	// The same conflict: what it does to which decision, by the rule's content and place
 	// (table, chain, text), never its handle, which changes when a rule is written again.
@@ -77,19 +81,44 @@ ConflictPass findConflicts(const nft::NatRuleset &ruleset, const nft::Table *age
 			   std::span<const SampledPacket> samples, const NodeAddresses &addresses,
 			   const CheckLimits &limits = {});
 
+// The packets that decide "may" conflicts found for packets of any port: each conflict's
+// example with each of its ports (NatConflict::ports), each packet once, at most `max`.
+std::vector<SampledPacket> portSamples(const std::vector<NatConflict> &conflicts, size_t max);
+
+// The list without each "may" conflict whose certain twin (the same conflict, found certain
+// for another sampled packet: with a port its rule matches) it holds: a rule that certainly
+// undoes a decision for some of the traffic is reported once, as certain.
+std::vector<NatConflict> withoutMayTwins(std::vector<NatConflict> conflicts);
+
 // The check spread over passes: each resumes at the first sample the last did not reach,
 // and once the last sample is done the cycle's conflicts are the result, diffed as a
-// whole (a conflict is never "resolved" for a sample that was not evaluated).
+// whole (a conflict is never "resolved" for a sample that was not evaluated). When the
+// given samples are done, the cycle goes on once over portSamples() of what it found.
 class ConflictCycle
 {
 public:
-	void restart();
+	// A new cycle over `samples` (it runs even over none).
+	void restart(std::vector<SampledPacket> samples);
+	// No cycle: what the stopped one found is dropped.
+	void stop();
+	bool running() const { return running_; }
 	size_t next() const { return next_; }
-	std::optional<std::vector<NatConflict>> add(const ConflictPass &pass, size_t sampleCount,
-						    size_t maxConflicts = CheckLimits{}.maxConflicts);
+	// Every sample of the cycle so far, the port samples once they are added.
+	const std::vector<SampledPacket> &samples() const { return samples_; }
+	std::span<const SampledPacket> rest() const { return std::span(samples_).subspan(next_); }
+	// A pass over rest(). The cycle's conflicts (withoutMayTwins) once its last sample is done.
+	std::optional<std::vector<NatConflict>> add(const ConflictPass &pass,
+						    size_t maxConflicts = CheckLimits{}.maxConflicts,
+						    size_t maxPortSamples = kMaxPortSamples);
+
+	// Port samples per cycle: as many as the conflicts kept.
+	static constexpr size_t kMaxPortSamples = CheckLimits{}.maxConflicts;
 
 private:
+	std::vector<SampledPacket> samples_;
 	size_t next_ = 0;
+	bool running_ = false;
+	bool portsAdded_ = false;
 	std::vector<NatConflict> conflicts_;
 };
 

@@ -19,7 +19,7 @@
 #include <fmt/format.h>
 #include <libnftnl/common.h>
 
-#include "ip-masq-agent/log.h"
+#include "ip-masq-agent/base/log.h"
 
 namespace ipmasq::netlink {
 

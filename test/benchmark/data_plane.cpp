@@ -36,11 +36,11 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/desired_state.h"
-#include "ip-masq-agent/netlink/backend.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/compile/desired_state.h"
+#include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "machine.h"
 #include "netns.h"
 #include "traffic_support.h"

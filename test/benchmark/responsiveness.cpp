@@ -22,11 +22,11 @@
 
 #include "agent_process.h"
 #include "connection_flood.h"
-#include "ip-masq-agent/netlink/address_monitor.h"
-#include "ip-masq-agent/netlink/backend.h"
-#include "ip-masq-agent/netlink/table_reader.h"
-#include "ip-masq-agent/paced_thread.h"
-#include "ip-masq-agent/process_guard.h"
+#include "ip-masq-agent/node/address_monitor.h"
+#include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
+#include "ip-masq-agent/base/paced_thread.h"
+#include "ip-masq-agent/base/process_guard.h"
 #include "netns.h"
 
 namespace ipmasq::bench {

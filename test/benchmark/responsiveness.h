@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Section 10 of the benchmark: how fast the agent reacts where the tests only check that
-// it does (STYLE idiom 28): an address notification, the SNAT rule following the node's
+// it does (tests check behaviour, the benchmark speed): an address notification, the SNAT rule following the node's
 // address, probes and healing under connection floods, a writer fighting the table.
 #pragma once
 

@@ -17,12 +17,12 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/desired_state.h"
-#include "ip-masq-agent/discovered_ranges.h"
-#include "ip-masq-agent/netlink/route_source.h"
-#include "ip-masq-agent/pod_network.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/compile/desired_state.h"
+#include "ip-masq-agent/node/discovered_ranges.h"
+#include "ip-masq-agent/node/route_source.h"
+#include "ip-masq-agent/node/pod_network.h"
 #include "machine.h"
 #include "netns.h"
 

@@ -17,8 +17,8 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/netlink/codec/rule_text.h"
-#include "ip-masq-agent/netlink/table_reader.h"
+#include "ip-masq-agent/nft/codec/rule_text.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
 #include "netns.h"
 
 using namespace ipmasq;

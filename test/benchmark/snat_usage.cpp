@@ -14,10 +14,10 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/netlink/conntrack_dump.h"
-#include "ip-masq-agent/paced_thread.h"
-#include "ip-masq-agent/snat_usage.h"
-#include "ip-masq-agent/snat_usage_check.h"
+#include "ip-masq-agent/conntrack/conntrack_dump.h"
+#include "ip-masq-agent/base/paced_thread.h"
+#include "ip-masq-agent/conntrack/snat_usage.h"
+#include "ip-masq-agent/daemon/snat_usage_check.h"
 #include "netns.h"
 
 using namespace ipmasq;

@@ -6,8 +6,8 @@
 #include <optional>
 #include <variant>
 
-#include "ip-masq-agent/overloaded.h"
-#include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/base/overloaded.h"
+#include "ip-masq-agent/model/ruleset.h"
 
 namespace ipmasq::test {
 

@@ -19,12 +19,13 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/xt_addrtype.h>
 
-#include "ip-masq-agent/cidr.h"
-#include "ip-masq-agent/netlink/codec/decoder.h"
-#include "ip-masq-agent/netlink/codec/model.h"
-#include "ip-masq-agent/netlink/table_reader.h"
-#include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/model/cidr.h"
+#include "ip-masq-agent/nft/codec/decoder.h"
+#include "ip-masq-agent/nft/codec/model.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
+#include "ip-masq-agent/nft/agent_table.h"
+#include "ip-masq-agent/diagnose/evaluator.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 namespace ipmasq::nft::build {
 

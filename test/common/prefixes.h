@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/model/cidr.h"
 
 namespace ipmasq::test {
 

@@ -9,8 +9,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/netlink/objects.h"
-#include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/nft/objects.h"
+#include "ip-masq-agent/model/ruleset.h"
 
 namespace ipmasq::test {
 

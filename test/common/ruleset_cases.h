@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/options.h"
-#include "ip-masq-agent/ruleset.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/cli/options.h"
+#include "ip-masq-agent/model/ruleset.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 namespace ipmasq::test {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/model/cidr.h"
 
 using namespace ipmasq;
 

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/cni_conf.h"
+#include "ip-masq-agent/node/cni_conf.h"
 
 using namespace ipmasq;
 

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/nft_text.h"
-#include "ip-masq-agent/options.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/nft/nft_text.h"
+#include "ip-masq-agent/cli/options.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 using namespace ipmasq;
 

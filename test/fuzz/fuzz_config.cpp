@@ -8,12 +8,12 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/explain.h"
-#include "ip-masq-agent/nft_text.h"
-#include "ip-masq-agent/policy.h"
-#include "ip-masq-agent/ruleset.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/diagnose/explain.h"
+#include "ip-masq-agent/nft/nft_text.h"
+#include "ip-masq-agent/config/policy.h"
+#include "ip-masq-agent/model/ruleset.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 using namespace ipmasq;
 

@@ -15,8 +15,8 @@
 #include <linux/netlink.h>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/netlink/conntrack_dump.h"
-#include "ip-masq-agent/snat_usage.h"
+#include "ip-masq-agent/conntrack/conntrack_dump.h"
+#include "ip-masq-agent/conntrack/snat_usage.h"
 
 using namespace ipmasq;
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/duration.h"
+#include "ip-masq-agent/base/duration.h"
 
 using namespace ipmasq;
 

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/flannel_subnet_env.h"
+#include "ip-masq-agent/node/flannel_subnet_env.h"
 
 using namespace ipmasq;
 

@@ -22,14 +22,15 @@
 #include <linux/netfilter/nf_tables.h>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/egress.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
-#include "ip-masq-agent/netlink/codec/decoder.h"
-#include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/other_tables/samples.h"
-#include "ip-masq-agent/netlink/table_reader.h"
-#include "ip-masq-agent/netlink/codec/rule_text.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/model/egress.h"
+#include "ip-masq-agent/diagnose/conflicts.h"
+#include "ip-masq-agent/nft/codec/decoder.h"
+#include "ip-masq-agent/diagnose/evaluator.h"
+#include "ip-masq-agent/diagnose/samples.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
+#include "ip-masq-agent/nft/agent_table.h"
+#include "ip-masq-agent/nft/codec/rule_text.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 using namespace ipmasq;
 using namespace ipmasq::nat;

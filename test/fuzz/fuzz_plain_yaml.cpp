@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/config/config.h"
 
 using namespace ipmasq;
 

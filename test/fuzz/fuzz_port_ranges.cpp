@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/port_ranges.h"
+#include "ip-masq-agent/model/port_ranges.h"
 
 using namespace ipmasq;
 

@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/model/ruleset.h"
 
 using namespace ipmasq;
 

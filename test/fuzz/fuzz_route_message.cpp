@@ -15,7 +15,7 @@
 #include <linux/rtnetlink.h>
 
 #include "fuzz_support.h"
-#include "ip-masq-agent/netlink/route_source.h"
+#include "ip-masq-agent/node/route_source.h"
 
 using namespace ipmasq;
 

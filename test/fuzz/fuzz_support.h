@@ -9,8 +9,8 @@
 #include <string>
 #include <string_view>
 
-#include "ip-masq-agent/cidr.h"
-#include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/model/cidr.h"
+#include "ip-masq-agent/base/escape.h"
 
 namespace ipmasq::fuzz {
 

@@ -114,7 +114,7 @@ void deleteTable(const std::string &table = "ip-masq-agent");
 
 // How long a test waits for the agent to react to a change it sees at once (inotify, a
 // netlink notification): milliseconds on an idle machine. The bound only catches a hang
-// (tests assert no speed: STYLE idiom 28; the benchmark reports the latencies), and stays
+// (tests assert no speed; the benchmark reports the latencies), and stays
 // well below the default resync (60 s), so a reaction within it came from the change.
 inline constexpr std::chrono::seconds kChangeSeen{20};
 

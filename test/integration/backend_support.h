@@ -6,7 +6,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/nft/backend.h"
 #include "netns.h"
 
 namespace ipmasq::test {

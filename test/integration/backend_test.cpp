@@ -19,14 +19,14 @@
 #include <linux/capability.h>
 #include <linux/netlink.h>
 
-#include "ip-masq-agent/netlink/backend.h"
-#include "ip-masq-agent/netlink/batch.h"
-#include "ip-masq-agent/netlink/objects.h"
-#include "ip-masq-agent/netlink/replacement.h"
+#include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/nft/table_batch.h"
+#include "ip-masq-agent/nft/objects.h"
+#include "ip-masq-agent/nft/replacement.h"
 #include "ip-masq-agent/netlink/socket.h"
-#include "ip-masq-agent/nft_text.h"
-#include "ip-masq-agent/ruleset.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/nft/nft_text.h"
+#include "ip-masq-agent/model/ruleset.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "../common/kernel_table.h"
 #include "../common/ruleset_cases.h"
 #include "backend_support.h"

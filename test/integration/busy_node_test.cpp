@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/daemon.h"
+#include "ip-masq-agent/daemon/daemon.h"
 #include "netns.h"
 
 using namespace ipmasq::test;

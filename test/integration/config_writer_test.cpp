@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/config_source.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/config/config_source.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

@@ -18,7 +18,7 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/base/unique_fd.h"
 
 namespace ipmasq::test {
 

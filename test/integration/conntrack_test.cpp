@@ -36,10 +36,10 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/netlink/conntrack_dump.h"
-#include "ip-masq-agent/netlink/conntrack_stats.h"
-#include "ip-masq-agent/netlink/table_reader.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/conntrack/conntrack_dump.h"
+#include "ip-masq-agent/conntrack/conntrack_stats.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "netns.h"
 #include "traffic_support.h"
 

@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/daemon.h"
-#include "ip-masq-agent/reconciler.h"
+#include "ip-masq-agent/daemon/daemon.h"
+#include "ip-masq-agent/daemon/reconciler.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

@@ -16,7 +16,7 @@
 
 #include "agent_process.h"
 #include "netns.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/base/unique_fd.h"
 
 using namespace std::chrono_literals;
 using namespace ipmasq::test;

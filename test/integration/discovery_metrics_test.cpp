@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/discovery_config.h"
+#include "ip-masq-agent/config/discovery_config.h"
 #include "netns.h"
 #include "traffic_support.h"
 

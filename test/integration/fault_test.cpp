@@ -18,7 +18,7 @@
 
 #include "../common/ruleset_cases.h"
 #include "agent_process.h"
-#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/nft/backend.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "netns.h"
 

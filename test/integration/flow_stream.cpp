@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/netlink/backend.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/base/unique_fd.h"
 
 namespace ipmasq::test {
 

@@ -14,8 +14,8 @@
 
 #include "agent_process.h"
 #include "connection_flood.h"
-#include "ip-masq-agent/health_server.h"
-#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/daemon/health_server.h"
+#include "ip-masq-agent/nft/backend.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

@@ -18,7 +18,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/agent_status.h"
+#include "ip-masq-agent/daemon/agent_status.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

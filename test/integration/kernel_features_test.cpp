@@ -14,10 +14,10 @@
 
 #include "agent_process.h"
 #include "backend_support.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/netlink/backend.h"
-#include "ip-masq-agent/ruleset.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/model/ruleset.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

@@ -4,10 +4,10 @@
 
 #include <poll.h>
 
-#include "ip-masq-agent/netlink/backend.h"
+#include "ip-masq-agent/nft/backend.h"
 #include "ip-masq-agent/netlink/monitor.h"
-#include "ip-masq-agent/ruleset.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/model/ruleset.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "netns.h"
 
 using namespace ipmasq;

@@ -16,11 +16,11 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "ip-masq-agent/escape.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
-#include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/netlink/table_reader.h"
-#include "ip-masq-agent/netlink/codec/rule_text.h"
+#include "ip-masq-agent/base/escape.h"
+#include "ip-masq-agent/diagnose/conflicts.h"
+#include "ip-masq-agent/diagnose/evaluator.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
+#include "ip-masq-agent/nft/codec/rule_text.h"
 #include "netns.h"
 
 namespace ipmasq::test {

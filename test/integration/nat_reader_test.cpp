@@ -10,8 +10,9 @@
 #include <linux/rtnetlink.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/compile/desired_state.h"
+#include "ip-masq-agent/nft/agent_table.h"
 #include "nat_components.h"
 #include "netns.h"
 

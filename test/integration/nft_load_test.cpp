@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "ip-masq-agent/egress.h"
-#include "ip-masq-agent/nft_text.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/model/egress.h"
+#include "ip-masq-agent/nft/nft_text.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 #include "netns.h"
 

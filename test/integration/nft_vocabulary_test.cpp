@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The property test of the agent's rule text (issue 31; docs/design.md, "Rules as text";
-// STYLE.md idioms 29 and 30). From a seed it generates rules across nft 1.0.6's vocabulary
+// The property test of the agent's rule text (issue 31; docs/design.md, "Rules as text").
+// From a seed it generates rules across nft 1.0.6's vocabulary
 // as text: every payload protocol's fields with values in each field's own format, every
 // meta and ct key, IPv6 extension headers, TCP and IP options, SCTP chunks, fib, numgen,
 // jhash and symhash, rt, xfrm, anonymous and named sets, maps and verdict maps of every

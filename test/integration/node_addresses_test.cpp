@@ -24,8 +24,8 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/netlink/address_monitor.h"
-#include "ip-masq-agent/node_address_view.h"
+#include "ip-masq-agent/node/address_monitor.h"
+#include "ip-masq-agent/node/node_address_view.h"
 #include "netns.h"
 #include "traffic_support.h"
 

@@ -24,8 +24,8 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/pod_network.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/node/pod_network.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "netns.h"
 #include "traffic_support.h"
 

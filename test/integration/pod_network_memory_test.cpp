@@ -26,7 +26,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "netns.h"
 #include "pod_network_support.h"
 #include "traffic_support.h"

@@ -21,8 +21,8 @@
 
 #include "agent_process.h"
 #include "connection_flood.h"
-#include "ip-masq-agent/process_guard.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/base/process_guard.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

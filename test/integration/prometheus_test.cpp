@@ -22,7 +22,7 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/netlink/conntrack_stats.h"
+#include "ip-masq-agent/conntrack/conntrack_stats.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

@@ -23,9 +23,9 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/cni_conf.h"
-#include "ip-masq-agent/discovered_ranges.h"
-#include "ip-masq-agent/netlink/route_source.h"
+#include "ip-masq-agent/node/cni_conf.h"
+#include "ip-masq-agent/node/discovered_ranges.h"
+#include "ip-masq-agent/node/route_source.h"
 #include "netns.h"
 #include "traffic_support.h"
 

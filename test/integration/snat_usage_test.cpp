@@ -19,9 +19,9 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
-#include "ip-masq-agent/netlink/conntrack_stats.h"
-#include "ip-masq-agent/snat_usage.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/conntrack/conntrack_stats.h"
+#include "ip-masq-agent/conntrack/snat_usage.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "netns.h"
 #include "traffic_support.h"
 

@@ -14,7 +14,7 @@
 
 #include "agent_process.h"
 #include "connection_flood.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;

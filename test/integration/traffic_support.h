@@ -31,7 +31,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "agent_process.h"
 
 namespace ipmasq::test {

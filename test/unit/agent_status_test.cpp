@@ -8,9 +8,9 @@
 #include <sstream>
 #include <thread>
 
-#include "ip-masq-agent/agent_status.h"
-#include "ip-masq-agent/health_server.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/daemon/agent_status.h"
+#include "ip-masq-agent/daemon/health_server.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "ip-masq-agent/cidr.h"
+#include "ip-masq-agent/model/cidr.h"
 
 using namespace ipmasq;
 

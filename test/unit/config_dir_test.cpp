@@ -10,11 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ip-masq-agent/config_dir.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/policy.h"
-#include "ip-masq-agent/process_guard.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/config/config_dir.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/config/policy.h"
+#include "ip-masq-agent/base/process_guard.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "scratch_dir.h"
 
 using namespace ipmasq;

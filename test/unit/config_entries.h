@@ -8,8 +8,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/cidr.h"
-#include "ip-masq-agent/config.h"
+#include "ip-masq-agent/model/cidr.h"
+#include "ip-masq-agent/config/config.h"
 
 namespace ipmasq::test {
 

@@ -20,9 +20,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/unique_fd.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/base/unique_fd.h"
 #include "scratch_dir.h"
 #include "config_entries.h"
 
@@ -47,7 +47,7 @@ bool isOneSafeLine(const std::string &message)
 
 // Old code hung on some inputs: a test that hangs is ended by SIGALRM (a failure, which
 // says so), never left waiting. The bound only catches a hang, at ten times and more what
-// the case takes on an idle machine: no case here asserts speed (STYLE idiom 28; the
+// the case takes on an idle machine: no case here asserts speed (the
 // benchmark's section 5 times the loader).
 extern "C" void onDeadline(int)
 {

@@ -11,7 +11,7 @@
 #include <poll.h>
 #include <sys/stat.h>
 
-#include "ip-masq-agent/config_source.h"
+#include "ip-masq-agent/config/config_source.h"
 #include "scratch_dir.h"
 #include "../common/std_hash_collision.h"
 

@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_location.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_location.h"
 #include "scratch_dir.h"
 #include "config_entries.h"
 

@@ -2,11 +2,11 @@
 // From the config's content to the desired state: the one path every mode takes.
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/desired_state.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/compile/desired_state.h"
 #include "../common/rule_texts.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "../common/kernel_table.h"
 #include "../common/ruleset_cases.h"
 

@@ -7,10 +7,10 @@
 #include <fmt/format.h>
 
 #include "../common/prefixes.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/discovered_ranges.h"
-#include "ip-masq-agent/pod_network.h"
-#include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/node/discovered_ranges.h"
+#include "ip-masq-agent/node/pod_network.h"
+#include "ip-masq-agent/config/policy.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;

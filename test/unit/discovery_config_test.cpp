@@ -8,10 +8,10 @@
 #include <string>
 
 #include "config_entries.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_dir.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/route_protocols.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_dir.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/model/route_protocols.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "ip-masq-agent/duration.h"
+#include "ip-masq-agent/base/duration.h"
 
 using namespace ipmasq;
 using namespace std::chrono_literals;

@@ -3,13 +3,13 @@
 // validated, merged and mapped into the ruleset.
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_dir.h"
-#include "ip-masq-agent/egress.h"
-#include "ip-masq-agent/nft_text.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_dir.h"
+#include "ip-masq-agent/model/egress.h"
+#include "ip-masq-agent/nft/nft_text.h"
 #include "../common/rule_texts.h"
-#include "ip-masq-agent/policy.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/config/policy.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "config_entries.h"
 
 using namespace ipmasq;

@@ -2,8 +2,8 @@
 // diffElements(): element-only differences become removed and added ranges; others none.
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/element_diff.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/model/element_diff.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 using namespace ipmasq;
 

@@ -2,7 +2,7 @@
 // Escaping of untrusted text: no value can break a log line or forge another.
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/escape.h"
+#include "ip-masq-agent/base/escape.h"
 
 using namespace ipmasq;
 

@@ -7,9 +7,9 @@
 
 #include <linux/netfilter/xt_addrtype.h>
 
-#include "ip-masq-agent/explain.h"
-#include "ip-masq-agent/policy.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/diagnose/explain.h"
+#include "ip-masq-agent/config/policy.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "../common/nat_builders.h"
 #include "../common/kernel_table.h"
 #include "config_entries.h"

@@ -25,7 +25,7 @@
 
 #include "ip-masq-agent/netlink/port_owner.h"
 #include "ip-masq-agent/netlink/socket.h"
-#include "ip-masq-agent/paced_thread.h"
+#include "ip-masq-agent/base/paced_thread.h"
 #include "captured_stderr.h"
 #include "scratch_dir.h"
 

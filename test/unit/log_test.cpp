@@ -9,7 +9,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "ip-masq-agent/log.h"
+#include "ip-masq-agent/base/log.h"
 
 using namespace ipmasq;
 

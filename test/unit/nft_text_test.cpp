@@ -6,8 +6,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "ip-masq-agent/nft_text.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/nft/nft_text.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 
 using namespace ipmasq;

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "ip-masq-agent/node_address_view.h"
+#include "ip-masq-agent/node/node_address_view.h"
 
 using namespace ipmasq;
 

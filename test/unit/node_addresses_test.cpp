@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "ip-masq-agent/node_addresses.h"
+#include "ip-masq-agent/model/node_addresses.h"
 
 using namespace ipmasq;
 

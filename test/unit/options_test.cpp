@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "ip-masq-agent/options.h"
+#include "ip-masq-agent/cli/options.h"
 
 using namespace ipmasq;
 

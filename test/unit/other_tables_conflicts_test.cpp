@@ -12,9 +12,9 @@
 #include <linux/netfilter/nf_nat.h>
 #include <linux/netfilter/xt_addrtype.h>
 
-#include "ip-masq-agent/egress.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
-#include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/model/egress.h"
+#include "ip-masq-agent/diagnose/conflicts.h"
+#include "ip-masq-agent/config/policy.h"
 #include "../common/nat_builders.h"
 #include "config_entries.h"
 

@@ -14,8 +14,8 @@
 #include <linux/netfilter/xt_addrtype.h>
 #include <net/if.h>
 
-#include "ip-masq-agent/netlink/codec/decoder.h"
-#include "ip-masq-agent/netlink/codec/vocabulary.h"
+#include "ip-masq-agent/nft/codec/decoder.h"
+#include "ip-masq-agent/nft/codec/vocabulary.h"
 #include "../common/nat_builders.h"
 
 using namespace ipmasq::nat;

@@ -16,11 +16,11 @@
 #include <linux/netfilter/xt_addrtype.h>
 #include <linux/rtnetlink.h>
 
-#include "ip-masq-agent/egress.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
-#include "ip-masq-agent/other_tables/evaluator.h"
-#include "ip-masq-agent/netlink/table_reader.h"
-#include "ip-masq-agent/netlink/codec/rule_text.h"
+#include "ip-masq-agent/model/egress.h"
+#include "ip-masq-agent/diagnose/conflicts.h"
+#include "ip-masq-agent/diagnose/evaluator.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
+#include "ip-masq-agent/nft/codec/rule_text.h"
 #include "../common/nat_builders.h"
 #include "scratch_dir.h"
 

@@ -15,7 +15,7 @@
 #include <linux/netfilter/xt_addrtype.h>
 #include <linux/rtnetlink.h>
 
-#include "ip-masq-agent/netlink/codec/rule_text.h"
+#include "ip-masq-agent/nft/codec/rule_text.h"
 #include "../common/nat_builders.h"
 
 using namespace ipmasq::nat;

@@ -17,11 +17,11 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/egress.h"
-#include "ip-masq-agent/explain.h"
-#include "ip-masq-agent/other_tables/conflicts.h"
-#include "ip-masq-agent/other_tables/samples.h"
-#include "ip-masq-agent/policy.h"
+#include "ip-masq-agent/model/egress.h"
+#include "ip-masq-agent/diagnose/explain.h"
+#include "ip-masq-agent/diagnose/conflicts.h"
+#include "ip-masq-agent/diagnose/samples.h"
+#include "ip-masq-agent/config/policy.h"
 #include "../common/nat_builders.h"
 #include "config_entries.h"
 

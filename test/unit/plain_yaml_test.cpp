@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/plain_yaml.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/plain_yaml.h"
 
 using namespace ipmasq;
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "../common/prefixes.h"
-#include "ip-masq-agent/pod_network.h"
+#include "ip-masq-agent/node/pod_network.h"
 #include "scratch_dir.h"
 
 using namespace ipmasq;

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ip-masq-agent/cni_conf.h"
-#include "ip-masq-agent/flannel_subnet_env.h"
+#include "ip-masq-agent/node/cni_conf.h"
+#include "ip-masq-agent/node/flannel_subnet_env.h"
 #include "scratch_dir.h"
 
 using namespace ipmasq;

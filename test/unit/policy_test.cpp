@@ -5,11 +5,11 @@
 
 #include <random>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/config_location.h"
-#include "ip-masq-agent/explain.h"
-#include "ip-masq-agent/policy.h"
-#include "ip-masq-agent/ruleset.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/diagnose/explain.h"
+#include "ip-masq-agent/config/policy.h"
+#include "ip-masq-agent/model/ruleset.h"
 
 using namespace ipmasq;
 

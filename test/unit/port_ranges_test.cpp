@@ -2,7 +2,7 @@
 // --to-ports parsing and validation.
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/port_ranges.h"
+#include "ip-masq-agent/model/port_ranges.h"
 
 using namespace ipmasq;
 

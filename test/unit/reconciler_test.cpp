@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/agent_status.h"
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/guarded_backend.h"
-#include "ip-masq-agent/reconciler.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/daemon/agent_status.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/nft/guarded_backend.h"
+#include "ip-masq-agent/daemon/reconciler.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 
 #include "../common/kernel_table.h"
 #include "captured_stderr.h"

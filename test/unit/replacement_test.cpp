@@ -5,7 +5,7 @@
 
 #include <linux/netfilter/nf_tables.h>
 
-#include "ip-masq-agent/netlink/replacement.h"
+#include "ip-masq-agent/nft/replacement.h"
 
 using namespace ipmasq;
 using namespace ipmasq::netlink;

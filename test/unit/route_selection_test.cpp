@@ -10,8 +10,8 @@
 #include <linux/rtnetlink.h>
 #include <sys/socket.h>
 
-#include "ip-masq-agent/netlink/route_source.h"
-#include "ip-masq-agent/route_selection.h"
+#include "ip-masq-agent/node/route_source.h"
+#include "ip-masq-agent/node/route_selection.h"
 
 using namespace ipmasq;
 

@@ -7,8 +7,8 @@
 #include <set>
 
 #include "../common/rule_texts.h"
-#include "ip-masq-agent/ruleset.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/model/ruleset.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "../common/ruleset_cases.h"
 
 using namespace ipmasq;

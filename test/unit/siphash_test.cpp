@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "ip-masq-agent/siphash.h"
+#include "ip-masq-agent/base/siphash.h"
 
 using ipmasq::SipHash128;
 

@@ -3,8 +3,8 @@
 // rules (nf_nat_l4proto_unique_tuple), the aggregation and its bounds, the table.
 #include <catch2/catch.hpp>
 
-#include "ip-masq-agent/config.h"
-#include "ip-masq-agent/ruleset_mapping.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
 #include <cstring>
 #include <sys/socket.h>
 
@@ -12,8 +12,8 @@
 #include <linux/netfilter/nfnetlink_conntrack.h>
 #include <linux/netlink.h>
 
-#include "ip-masq-agent/netlink/conntrack_dump.h"
-#include "ip-masq-agent/snat_usage.h"
+#include "ip-masq-agent/conntrack/conntrack_dump.h"
+#include "ip-masq-agent/conntrack/snat_usage.h"
 
 using namespace ipmasq;
 

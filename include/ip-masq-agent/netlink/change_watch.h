@@ -11,7 +11,7 @@
 #include <string>
 #include <utility>
 
-#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/base/error.h"
 #include "ip-masq-agent/netlink/socket.h"
 
 namespace ipmasq::netlink {

@@ -12,7 +12,7 @@
 #include <utility>
 #include <linux/netlink.h>
 
-#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/base/error.h"
 #include "ip-masq-agent/netlink/socket.h"
 
 namespace ipmasq {

@@ -8,7 +8,7 @@
 #include <string>
 #include <sys/types.h>
 
-#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/base/error.h"
 
 namespace ipmasq::netlink {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/base/error.h"
 
 namespace ipmasq::netlink {
 

@@ -16,7 +16,7 @@
 
 #include <linux/netfilter/nfnetlink.h>
 
-#include "ip-masq-agent/error.h"
+#include "ip-masq-agent/base/error.h"
 #include "ip-masq-agent/netlink/batch.h"
 #include "ip-masq-agent/netlink/handles.h"
 

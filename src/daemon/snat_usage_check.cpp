@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon's SNAT usage read: one conntrack dump per pass, counted, reported.
+#include "ip-masq-agent/daemon/snat_usage_check.h"
+
+#include "ip-masq-agent/base/log.h"
+#include "ip-masq-agent/conntrack/conntrack_dump.h"
+
+namespace ipmasq {
+
+SnatUsageCheck::SnatUsageCheck(AgentStatus &status)
+	: status_(status), thread_("the SNAT usage read", kPace, [this] { return pass(); })
+{
+}
+
+void SnatUsageCheck::setDesired(const Ruleset &ruleset)
+{
+	SnatPlan plan = snatPlanOf(ruleset);
+	thread_.locked([&] { next_ = std::move(plan); });
+}
+
+void SnatUsageCheck::setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses)
+{
+	thread_.locked([&] { addresses_ = std::move(addresses); });
+}
+
+Status SnatUsageCheck::start()
+{
+	if (auto started = thread_.start(); !started)
+		return started;
+	thread_.nudge();
+	return {};
+}
+
+bool SnatUsageCheck::pass()
+{
+	const auto node = thread_.locked([this] {
+		if (next_)
+			plan_ = *std::exchange(next_, std::nullopt);
+		return addresses_;
+	});
+	SnatUsageCounter counter(plan_, translatedByMasquerade(*node));
+	auto dump = countSourceNatEntries(counter);
+	if (!dump) {
+		status_.snatUsageReadFailed();
+		if (dump.error().message != lastError_)
+			log::warning("{}; the SNAT usage metrics are left out until a read succeeds",
+				     dump.error().message);
+		lastError_ = dump.error().message;
+		return true;
+	}
+	if (!lastError_.empty())
+		log::info("conntrack's entries are readable again");
+	lastError_.clear();
+	SnatUsage usage = counter.finish();
+	if (usage.leftOut)
+		log::debug("SNAT usage: {} connections toward destinations beyond the first {} were "
+			   "not attributed", usage.leftOut, usage.destinations);
+	status_.snatUsageRead(std::move(usage));
+	return true; // periodic: due again as soon as the pace allows
+}
+
+} // namespace ipmasq

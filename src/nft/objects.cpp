@@ -1,0 +1,793 @@
+// SPDX-License-Identifier: Apache-2.0
+// Encoding the ruleset model into libnftnl objects exactly as nft 1.0.x encodes its text.
+#include "ip-masq-agent/nft/objects.h"
+
+#include <arpa/inet.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_nat.h>
+#include <linux/netfilter/nf_tables.h>
+#include <linux/rtnetlink.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "ip-masq-agent/model/egress.h"
+#include "ip-masq-agent/nft/codec/expression.h"
+#include "ip-masq-agent/nft/codec/rule_text.h"
+#include "ip-masq-agent/netlink/socket.h"
+#include "ip-masq-agent/nft/codec/table_reader.h"
+#include "ip-masq-agent/nft/agent_table.h"
+
+namespace ipmasq::netlink {
+
+static_assert(kNatFlagFullyRandom == NF_NAT_RANGE_PROTO_RANDOM_FULLY);
+
+namespace {
+
+// nft's own numbering, which it stores in the kernel for `nft list` to read back:
+// datatype ids (nft's enum datatypes), byte orders (enum byteorder) and the expression
+// kind plus meta key of a set's "typeof" (enum expr_types, NFTNL_UDATA_META_KEY).
+constexpr uint32_t kTypeInetProtocol = 12;
+constexpr uint32_t kByteorderHost = 1;
+constexpr uint32_t kByteorderBig = 2;
+constexpr uint32_t kExprKindMeta = 9;
+constexpr uint8_t kUdataMetaKey = 0;
+
+// nft 1.0.x still uses the 16-byte registers: NFT_REG_1 and the one after it.
+constexpr uint32_t kReg1 = NFT_REG_1;
+
+// Userdata: nft's small TLV format (one byte type, one byte length) stored verbatim by
+// the kernel. Built with libnftnl's encoder, then copied out as plain bytes.
+class UserData
+{
+public:
+	UserData() : buf_(nftnl_udata_buf_alloc(kCapacity))
+	{
+		if (!buf_)
+			throw std::bad_alloc();
+	}
+
+	void putU32(uint8_t type, uint32_t value)
+	{
+		ok_ &= nftnl_udata_put_u32(buf_.get(), type, value);
+	}
+	void putString(uint8_t type, const std::string &value)
+	{
+		ok_ &= nftnl_udata_put_strz(buf_.get(), type, value.c_str());
+	}
+	nftnl_udata *nestStart(uint8_t type)
+	{
+		nftnl_udata *nest = nftnl_udata_nest_start(buf_.get(), type);
+		ok_ &= nest != nullptr;
+		return nest;
+	}
+	void nestEnd(nftnl_udata *nest)
+	{
+		if (nest)
+			nftnl_udata_nest_end(buf_.get(), nest);
+	}
+
+	bool empty() const { return nftnl_udata_buf_len(buf_.get()) == 0; }
+	// Only the comment can be long, and its length is checked before: a failed put
+	// here is a bug, which the caller reports instead of sending truncated data.
+	bool ok() const { return ok_; }
+	const void *data() const { return nftnl_udata_buf_data(buf_.get()); }
+	uint32_t size() const { return nftnl_udata_buf_len(buf_.get()); }
+
+private:
+	static constexpr uint32_t kCapacity = 512;
+	UdataBufPtr buf_;
+	bool ok_ = true;
+};
+
+std::vector<uint8_t> u32Bytes(uint32_t hostValue)
+{
+	const auto *p = reinterpret_cast<const uint8_t *>(&hostValue);
+	return {p, p + sizeof(hostValue)};
+}
+
+// An address as an element key: network byte order, no allocation (see ElementSpec).
+ElementSpec addressElement(Family family, AddressValue value, bool intervalEnd, bool openInterval)
+{
+	ElementSpec spec;
+	spec.keyLen = static_cast<uint8_t>(familyBits(family) / 8);
+	for (unsigned i = spec.keyLen; i-- > 0;) {
+		spec.key[i] = static_cast<uint8_t>(value & 0xff);
+		value >>= 8;
+	}
+	spec.intervalEnd = intervalEnd;
+	spec.openInterval = openInterval;
+	return spec;
+}
+
+// One range's elements: its start, and its end unless it runs to the top address.
+void appendRangeElements(std::vector<ElementSpec> &out, Family family, const AddressRange &range)
+{
+	const bool open = range.last == Address::max(family);
+	out.push_back(addressElement(family, range.first.value, false, open));
+	if (!open)
+		out.push_back(addressElement(family, range.last.value + 1, true, false));
+}
+
+// The leading end element at 0 that a set whose first range does not start at 0 has.
+bool hasLeadingEnd(const std::optional<Address> &lowest)
+{
+	return lowest && lowest->value != 0;
+}
+
+// A range as the kernel holds it: one interval for addresses; for interface names, one
+// per name or wildcard the range is made of (nft sends each element of its own, so the
+// kernel holds two adjacent wildcards as two intervals, and `nft list` prints both).
+void appendKernelRanges(std::vector<ElementSpec> &out, Family family, const AddressRange &range,
+			bool interfaceNames)
+{
+	if (!interfaceNames) {
+		appendRangeElements(out, family, range);
+		return;
+	}
+	for (const InterfacePattern &pattern : interfacePatternsOf(range))
+		appendRangeElements(out, family, interfaceKeyRange(pattern));
+}
+
+// The elements nft 1.0.x sends for an interval set: a start element per range and an
+// end element at last+1. Two details decide whether `nft list` prints the same text:
+// a set whose first range does not start at 0 gets a leading end element at 0, and a
+// range that ends at the top address has no end element (last+1 would wrap) but
+// carries NFTNL_SET_ELEM_F_INTERVAL_OPEN in its userdata instead.
+std::vector<ElementSpec> intervalElements(const AddressSet &set)
+{
+	std::vector<ElementSpec> out;
+	const auto &ranges = set.elements.ranges();
+	if (ranges.empty())
+		return out;
+	const Family family = set.family();
+	out.reserve(2 * ranges.size() + 1);
+	if (hasLeadingEnd(ranges.front().first))
+		out.push_back(addressElement(family, 0, true, false));
+	for (const AddressRange &range : ranges)
+		appendKernelRanges(out, family, range, set.interfaceNames);
+	return out;
+}
+
+SetElemPtr buildElement(const ElementSpec &spec)
+{
+	SetElemPtr elem = newSetElem();
+	if (spec.intervalEnd)
+		nftnl_set_elem_set_u32(elem.get(), NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
+	nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_KEY, spec.key.data(), spec.keyLen);
+	if (spec.openInterval) {
+		UserData udata;
+		udata.putU32(NFTNL_UDATA_SET_ELEM_FLAGS, NFTNL_SET_ELEM_F_INTERVAL_OPEN);
+		nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_USERDATA, udata.data(), udata.size());
+	}
+	return elem;
+}
+
+// A set object addressing an existing (or same-batch) set, to carry elements.
+SetPtr elementCarrier(const std::string &table, const std::string &set, uint32_t setId)
+{
+	SetPtr carrier = newSet();
+	nftnl_set_set_u32(carrier.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
+	nftnl_set_set_str(carrier.get(), NFTNL_SET_TABLE, table.c_str());
+	nftnl_set_set_str(carrier.get(), NFTNL_SET_NAME, set.c_str());
+	nftnl_set_set_u32(carrier.get(), NFTNL_SET_ID, setId);
+	return carrier;
+}
+
+// Upper bound of the bytes one range takes in a message: a start element (nest, key
+// nest, key) and an end element (the same plus flags), or the open-interval userdata.
+size_t rangeBytes(size_t keyLen)
+{
+	const size_t key = 4 + 4 + ((keyLen + 3) & ~size_t(3));
+	return (4 + key) + (4 + 8 + key) + 12;
+}
+
+// Room for the message header and the table and set names (each at most 256 bytes).
+constexpr size_t kElementMessageOverhead = 16 + 4 + 2 * (4 + 256) + 8 + 4 + 64;
+
+// Splits a set's elements into messages of whole ranges (a range is never split across
+// messages). `describe(first, last)` names the ranges (1-based) of one message.
+template<typename Describe>
+std::vector<ElementChunk> splitIntoChunks(const std::string &table, const std::string &set,
+					  uint32_t setId, const std::vector<ElementSpec> &specs,
+					  const Describe &describe)
+{
+	const size_t keyLen = specs.empty() ? 4 : specs.front().keyLen;
+	const size_t rangesPerChunk =
+		(kElementMessageBudget - kElementMessageOverhead) / rangeBytes(keyLen);
+	std::vector<ElementChunk> out;
+	size_t index = 0;
+	size_t rangesDone = 0;
+	while (index < specs.size()) {
+		ElementChunk chunk;
+		chunk.table = table;
+		chunk.set = set;
+		chunk.setId = setId;
+		const size_t firstRange = rangesDone + 1;
+		size_t ranges = 0;
+		while (index < specs.size()) {
+			const ElementSpec &spec = specs[index];
+			// A range starts at each start element: stop before one that would
+			// not fit, so that a range is never split across messages.
+			if (!spec.intervalEnd) {
+				if (ranges == rangesPerChunk)
+					break;
+				ranges++;
+			}
+			chunk.elements.push_back(spec);
+			index++;
+		}
+		rangesDone += ranges;
+		chunk.description = describe(firstRange, rangesDone);
+		out.push_back(std::move(chunk));
+	}
+	return out;
+}
+
+
+class Encoder
+{
+public:
+	Encoder(const Ruleset &ruleset, const EncodingOptions &options)
+		: ruleset_(ruleset), options_(options)
+	{
+	}
+
+	Result<EncodedTable> encode();
+
+private:
+	Result<EncodedSet> encodeAddressSet(const AddressSet &set);
+	Result<EncodedObject> encodeCounter(const NamedCounter &counter);
+	Result<EncodedChain> encodeChain(const Chain &chain);
+	Result<EncodedRule> encodeRule(const Chain &chain, size_t position, const Rule &rule);
+	EncodedSet encodeProtocolSet(const std::string &ruleDescription);
+
+	// Each statement as the expressions nft emits for its text.
+	void encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement);
+	void encodeStatement(EncodedRule &out, const ReturnIfDestinationInSet &statement);
+	void encodeStatement(EncodedRule &out, const ReturnIfOutputInterfaceInSet &statement);
+	void encodeStatement(EncodedRule &out, const MatchUnlistedSource &statement);
+	void encodeStatement(EncodedRule &out, const Masquerade &statement);
+	void encodeStatement(EncodedRule &out, const SourceNat &statement);
+	// What a NAT statement matches and samples first (its family, when it is limited to
+	// one; with --to-ports the transports and the sample), then its counter; returns its
+	// NAT flags so far (fully-random).
+	uint32_t encodePortSelection(EncodedRule &out, const std::optional<Family> &family,
+				     const std::optional<PortRange> &toPorts,
+				     const std::optional<RandomSample> &sample, bool fullyRandom);
+	// A lookup of a named set, or (`id`) of one the same batch declares.
+	void lookup(uint32_t sreg, const std::string &set, bool inverted = false, uint32_t id = 0);
+	void interfaceLookup(const std::string &set);
+	// The rule's counter (the one encodeRule is at), if any: every statement's encoder
+	// calls this right before its verdict or NAT, where nft puts "counter name".
+	void ruleCounter();
+	// Loads a port range as nft does for "to :first-last" into `minReg` (and the next
+	// register for a range); returns the registers: max is min for a single port.
+	std::pair<uint32_t, uint32_t> portRegisters(const PortRange &ports, uint32_t minReg);
+
+	uint32_t setIdOf(const std::string &name) const;
+
+	const Ruleset &ruleset_;
+	const EncodingOptions &options_;
+	std::string ruleCounter_; // the counter of the rule being encoded; "" for none
+	std::vector<nft::Expression> expressions_; // of the rule being encoded
+	// nft numbers the sets of a batch 1, 2, ... in the order it declares them; rules
+	// and element messages refer to a set of the same batch by that id.
+	uint32_t nextSetId_ = 1;
+	std::vector<std::pair<std::string, uint32_t>> setIds_;
+};
+
+Result<EncodedTable> Encoder::encode()
+{
+	EncodedTable out;
+	out.description = fmt::format("table {}", ruleset_.table);
+	if (auto s = checkCommentLength(out.description, ruleset_.comment); !s)
+		return fail(s.error());
+	out.table = tableHandle(ruleset_.table, true);
+	if (!ruleset_.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_TABLE_COMMENT, ruleset_.comment);
+		nftnl_table_set_data(out.table.get(), NFTNL_TABLE_USERDATA, udata.data(),
+				     udata.size());
+	}
+
+	for (const NamedCounter &counter : ruleset_.counters) {
+		auto encoded = encodeCounter(counter);
+		if (!encoded)
+			return fail(encoded.error());
+		out.objects.push_back(std::move(*encoded));
+	}
+	for (const AddressSet &set : ruleset_.sets) {
+		auto encoded = encodeAddressSet(set);
+		if (!encoded)
+			return fail(encoded.error());
+		out.sets.push_back(std::move(*encoded));
+	}
+	for (const Chain &chain : ruleset_.chains) {
+		auto encoded = encodeChain(chain);
+		if (!encoded)
+			return fail(encoded.error());
+		out.chains.push_back(std::move(*encoded));
+	}
+	return out;
+}
+
+Result<EncodedObject> Encoder::encodeCounter(const NamedCounter &counter)
+{
+	EncodedObject out;
+	out.description = fmt::format("counter {}", counter.name);
+	if (auto s = checkCommentLength(out.description, counter.comment); !s)
+		return fail(s.error());
+	out.object = newObj();
+	nftnl_obj *obj = out.object.get();
+	nftnl_obj_set_u32(obj, NFTNL_OBJ_FAMILY, NFPROTO_INET);
+	nftnl_obj_set_str(obj, NFTNL_OBJ_TABLE, ruleset_.table.c_str());
+	nftnl_obj_set_str(obj, NFTNL_OBJ_NAME, counter.name.c_str());
+	nftnl_obj_set_u32(obj, NFTNL_OBJ_TYPE, NFT_OBJECT_COUNTER);
+	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_PKTS, 0);
+	nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_BYTES, 0);
+	if (!counter.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_OBJ_COMMENT, counter.comment);
+		nftnl_obj_set_data(obj, NFTNL_OBJ_USERDATA, udata.data(), udata.size());
+	}
+	return out;
+}
+
+Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
+{
+	EncodedSet out;
+	out.description = fmt::format("set {}", set.name);
+	if (auto s = checkCommentLength(out.description, set.comment); !s)
+		return fail(s.error());
+
+	const uint32_t keyType = set.interfaceNames		    ? kTypeInterfaceName
+				 : set.family() == Family::ipv4 ? kTypeIpv4Address
+								: kTypeIpv6Address;
+	const uint32_t keyLen = familyBits(set.family()) / 8;
+	const uint32_t id = nextSetId_++;
+	setIds_.emplace_back(set.name, id);
+
+	out.set = newSet();
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_NAME, set.name.c_str());
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FLAGS, NFT_SET_INTERVAL);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE, keyType);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, keyLen);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
+	UserData udata;
+	// nft keeps names in host order (a string's bytes as they are), addresses big-endian.
+	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, set.interfaceNames ? kByteorderHost : kByteorderBig);
+	if (!set.comment.empty())
+		udata.putString(NFTNL_UDATA_SET_COMMENT, set.comment);
+	if (!udata.ok())
+		return fail(fmt::format("{}: userdata does not fit", out.description));
+	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
+
+	// Elements go in chunks of whole ranges, each chunk one NEWSETELEM message.
+	const size_t totalRanges = set.elements.size();
+	out.elements = splitIntoChunks(ruleset_.table, set.name, id, intervalElements(set),
+				       [&](size_t first, size_t last) {
+					       return fmt::format("elements of set {} (ranges {}-{} of {})",
+								  set.name, first, last, totalRanges);
+				       });
+	return out;
+}
+
+Result<EncodedChain> Encoder::encodeChain(const Chain &chain)
+{
+	EncodedChain out;
+	out.description = fmt::format("chain {}", chain.name);
+	if (auto s = checkCommentLength(out.description, chain.comment); !s)
+		return fail(s.error());
+
+	out.chain = newChain();
+	nftnl_chain_set_u32(out.chain.get(), NFTNL_CHAIN_FAMILY, NFPROTO_INET);
+	nftnl_chain_set_str(out.chain.get(), NFTNL_CHAIN_TABLE, ruleset_.table.c_str());
+	nftnl_chain_set_str(out.chain.get(), NFTNL_CHAIN_NAME, chain.name.c_str());
+	if (chain.hook) {
+		nftnl_chain_set_str(out.chain.get(), NFTNL_CHAIN_TYPE, "nat");
+		nftnl_chain_set_u32(out.chain.get(), NFTNL_CHAIN_HOOKNUM, NF_INET_POST_ROUTING);
+		nftnl_chain_set_s32(out.chain.get(), NFTNL_CHAIN_PRIO, chain.hook->priority);
+		nftnl_chain_set_u32(out.chain.get(), NFTNL_CHAIN_POLICY, NF_ACCEPT);
+	}
+	if (!chain.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_CHAIN_COMMENT, chain.comment);
+		nftnl_chain_set_data(out.chain.get(), NFTNL_CHAIN_USERDATA, udata.data(),
+				     udata.size());
+	}
+
+	for (size_t i = 0; i < chain.rules.size(); i++) {
+		auto encoded = encodeRule(chain, i + 1, chain.rules[i]);
+		if (!encoded)
+			return fail(encoded.error());
+		out.rules.push_back(std::move(*encoded));
+	}
+	return out;
+}
+
+Result<EncodedRule> Encoder::encodeRule(const Chain &chain, size_t position, const Rule &rule)
+{
+	EncodedRule out;
+	// Until nameRules() gives its text.
+	out.description = fmt::format("rule {} in chain {}", position, chain.name);
+	if (auto s = checkCommentLength(out.description, rule.comment); !s)
+		return fail(s.error());
+
+	out.rule = newRule();
+	nftnl_rule_set_u32(out.rule.get(), NFTNL_RULE_FAMILY, NFPROTO_INET);
+	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_TABLE, ruleset_.table.c_str());
+	nftnl_rule_set_str(out.rule.get(), NFTNL_RULE_CHAIN, chain.name.c_str());
+	ruleCounter_ = rule.counter;
+	expressions_.clear();
+	std::visit([&](const auto &statement) { encodeStatement(out, statement); },
+		   rule.statement);
+	nft::encodeInto(out.rule.get(), expressions_);
+	if (!rule.comment.empty()) {
+		UserData udata;
+		udata.putString(NFTNL_UDATA_RULE_COMMENT, rule.comment);
+		nftnl_rule_set_data(out.rule.get(), NFTNL_RULE_USERDATA, udata.data(),
+				    udata.size());
+	}
+	return out;
+}
+
+// Registers as nft 1.0.x uses them: the 16-byte NFT_REG_1 and NFT_REG_2.
+nft::Expression metaLoad(uint32_t key)
+{
+	return nft::Meta{.key = key, .dreg = kReg1};
+}
+
+nft::Expression cmp(uint32_t op, std::vector<uint8_t> data)
+{
+	return nft::Cmp{kReg1, op, std::move(data)};
+}
+
+nft::Expression verdict(int32_t code, const std::string &chain = {})
+{
+	nft::Immediate i{.dreg = NFT_REG_VERDICT, .verdict = static_cast<uint32_t>(code)};
+	if (!chain.empty())
+		i.chain = chain;
+	return i;
+}
+
+nft::Expression immediate(uint32_t reg, std::vector<uint8_t> data)
+{
+	return nft::Immediate{.dreg = reg, .data = std::move(data)};
+}
+
+void nfprotoMatch(std::vector<nft::Expression> &out, Family family)
+{
+	out.push_back(metaLoad(NFT_META_NFPROTO));
+	out.push_back(cmp(NFT_CMP_EQ, {uint8_t(family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6)}));
+}
+
+// "fib daddr type != local": fib's address type is a host-endian u32 (enum rtn_type).
+void notLocalMatch(std::vector<nft::Expression> &out)
+{
+	out.push_back(nft::Fib{NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1});
+	out.push_back(cmp(NFT_CMP_NEQ, u32Bytes(RTN_LOCAL)));
+}
+
+enum class AddressField { source, destination };
+
+// "ip saddr" / "ip6 daddr" ...: the address loaded from the network header into reg 1
+// (struct iphdr: saddr at 12, daddr at 16; struct ipv6hdr: saddr at 8, daddr at 24).
+nft::Expression addressLoad(Family family, AddressField field)
+{
+	const bool source = field == AddressField::source;
+	const bool v4 = family == Family::ipv4;
+	return nft::Payload{.base = NFT_PAYLOAD_NETWORK_HEADER, .offset = v4 ? (source ? 12u : 16u) : (source ? 8u : 24u),
+			    .len = v4 ? 4u : 16u, .dreg = kReg1};
+}
+
+void Encoder::ruleCounter()
+{
+	if (!ruleCounter_.empty())
+		expressions_.push_back(nft::Objref{.type = NFT_OBJECT_COUNTER, .name = ruleCounter_});
+}
+
+void Encoder::lookup(uint32_t sreg, const std::string &set, bool inverted, uint32_t id)
+{
+	nft::Lookup l{.set = set, .sreg = sreg};
+	// A non-zero id ties it to a set of the same batch; 0 names an existing set only.
+	if (const uint32_t batchId = id ? id : setIdOf(set))
+		l.setId = batchId;
+	if (inverted)
+		l.flags = NFT_LOOKUP_F_INV;
+	expressions_.push_back(std::move(l));
+}
+
+void Encoder::interfaceLookup(const std::string &set)
+{
+	// "oifname @set": the name's 16 bytes, looked up as they are.
+	expressions_.push_back(metaLoad(NFT_META_OIFNAME));
+	lookup(kReg1, set);
+}
+
+void Encoder::encodeStatement(EncodedRule &, const JumpIfNotLocal &statement)
+{
+	if (!statement.outputInterfaceSet.empty())
+		interfaceLookup(statement.outputInterfaceSet);
+	if (statement.onlyFamily)
+		nfprotoMatch(expressions_, *statement.onlyFamily);
+	if (!statement.sourceSet.empty()) {
+		// "ip saddr @set": after its implicit nfproto match (above), as nft emits it.
+		expressions_.push_back(addressLoad(statement.onlyFamily.value_or(Family::ipv4), AddressField::source));
+		lookup(kReg1, statement.sourceSet);
+	}
+	notLocalMatch(expressions_);
+	ruleCounter();
+	expressions_.push_back(verdict(NFT_JUMP, statement.target));
+}
+
+void Encoder::encodeStatement(EncodedRule &, const ReturnIfDestinationInSet &statement)
+{
+	// "ip daddr" in an inet table: nft adds the implicit "meta nfproto ipv4" dependency.
+	nfprotoMatch(expressions_, statement.family);
+	expressions_.push_back(addressLoad(statement.family, AddressField::destination));
+	lookup(kReg1, statement.set);
+	ruleCounter();
+	expressions_.push_back(verdict(NFT_RETURN));
+}
+
+void Encoder::encodeStatement(EncodedRule &, const ReturnIfOutputInterfaceInSet &statement)
+{
+	if (statement.family)
+		nfprotoMatch(expressions_, *statement.family);
+	interfaceLookup(statement.set);
+	ruleCounter();
+	expressions_.push_back(verdict(NFT_RETURN));
+}
+
+void Encoder::encodeStatement(EncodedRule &, const MatchUnlistedSource &statement)
+{
+	if (!statement.outputInterfaceSet.empty())
+		interfaceLookup(statement.outputInterfaceSet);
+	// "ip saddr != @set": its implicit nfproto match, the address, an inverted lookup.
+	nfprotoMatch(expressions_, statement.family);
+	expressions_.push_back(addressLoad(statement.family, AddressField::source));
+	lookup(kReg1, statement.sourceSet, true);
+	notLocalMatch(expressions_);
+	ruleCounter();
+}
+
+uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<Family> &family,
+				      const std::optional<PortRange> &toPorts,
+				      const std::optional<RandomSample> &sample, bool fullyRandom)
+{
+	if (family)
+		nfprotoMatch(expressions_, *family);
+	if (toPorts) {
+		// meta l4proto { tcp, udp, sctp }: an anonymous constant set per rule.
+		EncodedSet protocols = encodeProtocolSet(out.description);
+		const uint32_t id = nftnl_set_get_u32(protocols.set.get(), NFTNL_SET_ID);
+		const std::string name = nftnl_set_get_str(protocols.set.get(), NFTNL_SET_NAME);
+		out.anonymousSets.push_back(std::move(protocols));
+		expressions_.push_back(metaLoad(NFT_META_L4PROTO));
+		lookup(kReg1, name, false, id);
+	}
+	if (sample) {
+		// numgen random mod M < B: the random number is host-endian, nft converts it
+		// to big endian and compares it with a big-endian constant. nft always sends
+		// the offset, even when it is 0.
+		expressions_.push_back(nft::Numgen{NFT_NG_RANDOM, sample->modulus, 0, kReg1});
+		expressions_.push_back(nft::Byteorder{kReg1, kReg1, NFT_BYTEORDER_HTON, 4, 4});
+		const uint32_t below = htonl(sample->below);
+		const auto *b = reinterpret_cast<const uint8_t *>(&below);
+		expressions_.push_back(cmp(NFT_CMP_LT, {b, b + sizeof(below)}));
+	}
+	ruleCounter();
+	return fullyRandom ? options_.fullyRandomFlag : 0;
+}
+
+std::pair<uint32_t, uint32_t> Encoder::portRegisters(const PortRange &ports, uint32_t minReg)
+{
+	// Ports travel in network byte order, two bytes each, as in the transport header.
+	const auto load = [this](uint32_t reg, uint16_t port) {
+		expressions_.push_back(immediate(reg, {uint8_t(port >> 8), uint8_t(port & 0xff)}));
+	};
+	load(minReg, ports.first);
+	if (ports.first == ports.last)
+		return {minReg, minReg};
+	load(minReg + 1, ports.last);
+	return {minReg, minReg + 1};
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const Masquerade &statement)
+{
+	nft::Masq masq;
+	uint32_t flags = encodePortSelection(out, statement.onlyFamily, statement.toPorts, statement.sample,
+					     statement.fullyRandom);
+	if (statement.toPorts) {
+		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
+		const auto [min, max] = portRegisters(*statement.toPorts, kReg1);
+		masq.portMin = min;
+		if (max != min)
+			masq.portMax = max;
+	}
+	// A plain "masquerade" carries no attribute at all, not even flags 0.
+	if (flags)
+		masq.flags = flags;
+	expressions_.push_back(masq);
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const SourceNat &statement)
+{
+	uint32_t flags = encodePortSelection(out, statement.matchFamily ? std::optional(statement.family) : std::nullopt,
+					     statement.toPorts, statement.sample, statement.fullyRandom) |
+			 NF_NAT_RANGE_MAP_IPS;
+	// As nft: the registers in order, one for an address or a port that is not a range
+	// (named as both ends).
+	nft::Nat nat{.type = NFT_NAT_SNAT, .family = uint32_t(statement.family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6)};
+	uint32_t next = kReg1;
+	expressions_.push_back(immediate(next, statement.to.first.bytes()));
+	nat.addressMin = nat.addressMax = next++;
+	if (statement.to.last != statement.to.first) {
+		expressions_.push_back(immediate(next, statement.to.last.bytes()));
+		nat.addressMax = next++;
+	}
+	if (statement.toPorts) {
+		flags |= NF_NAT_RANGE_PROTO_SPECIFIED;
+		const auto [min, max] = portRegisters(*statement.toPorts, next);
+		nat.portMin = min;
+		nat.portMax = max;
+	}
+	nat.flags = flags;
+	expressions_.push_back(nat);
+}
+
+EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
+{
+	// The kernel turns "__set%d" into a free name (__set0, ...); until then the set is
+	// known by its id within the batch.
+	static constexpr const char *kAnonymousName = "__set%d";
+	const uint32_t id = nextSetId_++;
+	EncodedSet out;
+	out.description = fmt::format("anonymous set {{ tcp, udp, sctp }} of {}", ruleDescription);
+	out.set = newSet();
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
+	nftnl_set_set_str(out.set.get(), NFTNL_SET_NAME, kAnonymousName);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FLAGS, NFT_SET_ANONYMOUS | NFT_SET_CONSTANT);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE, kTypeInetProtocol);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, 1);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_DESC_SIZE, std::size(kPortProtocols));
+	// nft records the key's byte order and its "typeof" (meta l4proto) for listing.
+	UserData udata;
+	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderHost);
+	nftnl_udata *typeOf = udata.nestStart(NFTNL_UDATA_SET_KEY_TYPEOF);
+	udata.putU32(NFTNL_UDATA_SET_TYPEOF_EXPR, kExprKindMeta);
+	nftnl_udata *typeOfData = udata.nestStart(NFTNL_UDATA_SET_TYPEOF_DATA);
+	udata.putU32(kUdataMetaKey, NFT_META_L4PROTO);
+	udata.nestEnd(typeOfData);
+	udata.nestEnd(typeOf);
+	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
+
+	ElementChunk chunk;
+	chunk.table = ruleset_.table;
+	chunk.set = kAnonymousName;
+	chunk.setId = id;
+	for (uint8_t protocol : kPortProtocols) {
+		ElementSpec spec;
+		spec.key[0] = protocol;
+		spec.keyLen = 1;
+		chunk.elements.push_back(spec);
+	}
+	chunk.description = fmt::format("elements of {}", out.description);
+	out.elements.push_back(std::move(chunk));
+	return out;
+}
+
+uint32_t Encoder::setIdOf(const std::string &name) const
+{
+	for (const auto &[set, id] : setIds_)
+		if (set == name)
+			return id;
+	// A lookup of a set this batch does not declare: the kernel finds it by name, or
+	// rejects the rule, and that error names the rule.
+	return 0;
+}
+
+} // namespace
+
+SetPtr ElementChunk::build() const
+{
+	SetPtr carrier = elementCarrier(table, set, setId);
+	for (const ElementSpec &spec : elements)
+		nftnl_set_elem_add(carrier.get(), buildElement(spec).release());
+	return carrier;
+}
+
+void startCountersAt(EncodedTable &table, const std::vector<CounterValue> &values)
+{
+	for (EncodedObject &object : table.objects) {
+		nftnl_obj *obj = object.object.get();
+		const char *name = nftnl_obj_get_str(obj, NFTNL_OBJ_NAME);
+		for (const CounterValue &start : values)
+			if (name && start.name == name) {
+				nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_PKTS, start.packets);
+				nftnl_obj_set_u64(obj, NFTNL_OBJ_CTR_BYTES, start.bytes);
+			}
+	}
+}
+
+TablePtr tableHandle(const std::string &name, bool withFlags)
+{
+	TablePtr table = newTable();
+	nftnl_table_set_u32(table.get(), NFTNL_TABLE_FAMILY, NFPROTO_INET);
+	nftnl_table_set_str(table.get(), NFTNL_TABLE_NAME, name.c_str());
+	if (withFlags)
+		nftnl_table_set_u32(table.get(), NFTNL_TABLE_FLAGS, 0);
+	return table;
+}
+
+namespace {
+
+// Each rule as nft lists it, read back through the codec (decoder.h, rule_text.h): the dry
+// run prints, and an error about the rule quotes, the rule as it is sent.
+void nameRules(EncodedTable &encoded)
+{
+	nft::Table decoded = nft::decodeEncodedTable(encoded, false);
+	for (size_t c = 0; c < encoded.chains.size(); c++) {
+		for (size_t r = 0; r < encoded.chains[c].rules.size(); r++) {
+			nft::Rule &rule = decoded.chains[c].rules[r];
+			rule.comment.clear(); // those who print the text add it where they want it
+			EncodedRule &out = encoded.chains[c].rules[r];
+			out.text = nft::ruleText(decoded, rule);
+			out.description = fmt::format("rule in chain {}: {}", decoded.chains[c].name, out.text);
+		}
+	}
+}
+
+} // namespace
+
+Result<EncodedTable> encodeRuleset(const Ruleset &ruleset, const EncodingOptions &options)
+{
+	auto encoded = Encoder(ruleset, options).encode();
+	if (encoded)
+		nameRules(*encoded);
+	return encoded;
+}
+
+EncodedElementChanges encodeElementChanges(const std::string &table, const ElementDiff &diff)
+{
+	EncodedElementChanges out;
+	for (const SetElementChanges &set : diff.sets) {
+		std::vector<ElementSpec> removals, additions;
+		// The leading end element at 0 comes and goes with "the first range does not
+		// start at 0"; the kernel holds it once, however many ranges are above it.
+		const bool hadLeadingEnd = hasLeadingEnd(set.oldLowest);
+		const bool needsLeadingEnd = hasLeadingEnd(set.newLowest);
+		if (hadLeadingEnd && !needsLeadingEnd)
+			removals.push_back(addressElement(set.family, 0, true, false));
+		if (needsLeadingEnd && !hadLeadingEnd)
+			additions.push_back(addressElement(set.family, 0, true, false));
+		for (const AddressRange &range : set.removed)
+			appendKernelRanges(removals, set.family, range, set.interfaceNames);
+		for (const AddressRange &range : set.added)
+			appendKernelRanges(additions, set.family, range, set.interfaceNames);
+		const auto describe = [&set](const char *what, size_t total) {
+			return [&set, what, total](size_t first, size_t last) {
+				if (first > last) // only the leading end element
+					return fmt::format("elements {} set {} (the end element at 0)",
+							   what, set.set);
+				return fmt::format("elements {} set {} (ranges {}-{} of {})", what,
+						   set.set, first, last, total);
+			};
+		};
+		for (ElementChunk &chunk : splitIntoChunks(table, set.set, 0, removals,
+							   describe("removed from", set.removed.size())))
+			out.removals.push_back(std::move(chunk));
+		for (ElementChunk &chunk : splitIntoChunks(table, set.set, 0, additions,
+							   describe("added to", set.added.size())))
+			out.additions.push_back(std::move(chunk));
+	}
+	return out;
+}
+
+} // namespace ipmasq::netlink

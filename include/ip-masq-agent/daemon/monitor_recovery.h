@@ -3,6 +3,7 @@
 // delay that doubles while it keeps failing, each distinct failure said once.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -32,12 +33,27 @@ public:
 	// The monitor is down (`error` says why): its reopen is due after the delay. Each
 	// distinct failure is a warning; the same again (a reopen that fails the same way
 	// every 5 s) is no news, and only a debug line.
-	void failed(const std::string &error, Clock::time_point now);
+	void failed(const std::string &error, Clock::time_point now)
+	{
+		if (failure_.changed(error))
+			log::warning("{}; {} again in {} ms, then a full read catches up what changed "
+				     "meanwhile", error, doing_, delay_.count());
+		else
+			log::debug("{}; {} again in {} ms", error, doing_, delay_.count());
+		reopenAt_ = now + delay_;
+		delay_ = std::min(2 * delay_, kLongestReopen);
+	}
 	// A monitor that could not be opened at start (said then) is opened again the same way.
 	void retryLater(Clock::time_point now) { reopenAt_ = now + delay_; }
 	// The monitor is open again: said, with `catchUp` (how what changed meanwhile is
 	// read); the delay starts over.
-	void recovered(std::string_view catchUp);
+	void recovered(std::string_view catchUp)
+	{
+		log::info("{} again; {}", doing_, catchUp);
+		delay_ = kFirstReopen;
+		reopenAt_.reset();
+		failure_.clear();
+	}
 
 	// When the reopen is due; nullopt: none is pending.
 	const std::optional<Clock::time_point> &reopenAt() const { return reopenAt_; }

@@ -59,7 +59,8 @@ Daemon::Daemon(std::unique_ptr<DesiredStateSource> source, TableBackend &backend
 	       UniqueFd timerFd)
 	: source_(std::move(source)), monitor_(monitor),
 	  reconciler_(backend, reconcilerSettings(*source_), status_),
-	  metrics_(backend, source_->rulesetOptions().table, source_->rulesetOptions().connectionCounters, status_),
+	  metrics_(backend, source_->rulesetOptions().table,
+		   source_->rulesetOptions().connectionCounters, status_),
 	  reporter_(status_, std::move(notifier)), signals_(std::move(signals)),
 	  timerFd_(std::move(timerFd)), addresses_(*source_, status_, Clock::now()),
 	  conflictCheck_(status_), snatUsageCheck_(status_)
@@ -82,8 +83,8 @@ Result<std::unique_ptr<Daemon>> Daemon::create(std::unique_ptr<DesiredStateSourc
 	auto signals = LoopSignals::open();
 	if (!signals)
 		return fail(signals.error());
-	// Subscribed before the first sync, so that a change right after it is seen. The
-	// address monitor, before the first read of the addresses (AddressFollower).
+	// nf_tables' monitor subscribed before the first sync, so that a change right after it
+	// is seen (as the AddressFollower subscribes before its first read).
 	if (monitor && !monitor->isOpen())
 		if (auto opened = monitor->reopen(); !opened)
 			log::warning("{}; the loop tries again in a moment", opened.error().message);

@@ -250,14 +250,15 @@ int applyOnce(const AgentOptions &options, TableBackend &backend)
 
 // The descriptors the daemon holds besides its health endpoint's sessions: the backend's and
 // the two monitors' netlink sockets (nf_tables, addresses), the signalfd, the timerfd, the
-// inotify instance and the systemd notify socket (7); the health endpoint's epoll,
+// inotify instance and the systemd notify socket, and the pod network's route socket and
+// inotify instance, which a config may ask for at any time (9); the health endpoint's epoll,
 // eventfd, timerfd and listening socket (4); and a reserve for what it opens for a moment
 // (the config file twice, for the read lease and the read, a directory listing, /proc for
 // a table owner's name, a netlink socket to read addresses or conntrack's statistics, or
 // to follow other commits while the agent reads its table: one of them at a time).
 size_t daemonDescriptors(const AgentOptions &options)
 {
-	const size_t own = 7;
+	const size_t own = 9;
 	const size_t health = options.healthAddr.empty() ? 0 : 4 + HealthServer::kMinSessions;
 	return own + health + HealthServer::kReservedDescriptors;
 }

@@ -139,10 +139,8 @@ Result<ConfigContent> ConfigSource::readSettled(ConfigLocation location, Clock::
 
 void ConfigSource::warnWatch(std::string message)
 {
-	if (message == lastWatchError_)
-		return;
-	lastWatchError_ = message;
-	watchWarning_ = std::move(message);
+	if (watchError_.changed(message))
+		watchWarning_ = std::move(message);
 }
 
 std::optional<std::string> ConfigSource::takeWatchWarning()
@@ -158,7 +156,7 @@ void ConfigSource::armWatch(Clock::time_point now)
 	if (wd >= 0) {
 		dirWatch_ = wd;
 		dropAncestorWatch();
-		lastWatchError_.clear();
+		watchError_.clear();
 		// The directory is (back) in place, maybe with the file already in it:
 		// look at it, as for any change. Not at start-up, which reads anyway.
 		if (delivered_)

@@ -168,10 +168,9 @@ const nft::NatRuleset *ConflictCheck::otherTables(std::vector<std::string> &warn
 	limits.skipInetTable = input_->agent->name;
 	auto ruleset = generation ? nft::readNatRuleset(limits) : Result<nft::NatRuleset>(fail(generation.error()));
 	if (!ruleset) {
-		if (ruleset.error().message != lastError_)
+		if (readError_.changed(ruleset.error().message))
 			log::warning("{}; other tables' NAT is not checked against the agent's decisions "
 				     "until it can be read", ruleset.error().message);
-		lastError_ = ruleset.error().message;
 		evaluated_.reset();
 		// Said where the operator looks, like a conflict: no gauge is not "no conflict".
 		warnings.insert(warnings.begin(),
@@ -179,9 +178,8 @@ const nft::NatRuleset *ConflictCheck::otherTables(std::vector<std::string> &warn
 		status_.natConflictCheckFailed(std::move(warnings));
 		return nullptr;
 	}
-	if (!lastError_.empty())
+	if (readError_.clear())
 		log::info("other tables' NAT is readable again");
-	lastError_.clear();
 	log::debug("other tables' NAT read at generation {}: {} tables", ruleset->generation, ruleset->tables.size());
 	return &read_.emplace(std::move(*ruleset));
 }

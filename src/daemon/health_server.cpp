@@ -380,10 +380,8 @@ struct HealthServer::Impl {
 	// The endpoint's own failures are logged, once per distinct message, and it goes on.
 	void failed(const std::string &why)
 	{
-		if (why == lastFailure)
-			return;
-		lastFailure = why;
-		log::error("the health endpoint: {}; it goes on serving", why);
+		if (failure.changed(why))
+			log::error("the health endpoint: {}; it goes on serving", why);
 	}
 
 	// The I/O thread. Nothing may throw across its edge (that would end the process):
@@ -429,7 +427,7 @@ struct HealthServer::Impl {
 	// Declared before the io_context: the sessions its handlers hold unregister from it
 	// when the io_context is destroyed.
 	SessionTable sessions;
-	std::string lastFailure;
+	LogOnce failure;
 	bool accepting = false;
 	std::atomic<bool> stopping{false};
 	asio::io_context io{1};

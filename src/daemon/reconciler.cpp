@@ -95,20 +95,18 @@ Reconciler::Reconciler(TableBackend &backend, Settings settings, AgentStatus &st
 
 Status Reconciler::configStatus() const
 {
-	return configError_.empty() ? Status() : fail(configError_);
+	return configError_.last().empty() ? Status() : fail(configError_.last());
 }
 
 void Reconciler::setConfigError(const Error &error)
 {
 	// Say it (and count it) once per change, not once per resync.
-	const std::string &message = error.message;
-	if (message != configError_) {
-		log::error({{"file", settings_.source}, {"err", message}}, "{}; {}", message,
+	if (configError_.changed(error.message)) {
+		log::error({{"file", settings_.source}, {"err", error.message}}, "{}; {}", error.message,
 			   desired_ ? "keeping the last good ruleset in force"
 				    : "no ruleset of this config is applied");
-		status_.configFailed(message);
+		status_.configFailed(error.message);
 	}
-	configError_ = message;
 }
 
 void Reconciler::setDesired(DesiredState desired)
@@ -116,9 +114,8 @@ void Reconciler::setDesired(DesiredState desired)
 	if (desired.cause == DesiredState::Cause::config) {
 		for (const std::string &warning : desired.warnings)
 			log::warning("{}", warning);
-		if (!configError_.empty())
+		if (configError_.clear())
 			log::info("the config is valid again");
-		configError_.clear();
 		log::info("config {}: {}", desired.origin, desired.summary);
 	}
 	noteSubnets(desired.subnets);
@@ -153,14 +150,9 @@ void Reconciler::noteSubnets(const std::vector<SubnetChoice> &subnets)
 void Reconciler::tryAdopt()
 {
 	const std::string &table = settings_.ruleset.table;
-	const auto note = [this](std::string message, bool warning) {
-		if (message == lastAdoptionNote_)
-			return;
-		lastAdoptionNote_ = message;
-		if (warning)
-			log::warning("{}", message);
-		else
-			log::info("{}", message);
+	const auto note = [this](const std::string &message, bool warning) {
+		if (adoptionNote_.changed(message))
+			log::write(warning ? log::Level::warning : log::Level::info, message);
 	};
 	auto kernel = backend_.readTable(table);
 	if (!kernel)
@@ -209,17 +201,17 @@ void Reconciler::tryAdopt()
 
 Status Reconciler::reconcile(SyncTrigger trigger)
 {
-	if (!desired_ && settings_.adoptExistingTable && !configError_.empty())
+	if (!desired_ && settings_.adoptExistingTable && !configError_.last().empty())
 		tryAdopt();
 	if (!desired_) {
-		if (!configError_.empty())
-			return fail(configError_);
+		if (!configError_.last().empty())
+			return fail(configError_.last());
 		return fail("no config has been read yet", EAGAIN);
 	}
 	const Status kernel = ensureApplied(trigger);
 	// The config error is cleared only once the new config's ruleset was handed to the
 	// kernel, not when it was read; a refusal then shows as the sync error.
-	if (configError_.empty())
+	if (configError_.last().empty())
 		status_.configLoaded();
 	if (!kernel) {
 		retryAfterFailure(kernel.error());
@@ -249,9 +241,8 @@ void Reconciler::retryAfterFailure(const Error &error)
 Status Reconciler::syncFailure(const Error &error, const char *doing)
 {
 	const std::string message = fmt::format("{}: {}", doing, error.message);
-	if (message != lastSyncError_)
+	if (syncError_.changed(message))
 		log::error("{}", message);
-	lastSyncError_ = message;
 	status_.syncFailed(message);
 	return fail(Error(message, error.errnum));
 }
@@ -281,7 +272,7 @@ Status Reconciler::ensureApplied(SyncTrigger trigger)
 		return syncFailure(generation.error(), "reading the ruleset generation");
 	if (appliedGeneration_ == *generation) {
 		log::debug("{}: nothing changed (generation {})", syncTriggerName(trigger), *generation);
-		lastSyncError_.clear();
+		syncError_.clear();
 		status_.noopResync();
 		return {};
 	}
@@ -301,7 +292,7 @@ Status Reconciler::verify(SyncTrigger trigger, uint32_t generation)
 		appliedGeneration_ = checked->generation.value_or(generation);
 		log::debug("{}: nftables changed elsewhere, table inet {} is intact (generation {})",
 			   syncTriggerName(trigger), desired_->table, *appliedGeneration_);
-		lastSyncError_.clear();
+		syncError_.clear();
 		status_.noopResync();
 		return {};
 	case TableCheck::unsettled:
@@ -469,14 +460,13 @@ Status Reconciler::commit(SyncTrigger trigger, const char *done)
 	if (!committed) {
 		// A commit whose outcome may be unknown, or a read that failed before it.
 		forgetApplied("the agent's last sync of it failed");
-		if (committed.error().message != lastSyncError_)
+		if (syncError_.changed(committed.error().message))
 			log::error("applying table inet {} failed, the previous ruleset stays in "
 				   "force: {}", desired_->table, committed.error().message);
-		lastSyncError_ = committed.error().message;
-		status_.syncFailed(lastSyncError_);
+		status_.syncFailed(committed.error().message);
 		return fail(committed.error());
 	}
-	lastSyncError_.clear();
+	syncError_.clear();
 	status_.syncSucceeded(*desired_, took);
 	if (driftFoundByUpdate_)
 		status_.driftRepaired();

@@ -42,15 +42,13 @@ bool SnatUsageCheck::pass()
 	auto dump = countSourceNatEntries(counter);
 	if (!dump) {
 		status_.snatUsageReadFailed();
-		if (dump.error().message != lastError_)
+		if (readError_.changed(dump.error().message))
 			log::warning("{}; the SNAT usage metrics are left out until a read succeeds",
 				     dump.error().message);
-		lastError_ = dump.error().message;
 		return true;
 	}
-	if (!lastError_.empty())
+	if (readError_.clear())
 		log::info("conntrack's entries are readable again");
-	lastError_.clear();
 	SnatUsage usage = counter.finish();
 	if (usage.leftOut)
 		log::debug("SNAT usage: {} connections toward destinations beyond the first {} were "

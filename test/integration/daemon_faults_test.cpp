@@ -11,13 +11,13 @@
 #include <fmt/format.h>
 
 #include "agent_process.h"
-#include "ip-masq-agent/daemon/daemon.h"
+#include "ip-masq-agent/daemon/monitor_recovery.h"
 #include "ip-masq-agent/daemon/reconciler.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;
 using namespace ipmasq::test;
-using ipmasq::Daemon;
+using ipmasq::MonitorRecovery;
 
 namespace {
 
@@ -324,7 +324,7 @@ TEST_CASE("a change monitor's read error: reopened with a back-off, what changed
 	// change is not seen then (the resync is an hour away).
 	const auto requireReopenFailedSince = [&](const std::string &retryLine, size_t before) {
 		requireWithin([&] { return countOf(agent.log(), retryLine) > before; },
-			      4 * Daemon::kLongestMonitorReopen, agent, "a reopen failed in the gap");
+			      4 * MonitorRecovery::kLongestReopen, agent, "a reopen failed in the gap");
 	};
 	// With nf_tables' monitor down: the table deleted in the gap, still gone after a failed
 	// reopen; the fault removed, restored by the reopen's catch-up alone.
@@ -334,7 +334,7 @@ TEST_CASE("a change monitor's read error: reopened with a back-off, what changed
 		requireReopenFailedSince(retry, countOf(agent.log(), retry));
 		CHECK(tableListing().empty());
 		runOrFail("rm " + fault);
-		requireWithin([&] { return tableHas(range); }, 4 * Daemon::kLongestMonitorReopen, agent,
+		requireWithin([&] { return tableHas(range); }, 4 * MonitorRecovery::kLongestReopen, agent,
 			      "restored after the reopen");
 	};
 
@@ -378,7 +378,7 @@ TEST_CASE("a change monitor's read error: reopened with a back-off, what changed
 		CHECK(tableHas("198.18.1.5"));
 		runOrFail("rm " + fault);
 		requireWithin([] { return tableHas("198.18.1.3") && !tableHas("198.18.1.5"); },
-			      4 * Daemon::kLongestMonitorReopen, agent, "the new address after the reopen");
+			      4 * MonitorRecovery::kLongestReopen, agent, "the new address after the reopen");
 		CHECK(countOf(agent.log(), "following this node's addresses again; reading them all") == 1);
 		// Followed live again.
 		runOrFail("ip addr add 198.18.1.2/24 dev lo");

@@ -185,3 +185,20 @@ TEST_CASE("formatLine: text as before; json one object per line, after <N> in th
 	CHECK(log::formatLine(log::Format::json, true, ts, log::Level::error, "e", {})
 		      .rfind("<3>{", 0) == 0);
 }
+
+TEST_CASE("LogOnce: a failure is news once per distinct message, and so is its end")
+{
+	LogOnce failure;
+	CHECK(failure.last().empty());
+	CHECK_FALSE(failure.clear()); // nothing failed: no end to say
+	CHECK(failure.changed("read failed: EINTR"));
+	CHECK(failure.last() == "read failed: EINTR");
+	CHECK_FALSE(failure.changed("read failed: EINTR")); // the retry fails the same way
+	CHECK(failure.changed("read failed: ENOMEM"));     // another failure is news
+	CHECK(failure.changed("read failed: EINTR"));      // and the first again, after it
+	CHECK(failure.clear());
+	CHECK(failure.last().empty());
+	CHECK_FALSE(failure.clear());
+	// After its end, the same failure is news again.
+	CHECK(failure.changed("read failed: EINTR"));
+}

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // Logging to stderr: levels, -v verbosity, text or JSON lines, and journald priority
-// prefixes under systemd.
+// prefixes under systemd; LogOnce, for a failure said once per distinct message.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <sys/stat.h>
@@ -130,3 +131,32 @@ void debug(const Fields &fields, fmt::format_string<Args...> format, Args &&...a
 }
 
 } // namespace ipmasq::log
+
+namespace ipmasq {
+
+// A failure said once per distinct message: the same failure again (at each retry, each
+// resync, each pass) is no news, another one is, and so is its end. The caller logs what
+// changed() and clear() say is news, in its own words around the message. Not shared
+// between threads: one owner notes and logs.
+class LogOnce
+{
+public:
+	// `message` is the failure now: true when it differs from the one noted before (the
+	// caller says it). Noted from now on.
+	bool changed(std::string_view message)
+	{
+		if (message == last_)
+			return false;
+		last_ = message;
+		return true;
+	}
+	// The failure ended: true when there was one (the caller may say that it ended).
+	bool clear() { return !std::exchange(last_, std::string()).empty(); }
+	// The failure noted last; empty when none.
+	const std::string &last() const { return last_; }
+
+private:
+	std::string last_;
+};
+
+} // namespace ipmasq

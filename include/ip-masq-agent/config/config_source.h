@@ -13,6 +13,7 @@
 
 #include "ip-masq-agent/config/config_look.h"
 #include "ip-masq-agent/config/config_location.h"
+#include "ip-masq-agent/base/log.h"
 #include "ip-masq-agent/base/error.h"
 #include "ip-masq-agent/base/siphash.h"
 #include "ip-masq-agent/base/unique_fd.h"
@@ -168,7 +169,7 @@ private:
 	int ancestorWatch_ = -1;
 	std::string ancestorChild_; // the name in the watched ancestor that leads to dir_
 	std::optional<std::string> watchWarning_;
-	std::string lastWatchError_;
+	LogOnce watchError_;
 
 	// A change seen and not yet read: the first and last event of the burst.
 	std::optional<Clock::time_point> changeSince_;

@@ -16,6 +16,7 @@
 #include "ip-masq-agent/model/node_addresses.h"
 #include "ip-masq-agent/diagnose/conflicts.h"
 #include "ip-masq-agent/diagnose/samples.h"
+#include "ip-masq-agent/base/log.h"
 #include "ip-masq-agent/base/paced_thread.h"
 #include "ip-masq-agent/model/ruleset.h"
 
@@ -91,7 +92,7 @@ private:
 	std::optional<Evaluated> evaluated_;
 	std::vector<NatConflict> conflicts_; // the last complete cycle's
 	std::vector<RuleSamples::Cut> cuts_; // where the last cycle's bound cut what other tables match
-	std::string lastError_;
+	LogOnce readError_; // other tables' NAT could not be read
 	bool legacySaid_[2] = {false, false}; // IPv4, IPv6
 
 	PacedThread thread_; // last: it is stopped before the members its passes use go

@@ -14,6 +14,7 @@
 #include "ip-masq-agent/daemon/agent_status.h"
 #include "ip-masq-agent/compile/desired_state.h"
 #include "ip-masq-agent/base/error.h"
+#include "ip-masq-agent/base/log.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/nft/table_backend.h"
 
@@ -155,8 +156,8 @@ private:
 	AgentStatus &status_;
 	std::function<Clock::time_point()> clock_;
 
-	// Why the last desired state could not be made; empty: it was.
-	std::string configError_;
+	// Why the last desired state could not be made; empty: it was. Said once per message.
+	LogOnce configError_;
 	// The last desired state's outputAddress subnets, to log what changes.
 	std::vector<SubnetChoice> subnets_;
 
@@ -187,8 +188,8 @@ private:
 	bool pendingIsDrift_ = false;
 	std::optional<Clock::time_point> retryAt_;
 
-	std::string lastSyncError_;
-	std::string lastAdoptionNote_;
+	LogOnce syncError_;
+	LogOnce adoptionNote_; // why the table found was not adopted, or that there is none
 	// The delay before the next retry of a failed sync; reset by a success.
 	std::chrono::milliseconds failureRetryDelay_ = kFailureRetryInitial;
 };

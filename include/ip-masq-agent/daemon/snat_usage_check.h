@@ -11,6 +11,7 @@
 
 #include "ip-masq-agent/daemon/agent_status.h"
 #include "ip-masq-agent/model/node_addresses.h"
+#include "ip-masq-agent/base/log.h"
 #include "ip-masq-agent/base/paced_thread.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
@@ -51,7 +52,7 @@ private:
 	std::shared_ptr<const NodeAddresses> addresses_ = std::make_shared<const NodeAddresses>();
 	// The thread's own.
 	SnatPlan plan_;
-	std::string lastError_;
+	LogOnce readError_; // conntrack's entries could not be read
 	PacedThread thread_; // last: stopped before the members its passes use go
 };
 

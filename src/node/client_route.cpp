@@ -3,6 +3,7 @@
 // neighbour and forwarding tables, each a "get" request over rtnetlink.
 #include "ip-masq-agent/node/client_route.h"
 
+#include <cerrno>
 #include <cstring>
 
 #include <libmnl/libmnl.h>
@@ -98,6 +99,17 @@ Result<ClientRoutes> ClientRoutes::open()
 	return ClientRoutes(std::move(*socket));
 }
 
+Status ClientRoutes::ask(uint16_t type, uint16_t family, const netlink::RequestBuilder &build,
+			 const netlink::ReplyHandler &onReply)
+{
+	if (timedOut_)
+		return fail("the kernel did not answer an earlier request within 1 s", ETIMEDOUT);
+	Status answered = socket_.query(type, family, 0, build, onReply);
+	if (!answered && answered.error().errnum == ETIMEDOUT)
+		timedOut_ = true;
+	return answered;
+}
+
 Result<ClientRoute> ClientRoutes::of(const Address &client)
 {
 	rtmsg rtm{};
@@ -116,8 +128,8 @@ Result<ClientRoute> ClientRoutes::of(const Address &client)
 		oif = u32Of(attrs[RTA_OIF]).value_or(0);
 		return {};
 	};
-	if (auto s = socket_.query(RTM_GETROUTE, familyOf(client), 0,
-				   request(rtm, addressAttribute(RTA_DST, client)), onRoute);
+	if (auto s = ask(RTM_GETROUTE, familyOf(client), request(rtm, addressAttribute(RTA_DST, client)),
+			 onRoute);
 	    !s)
 		return fail(s.error().withContext(fmt::format("cannot ask the route to {}: ", client.toString())));
 	if (route.local || oif == 0)
@@ -151,7 +163,7 @@ Result<ClientRoutes::Link> ClientRoutes::link(uint32_t ifindex)
 		found = Link{mnl_attr_get_str(attrs[IFLA_IFNAME]), isBridge(attrs[IFLA_LINKINFO])};
 		return {};
 	};
-	if (auto s = socket_.query(RTM_GETLINK, AF_UNSPEC, 0, request(ifi, [](nlmsghdr *) {}), onLink); !s)
+	if (auto s = ask(RTM_GETLINK, AF_UNSPEC, request(ifi, [](nlmsghdr *) {}), onLink); !s)
 		return fail(s.error());
 	if (!found)
 		return fail(fmt::format("interface {} has no name", ifindex), ENOENT);
@@ -176,8 +188,7 @@ uint32_t ClientRoutes::bridgePortOf(const Address &client, uint32_t bridge)
 		}
 		return {};
 	};
-	if (!socket_.query(RTM_GETNEIGH, ndm.ndm_family, 0, request(ndm, addressAttribute(NDA_DST, client)),
-			   onNeighbour) ||
+	if (!ask(RTM_GETNEIGH, ndm.ndm_family, request(ndm, addressAttribute(NDA_DST, client)), onNeighbour) ||
 	    !mac)
 		return 0;
 	// The bridge's forwarding entry for that MAC: its port (kernel 5.1 and later).
@@ -197,7 +208,7 @@ uint32_t ClientRoutes::bridgePortOf(const Address &client, uint32_t bridge)
 		mnl_attr_put(nlh, NDA_LLADDR, ETH_ALEN, mac->data());
 		mnl_attr_put_u32(nlh, NDA_MASTER, bridge);
 	};
-	if (!socket_.query(RTM_GETNEIGH, AF_BRIDGE, 0, request(fdb, attributes), onEntry))
+	if (!ask(RTM_GETNEIGH, AF_BRIDGE, request(fdb, attributes), onEntry))
 		return 0;
 	return port;
 }

@@ -38,7 +38,9 @@ public:
 
 	// The route toward `client` (the output route, as `ip route get ADDRESS` shows it),
 	// then for a bridge its port. An error only when the route itself cannot be asked; a
-	// missing neighbour or forwarding entry leaves bridgePort empty.
+	// missing neighbour or forwarding entry leaves bridgePort empty. After a request that
+	// timed out every later call fails at once: a stuck kernel costs one timeout, not one
+	// per client.
 	Result<ClientRoute> of(const Address &client);
 
 private:
@@ -48,12 +50,16 @@ private:
 	};
 
 	explicit ClientRoutes(netlink::Socket socket) : socket_(std::move(socket)) {}
+	// One get request, its answers to `onReply`; notes a timeout.
+	Status ask(uint16_t type, uint16_t family, const netlink::RequestBuilder &build,
+		   const netlink::ReplyHandler &onReply);
 	Result<Link> link(uint32_t ifindex);
 	// The port of `bridge` whose forwarding entry has the client's MAC; 0 when not found.
 	uint32_t bridgePortOf(const Address &client, uint32_t bridge);
 
 	netlink::Socket socket_;
 	std::unordered_map<uint32_t, Link> links_; // asked once per interface and instance
+	bool timedOut_ = false;
 };
 
 } // namespace ipmasq

@@ -30,6 +30,7 @@
 #include "ip-masq-agent/node/pod_network.h"
 #include "ip-masq-agent/base/process_guard.h"
 #include "ip-masq-agent/daemon/reconciler.h"
+#include "ip-masq-agent/daemon/snat_usage_check.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
@@ -140,7 +141,10 @@ int runSnatUsage(const AgentOptions &options)
 		log::error("{}", dump.error().message);
 		return EXIT_FAILURE;
 	}
-	const std::string table = snatUsageTable(counter.finish());
+	SnatUsage usage = counter.finish();
+	if (Status routes = describeClientRoutes(usage); !routes)
+		log::debug("{}; the clients' interfaces are left out", routes.error().message);
+	const std::string table = snatUsageTable(usage);
 	std::fwrite(table.data(), 1, table.size(), stdout);
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -343,7 +343,8 @@ const std::vector<FlagRow> kFlagRows = {
 		[](auto &o) -> auto & { return o.cleanup; }),
 	boolRow("snat-usage", false, "Print how many source ports are in use toward the "
 		"busiest destinations, of those the agent's rules (by this config and these "
-		"flags) can give, and exit. Reads conntrack: needs CAP_NET_ADMIN.",
+		"flags) can give, and which clients (pods) hold them, and exit. Reads conntrack: "
+		"needs CAP_NET_ADMIN.",
 		[](auto &o) -> auto & { return o.snatUsage; }),
 	{"explain", std::nullopt, FlagRow::Kind::values,
 	 "Say why this destination address is (not) masqueraded and exit; repeatable. "

@@ -136,6 +136,26 @@ Result<Tuple> parseTuple(const nlattr *nest, Family family)
 	return tuple;
 }
 
+// TCP's state from the CTA_PROTOINFO nest (CTA_PROTOINFO_TCP, CTA_PROTOINFO_TCP_STATE);
+// nullopt when the nest does not carry it (another protocol).
+Result<std::optional<uint8_t>> parseTcpState(const nlattr *nest)
+{
+	Attributes<CTA_PROTOINFO_MAX + 1> info{};
+	if (mnl_attr_parse_nested(nest, collect<CTA_PROTOINFO_MAX + 1>, &info) < 0)
+		return fail(malformed("a protocol state nest that overruns it"));
+	if (!info[CTA_PROTOINFO_TCP])
+		return std::optional<uint8_t>();
+	Attributes<CTA_PROTOINFO_TCP_MAX + 1> tcp{};
+	if (mnl_attr_parse_nested(info[CTA_PROTOINFO_TCP], collect<CTA_PROTOINFO_TCP_MAX + 1>, &tcp) < 0)
+		return fail(malformed("a TCP state nest that overruns it"));
+	if (!tcp[CTA_PROTOINFO_TCP_STATE])
+		return std::optional<uint8_t>();
+	auto state = payloadOf(tcp[CTA_PROTOINFO_TCP_STATE], 1, "a TCP state");
+	if (!state)
+		return fail(state.error());
+	return std::optional((*state)[0]);
+}
+
 // The socket's error, worded for an operator who reads it in the log or on a terminal.
 Error explained(const Error &error)
 {
@@ -176,6 +196,13 @@ Result<std::optional<ConntrackEntry>> parseConntrackEntry(const nlmsghdr *nlh)
 		return fail(reply.error());
 	if (!original->source || !original->protocol || !reply->source || !reply->destination)
 		return std::optional<ConntrackEntry>();
+	std::optional<uint8_t> tcpState;
+	if (top[CTA_PROTOINFO]) {
+		auto state = parseTcpState(top[CTA_PROTOINFO]);
+		if (!state)
+			return fail(state.error());
+		tcpState = *state;
+	}
 	uint32_t bits = 0;
 	for (size_t i = 0; i < 4; i++)
 		bits = bits << 8 | (*status)[i];
@@ -191,6 +218,8 @@ Result<std::optional<ConntrackEntry>> parseConntrackEntry(const nlmsghdr *nlh)
 	// The reply tuple's ICMP id is the translated one; ICMP has no destination port.
 	entry.destinationPort = icmp ? 0 : reply->sourcePort;
 	entry.translatedPort = icmp ? reply->sourcePort : reply->destinationPort;
+	if (entry.protocol == IPPROTO_TCP)
+		entry.tcpState = tcpState;
 	return std::optional(entry);
 }
 

@@ -8,10 +8,33 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <linux/netfilter/nf_conntrack_tcp.h>
 
 namespace ipmasq {
 
 namespace {
+
+// FNV-1a over packed bytes: the keys come from the node's own connections, spread by
+// destination, translated address and client.
+constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
+uint64_t fnv1a(uint64_t hash, const uint8_t *bytes, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		hash = (hash ^ bytes[i]) * 1099511628211ULL;
+	return hash;
+}
+
+// Keeps `top` sorted by `before` and at most `limit` long as values are offered one by
+// one: a walk of a map keeps its best few without sorting all of it.
+template<typename T, typename Before>
+void keepTop(std::vector<T> &top, size_t limit, const T &value, const Before &before)
+{
+	if (top.size() == limit && (top.empty() || !before(value, top.back())))
+		return;
+	top.insert(std::upper_bound(top.begin(), top.end(), value, before), value);
+	if (top.size() > limit)
+		top.pop_back();
+}
 
 // Network order, as Address::bytes() but without its allocation: this runs for every
 // entry of a dump.
@@ -132,6 +155,46 @@ bool PortPool::contains(uint16_t port) const
 	});
 }
 
+HoldState holdStateOf(const ConntrackEntry &entry)
+{
+	if (entry.protocol != kProtoTcp)
+		return HoldState::notTcp;
+	switch (entry.tcpState.value_or(TCP_CONNTRACK_NONE)) {
+	case TCP_CONNTRACK_SYN_SENT:
+	case TCP_CONNTRACK_SYN_RECV:
+	case TCP_CONNTRACK_ESTABLISHED:
+	case TCP_CONNTRACK_SYN_SENT2: // a simultaneous open
+		return HoldState::tcpOpen;
+	case TCP_CONNTRACK_TIME_WAIT:
+		return HoldState::tcpTimeWait;
+	default: // closing (FIN_WAIT, CLOSE_WAIT, LAST_ACK, CLOSE), or no state sent
+		return HoldState::tcpOther;
+	}
+}
+
+const char *holdStateLabel(HoldState state)
+{
+	switch (state) {
+	case HoldState::tcpOpen:
+		return "tcp_open";
+	case HoldState::tcpTimeWait:
+		return "tcp_time_wait";
+	case HoldState::tcpOther:
+		return "tcp_other";
+	case HoldState::notTcp:
+		return "not_tcp";
+	}
+	return "not_tcp";
+}
+
+uint64_t HoldCounts::total() const
+{
+	uint64_t sum = 0;
+	for (const uint32_t count : byState)
+		sum += count;
+	return sum;
+}
+
 std::string PortPool::toString() const
 {
 	std::vector<std::string> parts;
@@ -241,19 +304,19 @@ std::string SnatDestination::destinationText() const
 
 size_t SnatUsageCounter::KeyHash::operator()(const Key &key) const
 {
-	// FNV-1a over the packed bytes: the keys come from the node's own connections,
-	// spread by destination and translated address.
-	uint64_t hash = 1469598103934665603ULL;
-	const auto mix = [&hash](const uint8_t *bytes, size_t n) {
-		for (size_t i = 0; i < n; i++)
-			hash = (hash ^ bytes[i]) * 1099511628211ULL;
-	};
-	mix(key.translated.data(), key.translated.size());
-	mix(key.destination.data(), key.destination.size());
+	uint64_t hash = fnv1a(kFnvOffset, key.translated.data(), key.translated.size());
+	hash = fnv1a(hash, key.destination.data(), key.destination.size());
 	const uint8_t rest[] = {uint8_t(key.port >> 8), uint8_t(key.port), key.protocol, key.family,
 				key.pool};
-	mix(rest, sizeof(rest));
-	return static_cast<size_t>(hash);
+	return static_cast<size_t>(fnv1a(hash, rest, sizeof(rest)));
+}
+
+size_t SnatUsageCounter::ClientKeyHash::operator()(const ClientKey &key) const
+{
+	const uint8_t index[] = {uint8_t(key.key >> 24), uint8_t(key.key >> 16), uint8_t(key.key >> 8),
+				 uint8_t(key.key)};
+	return static_cast<size_t>(fnv1a(fnv1a(kFnvOffset, index, sizeof(index)), key.client.data(),
+					 key.client.size()));
 }
 
 SnatUsageCounter::SnatUsageCounter(SnatPlan plan, std::optional<std::vector<Address>> nodeAddresses,
@@ -279,18 +342,58 @@ bool SnatUsageCounter::isAgents(const ConntrackEntry &entry, const SnatFamilyPla
 						      entry.translatedSource);
 }
 
-void SnatUsageCounter::count(std::unordered_map<Key, uint32_t, KeyHash> &map, size_t limit,
-			     const Key &key, uint64_t &overflow)
+SnatUsageCounter::Key SnatUsageCounter::keyOf(const ConntrackEntry &entry, PortPoolKind pool) const
 {
-	if (auto it = map.find(key); it != map.end()) {
+	Key key;
+	key.translated = packed(entry.translatedSource);
+	key.destination = packed(entry.destination);
+	key.port = (entry.protocol == kProtoIcmp || entry.protocol == kProtoIcmpv6) ? 0
+										  : entry.destinationPort;
+	key.protocol = entry.protocol;
+	key.family = entry.family == Family::ipv6;
+	key.pool = static_cast<uint8_t>(pool);
+	return key;
+}
+
+void SnatUsageCounter::countAgents(const Key &key, const ConntrackEntry &entry)
+{
+	connections_++;
+	auto it = agents_.find(key);
+	if (it == agents_.end()) {
+		if (agents_.size() >= limits_.maxDestinations) {
+			leftOut_++;
+			return;
+		}
+		it = agents_.emplace(key, KeyCounts{0, static_cast<uint32_t>(agents_.size()), 0}).first;
+	}
+	KeyCounts &counts = it->second;
+	counts.connections++;
+	// Its client: the pair's counts by state, or, past the bound, counted as unattributed.
+	const ClientKey pair{counts.index, packed(entry.originalSource)};
+	auto held = limits_.maxClientPairs ? clients_.find(pair) : clients_.end();
+	if (held == clients_.end()) {
+		if (clients_.size() >= limits_.maxClientPairs) {
+			counts.unattributed++;
+			unattributedClients_++;
+			return;
+		}
+		held = clients_.emplace(pair, HoldCounts{}).first;
+	}
+	held->second[holdStateOf(entry)]++;
+}
+
+void SnatUsageCounter::countOthers(const Key &key)
+{
+	others_connections_++;
+	if (auto it = others_.find(key); it != others_.end()) {
 		it->second++;
 		return;
 	}
-	if (map.size() >= limit) {
-		overflow++;
+	if (others_.size() >= limits_.maxOtherDestinations) {
+		othersLeftOut_++;
 		return;
 	}
-	map.emplace(key, 1);
+	others_.emplace(key, 1);
 }
 
 void SnatUsageCounter::add(const ConntrackEntry &entry)
@@ -305,23 +408,12 @@ void SnatUsageCounter::add(const ConntrackEntry &entry)
 	std::optional<PortPool> pool = portPoolOf(plan ? *plan : none, entry.protocol,
 						  entry.originalSourcePort);
 	const bool agents = plan && pool && isAgents(entry, *plan) && pool->contains(entry.translatedPort);
-	if (!pool) // not port-translated: no pool to run out of
-		pool = PortPool{};
-	Key key;
-	key.translated = packed(entry.translatedSource);
-	key.destination = packed(entry.destination);
-	key.port = (entry.protocol == kProtoIcmp || entry.protocol == kProtoIcmpv6) ? 0
-										  : entry.destinationPort;
-	key.protocol = entry.protocol;
-	key.family = entry.family == Family::ipv6;
-	key.pool = static_cast<uint8_t>(pool->kind);
-	if (agents) {
-		connections_++;
-		count(agents_, limits_.maxDestinations, key, leftOut_);
-	} else {
-		others_connections_++;
-		count(others_, limits_.maxOtherDestinations, key, othersLeftOut_);
-	}
+	// A protocol without translated ports has no pool to run out of: the default kind.
+	const Key key = keyOf(entry, pool ? pool->kind : PortPool{}.kind);
+	if (agents)
+		countAgents(key, entry);
+	else
+		countOthers(key);
 }
 
 SnatUsage SnatUsageCounter::finish() const
@@ -331,24 +423,18 @@ SnatUsage SnatUsageCounter::finish() const
 	usage.kernelFiltered = kernelFiltered_;
 	usage.connections = connections_;
 	usage.leftOut = leftOut_;
+	usage.unattributedClients = unattributedClients_;
 	usage.otherConnections = others_connections_;
 	usage.destinations = agents_.size();
+	usage.clientsPerDestination = limits_.topClients;
 	// The top `limits_.top`, kept sorted while the map is walked once.
-	const auto keepTop = [&](std::vector<SnatDestination> &top, const SnatDestination &d,
-				 const auto &before) {
-		if (top.size() == limits_.top && (top.empty() || !before(d, top.back())))
-			return;
-		top.insert(std::upper_bound(top.begin(), top.end(), d, before), d);
-		if (top.size() > limits_.top)
-			top.pop_back();
-	};
-	for (const auto &[key, connections] : agents_) {
-		SnatDestination d = destinationOf(key, connections);
+	for (const auto &[key, counts] : agents_) {
+		SnatDestination d = destinationOf(key, counts.connections);
 		const double ratio = d.ratio();
 		usage.maxRatio = std::max(usage.maxRatio, ratio);
 		usage.aboveWarning += ratio >= SnatUsage::kWarningRatio;
 		usage.exhausted += ratio >= 1.0;
-		keepTop(usage.top, d, busier);
+		keepTop(usage.top, limits_.top, d, busier);
 	}
 	const auto moreConnections = [](const SnatDestination &a, const SnatDestination &b) {
 		if (a.connections != b.connections)
@@ -357,7 +443,7 @@ SnatUsage SnatUsageCounter::finish() const
 		       std::tie(b.family, b.protocol, b.destination, b.port, b.translated);
 	};
 	for (const auto &[key, connections] : others_)
-		keepTop(usage.otherTop, destinationOf(key, connections), moreConnections);
+		keepTop(usage.otherTop, limits_.top, destinationOf(key, connections), moreConnections);
 	usage.totals = totalsOf(usage.top);
 	return usage;
 }
@@ -378,31 +464,156 @@ SnatDestination SnatUsageCounter::destinationOf(const Key &key, uint32_t connect
 
 std::vector<SnatDestinationTotal> SnatUsageCounter::totalsOf(const std::vector<SnatDestination> &top) const
 {
-	// One more walk of the map, summing only the keys of those few destinations.
 	std::vector<SnatDestinationTotal> totals;
-	for (const SnatDestination &d : top) {
+	for (size_t i = 0; i < top.size(); i++) {
+		const SnatDestination &d = top[i];
 		const bool seen = std::any_of(totals.begin(), totals.end(), [&](const auto &t) {
 			return t.family == d.family && t.protocol == d.protocol &&
 			       t.destination == d.destination && t.port == d.port && t.pool == d.pool.kind;
 		});
 		if (seen)
 			continue;
-		SnatDestinationTotal total{d.family, d.protocol, d.destination, d.port, d.pool.kind};
+		SnatDestinationTotal total;
+		total.family = d.family;
+		total.protocol = d.protocol;
+		total.destination = d.destination;
+		total.port = d.port;
+		total.pool = d.pool.kind;
 		const std::optional<SnatFamilyPlan> &plan = plan_.of(d.family);
 		total.addresses = plan && plan->to ? addressCount(*plan->to) : 1;
-		total.available = total.addresses * d.pool.size();
+		total.poolSize = d.pool.size();
+		total.available = total.addresses * total.poolSize;
+		total.rank = i + 1;
 		totals.push_back(total);
 	}
-	for (const auto &[key, connections] : agents_)
-		for (SnatDestinationTotal &total : totals)
-			if (total.protocol == key.protocol && (total.family == Family::ipv6) == key.family &&
-			    packed(total.destination) == key.destination && total.port == key.port &&
-			    static_cast<uint8_t>(total.pool) == key.pool) {
-				total.connections += connections;
-				total.addressesInUse++;
-			}
+	// One more walk of the map, summing only the keys of those few destinations and
+	// noting, by each key's index, the total it belongs to for the walk of the clients.
+	std::vector<int32_t> totalOf(agents_.size(), -1);
+	std::vector<const Key *> keyOf(agents_.size(), nullptr);
+	for (const auto &[key, counts] : agents_)
+		for (size_t t = 0; t < totals.size(); t++) {
+			SnatDestinationTotal &total = totals[t];
+			if (total.protocol != key.protocol || (total.family == Family::ipv6) != key.family ||
+			    packed(total.destination) != key.destination || total.port != key.port ||
+			    static_cast<uint8_t>(total.pool) != key.pool)
+				continue;
+			total.connections += counts.connections;
+			total.addressesInUse++;
+			total.holders.unattributed += counts.unattributed;
+			totalOf[counts.index] = static_cast<int32_t>(t);
+			keyOf[counts.index] = &key;
+			break;
+		}
+	holdersOf(totals, totalOf, keyOf);
 	return totals;
 }
+
+void SnatUsageCounter::holdersOf(std::vector<SnatDestinationTotal> &totals,
+				 const std::vector<int32_t> &totalOf,
+				 const std::vector<const Key *> &keyOf) const
+{
+	// The most entries first; the addresses break ties, so that the same table always
+	// reads the same.
+	const auto holdsMore = [](const SnatClient &a, const SnatClient &b) {
+		if (a.held.total() != b.held.total())
+			return a.held.total() > b.held.total();
+		return std::tie(a.address, a.translated) < std::tie(b.address, b.translated);
+	};
+	std::vector<uint64_t> held(totals.size(), 0);
+	for (const auto &[pair, counts] : clients_) {
+		const int32_t t = totalOf[pair.key];
+		if (t < 0)
+			continue;
+		SnatDestinationTotal &total = totals[static_cast<size_t>(t)];
+		total.holders.clients++;
+		held[static_cast<size_t>(t)] += counts.total();
+		SnatClient client;
+		client.address = unpacked(total.family, pair.client);
+		client.translated = unpacked(total.family, keyOf[pair.key]->translated);
+		client.held = counts;
+		client.pool = total.poolSize;
+		keepTop(total.holders.top, limits_.topClients, client, holdsMore);
+	}
+	for (size_t t = 0; t < totals.size(); t++) {
+		SnatHolders &holders = totals[t].holders;
+		uint64_t shown = 0;
+		for (const SnatClient &client : holders.top)
+			shown += client.held.total();
+		holders.clientsLeftOut = holders.clients - holders.top.size();
+		holders.connectionsLeftOut = held[t] - shown;
+	}
+}
+
+namespace {
+
+// One destination's holders: a line that names it, a row per client (TCP's by state), then
+// what was left out.
+std::string holdersBlock(const SnatUsage &usage, const SnatDestinationTotal &t)
+{
+	SnatDestination d;
+	d.family = t.family;
+	d.protocol = t.protocol;
+	d.destination = t.destination;
+	d.port = t.port;
+	const SnatHolders &h = t.holders;
+	const bool tcp = t.protocol == kProtoTcp;
+	const bool translated = t.addressesInUse > 1; // name each row's translated address
+	const std::string where =
+		translated ? fmt::format("{} of the agent's addresses ({} ports each)", t.addressesInUse,
+					 t.poolSize)
+			   : fmt::format("{} ({} ports)", usage.top[t.rank - 1].translated.toString(), t.poolSize);
+	std::string out = fmt::format("{} {}, translated to {}: {} from {}\n", protocolName(t.protocol),
+				      d.destinationText(), where,
+				      counted(t.connections, "connection", "connections"),
+				      counted(h.clients, "client", "clients"));
+	const auto row = [&](std::string_view share, std::string_view held,
+			     const std::array<std::string, 3> &states, std::string_view client,
+			     std::string_view source, std::string_view reached) {
+		std::string line = fmt::format("{:>7} {:>7}", share, held);
+		if (tcp)
+			line += fmt::format(" {:>7} {:>9} {:>7}", states[0], states[1], states[2]);
+		line += fmt::format("  {:<39}", client);
+		if (translated)
+			line += fmt::format(" {:<39}", source);
+		return line + fmt::format(" {}\n", reached);
+	};
+	out += row("SHARE", "HELD", {"OPEN", "TIME_WAIT", "OTHER"}, "CLIENT", "TRANSLATED SOURCE",
+		   "REACHED THROUGH");
+	for (const SnatClient &c : h.top)
+		out += row(percent(c.share()), std::to_string(c.held.total()),
+			   {std::to_string(c.held[HoldState::tcpOpen]),
+			    std::to_string(c.held[HoldState::tcpTimeWait]),
+			    std::to_string(c.held[HoldState::tcpOther])},
+			   c.address.toString(), c.translated.toString(),
+			   c.reachedThrough.empty() ? "-" : c.reachedThrough);
+	if (h.clientsLeftOut)
+		out += fmt::format("{:>15}  and {} more {} with {}, left out (at most {} shown)\n", "",
+				   h.clientsLeftOut, h.clientsLeftOut == 1 ? "client" : "clients",
+				   counted(h.connectionsLeftOut, "connection", "connections"),
+				   usage.clientsPerDestination);
+	if (h.unattributed)
+		out += fmt::format("{:>15}  and {} whose client the read did not keep (beyond its "
+				   "bound of client and destination pairs)\n",
+				   "", counted(h.unattributed, "connection", "connections"));
+	return out;
+}
+
+// Who holds the ports of each destination of the top.
+std::string holdersTable(const SnatUsage &usage)
+{
+	if (usage.totals.empty())
+		return {};
+	std::string out = fmt::format(
+		"\nWho holds the ports: each destination's clients (a connection's original source: a "
+		"pod, or this node for its own and hostNetwork traffic), at most {}, the most entries "
+		"first; SHARE is of the ports of the client's translated address.\n",
+		usage.clientsPerDestination);
+	for (const SnatDestinationTotal &t : usage.totals)
+		out += holdersBlock(usage, t);
+	return out;
+}
+
+} // namespace
 
 std::string snatUsageTable(const SnatUsage &usage)
 {
@@ -451,6 +662,7 @@ std::string snatUsageTable(const SnatUsage &usage)
 				   "but not attributed.\n",
 				   counted(usage.leftOut, "connection", "connections"), usage.destinations,
 				   usage.leftOut == 1 ? "was" : "were");
+	out += holdersTable(usage);
 	if (usage.otherConnections) {
 		out += fmt::format("Not counted above: {} source-NATed connections that the agent's "
 				   "rules did not make (another address, or ports outside its ranges):\n",

@@ -143,6 +143,87 @@ std::string snatTopText(const SnatUsage &u)
 	return out;
 }
 
+// The labels of one of the busiest destinations over every translated address: the rank
+// of its busiest in the top_* series, and the same family, protocol, destination and ports.
+std::string totalLabels(const SnatUsage &u, const SnatDestinationTotal &t)
+{
+	const SnatDestination &busiest = u.top[t.rank - 1];
+	return fmt::format("rank=\"{}\",family=\"{}\",protocol=\"{}\",destination=\"{}\",ports=\"{}\"",
+			   t.rank, familyLabel(t.family), labelValue(protocolName(t.protocol)),
+			   labelValue(busiest.destinationText()), labelValue(busiest.pool.toString()));
+}
+
+// The clients of those destinations, kTopClients each by rank: their connections by state
+// (TCP's three, or not_tcp), and their share of their translated address's ports.
+std::string snatClientsText(const SnatUsage &u)
+{
+	std::string connections, shares;
+	for (const SnatDestinationTotal &t : u.totals)
+		for (size_t i = 0; i < t.holders.top.size(); i++) {
+			const SnatClient &c = t.holders.top[i];
+			const std::string labels = fmt::format(
+				"{},client_rank=\"{}\",source=\"{}\",client=\"{}\",interface=\"{}\"",
+				totalLabels(u, t), i + 1, labelValue(c.translated.toString()),
+				labelValue(c.address.toString()), labelValue(c.interface));
+			shares += fmt::format("ip_masq_agent_snat_top_client_usage_ratio{{{}}} {}\n", labels,
+					      c.share());
+			const auto state = [&](HoldState s) {
+				connections += fmt::format(
+					"ip_masq_agent_snat_top_client_connections{{{},state=\"{}\"}} {}\n",
+					labels, holdStateLabel(s), c.held[s]);
+			};
+			if (t.protocol != kProtoTcp)
+				state(HoldState::notTcp);
+			else
+				for (const HoldState s : {HoldState::tcpOpen, HoldState::tcpTimeWait, HoldState::tcpOther})
+					state(s);
+		}
+	if (connections.empty())
+		return {};
+	return "# HELP ip_masq_agent_snat_top_client_connections Connections a client (their "
+	       "original source: a pod, or the node) holds toward one of the busiest destinations, "
+	       "by the destination's rank, the client's rank and state: tcp_open, tcp_time_wait, "
+	       "tcp_other (closing), not_tcp.\n"
+	       "# TYPE ip_masq_agent_snat_top_client_connections gauge\n" +
+	       connections +
+	       "# HELP ip_masq_agent_snat_top_client_usage_ratio A client's share of the source "
+	       "ports its translated address has toward one of the busiest destinations.\n"
+	       "# TYPE ip_masq_agent_snat_top_client_usage_ratio gauge\n" +
+	       shares;
+}
+
+// Who holds the ports of the busiest destinations: for each (over every translated
+// address), its clients and what was left out; then the clients by rank. At most
+// kTopDestinations x (3 + kTopClients x 4) series.
+std::string snatHoldersText(const SnatUsage &u)
+{
+	const struct {
+		const char *name, *help;
+		std::function<uint64_t(const SnatHolders &)> value;
+	} perDestination[] = {
+		{"ip_masq_agent_snat_top_clients",
+		 "Clients (the original sources: pods, or the node) that hold the entries of one of "
+		 "the busiest destinations, over every translated address, by the rank of its busiest.",
+		 [](const SnatHolders &h) { return h.clients; }},
+		{"ip_masq_agent_snat_top_clients_left_out",
+		 "Of those, the clients beyond the 10 that have series of their own.",
+		 [](const SnatHolders &h) { return h.clientsLeftOut; }},
+		{"ip_masq_agent_snat_top_clients_left_out_connections",
+		 "Connections toward one of the busiest destinations in no client's series: those of "
+		 "the clients left out, and those whose client the read did not keep.",
+		 [](const SnatHolders &h) { return h.connectionsLeftOut + h.unattributed; }},
+	};
+	std::string out;
+	for (const auto &metric : perDestination) {
+		if (u.totals.empty())
+			break;
+		out += fmt::format("# HELP {} {}\n# TYPE {} gauge\n", metric.name, metric.help, metric.name);
+		for (const SnatDestinationTotal &t : u.totals)
+			out += fmt::format("{}{{{}}} {}\n", metric.name, totalLabels(u, t), metric.value(t.holders));
+	}
+	return out + snatClientsText(u);
+}
+
 // The SNAT usage: node-wide gauges, and kTopDestinations destinations by rank. The
 // number of series never depends on the number of destinations.
 std::string snatUsageMetrics(const AgentStatus::Snapshot &s)
@@ -172,11 +253,17 @@ std::string snatUsageMetrics(const AgentStatus::Snapshot &s)
 			     "Of those, connections toward destinations beyond the read's bound "
 			     "(65,536 destinations): counted, not in the per-destination figures.",
 			     u->leftOut);
+		appendMetric(out, "ip_masq_agent_snat_unattributed_client_connections", "gauge",
+			     "Of the agent's connections, those whose client the read did not keep (its "
+			     "bound of 65,536 client and destination pairs): in their destination's "
+			     "figures, in no client's.",
+			     u->unattributedClients);
 		appendMetric(out, "ip_masq_agent_snat_other_connections", "gauge",
 			     "Source-NATed connections that the agent's rules did not make (another "
 			     "address, or ports outside its ranges): never counted above.",
 			     u->otherConnections);
 		out += snatTopText(*u);
+		out += snatHoldersText(*u);
 	}
 	if (s.snatReadUnixSeconds > 0)
 		appendMetric(out, "ip_masq_agent_snat_last_read_timestamp_seconds", "gauge",

@@ -50,10 +50,13 @@ long maxRssKiB()
 	return usage.ru_maxrss;
 }
 
-// N entries: client 198.18.x.y port p toward `destinations` destinations (500 addresses of
-// 192.0.2.0/24 and 198.51.100.0/24, port 443 and up), each connection source-NATed (or
-// not) to 203.0.113.1 with a port of its own toward its destination.
-void insertEntries(size_t n, size_t destinations, bool nat)
+// N entries toward `destinations` destinations (500 addresses of 192.0.2.0/24 and
+// 198.51.100.0/24, port 443 and up), each connection source-NATed (or not) to 203.0.113.1
+// with a port of its own toward its destination. Clients: with `clients` 0, 62,500
+// addresses of 198.18.0.0/16 in turn (every entry a client and destination pair of its
+// own); else that many, each with the same share of every destination's connections (as
+// a node's pods that all call the same services).
+void insertEntries(size_t n, size_t destinations, size_t clients, bool nat)
 {
 	const std::string path = "/tmp/ipmasq-bench-snat-entries";
 	{
@@ -64,8 +67,12 @@ void insertEntries(size_t n, size_t destinations, bool nat)
 			const std::string destination =
 				fmt::format("{}.{}", d % 2 ? "198.51.100" : "192.0.2", 1 + (d % 500) / 2);
 			const unsigned port = 443 + d / 500;
-			const std::string client = fmt::format("198.18.{}.{}", (i / 250) % 250, 1 + i % 250);
-			const unsigned clientPort = 1024 + (i / 62500) * 16000 + (i % 16000);
+			const size_t c = clients ? (i / destinations) % clients : i;
+			const std::string client = fmt::format("198.18.{}.{}", (c / 250) % 250, 1 + c % 250);
+			// Unique per client and destination in both schemes: their entries are
+			// `destinations` x `clients` apart (or 62,500), never 64,000.
+			const unsigned clientPort = clients ? 1024 + i % 64000
+							    : 1024 + (i / 62500) * 16000 + (i % 16000);
 			// The reply tuple un-NATed: --src-nat makes the kernel translate it
 			// (nf_nat_setup_info, as for a packet), which sets IPS_SRC_NAT.
 			out << fmt::format("-I -s {} -d {} -p tcp --sport {} --dport {} --state ESTABLISHED "
@@ -78,8 +85,8 @@ void insertEntries(size_t n, size_t destinations, bool nat)
 	if (ipmasq::test::run("conntrack -F 2>/dev/null; conntrack -R " + path + " >/dev/null 2>&1") != 0)
 		die("conntrack -R failed (apt-get install conntrack)");
 	std::remove(path.c_str());
-	fmt::print("  inserted {} entries ({}) in {:.1f} s with conntrack -R; the table holds {}\n", n,
-		   nat ? "source-NATed" : "not NATed",
+	fmt::print("  inserted {} entries ({}; {} clients) in {:.1f} s with conntrack -R; the table holds {}\n",
+		   n, nat ? "source-NATed" : "not NATed", clients ? fmt::format("{}", clients) : "62,500",
 		   std::chrono::duration<double>(Clock::now() - started).count(),
 		   readNumber("/proc/sys/net/netfilter/nf_conntrack_count"));
 }
@@ -98,14 +105,14 @@ struct Read {
 };
 
 // One read as the daemon's pass makes it: the dump into a counter, then finish().
-Read readOnce()
+Read readOnce(const SnatUsageCounter::Limits &limits)
 {
 	SnatPlan plan;
 	plan.ipv4 = SnatFamilyPlan{};
 	const auto cpu = threadCpuTime();
 	const auto wall = Clock::now();
 	const double user = threadMs(false), system = threadMs(true);
-	SnatUsageCounter counter(plan, std::vector<Address>{parseAddress("203.0.113.1").value()});
+	SnatUsageCounter counter(plan, std::vector<Address>{parseAddress("203.0.113.1").value()}, limits);
 	auto dump = countSourceNatEntries(counter);
 	if (!dump)
 		die(dump.error().message);
@@ -118,29 +125,45 @@ Read readOnce()
 	return read;
 }
 
-void measure(const char *what, size_t runs)
+// The daemon's limits; `clients` false: no client and destination pairs (the read before
+// it said who holds the ports), to price them.
+SnatUsageCounter::Limits limitsWith(bool clients)
+{
+	SnatUsageCounter::Limits limits;
+	if (!clients)
+		limits.maxClientPairs = 0;
+	return limits;
+}
+
+void measure(const char *what, size_t runs, bool clients = true)
 {
 	std::vector<Read> reads;
 	const long rssBefore = maxRssKiB();
 	for (size_t i = 0; i < runs; i++)
-		reads.push_back(readOnce());
+		reads.push_back(readOnce(limitsWith(clients)));
 	std::sort(reads.begin(), reads.end(), [](const Read &a, const Read &b) { return a.cpuMs < b.cpuMs; });
 	const Read &median = reads[reads.size() / 2];
 	const auto pause = PacedThread::pause(SnatUsageCheck::kPace,
 					      std::chrono::duration_cast<Clock::duration>(
 						      std::chrono::duration<double, std::milli>(median.cpuMs)));
 	const double share = median.cpuMs / std::chrono::duration<double, std::milli>(pause).count();
-	fmt::print("  {}: {} entries read ({}), {} destinations kept, {} connections not attributed\n"
+	uint64_t pairs = 0;
+	for (const SnatDestinationTotal &t : median.usage.totals)
+		pairs += t.holders.clients;
+	fmt::print("  {}{}: {} entries read ({}), {} destinations kept, {} connections not attributed\n"
+		   "    who holds the ports: {} connections' clients not kept; the top {} destinations have "
+		   "{} clients\n"
 		   "    CPU per read {:.1f} ms (median of {}; min {:.1f}, max {:.1f}; user {:.0f}, "
 		   "system {:.0f}: the kernel's dump), wall {:.1f} ms\n"
 		   "    pace: a read every {:.1f} s -> {:.2f}% of one core (target at most {:.0f}%): {}\n"
-		   "    peak RSS grew by {} KiB over the reads\n",
-		   what, median.usage.entriesRead,
+		   "    peak RSS grew by {} KiB over the reads, to {} KiB\n",
+		   what, clients ? "" : " (no clients counted)", median.usage.entriesRead,
 		   median.usage.kernelFiltered ? "the kernel filtered" : "filtered here",
-		   median.usage.destinations, median.usage.leftOut, median.cpuMs, runs,
+		   median.usage.destinations, median.usage.leftOut, median.usage.unattributedClients,
+		   median.usage.totals.size(), pairs, median.cpuMs, runs,
 		   reads.front().cpuMs, reads.back().cpuMs, median.userMs, median.systemMs, median.wallMs,
 		   std::chrono::duration<double>(pause).count(), share * 100, kTargetShare * 100,
-		   share <= kTargetShare + 1e-9 ? "met" : "MISSED", maxRssKiB() - rssBefore);
+		   share <= kTargetShare + 1e-9 ? "met" : "MISSED", maxRssKiB() - rssBefore, maxRssKiB());
 }
 
 } // namespace
@@ -166,11 +189,16 @@ int main()
 			      "'{ type nat hook postrouting priority 100; }'") != 0)
 		die("nft failed (nft is needed to load nf_nat)");
 
-	insertEntries(n, 2000, true);
-	measure("all source-NATed, 2,000 destinations", 7);
-	insertEntries(n, n, true);
+	// Without the clients first: peak RSS only grows, so the second figure is what the
+	// client and destination pairs add.
+	insertEntries(n, 2000, 25, true);
+	measure("all source-NATed, 2,000 destinations x 25 clients (50,000 pairs)", 7, false);
+	measure("all source-NATed, 2,000 destinations x 25 clients (50,000 pairs)", 7);
+	insertEntries(n, 2000, 0, true);
+	measure("all source-NATed, 2,000 destinations, a client per entry (past the 65,536 pairs)", 7);
+	insertEntries(n, n, 0, true);
 	measure("all source-NATed, each its own destination (past the 65,536 bound)", 5);
-	insertEntries(n, 2000, false);
+	insertEntries(n, 2000, 0, false);
 	measure("none NATed (the kernel's filter leaves them out)", 7);
 	(void)ipmasq::test::run("conntrack -F 2>/dev/null; nft delete table ip bench");
 	return 0;

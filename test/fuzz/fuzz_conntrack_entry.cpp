@@ -4,7 +4,7 @@
 // the SNAT usage counter on whatever it parses. The parser reads nothing outside the
 // message (ASan), accepts or refuses the same bytes the same way twice, errors are one
 // line; a parsed entry's addresses have the message's family; the counter's figures add
-// up and stay within its bounds.
+// up (the holders' too) and stay within its bounds.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	limits.maxDestinations = 1;
 	limits.maxOtherDestinations = 1;
 	limits.top = 1;
+	limits.maxClientPairs = 1;
+	limits.topClients = 1;
 	SnatUsageCounter counter(plan, std::nullopt, limits);
 	for (int i = 0; i < 3; i++)
 		counter.add(e);
@@ -72,6 +74,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fuzz::check(d.connections == 3 && d.available() > 0 && d.ratio() > 0,
 			    "the agent's destination has no ports or no connections");
 		fuzz::check(d.pool.contains(e.translatedPort), "a port outside the pool counted");
+	}
+	for (const SnatDestinationTotal &t : usage.totals) {
+		uint64_t held = 0;
+		for (const SnatClient &c : t.holders.top)
+			held += c.held.total();
+		fuzz::check(t.holders.top.size() <= 1 && t.holders.clients <= 1, "a bound of the holders exceeded");
+		fuzz::check(held + t.holders.connectionsLeftOut + t.holders.unattributed == t.connections,
+			    "the holders' connections do not add up to the destination's");
 	}
 	fuzz::checkOneLine(snatUsageClause(usage));
 	return 0;

@@ -513,6 +513,62 @@ TEST_CASE("/metrics: SNAT usage with a fixed number of series, whatever the dest
 	CHECK_THAT(status.snapshot().snatUsageText(), Catch::Contains("could not be read"));
 }
 
+TEST_CASE("/metrics: who holds the SNAT ports, bounded by rank whatever the clients and destinations")
+{
+	AgentStatus status;
+	SnatPlan plan;
+	plan.ipv4 = SnatFamilyPlan{std::nullopt, {{40000, 40999}}};
+	const Address node = parseAddress("203.0.113.1").value();
+	SnatUsageCounter counter(plan, std::vector<Address>{node});
+	// 30 destinations, each with 40 clients: client c holds c + 1 entries toward the 25 TCP
+	// ones, c + 2 toward the 5 UDP ones (which rank first).
+	uint32_t entries = 0;
+	for (uint32_t d = 0; d < 30; d++)
+		for (uint32_t c = 0; c < 40; c++)
+			for (uint32_t n = 0; n <= c + (d >= 25); n++, entries++) {
+				ConntrackEntry e;
+				e.protocol = d < 25 ? kProtoTcp : kProtoUdp;
+				e.tcpState = 3; // TCP_CONNTRACK_ESTABLISHED
+				e.sourceNat = true;
+				e.originalSource = Address{Family::ipv4, AddressValue(0xc6120000 + c)}; // 198.18/15
+				e.originalSourcePort = static_cast<uint16_t>(50000 + n);
+				e.destination = Address{Family::ipv4, AddressValue(0xc0000200 + d)}; // 192.0.2/24
+				e.destinationPort = 443;
+				e.translatedSource = node;
+				e.translatedPort = static_cast<uint16_t>(40000 + entries % 1000);
+				counter.add(e);
+			}
+	SnatUsage usage = counter.finish();
+	usage.totals[0].holders.top[0].interface = "cali1a2b";
+	status.snatUsageRead(std::move(usage));
+	const std::string text = status.prometheusText();
+	const auto series = [&](const std::string &name) {
+		size_t n = 0;
+		for (size_t at = text.find("\n" + name + "{"); at != std::string::npos;
+		     at = text.find("\n" + name + "{", at + 1))
+			n++;
+		return n;
+	};
+	CHECK(series("ip_masq_agent_snat_top_clients") == kTopDestinations);
+	CHECK(series("ip_masq_agent_snat_top_clients_left_out") == kTopDestinations);
+	CHECK(series("ip_masq_agent_snat_top_clients_left_out_connections") == kTopDestinations);
+	CHECK(series("ip_masq_agent_snat_top_client_usage_ratio") == kTopDestinations * kTopClients);
+	CHECK(series("ip_masq_agent_snat_top_client_connections") <= kTopDestinations * kTopClients * 3);
+	CHECK(std::regex_search(text, std::regex(R"re(ip_masq_agent_snat_top_clients\{rank="1",family="ipv4",protocol="(tcp|udp)",destination="192\.0\.2\.\d+:443",ports="40000-40999"\} 40\n)re")));
+	CHECK(std::regex_search(text, std::regex(R"re(ip_masq_agent_snat_top_clients_left_out\{rank="1",[^}]*\} 30\n)re")));
+	// The clients left out of a UDP destination hold 2 + 3 + ... + 31 entries, of a TCP one
+	// 1 + 2 + ... + 30.
+	CHECK(std::regex_search(text, std::regex(R"re(ip_masq_agent_snat_top_clients_left_out_connections\{rank="1",[^}]*\} 495\n)re")));
+	CHECK(std::regex_search(text, std::regex(R"re(ip_masq_agent_snat_top_clients_left_out_connections\{rank="10",[^}]*\} 465\n)re")));
+	CHECK(std::regex_search(text, std::regex(R"re(ip_masq_agent_snat_top_client_usage_ratio\{rank="1",[^}]*,client_rank="1",source="203\.0\.113\.1",client="198\.18\.0\.39",interface="cali1a2b"\} 0\.041\n)re")));
+	CHECK(sample(text, "ip_masq_agent_snat_unattributed_client_connections") == "0");
+	// TCP's three states for a TCP destination, not_tcp alone for UDP.
+	CHECK(std::regex_search(text, std::regex(R"re(protocol="tcp"[^}]*client_rank="1"[^}]*state="tcp_time_wait"\} 0\n)re")));
+	CHECK(std::regex_search(text, std::regex(R"re(protocol="udp"[^}]*client_rank="1"[^}]*state="not_tcp"\} 41\n)re")));
+	CHECK_FALSE(std::regex_search(text, std::regex(R"re(protocol="udp"[^}]*state="tcp_)re")));
+	CHECK_FALSE(std::regex_search(text, std::regex(R"re(protocol="tcp"[^}]*state="not_tcp")re")));
+}
+
 TEST_CASE("the config's unknown keys: a gauge and a warning line each, never unready")
 {
 	AgentStatus status;

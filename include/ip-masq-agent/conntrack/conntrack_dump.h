@@ -29,6 +29,10 @@ struct ConntrackEntry {
 	uint16_t destinationPort = 0;
 	Address translatedSource;
 	uint16_t translatedPort = 0;
+	// TCP's state as conntrack tracks it (CTA_PROTOINFO_TCP_STATE, a TCP_CONNTRACK_* of
+	// linux/netfilter/nf_conntrack_tcp.h); nullopt for other protocols, or when the kernel
+	// sent none.
+	std::optional<uint8_t> tcpState;
 };
 
 } // namespace ipmasq

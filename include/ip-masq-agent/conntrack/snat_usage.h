@@ -115,6 +115,54 @@ struct SnatDestination {
 	std::string destinationText() const;
 };
 
+// How a client holds its entries toward a destination: TCP by conntrack's state (open:
+// SYN_SENT, SYN_RECV, ESTABLISHED; TIME_WAIT; any other: FIN_WAIT, CLOSE_WAIT, LAST_ACK,
+// CLOSE), every other protocol (UDP, UDP-Lite, SCTP, DCCP, ICMP) as one.
+enum class HoldState : uint8_t { tcpOpen, tcpTimeWait, tcpOther, notTcp };
+inline constexpr size_t kHoldStates = 4;
+HoldState holdStateOf(const ConntrackEntry &entry);
+// The metrics' `state` label: "tcp_open", "tcp_time_wait", "tcp_other", "not_tcp".
+const char *holdStateLabel(HoldState state);
+
+struct HoldCounts {
+	std::array<uint32_t, kHoldStates> byState{};
+
+	uint32_t &operator[](HoldState state) { return byState[static_cast<size_t>(state)]; }
+	uint32_t operator[](HoldState state) const { return byState[static_cast<size_t>(state)]; }
+	uint64_t total() const;
+};
+
+// A client of a destination: the connections' ORIGINAL source (a pod; the node itself for
+// its own and hostNetwork traffic), through one translated address (the kernel gives a
+// client one address of a range toward a destination).
+struct SnatClient {
+	Address address;
+	Address translated;
+	HoldCounts held;
+	uint32_t pool = 0; // the ports the agent's rules give the translated address toward it
+	// How the node reaches the client, set after the count by whoever can look it up
+	// (daemon/snat_usage_check.h, describeClientRoutes); "" when unknown. `reachedThrough`
+	// for people ("cali1a2b3c", "veth9f8e (port of cni0)", "this node"), `interface` the
+	// most specific interface of it for a label ("veth9f8e"; "" for this node).
+	std::string reachedThrough;
+	std::string interface;
+
+	// Its share of those ports.
+	double share() const { return pool ? double(held.total()) / pool : 1.0; }
+};
+
+// Who holds a destination's ports: its clients over every translated address, the most
+// entries first, at most the counter's topClients; then what was left out.
+struct SnatHolders {
+	std::vector<SnatClient> top;
+	uint64_t clients = 0; // (client, translated address) pairs that hold its entries
+	uint64_t clientsLeftOut = 0; // of those, not in `top`
+	uint64_t connectionsLeftOut = 0; // held by the clients left out
+	// Its connections whose client the read did not keep (its bound of client and
+	// destination pairs): in no figure above.
+	uint64_t unattributed = 0;
+};
+
 // One destination over every address the agent's rules may give it: a range of N
 // addresses gives it N times the ports, spread over its clients by the kernel's hash.
 struct SnatDestinationTotal {
@@ -127,6 +175,9 @@ struct SnatDestinationTotal {
 	size_t addressesInUse = 0; // translated addresses that hold connections toward it
 	uint64_t addresses = 0; // the agent's addresses it may get (the range's size; 1 for masquerade)
 	uint64_t available = 0; // addresses x the pool's ports
+	uint32_t poolSize = 0; // the ports of one address
+	size_t rank = 0; // of its busiest translated address in SnatUsage::top (1 is the first)
+	SnatHolders holders;
 };
 
 struct SnatUsage {
@@ -134,7 +185,7 @@ struct SnatUsage {
 	// most the counter's `top`.
 	std::vector<SnatDestination> top;
 	// The same destinations over all of the agent's addresses, in the order of `top`
-	// (one per distinct destination of `top`).
+	// (one per distinct destination of `top`), each with the clients that hold its ports.
 	std::vector<SnatDestinationTotal> totals;
 	double maxRatio = 0; // 0 when the agent translates nothing now
 	size_t destinations = 0; // keys counted (destination x translated address x protocol)
@@ -143,10 +194,14 @@ struct SnatUsage {
 	uint64_t connections = 0; // the agent's, counted in `destinations`
 	// The agent's connections toward keys beyond maxDestinations: counted, not attributed.
 	uint64_t leftOut = 0;
+	// The agent's connections whose client was not kept (beyond maxClientPairs), toward any
+	// destination: counted toward their destination, not toward a client.
+	uint64_t unattributedClients = 0;
 	// Source-NATed connections the agent's rules did not make (another address, or
 	// ports outside the agent's range), shown apart, never in the figures above.
 	uint64_t otherConnections = 0;
 	std::vector<SnatDestination> otherTop; // the most connections first
+	size_t clientsPerDestination = 0; // the bound of each total's holders.top
 	uint64_t entriesRead = 0; // every entry the dump gave
 	bool kernelFiltered = false; // the kernel sent source-NATed entries only
 
@@ -168,6 +223,11 @@ public:
 		size_t maxDestinations = 65536;
 		size_t maxOtherDestinations = 4096;
 		size_t top = 10; // kTopDestinations
+		// Distinct (destination key, client) pairs kept, each with its counts by state
+		// (about 80 bytes each: 65,536 is about 5 MiB). Beyond it a new pair's connections
+		// count toward their destination only, as unattributed to a client.
+		size_t maxClientPairs = 65536;
+		size_t topClients = 10; // kTopClients
 	};
 	// `nodeAddresses`: the node's addresses (what masquerade translates to); nullopt when
 	// they cannot be read, and then any address counts as the node's.
@@ -194,27 +254,54 @@ public:
 	struct KeyHash {
 		size_t operator()(const Key &key) const;
 	};
+	// A client of one of the agent's keys: the key's index (its order of arrival) and
+	// the client's address, packed.
+	struct ClientKey {
+		uint32_t key = 0;
+		std::array<uint8_t, 16> client{};
+		bool operator==(const ClientKey &) const = default;
+	};
+	struct ClientKeyHash {
+		size_t operator()(const ClientKey &key) const;
+	};
 
 private:
+	// What the agent's keys count: their connections, and their clients' pairs.
+	struct KeyCounts {
+		uint32_t connections = 0;
+		uint32_t index = 0; // ClientKey::key
+		uint32_t unattributed = 0; // connections beyond maxClientPairs
+	};
+	using AgentMap = std::unordered_map<Key, KeyCounts, KeyHash>;
+
 	bool isAgents(const ConntrackEntry &entry, const SnatFamilyPlan &plan) const;
+	Key keyOf(const ConntrackEntry &entry, PortPoolKind pool) const;
+	void countAgents(const Key &key, const ConntrackEntry &entry);
+	void countOthers(const Key &key);
 	SnatDestination destinationOf(const Key &key, uint32_t connections) const;
-	// The top destinations over every address of the agent's.
+	// The top destinations over every address of the agent's, with their holders.
 	std::vector<SnatDestinationTotal> totalsOf(const std::vector<SnatDestination> &top) const;
-	void count(std::unordered_map<Key, uint32_t, KeyHash> &map, size_t limit, const Key &key,
-		   uint64_t &overflow);
+	// Each total's clients, from one walk of the pairs; `totalOf` and `keyOf` by key index.
+	void holdersOf(std::vector<SnatDestinationTotal> &totals, const std::vector<int32_t> &totalOf,
+		       const std::vector<const Key *> &keyOf) const;
 
 	SnatPlan plan_;
 	std::optional<std::vector<Address>> nodeAddresses_; // sorted
 	Limits limits_;
 	std::optional<Address> only_;
-	std::unordered_map<Key, uint32_t, KeyHash> agents_, others_;
+	AgentMap agents_;
+	std::unordered_map<Key, uint32_t, KeyHash> others_;
+	std::unordered_map<ClientKey, HoldCounts, ClientKeyHash> clients_;
 	uint64_t connections_ = 0, leftOut_ = 0, others_connections_ = 0, othersLeftOut_ = 0;
+	uint64_t unattributedClients_ = 0;
 	uint64_t entries_ = 0;
 	bool kernelFiltered_ = false;
 };
 
 // The number of destinations /metrics and the table show.
 inline constexpr size_t kTopDestinations = 10;
+// The number of clients /metrics and the table show for each of those destinations.
+inline constexpr size_t kTopClients = 10;
 
 // The table a person reads (--snat-usage, /snat-usage): the top destinations, the totals
 // over the agent's addresses, what was left out and other rules' NAT, in a few lines.

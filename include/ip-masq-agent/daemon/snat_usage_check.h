@@ -18,6 +18,12 @@
 
 namespace ipmasq {
 
+// Fills in how the node reaches each client the usage shows (node/client_route.h): at most
+// kTopDestinations x kTopClients addresses, a few "get" requests each, whatever conntrack
+// holds. Best effort: a lookup that fails leaves the client's route unknown ("-"); the
+// first failure is the Error returned (the caller logs it at debug).
+Status describeClientRoutes(SnatUsage &usage);
+
 class SnatUsageCheck
 {
 public:

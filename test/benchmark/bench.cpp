@@ -980,7 +980,7 @@ std::vector<ResolveRow> measureResolution()
 	measure("resolve, with exceptions", all,
 		[&] { return resolveNonMasquerade(config, Family::ipv4).size(); });
 	measure("checkConfigPolicy", all, [&] {
-		LoadedConfig loaded{config, {}, true};
+		LoadedConfig loaded{config, {}, {}, true};
 		return checkConfigPolicy(loaded) ? loaded.warnings.size() : SIZE_MAX;
 	});
 	measure("resolve, no exceptions", plain.nonMasqueradeCIDRs.size(),

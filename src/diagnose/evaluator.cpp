@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <map>
 #include <set>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 
 #include <netinet/in.h> // before the kernel's headers, which then leave in_addr alone
 
@@ -23,7 +23,6 @@
 
 #include "ip-masq-agent/base/escape.h"
 #include "ip-masq-agent/base/overloaded.h"
-#include "ip-masq-agent/base/siphash.h"
 
 namespace ipmasq::nat {
 
@@ -231,48 +230,51 @@ struct Entry {
 	ChainRef ref;
 };
 
+// A place in a chain of the entry's table (a jump or goto never leaves the table).
 struct Frame {
-	uint32_t table = 0, chain = 0, rule = 0;
+	uint32_t chain = 0, rule = 0;
 	auto operator<=>(const Frame &) const = default;
 };
 
-// Where a path is, between two rules. Registers do not survive a rule boundary (each rule
-// loads what it reads), so this is all that decides the path's future.
-struct State {
-	uint32_t entry = 0; // index into the order
-	std::vector<Frame> stack; // empty: the entry has not started
-	std::optional<uint32_t> mark, ctMark;
-};
-
-// The states a walk has seen, kept as 128-bit keyed digests (a few MB at the step bound,
-// not a copy of every stack): no input can be made to collide with the process's
-// random key, and by chance two of 100,000 states collide with odds of 1 in 10^28.
-class SeenStates
+// The frames under the top of every stack a walk made, each kept once: a stack is the id of
+// the stack under its top frame and that frame, so equal stacks have equal ids (by
+// induction from the empty one, 0), and a state is a few numbers that compare exactly.
+class Stacks
 {
 public:
-	// False if `state` was seen before.
-	bool insert(const State &state)
+	// The stack of `top` on the stack `below`.
+	uint32_t push(uint32_t below, Frame top)
 	{
-		SipHash128 hash(SipHash128::processKey());
-		const auto field = [&hash](uint64_t v) {
-			hash.update(std::string_view(reinterpret_cast<const char *>(&v), sizeof(v)));
-		};
-		field(state.entry);
-		field(state.mark ? uint64_t(*state.mark) : UINT64_MAX);
-		field(state.ctMark ? uint64_t(*state.ctMark) : UINT64_MAX);
-		// Exact within the reader's limits: 1,000 tables, 100,000 chains and rules.
-		for (const Frame &f : state.stack)
-			field(uint64_t(f.table) << 48 | uint64_t(f.chain & 0xffffff) << 24 | (f.rule & 0xffffff));
-		field(state.stack.size());
-		return seen_.insert(hash.finish()).second;
+		const auto [at, added] = ids_.try_emplace({below, top}, static_cast<uint32_t>(frames_.size() + 1));
+		if (added)
+			frames_.push_back({below, top});
+		return at->second;
 	}
+	// The stack under the top of `stack` (not empty), and that top.
+	std::pair<uint32_t, Frame> pop(uint32_t stack) const { return frames_[stack - 1]; }
 
 private:
-	struct First {
-		size_t operator()(const SipHash128::Digest &d) const { return d[0]; }
-	};
-	std::unordered_set<SipHash128::Digest, First> seen_;
+	std::map<std::pair<uint32_t, Frame>, uint32_t> ids_;
+	std::vector<std::pair<uint32_t, Frame>> frames_;
 };
+
+// Where a path is, between two rules. Registers do not survive a rule boundary (each rule
+// loads what it reads), so this is all that decides the path's future, and two paths in
+// equal states share it.
+struct State {
+	uint32_t entry = 0; // index into the order
+	uint32_t depth = 0; // of the stack; 0: the entry has not started
+	Frame top; // where the path is (with depth > 0)
+	uint32_t below = 0; // the rest of the stack (Stacks)
+	std::optional<uint32_t> mark, ctMark;
+	auto operator<=>(const State &) const = default;
+};
+
+// The state after `state`'s entry: the next one, its chain not started.
+State nextEntry(const State &state)
+{
+	return {.entry = state.entry + 1, .depth = 0, .top = {}, .below = 0, .mark = state.mark, .ctMark = state.ctMark};
+}
 
 // How a rule ends on one path.
 struct RuleExit {
@@ -384,7 +386,7 @@ private:
 	Tri typeMatches(uint16_t mask, bool invert, const Address &address) const;
 	void reach(Outcome outcome);
 	void may(const RuleRef &rule, const std::string &reason);
-	RuleRef ruleRef(const Frame &frame) const;
+	RuleRef ruleRef(const State &state) const;
 	Placement placementOf(int32_t priority) const;
 	Outcome at(const State &state, std::optional<RuleRef> rule, NatAction action,
 		   std::optional<AddressRange> addresses = std::nullopt) const;
@@ -405,6 +407,7 @@ private:
 	bool reached_ = false; // the current order reached an outcome
 	std::vector<Entry> order_; // the order being walked
 	std::vector<State> work_; // the states of the order still to walk
+	Stacks stacks_;
 };
 
 bool familyApplies(TableFamily family, Family packet)
@@ -453,11 +456,11 @@ std::vector<Entry> Walk::entries() const
 	return found;
 }
 
-RuleRef Walk::ruleRef(const Frame &frame) const
+RuleRef Walk::ruleRef(const State &state) const
 {
-	const Table &t = table(frame.table);
-	const Chain &chain = t.chains[frame.chain];
-	return {t.family, t.name, chain.name, chain.rules[frame.rule].handle, frame.rule};
+	const Table &t = table(order_[state.entry].table);
+	const Chain &chain = t.chains[state.top.chain];
+	return {t.family, t.name, chain.name, chain.rules[state.top.rule].handle, state.top.rule};
 }
 
 Placement Walk::placementOf(int32_t priority) const
@@ -522,7 +525,9 @@ void Walk::run(const std::vector<Entry> &order)
 {
 	order_ = order;
 	reached_ = false;
-	SeenStates visited;
+	// Exact states in a tree: no input can make two of them compare equal, nor slow the
+	// look-up down (a hash of states that rules choose could be made to collide).
+	std::set<State> visited;
 	State start;
 	start.mark = packet_.mark;
 	start.ctMark = packet_.ctMark;
@@ -536,7 +541,7 @@ void Walk::run(const std::vector<Entry> &order)
 		State state = std::move(work_.back());
 		work_.pop_back();
 		// Two paths that meet in the same state share their future: walk it once.
-		if (!visited.insert(state))
+		if (!visited.insert(state).second)
 			continue;
 		steps_++;
 		step(std::move(state));
@@ -556,26 +561,27 @@ void Walk::step(State state)
 	const Table &t = table(entry.table);
 	if (!t.unreadable.empty())
 		return giveUp(state, std::nullopt, t.unreadable);
-	if (state.stack.empty())
-		state.stack.push_back({entry.table, entry.chain, 0});
-	const Frame frame = state.stack.back();
-	const Chain &chain = t.chains[frame.chain];
-	if (frame.rule >= chain.rules.size()) {
+	if (state.depth == 0) {
+		state.depth = 1;
+		state.top = {entry.chain, 0};
+	}
+	const Chain &chain = t.chains[state.top.chain];
+	if (state.top.rule >= chain.rules.size()) {
 		returnFromChain(std::move(state)); // the end of a chain: an implicit return
 		return;
 	}
-	const RuleRef ref = ruleRef(frame);
-	for (const RuleExit &exit : evaluateRule(t, chain.rules[frame.rule], state, ref))
+	const RuleRef ref = ruleRef(state);
+	for (const RuleExit &exit : evaluateRule(t, chain.rules[state.top.rule], state, ref))
 		afterRule(state, exit, ref);
 }
 
 void Walk::returnFromChain(State state)
 {
-	state.stack.pop_back();
-	if (state.stack.empty())
-		endOfBaseChain(std::move(state));
-	else
-		work_.push_back(std::move(state));
+	if (state.depth == 1)
+		return endOfBaseChain(std::move(state));
+	state.depth--;
+	std::tie(state.below, state.top) = stacks_.pop(state.below);
+	work_.push_back(std::move(state));
 }
 
 void Walk::endOfBaseChain(State state)
@@ -583,8 +589,7 @@ void Walk::endOfBaseChain(State state)
 	const Entry &entry = order_[state.entry];
 	const VerdictCode policy = table(entry.table).chains[entry.chain].base->policy;
 	if (policy == VerdictCode::accept) {
-		state.entry++;
-		work_.push_back(std::move(state));
+		work_.push_back(nextEntry(state));
 		return;
 	}
 	if (policy != VerdictCode::drop)
@@ -601,7 +606,7 @@ void Walk::afterRule(const State &state, const RuleExit &exit, const RuleRef &ru
 	next.ctMark = exit.ctMark;
 	switch (exit.kind) {
 	case RuleExit::Kind::next:
-		next.stack.back().rule++;
+		next.top.rule++;
 		work_.push_back(std::move(next));
 		return;
 	case RuleExit::Kind::verdict:
@@ -621,9 +626,7 @@ void Walk::applyVerdict(State state, const Verdict &verdict, const RuleRef &rule
 	switch (verdict.code) {
 	case VerdictCode::accept:
 		// accept ends this base chain only: the next nat chain still runs.
-		state.entry++;
-		state.stack.clear();
-		work_.push_back(std::move(state));
+		work_.push_back(nextEntry(state));
 		return;
 	case VerdictCode::drop:
 		reach(at(state, rule, NatAction::dropped));
@@ -633,7 +636,7 @@ void Walk::applyVerdict(State state, const Verdict &verdict, const RuleRef &rule
 		return giveUp(state, rule, "the packet is handed to user space (queue)");
 	case VerdictCode::continueRule:
 	case VerdictCode::breakRule:
-		state.stack.back().rule++;
+		state.top.rule++;
 		work_.push_back(std::move(state));
 		return;
 	case VerdictCode::returnToCaller:
@@ -643,21 +646,20 @@ void Walk::applyVerdict(State state, const Verdict &verdict, const RuleRef &rule
 	case VerdictCode::goTo:
 		break;
 	}
-	const Frame from = state.stack.back();
-	const auto &index = chainIndex_[from.table];
+	const auto &index = chainIndex_[order_[state.entry].table];
 	const auto target = index.find(verdict.chain);
 	if (target == index.end())
 		return giveUp(state, rule, fmt::format("chain {} was not read", verdict.chain));
 	if (verdict.code == VerdictCode::jump) {
-		// Capped whatever the caller asks: every state carries its stack, so a deep one
-		// would make each step slow (the kernel's own limit is 16).
-		if (state.stack.size() > std::min<size_t>(limits_.maxJumpDepth, 64))
+		// At most 64 whatever the caller asks, as evaluator.h says (the kernel's own
+		// limit is 16).
+		if (state.depth > std::min<size_t>(limits_.maxJumpDepth, 64))
 			return giveUp(state, rule, fmt::format("jumps nest deeper than {}", limits_.maxJumpDepth));
-		state.stack.back().rule++;
-		state.stack.push_back({from.table, target->second, 0});
-	} else {
-		state.stack.back() = {from.table, target->second, 0};
+		state.top.rule++;
+		state.below = stacks_.push(state.below, state.top);
+		state.depth++;
 	}
+	state.top = {target->second, 0};
 	work_.push_back(std::move(state));
 }
 

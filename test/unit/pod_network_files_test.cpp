@@ -221,8 +221,8 @@ TEST_CASE("CNI: what JSON libraries refuse and libcni reads is read: bytes that 
 	const std::string text = "{\"name\": \"r\xe9seau \\ud800\", \"mtu\": 1e999,\n"
 				 "\"big\": " + std::string(400, '9') + ",\n\"plugins\": [{\"type\": \"br\xed" "dge\\u00e9\",\n"
 				 "\"ipam\": {\"type\": \"host-local\", \"x\": [-0.5E-999999],\n"
-				 "\"ranges\": [[{\"subnet\": \"10.244.1.0/24\"}]]}}]}";
-	CHECK(subnets(confOk(text)) == std::vector<std::string>{"10.244.1.0/24 br\xed" "dge\x7f:5"});
+				 "\"ranges\": [[{\"subnet\": \"198.18.1.0/24\"}]]}}]}";
+	CHECK(subnets(confOk(text)) == std::vector<std::string>{"198.18.1.0/24 br\xed" "dge\x7f:5"});
 	// A number's line is its own, where a line ends right after it.
 	CHECK(confError("{\"plugins\": [{\"ipam\": {\"type\": 3\n}}]}") ==
 	      "/etc/cni/net.d/10-bridge.conflist:1: expected a string here");

@@ -104,19 +104,21 @@ Result<BatchAnswer> NetlinkBackend::transactQuietly(const Batch &batch)
 {
 	if (!quietMonitor_)
 		return transact(batch);
-	(void)quietMonitor_->pause(); // best effort: listening only costs time
-	// Resumed however transact() ends, an exception (out of memory) included: a monitor
-	// left out of its group would never report a change again.
-	struct Resume {
-		NftablesMonitor *monitor;
-		~Resume()
-		{
-			if (auto resumed = monitor->resume(); !resumed)
-				log::warning("{}; nf_tables' change monitor is closed and opened again",
-					     resumed.error().message);
-		}
-	} resume{quietMonitor_};
-	return transact(batch);
+	try {
+		(void)quietMonitor_->pause(); // best effort: listening only costs time
+		auto answer = transact(batch);
+		if (auto resumed = quietMonitor_->resume(); !resumed)
+			log::warning("{}; nf_tables' change monitor is closed and opened again",
+				     resumed.error().message);
+		return answer;
+	} catch (...) {
+		// Out of memory (GuardedBackend makes it an error). A monitor left out of its
+		// group would never report a change again, and joining it again, or saying why
+		// that failed, may need memory there is none of: closed, which allocates nothing,
+		// it is opened again as after a read error.
+		quietMonitor_->close();
+		throw;
+	}
 }
 
 Result<uint32_t> NetlinkBackend::commit(const std::string &table, const Batch &batch,

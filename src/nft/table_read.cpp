@@ -217,6 +217,8 @@ Result<TableRead> TableReader::readConsistently(const std::string &table, ReadDe
 		auto before = rulesetGeneration(socket_);
 		if (!before)
 			return fail(before.error());
+		if (onEachRead_)
+			onEachRead_();
 		auto snapshot = readOnce(socket_, table, depth);
 		const bool interrupted =
 			!snapshot && (snapshot.error().errnum == EINTR || snapshot.error().errnum == ENOENT);

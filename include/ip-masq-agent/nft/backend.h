@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,6 +91,9 @@ public:
 	// masquerade fully-random (the flag bit becomes one no kernel knows, which it
 	// refuses with EINVAL), until apply() learns to leave the flag out.
 	void simulateKernelWithoutFullyRandom() { simulateNoFullyRandom_ = true; }
+
+	// Fault hook for tests: TableReader::onEachRead().
+	void onEachRead(std::function<void()> hook) { reader_.onEachRead(std::move(hook)); }
 
 	// Our netlink port id: the kernel tags notifications of our commits with it.
 	uint32_t portId() const { return socket_.portId(); }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,11 @@ public:
 	// time, never the last read.
 	Result<std::vector<CounterValue>> readCounters(const std::string &table);
 
+	// For tests: called in every attempt of a read, between the generation it starts at and
+	// its dumps, where another component's commit lands on a busy node: a test commits there,
+	// or counts the reads made.
+	void onEachRead(std::function<void()> hook) { onEachRead_ = std::move(hook); }
+
 private:
 	Result<TableRead> readConsistently(const std::string &table, ReadDepth depth);
 
@@ -66,6 +72,7 @@ private:
 		TableRead read;
 	};
 	std::optional<Kept> last_;
+	std::function<void()> onEachRead_;
 };
 
 // GETTABLE of one inet table: the kernel's answer, parsed (ENOENT when there is none).

@@ -138,6 +138,7 @@ Result<uint32_t> NetlinkBackend::commit(const std::string &table, const Batch &b
 				return fail(*held);
 		return fail(batchError(batch, *answer));
 	}
+	reader_.forget(); // the commit made a new generation: the last read is of no more use
 	log::debug("{}: {} messages, {} bytes", done, batch.acknowledgedMessages(), batch.bytes());
 	if (answer->generation)
 		return *answer->generation;

@@ -389,8 +389,16 @@ int ElementRecords::append(nftnl_set_elem *element, void *data)
 
 void ElementRecords::finish()
 {
-	std::sort(starts_.begin(), starts_.end(),
-		  [this](uint32_t a, uint32_t b) { return recordAt(a) < recordAt(b); });
+	// A read is kept until the next one (table_read.h): no room left over from the growth.
+	bytes_.shrink_to_fit();
+	starts_.shrink_to_fit();
+	// The encoder sends an interval set's elements in order, and the kernel dumps them in
+	// reverse: most often nothing is left to sort.
+	const auto before = [this](uint32_t a, uint32_t b) { return recordAt(a) < recordAt(b); };
+	if (std::is_sorted(starts_.rbegin(), starts_.rend(), before))
+		std::reverse(starts_.begin(), starts_.end());
+	else if (!std::is_sorted(starts_.begin(), starts_.end(), before))
+		std::sort(starts_.begin(), starts_.end(), before);
 }
 
 std::string_view ElementRecords::recordAt(uint32_t start) const

@@ -52,6 +52,10 @@ public:
 	// the kernel deletes it when its owner exits, without a new generation.
 	Result<TableRead> read(const std::string &table, ReadDepth depth);
 
+	// Drops the last read: after a commit of the caller's own, which made a new generation,
+	// it can never be used again, and at 100,000 ranges it holds a few MB.
+	void forget() { last_.reset(); }
+
 	// The named counters of inet `table` and their values now (none when it does not
 	// exist): counters count without any commit, so this is one dump of the objects every
 	// time, never the last read.

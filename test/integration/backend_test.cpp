@@ -472,6 +472,39 @@ TEST_CASE("matches() tells whether the kernel's table is exactly the desired one
 	CHECK(runOrFail("nft list table inet other").find("table inet other") != std::string::npos);
 }
 
+TEST_CASE("the check sees what an edit by hand changes besides elements and rules: comments and the "
+	  "table's flags")
+{
+	auto backend = freshBackend();
+	const Ruleset ruleset = buildRuleset(configWith({"198.51.100.0/24", "203.0.113.0/24"}), {});
+	requireApplied(*backend, ruleset);
+	REQUIRE(matches(*backend, ruleset));
+
+	SECTION("an element's comment")
+	{
+		runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }' && nft add "
+			  "element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 comment \"edited\" }'");
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	SECTION("a rule's comment")
+	{
+		const std::string chain = runOrFail("nft -a list chain inet ip-masq-agent IP-MASQ-AGENT");
+		std::smatch m;
+		const std::regex masquerade(R"((\S[^\n]*masquerade[^\n]*) comment "[^"]*" # handle (\d+))");
+		REQUIRE(std::regex_search(chain, m, masquerade));
+		runOrFail(fmt::format("nft replace rule inet ip-masq-agent IP-MASQ-AGENT handle {} {} "
+				      "comment \"edited\"", m[2].str(), m[1].str()));
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	SECTION("the table's flags")
+	{
+		runOrFail("nft add table inet ip-masq-agent '{ flags dormant; }'");
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	requireApplied(*backend, ruleset);
+	CHECK(matches(*backend, ruleset));
+}
+
 TEST_CASE("generation() follows commits")
 {
 	auto backend = freshBackend();

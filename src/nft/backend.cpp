@@ -308,8 +308,12 @@ Result<CheckedTable> NetlinkBackend::check(const Ruleset &ruleset)
 	if (!encoded)
 		return fail(encoded.error());
 	std::string difference;
-	if (sameTable(*encoded, *read->snapshot, difference))
+	if (sameTable(*encoded, *read->snapshot, difference)) {
+		// Nothing to restore, so nothing will plan with this read: a few MB at 100,000
+		// ranges not held until the next commit.
+		reader_.forget();
 		return CheckedTable{TableCheck::same, read->generation};
+	}
 	log::debug("table inet {} differs from the desired one; {}", ruleset.table, difference);
 	return CheckedTable{TableCheck::different, read->generation};
 }

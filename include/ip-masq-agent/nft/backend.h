@@ -65,7 +65,7 @@ public:
 	// other tables commit (nft/table_read.h); when commits to the table itself (or lost
 	// notifications) spoil the read a few times in a row, the answer is
 	// TableCheck::unsettled, never an error. At the generation of the last read, nothing
-	// is read again.
+	// is read again; a check that finds the table intact keeps no read.
 	Result<CheckedTable> check(const Ruleset &ruleset) override;
 
 	// check() for tests and tools that need a yes or no: unsettled is an EAGAIN error.

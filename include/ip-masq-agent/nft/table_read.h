@@ -52,8 +52,8 @@ public:
 	// the kernel deletes it when its owner exits, without a new generation.
 	Result<TableRead> read(const std::string &table, ReadDepth depth);
 
-	// Drops the last read: after a commit of the caller's own, which made a new generation,
-	// it can never be used again, and at 100,000 ranges it holds a few MB.
+	// Drops the last read when nothing will use it again (a commit of the caller's own made
+	// a new generation; a check found the table intact): at 100,000 ranges it holds a few MB.
 	void forget() { last_.reset(); }
 
 	// The named counters of inet `table` and their values now (none when it does not

@@ -10,13 +10,13 @@
 
 namespace ipmasq {
 
-namespace {
-
 double unixNow()
 {
 	return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
 		.count();
 }
+
+namespace {
 
 // One sample with its HELP and TYPE lines.
 void appendMetric(std::string &out, std::string_view name, std::string_view type,
@@ -267,8 +267,8 @@ std::string snatUsageMetrics(const AgentStatus::Snapshot &s)
 	}
 	if (s.snatReadUnixSeconds > 0)
 		appendMetric(out, "ip_masq_agent_snat_last_read_timestamp_seconds", "gauge",
-			     "Unix time of the last successful read of conntrack's entries for the SNAT "
-			     "usage.",
+			     "Unix time at which the last successful read of conntrack's entries for the "
+			     "SNAT usage began: every connection made before it was counted.",
 			     fmt::format("{:.3f}", s.snatReadUnixSeconds));
 	appendMetric(out, "ip_masq_agent_snat_read_failures_total", "counter",
 		     "Reads of conntrack's entries (over ctnetlink) for the SNAT usage that failed.",
@@ -407,12 +407,11 @@ void AgentStatus::natConflictCheckFailed(std::vector<std::string> warnings)
 	state_.warnings = std::move(warnings);
 }
 
-void AgentStatus::snatUsageRead(SnatUsage usage)
+void AgentStatus::snatUsageRead(SnatUsage usage, double startedUnixSeconds)
 {
-	const double now = unixNow();
 	std::lock_guard lock(mutex_);
 	state_.snatUsage = std::move(usage);
-	state_.snatReadUnixSeconds = now;
+	state_.snatReadUnixSeconds = startedUnixSeconds;
 }
 
 void AgentStatus::snatUsageReadFailed()

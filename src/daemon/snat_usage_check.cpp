@@ -65,6 +65,7 @@ bool SnatUsageCheck::pass()
 		return addresses_;
 	});
 	SnatUsageCounter counter(plan_, translatedByMasquerade(*node));
+	const double startedAt = unixNow();
 	auto dump = countSourceNatEntries(counter);
 	if (!dump) {
 		status_.snatUsageReadFailed();
@@ -81,7 +82,7 @@ bool SnatUsageCheck::pass()
 	if (usage.leftOut)
 		log::debug("SNAT usage: {} connections toward destinations beyond the first {} were "
 			   "not attributed", usage.leftOut, usage.destinations);
-	status_.snatUsageRead(std::move(usage));
+	status_.snatUsageRead(std::move(usage), startedAt);
 	return true; // periodic: due again as soon as the pace allows
 }
 

@@ -485,7 +485,7 @@ TEST_CASE("/metrics: SNAT usage with a fixed number of series, whatever the dest
 		return counter.finish();
 	};
 	for (const size_t destinations : {size_t(3), size_t(1000)}) {
-		status.snatUsageRead(count(destinations));
+		status.snatUsageRead(count(destinations), 1.0);
 		const std::string text = status.prometheusText();
 		const size_t rows = std::min(destinations, kTopDestinations);
 		for (const char *name : {"ip_masq_agent_snat_top_usage_ratio{",
@@ -540,7 +540,7 @@ TEST_CASE("/metrics: who holds the SNAT ports, bounded by rank whatever the clie
 			}
 	SnatUsage usage = counter.finish();
 	usage.totals[0].holders.top[0].interface = "cali1a2b";
-	status.snatUsageRead(std::move(usage));
+	status.snatUsageRead(std::move(usage), 1.0);
 	const std::string text = status.prometheusText();
 	const auto series = [&](const std::string &name) {
 		size_t n = 0;

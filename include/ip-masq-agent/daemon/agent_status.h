@@ -19,6 +19,9 @@
 
 namespace ipmasq {
 
+// The time now as the metrics give time stamps: Unix seconds.
+double unixNow();
+
 // Written by the daemon's loop and by the threads of the NAT conflict check and the SNAT
 // usage read (each its own part), read by the HTTP server's thread. Readiness and
 // counters are guarded by one lock and read as one Snapshot; the loop's heartbeat is an
@@ -189,8 +192,10 @@ public:
 	void natConflictsChecked(Snapshot::NatConflicts counts, std::vector<std::string> warnings);
 	void natConflictCheckFailed(std::vector<std::string> warnings);
 	// A read of the SNAT usage (on its own thread), or a read that failed (the metrics
-	// go until one succeeds; the failure is counted).
-	void snatUsageRead(SnatUsage usage);
+	// go until one succeeds; the failure is counted). `startedUnixSeconds`: when the read
+	// began, which the timestamp metric says: every connection made before it was counted
+	// (a read of 65,536 entries and their clients' routes takes seconds on a busy node).
+	void snatUsageRead(SnatUsage usage, double startedUnixSeconds);
 	void snatUsageReadFailed();
 	// A check's thread started, or refused (`refused` says why): replaces what was said
 	// of the same check (by its label) before.

@@ -31,6 +31,7 @@
 #include "ip-masq-agent/base/process_guard.h"
 #include "ip-masq-agent/daemon/reconciler.h"
 #include "ip-masq-agent/daemon/snat_usage_check.h"
+#include "ip-masq-agent/diagnose/guard_over.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
@@ -125,6 +126,25 @@ int runDryRun(const AgentOptions &options)
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+namespace {
+
+// The guard's part of --snat-usage: what its over sets hold now, or why it could not be
+// read (said in the text: a failed read is not "nobody is over").
+std::string guardOverOf(const Ruleset &ruleset)
+{
+	if (ruleset.dynamicSets.empty())
+		return {};
+	auto backend = NetlinkBackend::open();
+	Result<std::vector<GuardOverKey>> over =
+		backend ? (*backend)->readGuardOver(ruleset.table, ruleset.dynamicSets)
+			: Result<std::vector<GuardOverKey>>(fail(backend.error()));
+	if (!over)
+		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", over.error().message);
+	return guardOverText(ruleset, std::move(*over));
+}
+
+} // namespace
+
 int runSnatUsage(const AgentOptions &options)
 {
 	const Result<std::vector<NodeAddress>> read = readNodeAddresses();
@@ -144,7 +164,7 @@ int runSnatUsage(const AgentOptions &options)
 	SnatUsage usage = counter.finish();
 	if (Status routes = describeClientRoutes(usage); !routes)
 		log::debug("{}; the clients' interfaces are left out", routes.error().message);
-	const std::string table = snatUsageTable(usage);
+	const std::string table = snatUsageTable(usage) + guardOverOf(state->ruleset);
 	std::fwrite(table.data(), 1, table.size(), stdout);
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -37,8 +37,8 @@ std::string connectionsText(const std::vector<CounterValue> &values)
 	std::string out;
 	for (const CounterValue &value : values) {
 		const std::optional<CounterLabel> label = counterLabelOf(value.name);
-		if (!label)
-			continue; // not one of the agent's: someone else's object
+		if (!label || isGuardDecision(label->decision))
+			continue; // not one of the agent's (someone else's object), or the guard's
 		if (out.empty())
 			out = "# HELP ip_masq_agent_connections_total New connections the agent's table "
 			      "decided on (its nat chain sees the first packet of each: connections, "
@@ -52,6 +52,29 @@ std::string connectionsText(const std::vector<CounterValue> &values)
 				   "reason=\"{}\"}} {}\n",
 				   familyLabel(label->family),
 				   decisionName(label->decision), reasonName(label->reason),
+				   value.packets);
+	}
+	return out;
+}
+
+// The SNAT guard's counters: the connections over each limit, per mode (its counters'
+// names say which, like the connection counters').
+std::string guardText(const std::vector<CounterValue> &values)
+{
+	std::string out;
+	for (const CounterValue &value : values) {
+		const std::optional<CounterLabel> label = counterLabelOf(value.name);
+		if (!label || !isGuardDecision(label->decision))
+			continue;
+		if (out.empty())
+			out = "# HELP ip_masq_agent_snat_guard_over_total New connections over a limit of "
+			      "snatGuard (attempts: a retried SYN counts again), by family, limit "
+			      "(new_connections, open_connections) and mode (observe: let through, "
+			      "enforce: dropped). Never decreases while the agent runs.\n"
+			      "# TYPE ip_masq_agent_snat_guard_over_total counter\n";
+		out += fmt::format("ip_masq_agent_snat_guard_over_total{{family=\"{}\",limit=\"{}\",mode=\"{}\"}} {}\n",
+				   familyLabel(label->family), reasonName(label->reason),
+				   label->decision == Decision::guardDropped ? "enforce" : "observe",
 				   value.packets);
 	}
 	return out;
@@ -689,7 +712,7 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			   "# TYPE ip_masq_agent_build_info gauge\n"
 			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
 			   IP_MASQ_AGENT_VERSION) +
-	       addressText(*this) + podNetworkText(*this) + connectionsText(connections) + conntrackText(*this) +
+	       addressText(*this) + podNetworkText(*this) + connectionsText(connections) + guardText(connections) + conntrackText(*this) +
 	       natCheckText(*this) + checkThreadsText(*this) + snatUsageMetrics(*this);
 }
 

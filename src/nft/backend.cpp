@@ -358,6 +358,21 @@ Result<uint32_t> NetlinkBackend::replaceTable(const Ruleset &ruleset, bool creat
 	return commitReplacement(ruleset, *whole, carriers);
 }
 
+namespace {
+
+// The desired dynamic sets as a replacement plans with them: name and declaration.
+std::vector<std::pair<std::string, std::string>> dynamicSetsOf(const EncodedTable &encoded)
+{
+	std::vector<std::pair<std::string, std::string>> out;
+	for (const EncodedSet &set : encoded.sets)
+		if (isDynamicSet(set.set.get()))
+			out.emplace_back(nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME),
+					 setDeclaration(set.set.get()));
+	return out;
+}
+
+} // namespace
+
 std::optional<Result<uint32_t>> NetlinkBackend::replaceKeepingCounters(
 	const Ruleset &ruleset, EncodedTable &encoded, const std::vector<FeatureCarrier> &carriers)
 {
@@ -378,7 +393,7 @@ std::optional<Result<uint32_t>> NetlinkBackend::replaceKeepingCounters(
 			break; // deleted meanwhile: the whole replacement below creates it
 		rememberCounters(**contents);
 		std::optional<ReplacementPlan> plan =
-			planReplacement(**contents, ruleset, rememberedCounters_);
+			planReplacement(**contents, ruleset, rememberedCounters_, dynamicSetsOf(encoded));
 		if (!plan)
 			break; // another comment or flags: only deleting the table will do
 		if (batch && sent && sent->sameChanges(*plan)) {
@@ -637,6 +652,8 @@ Result<bool> NetlinkBackend::matchesOnce(const std::string &desired, const std::
 		return fail(s.error().withContext(context("sets")));
 
 	for (const SetPtr &set : snapshot.sets) {
+		if (isDynamicSet(set.get()))
+			continue; // traffic's, not compared (canonicalForm): not read either
 		const std::string name = nftnl_set_get_str(set.get(), NFTNL_SET_NAME);
 		std::vector<std::string> &lines = snapshot.elements[name];
 		Status s = dumpSetElements(table, name, [&lines](const nftnl_set *part) -> Status {
@@ -749,8 +766,11 @@ Status readTableObjects(Socket &socket, const std::string &table, TableContents 
 	if (auto s = dumpSets(socket, table, sets); !s)
 		return fail(s.error().withContext(context("sets")));
 	for (const SetPtr &set : sets)
-		if (!(nftnl_set_get_u32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS))
+		if (!(nftnl_set_get_u32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS)) {
 			contents.sets.push_back(stringOf(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
+			if (isDynamicSet(set.get()))
+				contents.dynamicSets.emplace_back(contents.sets.back(), setDeclaration(set.get()));
+		}
 	std::vector<ObjPtr> objects;
 	if (auto s = dumpObjects(socket, table, objects); !s)
 		return fail(s.error().withContext(context("objects")));

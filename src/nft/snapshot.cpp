@@ -267,6 +267,16 @@ const std::vector<std::string> &dumpedElements(const TableSnapshot &snapshot,
 
 } // namespace
 
+std::string setDeclaration(const nftnl_set *set)
+{
+	return setText(set, {}, true);
+}
+
+bool isDynamicSet(const nftnl_set *set)
+{
+	return (setU32(set, NFTNL_SET_FLAGS) & NFT_SET_EVAL) != 0;
+}
+
 void appendElementLines(const nftnl_set *holder, std::vector<std::string> &lines)
 {
 	auto *elements = const_cast<nftnl_set *>(holder); // only read
@@ -321,6 +331,8 @@ std::string canonicalForm(const TableSnapshot &snapshot)
 		const std::string name = str(nftnl_set_get_str(set.get(), NFTNL_SET_NAME));
 		if (setU32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS)
 			anonymous[name] = set.get();
+		else if (isDynamicSet(set.get()))
+			form.set(name, setDeclaration(set.get()));
 		else
 			form.set(name, setText(set.get(), dumpedElements(snapshot, name), true));
 	}

@@ -33,7 +33,16 @@ struct TableSnapshot {
 // Appends one canonical line per element that `holder` carries, in its order.
 void appendElementLines(const nftnl_set *holder, std::vector<std::string> &lines);
 
-// One line per table, set, element, chain and rule, in a stable order.
+// A set's declaration as the canonical form prints it (no elements): two sets are the
+// same set exactly when these are equal.
+std::string setDeclaration(const nftnl_set *set);
+// Whether the kernel fills the set from the packet path (flags dynamic): what it holds is
+// traffic, never compared (the canonical form lists none of its elements).
+bool isDynamicSet(const nftnl_set *set);
+
+// One line per table, set, element, chain and rule, in a stable order. A dynamic set's
+// elements are left out on both sides: the kernel adds them as traffic flows, and traffic
+// is not drift.
 std::string canonicalForm(const EncodedTable &desired);
 std::string canonicalForm(const TableSnapshot &snapshot);
 

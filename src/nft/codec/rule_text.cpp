@@ -2450,8 +2450,8 @@ std::string Printer::dynsetText(const Stmt &s, const Dynset &d)
 	std::string out = meter ? fmt::format("meter {} size {} {{ {}", printable(d.set), set->declaredSize, print(s.operands[0]))
 				: fmt::format("{} @{} {{ {}", d.op < std::size(kOps) ? kOps[d.op] : "unknown",
 					      printable(d.set), print(s.operands[0]));
-	if (d.timeout)
-		out += " timeout " + integerText(Type::time, d.timeout, 64);
+	if (d.timeout.value_or(0) != 0)
+		out += " timeout " + integerText(Type::time, *d.timeout, 64);
 	for (const ExpressionBox &nested : d.statements) {
 		const Expression &e = *nested.expression;
 		if (std::holds_alternative<Counter>(e))

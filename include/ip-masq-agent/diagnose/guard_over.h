@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the SNAT guard counted, as a person reads it: the sources over each limit toward
+// each destination (the kernel's over sets, read back), the most attempts first.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "ip-masq-agent/model/ruleset.h"
+
+namespace ipmasq {
+
+// The most keys listed per limit; a line counts the rest.
+inline constexpr size_t kTopGuardOver = 20;
+
+// The guard's part of --snat-usage: for each limit of `desired`'s guard (its GuardLimit
+// rules: the limit, the mode), the keys of `over` that went over it, the most attempts
+// first, at most `top`. "" when `desired` has no guard.
+std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over, size_t top = kTopGuardOver);
+
+} // namespace ipmasq

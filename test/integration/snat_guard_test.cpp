@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: Apache-2.0
+// The SNAT guard (snatGuard) against real traffic (traffic_support.h: a pod, the node and an
+// external host in namespaces of their own), its table applied by the netlink backend:
+// observe lets every connection through and counts those over the limit per source and
+// destination; enforce lets through at most the burst plus the rate times the elapsed time,
+// while another source's connections all succeed and an exempt one is never limited;
+// openConnections stops the 31st open connection of a source held at 30; UDP is counted
+// too. Traffic never looks like drift, and a replacement (a switch of mode, a new backend
+// as after a restart) keeps the guard's sets: their handles and what they hold.
+#include <arpa/inet.h>
+#include <poll.h>
+#include <regex>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "ip-masq-agent/compile/ruleset_mapping.h"
+#include "backend_support.h"
+#include "netns.h"
+#include "traffic_support.h"
+
+using namespace std::chrono_literals;
+using namespace ipmasq;
+using namespace ipmasq::test;
+
+namespace {
+
+// The pod's other addresses: a second client, and one the guard exempts.
+const std::string kSecondClient = "198.51.100.3";
+const std::string kExemptClient = "198.51.100.4";
+
+// The pod namespace answers from all three addresses; the node routes the /24 to it.
+void addClients(const Topology &net)
+{
+	net.pod.runOrFail(fmt::format("ip addr add {}/24 dev eth0 && ip addr add {}/24 dev eth0", kSecondClient,
+				      kExemptClient));
+}
+
+Config guardConfig(SnatGuardMode mode, std::optional<uint32_t> rate, std::optional<uint32_t> open)
+{
+	Config config = defaultConfig({});
+	SnatGuard guard;
+	guard.mode = mode;
+	guard.newConnectionsPerSecond = rate;
+	guard.openConnections = open;
+	auto exempt = parsePrefix(kExemptClient + "/32");
+	REQUIRE(exempt);
+	guard.exempt = {*exempt};
+	config.snatGuard = guard;
+	return config;
+}
+
+Ruleset guardRuleset(SnatGuardMode mode, std::optional<uint32_t> rate, std::optional<uint32_t> open)
+{
+	return buildRuleset(guardConfig(mode, rate, open), RulesetOptions{});
+}
+
+void apply(NetlinkBackend &backend, const Ruleset &ruleset)
+{
+	const auto applied = backend.apply(ruleset);
+	INFO((applied ? "" : applied.error().message));
+	REQUIRE(applied);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// `count` TCP connections from `source` toward the external sinks, started at once (every
+// first SYN leaves together), each given `timeout` to be established. How many were, and
+// the time from the first connect() to the last answer.
+struct Burst {
+	size_t established = 0;
+	double elapsedSeconds = 0;
+	std::vector<UniqueFd> held;
+};
+
+Burst connectAtOnce(const Netns &pod, const std::string &source, size_t count, std::chrono::milliseconds timeout)
+{
+	Burst burst;
+	const auto started = Clock::now();
+	std::vector<UniqueFd> pending = inNetns(pod.fd(), [&] {
+		std::vector<UniqueFd> fds;
+		for (size_t i = 0; i < count; i++) {
+			UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+			const sockaddr_storage from = socketAddress(AF_INET, source, 0);
+			const sockaddr_storage to = socketAddress(AF_INET, kServerV4, kSinkPort);
+			if (bind(fd.get(), reinterpret_cast<const sockaddr *>(&from), lengthOf(AF_INET)) == 0)
+				(void)connect(fd.get(), reinterpret_cast<const sockaddr *>(&to), lengthOf(AF_INET));
+			fds.push_back(std::move(fd));
+		}
+		return fds;
+	});
+	const auto deadline = started + timeout;
+	while (!pending.empty() && Clock::now() < deadline) {
+		std::vector<pollfd> polls;
+		for (const UniqueFd &fd : pending)
+			polls.push_back({fd.get(), POLLOUT, 0});
+		const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+		if (poll(polls.data(), polls.size(), std::max<int>(1, static_cast<int>(left.count()))) <= 0)
+			continue;
+		std::vector<UniqueFd> still;
+		for (size_t i = 0; i < pending.size(); i++) {
+			if (!(polls[i].revents & (POLLOUT | POLLERR | POLLHUP))) {
+				still.push_back(std::move(pending[i]));
+				continue;
+			}
+			int error = -1;
+			socklen_t length = sizeof(error);
+			if (getsockopt(pending[i].get(), SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0) {
+				burst.established++;
+				burst.held.push_back(std::move(pending[i]));
+			}
+		}
+		pending = std::move(still);
+	}
+	burst.elapsedSeconds = std::chrono::duration<double>(Clock::now() - started).count();
+	return burst;
+}
+
+// The packets the over set `set` counted for `client` toward the sinks over `protocol`, as
+// `nft list` shows the element; nullopt when it holds none for them.
+std::optional<uint64_t> overCount(const std::string &set, const std::string &client, const char *protocol = "tcp")
+{
+	const std::string listing = runOrFail("nft list set inet ip-masq-agent " + set);
+	const std::regex element(fmt::format(R"({} \. {} \. {} \. {} [^,}}]*counter packets (\d+))",
+					     std::regex_replace(client, std::regex(R"(\.)"), R"(\.)"),
+					     std::regex_replace(kServerV4, std::regex(R"(\.)"), R"(\.)"), protocol,
+					     kSinkPort));
+	std::smatch match;
+	INFO(listing);
+	if (!std::regex_search(listing, match, element))
+		return std::nullopt;
+	return std::stoull(match[1]);
+}
+
+// The handle of every set of the agent's table, by name, as `nft -a list table` shows it.
+std::map<std::string, std::string> setHandles()
+{
+	const std::string listing = runOrFail("nft -a list table inet ip-masq-agent");
+	std::map<std::string, std::string> handles;
+	const std::regex set(R"(set (\S+) \{ # handle (\d+))");
+	for (auto it = std::sregex_iterator(listing.begin(), listing.end(), set); it != std::sregex_iterator(); ++it)
+		handles[(*it)[1]] = (*it)[2];
+	return handles;
+}
+
+void requireInSync(NetlinkBackend &backend, const Ruleset &ruleset)
+{
+	const auto checked = backend.check(ruleset);
+	REQUIRE(checked);
+	CHECK(checked->verdict == TableCheck::same);
+}
+
+} // namespace
+
+TEST_CASE("observe: 150 connections at once against 20 per second all connect, and the over set names the pod")
+{
+	Topology net;
+	addClients(net);
+	const Sinks sinks = sinksOn(net.external, AF_INET);
+	auto backend = freshBackend();
+	const Ruleset ruleset = guardRuleset(SnatGuardMode::observe, 20, std::nullopt);
+	apply(*backend, ruleset);
+
+	const Burst burst = connectAtOnce(net.pod, kPodV4, 150, 20s);
+	CHECK(burst.established == 150);
+	// The bucket lets through its burst and then the rate: the rest were over it.
+	const double within = 20 + 20 * burst.elapsedSeconds;
+	const auto over = overCount("guard-over-rate-v4", kPodV4);
+	REQUIRE(over);
+	INFO("elapsed " << burst.elapsedSeconds << " s");
+	CHECK(double(*over) >= 150 - within);
+	CHECK_FALSE(overCount("guard-over-rate-v4", kSecondClient));
+	// Traffic filled the dynamic sets; the table is still exactly the desired one.
+	requireInSync(*backend, ruleset);
+}
+
+TEST_CASE("enforce: at most the burst plus the rate per second get through; another source and an exempt one all do")
+{
+	Topology net;
+	addClients(net);
+	const Sinks sinks = sinksOn(net.external, AF_INET);
+	auto backend = freshBackend();
+	const Ruleset ruleset = guardRuleset(SnatGuardMode::enforce, 20, std::nullopt);
+	apply(*backend, ruleset);
+
+	// Less than a second each: a SYN retransmission (after 1 s) is not what is measured.
+	const Burst burst = connectAtOnce(net.pod, kPodV4, 150, 900ms);
+	INFO("established " << burst.established << " in " << burst.elapsedSeconds << " s");
+	CHECK(double(burst.established) <= 20 + 20 * burst.elapsedSeconds);
+	const auto over = overCount("guard-over-rate-v4", kPodV4);
+	REQUIRE(over);
+	CHECK(*over >= 150 - burst.established);
+
+	// Another source has its own bucket: 15 connections, one by one, all succeed.
+	for (int i = 0; i < 15; i++) {
+		INFO("connection " << i + 1 << " of the second client");
+		CHECK(tcpFrom(net.pod, AF_INET, kServerV4, 5s, kSecondClient).isValid());
+		std::this_thread::sleep_for(100ms);
+	}
+	// An exempt source is never limited.
+	const Burst exempt = connectAtOnce(net.pod, kExemptClient, 150, 20s);
+	CHECK(exempt.established == 150);
+	CHECK_FALSE(overCount("guard-over-rate-v4", kExemptClient));
+	requireInSync(*backend, ruleset);
+}
+
+TEST_CASE("openConnections: 30 held stop the 31st of that source, not another's; a switch of mode and a "
+	  "new backend keep the sets, their handles and their counts")
+{
+	Topology net;
+	addClients(net);
+	const Sinks sinks = sinksOn(net.external, AF_INET);
+	auto backend = freshBackend();
+	const Ruleset observe = guardRuleset(SnatGuardMode::observe, std::nullopt, 30);
+	apply(*backend, observe);
+	std::vector<UniqueFd> held;
+	for (int i = 0; i < 30; i++) {
+		held.push_back(tcpFrom(net.pod, AF_INET, kServerV4, 5s, kPodV4));
+		INFO("connection " << i + 1);
+		REQUIRE(held.back().isValid());
+	}
+	// Observed: the 31st connects, and is counted over.
+	held.push_back(tcpFrom(net.pod, AF_INET, kServerV4, 5s, kPodV4));
+	REQUIRE(held.back().isValid());
+	CHECK(overCount("guard-over-open-v4", kPodV4) >= 1u);
+	held.pop_back();
+	requireInSync(*backend, observe);
+	const auto handles = setHandles();
+	REQUIRE(handles.count("guard-open-v4") == 1);
+
+	// Enforced from now on, by a replacement that keeps the open set and its count of 30:
+	// the 31st is dropped, every SYN of it (3 s: two retransmissions).
+	const Ruleset enforce = guardRuleset(SnatGuardMode::enforce, std::nullopt, 30);
+	apply(*backend, enforce);
+	CHECK(setHandles() == handles);
+	CHECK_FALSE(tcpFrom(net.pod, AF_INET, kServerV4, 3s, kPodV4).isValid());
+	CHECK(tcpFrom(net.pod, AF_INET, kServerV4, 5s, kSecondClient).isValid());
+	requireInSync(*backend, enforce);
+
+	// A new backend, as a restarted agent has: its first apply replaces the table, and
+	// keeps them too.
+	backend.reset();
+	auto restarted = NetlinkBackend::open();
+	REQUIRE(restarted);
+	apply(**restarted, enforce);
+	CHECK(setHandles() == handles);
+	CHECK_FALSE(tcpFrom(net.pod, AF_INET, kServerV4, 3s, kPodV4).isValid());
+	requireInSync(**restarted, enforce);
+}
+
+TEST_CASE("UDP: 60 flows at once over 20 per second are counted over, per source and destination")
+{
+	Topology net;
+	const Sinks sinks = sinksOn(net.external, AF_INET);
+	auto backend = freshBackend();
+	apply(*backend, guardRuleset(SnatGuardMode::observe, 20, std::nullopt));
+	const auto started = Clock::now();
+	std::vector<UniqueFd> flows;
+	for (int i = 0; i < 60; i++)
+		flows.push_back(udpFrom(net.pod, AF_INET, kServerV4));
+	const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+	const auto over = overCount("guard-over-rate-v4", kPodV4, "udp");
+	REQUIRE(over);
+	INFO("elapsed " << elapsed << " s");
+	CHECK(double(*over) >= 60 - (20 + 20 * elapsed));
+	CHECK_FALSE(overCount("guard-over-rate-v4", kPodV4, "tcp"));
+}

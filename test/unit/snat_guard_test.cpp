@@ -1,0 +1,313 @@
+// SPDX-License-Identifier: Apache-2.0
+// The SNAT guard (snatGuard) below the config parser: the section's checks, the ruleset it
+// makes (sets, rules, counters, dry run), what an edit of it changes (element update or
+// replacement) and what a replacement keeps of its dynamic sets.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "ip-masq-agent/compile/ruleset_mapping.h"
+#include "ip-masq-agent/config/snat_guard.h"
+#include "ip-masq-agent/diagnose/guard_over.h"
+#include "ip-masq-agent/model/element_diff.h"
+#include "ip-masq-agent/nft/nft_text.h"
+#include "ip-masq-agent/nft/replacement.h"
+
+using namespace ipmasq;
+
+namespace {
+
+const std::string kHere = "/etc/config/ip-masq-agent:3: snatGuard: ";
+
+Prefix prefix(const std::string &text)
+{
+	auto parsed = parsePrefix(text);
+	REQUIRE(parsed);
+	return *parsed;
+}
+
+SnatGuard observeRate(uint32_t rate)
+{
+	SnatGuard guard;
+	guard.mode = SnatGuardMode::observe;
+	guard.newConnectionsPerSecond = rate;
+	return guard;
+}
+
+Config configWith(const SnatGuard &guard)
+{
+	Config config = defaultConfig({});
+	config.snatGuard = guard;
+	return config;
+}
+
+std::string errorOf(const SnatGuard &guard)
+{
+	const Status status = validateSnatGuard(guard, kHere);
+	REQUIRE_FALSE(status);
+	return status.error().message;
+}
+
+const Chain &masqChain(const Ruleset &ruleset)
+{
+	REQUIRE(ruleset.chains.size() == 2);
+	return ruleset.chains[1];
+}
+
+std::vector<GuardLimit> guardRules(const Ruleset &ruleset)
+{
+	std::vector<GuardLimit> out;
+	for (const Rule &rule : masqChain(ruleset).rules)
+		std::visit(Overloaded{[&](const GuardLimit &limit) { out.push_back(limit); },
+				      [](const auto &) {}},
+			   rule.statement);
+	return out;
+}
+
+std::vector<std::string> dynamicSetNames(const Ruleset &ruleset)
+{
+	std::vector<std::string> out;
+	for (const DynamicSet &set : ruleset.dynamicSets)
+		out.push_back(set.name);
+	return out;
+}
+
+} // namespace
+
+TEST_CASE("snatGuard: a valid section passes")
+{
+	SnatGuard guard = observeRate(100);
+	guard.openConnections = 2000;
+	guard.exempt = {prefix("198.18.0.0/24")};
+	CHECK(validateSnatGuard(guard, kHere));
+	CHECK(describeSnatGuard(guard) ==
+	      "mode=observe newConnectionsPerSecond=100 openConnections=2000 exempt=[198.18.0.0/24]");
+}
+
+TEST_CASE("snatGuard: each error names where, the key and the fix")
+{
+	SECTION("no mode")
+	{
+		SnatGuard guard = observeRate(20);
+		guard.mode.reset();
+		const std::string message = errorOf(guard);
+		CHECK(message.starts_with(kHere));
+		CHECK(message.find("mode is required: observe") != std::string::npos);
+		CHECK(message.find("enforce") != std::string::npos);
+	}
+	SECTION("no limit")
+	{
+		SnatGuard guard;
+		guard.mode = SnatGuardMode::enforce;
+		const std::string message = errorOf(guard);
+		CHECK(message.starts_with(kHere));
+		CHECK(message.find("gives no limit: set newConnectionsPerSecond, openConnections or both") !=
+		      std::string::npos);
+	}
+	SECTION("a limit of 0 or above the bound")
+	{
+		CHECK(errorOf(observeRate(0)).find("newConnectionsPerSecond is 0: give a whole number from "
+						   "1 to 1000000") != std::string::npos);
+		SnatGuard guard = observeRate(10);
+		guard.openConnections = kMaxSnatGuardLimit + 1;
+		CHECK(errorOf(guard).find("openConnections is 1000001: give a whole number from 1 to "
+					  "1000000") != std::string::npos);
+		guard.openConnections = kMaxSnatGuardLimit;
+		CHECK(validateSnatGuard(guard, kHere));
+	}
+	SECTION("a negative value, as a parser hands it over")
+	{
+		const auto problem = snatGuardLimitProblem(kHere, "openConnections", -3);
+		REQUIRE(problem);
+		CHECK(problem->starts_with(kHere + "openConnections is -3: give a whole number"));
+		CHECK_FALSE(snatGuardLimitProblem(kHere, "openConnections", 1));
+	}
+	SECTION("too many exempt CIDRs")
+	{
+		SnatGuard guard = observeRate(10);
+		guard.exempt.assign(kMaxSnatGuardExempt + 1, prefix("198.18.0.0/24"));
+		CHECK(errorOf(guard).find("exempt lists 1025 CIDRs, more than 1024") != std::string::npos);
+		guard.exempt.pop_back();
+		CHECK(validateSnatGuard(guard, kHere));
+	}
+	SECTION("an unknown mode")
+	{
+		const auto mode = parseSnatGuardMode("drop");
+		REQUIRE_FALSE(mode);
+		CHECK(mode.error().message ==
+		      "mode \"drop\" is not one the guard knows: use observe (count the connections over a "
+		      "limit, drop none) or enforce (drop them)");
+		CHECK(parseSnatGuardMode("enforce") == SnatGuardMode::enforce);
+		CHECK(parseSnatGuardMode("observe") == SnatGuardMode::observe);
+	}
+}
+
+TEST_CASE("snatGuard: without the section the ruleset is exactly what it was")
+{
+	const Config config = defaultConfig({});
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	const Ruleset ruleset = buildRuleset(config, options);
+	CHECK(ruleset.dynamicSets.empty());
+	CHECK(guardRules(ruleset).empty());
+	CHECK_FALSE(ruleset.findSet("guard-exempt-v4"));
+}
+
+TEST_CASE("snatGuard: observe makes the sets and rules of its limits, and drops nothing")
+{
+	SnatGuard guard = observeRate(20);
+	guard.exempt = {prefix("198.18.0.0/24"), prefix("2001:db8::/64")};
+	const Ruleset ruleset = buildRuleset(configWith(guard), RulesetOptions{});
+	CHECK(dynamicSetNames(ruleset) == std::vector<std::string>{"guard-rate-v4", "guard-over-rate-v4"});
+	CHECK(ruleset.dynamicSets[0].timeoutMs == 2000);
+	CHECK_FALSE(ruleset.dynamicSets[0].counter);
+	CHECK(ruleset.dynamicSets[1].counter);
+	const AddressSet *exempt = ruleset.findSet("guard-exempt-v4");
+	REQUIRE(exempt);
+	CHECK(exempt->elements.size() == 1); // the IPv6 prefix goes to guard-exempt-v6 only
+	const auto rules = guardRules(ruleset);
+	REQUIRE(rules.size() == 1);
+	CHECK(rules[0] == GuardLimit{Family::ipv4, GuardLimitKind::newConnections, 20, "guard-exempt-v4",
+				     "guard-rate-v4", "guard-over-rate-v4", false});
+	// Right before the NAT: after every return, before the masquerade.
+	const auto &chainRules = masqChain(ruleset).rules;
+	CHECK(std::holds_alternative<ReturnIfDestinationInSet>(chainRules[0].statement));
+	CHECK(std::holds_alternative<GuardLimit>(chainRules[1].statement));
+	CHECK(std::holds_alternative<Masquerade>(chainRules[2].statement));
+	CHECK(chainRules[1].counter == "guard-observed-rate-v4");
+	// The guard's counters come last, so that a switch of mode keeps the others.
+	CHECK(ruleset.counters.back().name == "guard-observed-rate-v4");
+}
+
+TEST_CASE("snatGuard: enforce drops; both limits and both families")
+{
+	SnatGuard guard = observeRate(20);
+	guard.mode = SnatGuardMode::enforce;
+	guard.openConnections = 30;
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	const Ruleset ruleset = buildRuleset(configWith(guard), options);
+	CHECK(dynamicSetNames(ruleset) ==
+	      std::vector<std::string>{"guard-rate-v4", "guard-over-rate-v4", "guard-open-v4", "guard-over-open-v4",
+				       "guard-rate-v6", "guard-over-rate-v6", "guard-open-v6", "guard-over-open-v6"});
+	CHECK(ruleset.dynamicSets[2].timeoutMs == 0); // ct count goes with add, never a timeout
+	const auto rules = guardRules(ruleset);
+	REQUIRE(rules.size() == 4);
+	for (const GuardLimit &rule : rules)
+		CHECK(rule.drop);
+	CHECK(rules[1].kind == GuardLimitKind::openConnections);
+	CHECK(rules[1].limit == 30);
+	CHECK(rules[3].family == Family::ipv6);
+	CHECK(ruleset.findSet("guard-exempt-v6"));
+}
+
+TEST_CASE("snatGuard: the dry run prints the sets and rules as nft lists them")
+{
+	SnatGuard guard = observeRate(20);
+	guard.mode = SnatGuardMode::enforce;
+	guard.openConnections = 30;
+	const auto text = renderTable(buildRuleset(configWith(guard), RulesetOptions{}));
+	REQUIRE(text);
+	CHECK(text->find("\tset guard-rate-v4 {\n"
+			 "\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service\n"
+			 "\t\tsize 65536\n"
+			 "\t\tflags dynamic,timeout\n"
+			 "\t\ttimeout 2s\n") != std::string::npos);
+	CHECK(text->find("\tset guard-over-open-v4 {\n"
+			 "\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service\n"
+			 "\t\tsize 65536\n"
+			 "\t\tflags dynamic,timeout\n"
+			 "\t\tcounter\n"
+			 "\t\ttimeout 10m\n") != std::string::npos);
+	CHECK(text->find("\tset guard-open-v4 {\n"
+			 "\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service\n"
+			 "\t\tsize 65536\n"
+			 "\t\tflags dynamic\n") != std::string::npos);
+	CHECK(text->find("\t\tmeta l4proto { tcp, udp, dccp, sctp, udplite } ip saddr != @guard-exempt-v4 "
+			 "update @guard-rate-v4 { ip saddr . ip daddr . meta l4proto . th dport limit rate "
+			 "over 20/second burst 20 packets } update @guard-over-rate-v4 { ip saddr . ip daddr "
+			 ". meta l4proto . th dport } counter name \"guard-dropped-rate-v4\" drop") !=
+	      std::string::npos);
+	CHECK(text->find("add @guard-open-v4 { ip saddr . ip daddr . meta l4proto . th dport ct count "
+			 "over 30 } update @guard-over-open-v4 { ip saddr . ip daddr . meta l4proto . th "
+			 "dport } counter name \"guard-dropped-open-v4\" drop") != std::string::npos);
+}
+
+TEST_CASE("snatGuard: an edit of exempt is an element update; of mode or a limit, a replacement "
+	  "that declares the same dynamic sets")
+{
+	SnatGuard guard = observeRate(20);
+	guard.openConnections = 30;
+	const Ruleset before = buildRuleset(configWith(guard), RulesetOptions{});
+
+	SnatGuard exempted = guard;
+	exempted.exempt = {prefix("198.18.0.0/24")};
+	const auto diff = diffElements(before, buildRuleset(configWith(exempted), RulesetOptions{}));
+	REQUIRE(diff);
+	REQUIRE(diff->sets.size() == 1);
+	CHECK(diff->sets[0].set == "guard-exempt-v4");
+
+	for (const auto &edit : {std::function<void(SnatGuard &)>([](SnatGuard &g) { g.mode = SnatGuardMode::enforce; }),
+				 std::function<void(SnatGuard &)>([](SnatGuard &g) { g.newConnectionsPerSecond = 50; }),
+				 std::function<void(SnatGuard &)>([](SnatGuard &g) { g.openConnections = 40; })}) {
+		SnatGuard edited = guard;
+		edit(edited);
+		const Ruleset after = buildRuleset(configWith(edited), RulesetOptions{});
+		CHECK_FALSE(diffElements(before, after));
+		CHECK(after.dynamicSets == before.dynamicSets);
+	}
+	// A limit removed: its sets go.
+	SnatGuard rateOnly = guard;
+	rateOnly.openConnections.reset();
+	CHECK_FALSE(diffElements(before, buildRuleset(configWith(rateOnly), RulesetOptions{})));
+}
+
+TEST_CASE("snatGuard: a replacement keeps the dynamic sets the kernel holds as declared, and only those")
+{
+	using netlink::TableContents;
+	Ruleset desired;
+	desired.comment = "managed";
+	TableContents kernel;
+	kernel.generation = 7;
+	kernel.comment = "managed";
+	kernel.sets = {"guard-rate-v4", "guard-over-rate-v4", "nomasq-v4", "guard-open-v4"};
+	kernel.dynamicSets = {{"guard-rate-v4", "declared rate"},
+			      {"guard-over-rate-v4", "declared over"},
+			      {"guard-open-v4", "declared open"}};
+	const std::vector<std::pair<std::string, std::string>> wanted{
+		{"guard-rate-v4", "declared rate"}, {"guard-over-rate-v4", "declared over"},
+		{"guard-open-v4", "declared differently"}};
+	const auto plan = netlink::planReplacement(kernel, desired, {}, wanted);
+	REQUIRE(plan);
+	CHECK(plan->keptSets == std::vector<std::string>{"guard-rate-v4", "guard-over-rate-v4"});
+	CHECK(plan->deleteSets == std::vector<std::string>{"nomasq-v4", "guard-open-v4"});
+	// Without the section, nothing is kept.
+	const auto without = netlink::planReplacement(kernel, desired, {});
+	REQUIRE(without);
+	CHECK(without->keptSets.empty());
+	CHECK(without->deleteSets == kernel.sets);
+}
+
+TEST_CASE("snatGuard: --snat-usage lists who is over each limit, the most attempts first, bounded")
+{
+	SnatGuard guard = observeRate(20);
+	guard.openConnections = 30;
+	const Ruleset ruleset = buildRuleset(configWith(guard), RulesetOptions{});
+	const auto address = [](const char *text) { return parseAddress(text).value(); };
+	std::vector<GuardOverKey> over{
+		{GuardLimitKind::newConnections, address("198.51.100.2"), address("203.0.113.2"), 6, 9443, 130},
+		{GuardLimitKind::newConnections, address("198.51.100.3"), address("203.0.113.2"), 17, 53, 400},
+		{GuardLimitKind::newConnections, address("198.51.100.4"), address("203.0.113.9"), 6, 443, 2},
+	};
+	const std::string text = guardOverText(ruleset, over, 2);
+	INFO(text);
+	CHECK(text.find("newConnectionsPerSecond 20 (IPv4, observed: let through): 3 sources and destinations "
+			"over it\n"
+			"  ATTEMPTS  PROTO  CLIENT                                  DESTINATION\n"
+			"       400  udp    198.51.100.3                            203.0.113.2:53\n"
+			"       130  tcp    198.51.100.2                            203.0.113.2:9443\n"
+			"  and 1 more, left out (at most 2 shown)\n"
+			"openConnections 30 (IPv4, observed: let through): 0 sources and destinations over it\n") !=
+	      std::string::npos);
+	CHECK(guardOverText(buildRuleset(defaultConfig({}), RulesetOptions{}), over).empty());
+}

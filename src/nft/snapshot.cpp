@@ -122,6 +122,19 @@ std::string masqText(const nftnl_expr *expr)
 			   exprU32(expr, NFTNL_EXPR_MASQ_FLAGS), min, max);
 }
 
+// The kernel dumps a dynset's timeout 0 (none: the set's own), which nft does not send,
+// and which a set without timeouts refuses.
+std::string withoutZeroTimeout(const std::string &name, const nftnl_expr *expr, std::string text)
+{
+	static constexpr std::string_view kZero = "timeout 0ms ";
+	if (name != "dynset" || !nftnl_expr_is_set(expr, NFTNL_EXPR_DYNSET_TIMEOUT) ||
+	    nftnl_expr_get_u64(expr, NFTNL_EXPR_DYNSET_TIMEOUT) != 0)
+		return text;
+	if (const size_t at = text.find(kZero); at != std::string::npos)
+		text.erase(at, kZero.size());
+	return text;
+}
+
 // How a lookup names its set: an anonymous one by its contents, a named one by name.
 using SetResolver = std::function<std::optional<std::string>(const nftnl_expr *lookup)>;
 
@@ -150,7 +163,7 @@ std::string exprText(const nftnl_expr *expr, const SetResolver &resolveSet)
 		if (n < 0)
 			return name + " (unprintable)";
 		if (static_cast<size_t>(n) < buf.size())
-			return name + " " + std::string(buf.data(), n);
+			return name + " " + withoutZeroTimeout(name, expr, std::string(buf.data(), n));
 		buf.resize(n + 1);
 	}
 }

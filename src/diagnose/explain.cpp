@@ -363,7 +363,7 @@ SampledPacket explainedPacket(const Config &config, const ExplainContext &contex
 	return packet;
 }
 
-// The node-wide clause, for each conflict (other_tables/conflicts.h): "; but table ip nat
+// The node-wide clause, for each conflict (diagnose/conflicts.h): "; but table ip nat
 // chain POSTROUTING (...) masquerades it: rule handle 7 (`...`)", "; other tables' NAT may
 // undo that: <why>"; else "; no other table's NAT undoes that", or why that could not be
 // checked.

@@ -980,7 +980,9 @@ std::vector<ResolveRow> measureResolution()
 	measure("resolve, with exceptions", all,
 		[&] { return resolveNonMasquerade(config, Family::ipv4).size(); });
 	measure("checkConfigPolicy", all, [&] {
-		LoadedConfig loaded{config, {}, true};
+		LoadedConfig loaded;
+		loaded.config = config;
+		loaded.fromFile = true;
 		return checkConfigPolicy(loaded) ? loaded.warnings.size() : SIZE_MAX;
 	});
 	measure("resolve, no exceptions", plain.nonMasqueradeCIDRs.size(),

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target: a CNI network config -> parseCniConf.
 // Input: first byte: the form (even: .conflist, odd: .conf); the rest: the file.
-// Invariants: no crash and no deep recursion (the reader keeps its own stack); errors are
+// Invariants: no crash and no deep recursion (nlohmann's parser keeps its stack on the heap,
+// and the reader refuses past kMaxCniJsonDepth); errors are
 // one line; at most kMaxCniSubnets subnets, each canonical and printing back to itself,
 // each from a line of the file; parsing is deterministic.
 #include <algorithm>

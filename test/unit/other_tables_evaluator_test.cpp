@@ -765,6 +765,24 @@ TEST_CASE("verdicts: accept, drop, policy, queue, return, jump and goto")
 						 {chain("X", {rule(3, {Counter{}})})});
 		CHECK(eval(r, p).decision().action == NatAction::masquerade);
 	}
+	SECTION("two paths in the same chain, called from different places, each return to its own")
+	{
+		// base: (uid 0) jump A; jump B. A: jump C, then masquerade. B: jump C, then drop.
+		// C: nothing. Both paths reach C's end with the same marks: only the stacks under
+		// it tell them apart, and each must go back to its caller.
+		const NatVerdict v = eval(iptablesNat({rule(1, {meta(NFT_META_SKUID), cmp(CmpOp::eq, hostU32(0)),
+								verdict(VerdictCode::jump, "A")}),
+						       rule(2, {verdict(VerdictCode::jump, "B")})},
+						      {chain("A", {rule(3, {verdict(VerdictCode::jump, "C")}), rule(4, {masquerade()})}),
+						       chain("B", {rule(5, {verdict(VerdictCode::jump, "C")}),
+								   rule(6, {verdict(VerdictCode::drop)})}),
+						       chain("C", {})}),
+					  p);
+		INFO(outcomes(v));
+		CHECK(v.outcomes.size() == 2);
+		CHECK(hasAction(v, NatAction::masquerade));
+		CHECK(hasAction(v, NatAction::dropped));
+	}
 	SECTION("a jump to a chain that was not read")
 	{
 		const NatVerdict v = eval(iptablesNat({rule(1, {verdict(VerdictCode::jump, "nowhere")})}), p);

@@ -214,6 +214,34 @@ TEST_CASE("CNI: other IPAMs, other plugins and other keys are not looked at")
 	CHECK(confOk(R"({"a": [1, -2.5e+3, 0, true, false, null, "\u00e9\"\\\/\b\f\n\r\t", {}, []], "plugins": []})").subnets.empty());
 }
 
+TEST_CASE("CNI: what JSON libraries refuse and libcni reads is read: bytes that are not UTF-8, lone surrogates, huge numbers")
+{
+	// A name in Latin-1, a lone surrogate escape, numbers past a double's range: the file is
+	// read, the plugin's type keeps its bytes as written, the lines are the file's.
+	const std::string text = "{\"name\": \"r\xe9seau \\ud800\", \"mtu\": 1e999,\n"
+				 "\"big\": " + std::string(400, '9') + ",\n\"plugins\": [{\"type\": \"br\xed" "dge\\u00e9\",\n"
+				 "\"ipam\": {\"type\": \"host-local\", \"x\": [-0.5E-999999],\n"
+				 "\"ranges\": [[{\"subnet\": \"198.18.1.0/24\"}]]}}]}";
+	CHECK(subnets(confOk(text)) == std::vector<std::string>{"198.18.1.0/24 br\xed" "dge\x7f:5"});
+	// A number's line is its own, where a line ends right after it.
+	CHECK(confError("{\"plugins\": [{\"ipam\": {\"type\": 3\n}}]}") ==
+	      "/etc/cni/net.d/10-bridge.conflist:1: expected a string here");
+	CHECK(confError("{\"plugins\": [{\"ipam\": {\"type\": \"host-local\",\n \"ranges\": [[{\"subnet\": -1e5\n}]]}}]}") ==
+	      "/etc/cni/net.d/10-bridge.conflist:2: expected a string here");
+	// A NUL ends the text for some JSON libraries; here it is text after the object.
+	CHECK(confError(std::string("{\"plugins\": []}\0 ", 18)) ==
+	      "/etc/cni/net.d/10-bridge.conflist:1: JSON syntax error: text after the end of the object (a CNI "
+	      "network config is a JSON object)");
+	// Syntax errors on the line they are on: after a separator, at the end of the file.
+	CHECK_THAT(confError("{\n\"a\": [1,\n2 3]}"), Catch::StartsWith("/etc/cni/net.d/10-bridge.conflist:3: JSON syntax "
+									 "error: expected \",\" or \"]\""));
+	CHECK_THAT(confError("{\"a\":\n\n  tru}"), Catch::StartsWith("/etc/cni/net.d/10-bridge.conflist:3: JSON syntax "
+									"error: expected a value"));
+	CHECK_THAT(confError("{\"a\": [1,\n"), Catch::StartsWith("/etc/cni/net.d/10-bridge.conflist:2: JSON syntax error: "
+								   "the file ends inside the object"));
+	CHECK_THAT(confError("{\"a\": \"b\\\xe9\"}"), Catch::Contains("\"\\\\\\xe9\" is not an escape"));
+}
+
 TEST_CASE("CNI: what is refused, and the message")
 {
 	CHECK(confError("") == "/etc/cni/net.d/10-bridge.conflist:1: the file must be a JSON object, such as "

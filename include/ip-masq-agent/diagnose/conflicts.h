@@ -9,7 +9,7 @@
 // kernel does it for sure; anything the evaluator cannot decide (a match, a target, an
 // address, a bound) makes it "may", never "no conflict". A drop is not NAT.
 //
-// Pure: the daemon and --explain read the kernel (netlink/table_reader.h); everything they
+// Pure: the daemon and --explain read the kernel (nft/codec/table_reader.h); everything they
 // say about conflicts is decided here, and said in the words below.
 #pragma once
 

@@ -2,9 +2,9 @@
 // What the whole node does with the first packet of a connection at nat postrouting: a
 // read-only, conservative walk of every nat postrouting base chain in priority order, the
 // agent's own table among them, walked like any other (its rules come from the desired
-// ruleset through the same decoder, netlink/table_reader.h).
+// ruleset through the same decoder, nft/codec/table_reader.h).
 //
-// Pure: it reads decoded rules (netlink/codec/model.h), never the kernel. A match it cannot evaluate
+// Pure: it reads decoded rules (nft/codec/model.h), never the kernel. A match it cannot evaluate
 // forks the walk into "matches" and "does not match", so the result lists every outcome
 // that is possible; it is certain only when all of them do the same thing. Every walk is
 // bounded (jump depth, steps, chain orders), and a bound reached is an undetermined

@@ -86,7 +86,7 @@ std::vector<std::string> explainDestinations(const Config &config, const Explain
 // The address sets of inet `table` through the netlink backend, or why they could not be read.
 KernelView readKernelView(const std::string &table);
 
-// Every other table's nat postrouting chains (netlink/table_reader.h; the agent's table left
+// Every other table's nat postrouting chains (nft/codec/table_reader.h; the agent's table left
 // out and taken from `desired` instead) and legacy iptables nat tables, or why they could
 // not be read.
 OtherTablesView readOtherTablesView(const Ruleset &desired);

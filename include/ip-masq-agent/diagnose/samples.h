@@ -8,7 +8,7 @@
 // decision is the same between two of its ranges' boundaries. A packet at each boundary of
 // another table's match therefore meets what those rules do on the addresses that follow,
 // whichever of the agent's ranges holds it. Pure: it reads decoded rules
-// (netlink/codec/model.h), never the kernel; every walk is bounded.
+// (nft/codec/model.h), never the kernel; every walk is bounded.
 #pragma once
 
 #include <cstddef>

@@ -48,9 +48,12 @@ std::optional<CniConfForm> cniConfFormOf(std::string_view fileName);
 // The subnets of every plugin whose "ipam" has "type": "host-local": each "subnet" of its
 // "ranges" (a list of range sets, each a list of ranges) and the older single "subnet" of
 // the ipam itself. Other IPAMs (calico-ipam, dhcp, ...) and other keys are not looked at.
-// The whole text must be JSON (RFC 8259), read without recursion, at most
-// kMaxCniJsonDepth deep; a subnet must be a CIDR with no host bits set (as host-local
-// itself requires). Errors name `source`, the line and what is wrong.
+// The whole text must be JSON (RFC 8259), at most kMaxCniJsonDepth deep (nlohmann's SAX
+// parser, which does not recurse), except that a string may hold bytes that are not UTF-8
+// and \u escapes of lone surrogates (as libcni's Go decoder reads them) and a number may
+// be past a double's range (its value is not looked at); a subnet must be a CIDR with no
+// host bits set (as host-local itself requires). Errors name `source`, the line and what
+// is wrong.
 Result<CniConf> parseCniConf(std::string_view text, const std::string &source, CniConfForm form);
 
 // One file of the directory and what it holds, or why it could not be read.

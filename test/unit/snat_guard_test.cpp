@@ -7,11 +7,13 @@
 #include <algorithm>
 
 #include "ip-masq-agent/compile/ruleset_mapping.h"
+#include "ip-masq-agent/config/config_dir.h"
 #include "ip-masq-agent/config/snat_guard.h"
 #include "ip-masq-agent/diagnose/guard_over.h"
 #include "ip-masq-agent/model/element_diff.h"
 #include "ip-masq-agent/nft/nft_text.h"
 #include "ip-masq-agent/nft/replacement.h"
+#include "config_entries.h"
 
 using namespace ipmasq;
 
@@ -310,4 +312,80 @@ TEST_CASE("snatGuard: --snat-usage lists who is over each limit, the most attemp
 			"openConnections 30 (IPv4, observed: let through): 0 sources and destinations over it\n") !=
 	      std::string::npos);
 	CHECK(guardOverText(buildRuleset(defaultConfig({}), RulesetOptions{}), over).empty());
+}
+
+TEST_CASE("snatGuard in the config file: every key, and without it nothing changes")
+{
+	const LoadedConfig loaded = test::parseOk("nonMasqueradeCIDRs: [10.0.0.0/8]\n"
+						  "snatGuard:\n"
+						  "  mode: observe\n"
+						  "  newConnectionsPerSecond: 100\n"
+						  "  openConnections: 2000\n"
+						  "  exempt: [198.18.0.0/24, 198.51.100.7/32]\n");
+	REQUIRE(loaded.config.snatGuard);
+	const SnatGuard &guard = *loaded.config.snatGuard;
+	CHECK(guard.mode == SnatGuardMode::observe);
+	CHECK(guard.newConnectionsPerSecond == 100u);
+	CHECK(guard.openConnections == 2000u);
+	CHECK(guard.exempt == std::vector<Prefix>{prefix("198.18.0.0/24"), prefix("198.51.100.7/32")});
+	CHECK(describeConfig(loaded.config).find("snatGuard={mode=observe newConnectionsPerSecond=100 "
+						 "openConnections=2000 exempt=[198.18.0.0/24,198.51.100.7/32]}") !=
+	      std::string::npos);
+	// JSON, a flow mapping, one limit.
+	const LoadedConfig json = test::parseOk("{\"snatGuard\": {\"mode\": \"enforce\", \"openConnections\": 30}}");
+	REQUIRE(json.config.snatGuard);
+	CHECK(json.config.snatGuard->enforces());
+	CHECK_FALSE(json.config.snatGuard->newConnectionsPerSecond);
+	CHECK_FALSE(test::parseOk("nonMasqueradeCIDRs: [10.0.0.0/8]\n").config.snatGuard);
+	CHECK_FALSE(test::parseOk("snatGuard:\n").config.snatGuard); // null: no section
+}
+
+TEST_CASE("snatGuard in the config file: each error names the file, line, key and the fix")
+{
+	const auto error = [](const std::string &section) {
+		return test::parseError("nonMasqueradeCIDRs: [10.0.0.0/8]\nsnatGuard:\n" + section);
+	};
+	CHECK(error("  newConnectionsPerSecond: 20\n") ==
+	      "/etc/config/ip-masq-agent:2:1: snatGuard: mode is required: observe (count the connections "
+	      "over a limit, drop none: start here) or enforce (drop them)");
+	CHECK(error("  mode: observe\n") ==
+	      "/etc/config/ip-masq-agent:2:1: snatGuard: gives no limit: set newConnectionsPerSecond, "
+	      "openConnections or both, such as newConnectionsPerSecond: 100");
+	CHECK_THAT(error("  mode: drop\n  openConnections: 3\n"),
+		   Catch::Contains(":3:9: snatGuard.mode: mode \"drop\" is not one the guard knows: use observe"));
+	CHECK_THAT(error("  mode: observe\n  openConnections: 0\n"),
+		   Catch::Contains(":4:20: snatGuard.openConnections: \"0\" is out of range: give a whole "
+				   "number from 1 to 1000000"));
+	CHECK_THAT(error("  mode: observe\n  newConnectionsPerSecond: 1000001\n"),
+		   Catch::Contains("snatGuard.newConnectionsPerSecond: \"1000001\" is out of range"));
+	CHECK_THAT(error("  mode: observe\n  newConnectionsPerSecond: \"20\"\n"),
+		   Catch::Contains("snatGuard.newConnectionsPerSecond: expected a whole number from 1 to "
+				   "1000000 such as 100, got a quoted string \"20\" (write it without quotes)"));
+	CHECK_THAT(error("  mode: observe\n  openConnections: 5\n  exempt: [198.18.0.0/33]\n"),
+		   Catch::Contains("snatGuard.exempt[0]: "));
+	CHECK_THAT(error("  mode: observe\n  openConnections: 5\n  exempt: [\"2001:db8::/32\"]\n"),
+		   Catch::Contains("is an IPv6 CIDR but IPv6 is not enabled"));
+	CHECK_THAT(error("  mode: observe\n  openConection: 5\n"),
+		   Catch::Contains("snatGuard: unknown key \"openConection\": did you mean \"openConnections\"?"));
+	CHECK_THAT(test::parseError("snatGuard: observe\n"),
+		   Catch::Contains("snatGuard: expected a mapping such as {mode: observe, newConnectionsPerSecond: 100}"));
+}
+
+TEST_CASE("snatGuard with --config-dir: one file gives the section; two are an error naming both")
+{
+	auto a = parseConfig("snatGuard: {mode: observe, openConnections: 30}\n", "/d/ip-masq-a", {});
+	auto b = parseConfig("nonMasqueradeCIDRs: [10.0.0.0/8]\n", "/d/ip-masq-b", {});
+	auto c = parseConfig("snatGuard:\n  mode: enforce\n  openConnections: 30\n", "/d/ip-masq-c", {});
+	REQUIRE(a);
+	REQUIRE(b);
+	REQUIRE(c);
+	auto merged = mergeConfigs({*a, *b}, {});
+	REQUIRE(merged);
+	REQUIRE(merged->config.snatGuard);
+	CHECK(merged->config.snatGuard->openConnections == 30u);
+	auto refused = mergeConfigs({*a, *b, *c}, {});
+	REQUIRE_FALSE(refused);
+	CHECK_THAT(refused.error().message, Catch::Contains("/d/ip-masq-c") && Catch::Contains("snatGuard: the "
+					    "section is also given at /d/ip-masq-a") &&
+					    Catch::Contains("only one of the files may give it"));
 }

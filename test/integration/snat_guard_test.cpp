@@ -8,6 +8,7 @@
 // too. Traffic never looks like drift, and a replacement (a switch of mode, a new backend
 // as after a restart) keeps the guard's sets: their handles and what they hold.
 #include <arpa/inet.h>
+#include <csignal>
 #include <poll.h>
 #include <regex>
 #include <sys/socket.h>
@@ -154,6 +155,22 @@ void requireInSync(NetlinkBackend &backend, const Ruleset &ruleset)
 	CHECK(checked->verdict == TableCheck::same);
 }
 
+const std::string kHealth = "http://127.0.0.1:10263";
+
+// The agent's config with the guard in `mode`: openConnections 30, the exempt client; its
+// table verified every second, so that traffic that looked like drift would be repaired.
+std::string agentConfig(const char *mode)
+{
+	return fmt::format("resyncInterval: 1s\nsnatGuard:\n  mode: {}\n  openConnections: 30\n"
+			   "  exempt: [{}/32]\n", mode, kExemptClient);
+}
+
+uint64_t metricNumber(const std::string &series)
+{
+	const std::string value = metricAt(kHealth, series);
+	return value.empty() ? 0 : std::stoull(value);
+}
+
 } // namespace
 
 TEST_CASE("observe: 150 connections at once against 20 per second all connect, and the over set names the pod")
@@ -284,4 +301,67 @@ TEST_CASE("UDP: 60 flows at once over 20 per second are counted over, per source
 	INFO("elapsed " << elapsed << " s");
 	CHECK(double(*over) >= 60 - (20 + 20 * elapsed));
 	CHECK_FALSE(overCount("guard-over-rate-v4", kPodV4, "tcp"));
+}
+
+TEST_CASE("through the agent: observe, then enforce by an edit of the config file, then a restart, all "
+	  "keep the guard's sets and what they count; traffic is never drift; --snat-usage and /metrics say "
+	  "who was over")
+{
+	if (run("command -v curl >/dev/null") != 0)
+		FAIL("curl is needed for this test (apt-get install curl)");
+	Topology net;
+	addClients(net);
+	const Sinks sinks = sinksOn(net.external, AF_INET);
+	deleteAgentTable();
+	TempDir dir;
+	dir.write("config", agentConfig("observe"));
+	const std::vector<std::string> args{"--config=" + dir.file("config"), "--health-addr=127.0.0.1:10263"};
+	auto agent = std::make_unique<AgentProcess>(args);
+	requireWithin([] { return agentTableHas("ct count over 30"); }, kChangeSeen, *agent,
+		      "the guard in the agent's table");
+
+	std::vector<UniqueFd> held;
+	for (int i = 0; i < 31; i++) {
+		held.push_back(tcpFrom(net.pod, AF_INET, kServerV4, 5s, kPodV4));
+		INFO("connection " << i + 1 << " (observed: all connect)");
+		REQUIRE(held.back().isValid());
+	}
+	const auto handles = dynamicSetHandles();
+	REQUIRE(handles.size() == 2);
+	// The agent checks its table every second: three checks that found it in sync, with
+	// the guard's sets full of traffic, and no repair.
+	const uint64_t inSync = metricNumber("ip_masq_agent_noop_resyncs_total");
+	requireWithin([&] { return metricNumber("ip_masq_agent_noop_resyncs_total") >= inSync + 3; }, 60s, *agent,
+		      "three resyncs that find the table as desired");
+	CHECK(metricNumber("ip_masq_agent_drift_repairs_total") == 0);
+	CHECK(dynamicSetHandles() == handles);
+	const std::string observed =
+		"ip_masq_agent_snat_guard_over_total{family=\"ipv4\",limit=\"open_connections\",mode=\"observe\"}";
+	requireWithin([&] { return metricNumber(observed) >= 1; }, 60s, *agent, "the 31st counted over in /metrics");
+	// By hand: who is over, toward what.
+	std::string usage;
+	REQUIRE(run(agentBinary() + " --snat-usage --config=" + dir.file("config"), &usage) == 0);
+	INFO(usage);
+	CHECK(std::regex_search(usage, std::regex(R"(openConnections 30 \(IPv4, observed: let through\): 1 sources)")));
+	CHECK(std::regex_search(usage, std::regex(fmt::format(R"(\s+[1-9]\d*\s+tcp\s+198\.51\.100\.2\s+203\.0\.113\.2:{})",
+							      kSinkPort))));
+
+	// Enforce, by an edit: the rules change, the sets and their count of 31 stay.
+	dir.write("config", agentConfig("enforce"));
+	requireWithin([] { return agentTableHas("counter name \"guard-dropped-open-v4\" drop"); }, kChangeSeen, *agent,
+		      "the guard enforced");
+	CHECK(dynamicSetHandles() == handles);
+	CHECK_FALSE(tcpFrom(net.pod, AF_INET, kServerV4, 3s, kPodV4).isValid());
+	CHECK(tcpFrom(net.pod, AF_INET, kServerV4, 5s, kExemptClient).isValid());
+
+	// A restart: its first sync replaces the table, and keeps them too.
+	REQUIRE(agent->stop(SIGTERM) == 0);
+	agent = std::make_unique<AgentProcess>(args);
+	requireWithin([] { return metricNumber("ip_masq_agent_syncs_total") >= 1; }, kChangeSeen, *agent,
+		      "the restarted agent's first sync");
+	CHECK(dynamicSetHandles() == handles);
+	CHECK_FALSE(tcpFrom(net.pod, AF_INET, kServerV4, 3s, kPodV4).isValid());
+	CHECK(metricNumber("ip_masq_agent_drift_repairs_total") == 0);
+	agent.reset();
+	deleteAgentTable();
 }

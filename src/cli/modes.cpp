@@ -143,6 +143,28 @@ std::string guardOverOf(const Ruleset &ruleset)
 	return guardOverText(ruleset, std::move(*over));
 }
 
+// The guard's clause of each --explain line: what it limits and what its over sets say
+// (read once for all the lines; a failed read is said, never "nobody is over").
+std::vector<std::string> guardClauses(const Ruleset &ruleset, const std::vector<Address> &sources,
+				      const std::vector<Address> &destinations)
+{
+	std::optional<std::vector<GuardOverKey>> over;
+	std::string why;
+	if (!ruleset.dynamicSets.empty()) {
+		auto backend = NetlinkBackend::open();
+		auto read = backend ? (*backend)->readGuardOver(ruleset.table, ruleset.dynamicSets)
+				    : Result<std::vector<GuardOverKey>>(fail(backend.error()));
+		if (read)
+			over = std::move(*read);
+		else
+			why = read.error().message;
+	}
+	std::vector<std::string> clauses;
+	for (const Address &destination : destinations)
+		clauses.push_back(guardExplainClause(ruleset, destination, sources, over, why));
+	return clauses;
+}
+
 } // namespace
 
 int runSnatUsage(const AgentOptions &options)
@@ -194,8 +216,10 @@ int runExplain(const AgentOptions &options)
 	context.otherTables = readOtherTablesView(context.desired);
 	const std::vector<std::string> lines = explainDestinations(loaded->config, context, options.explain);
 	const std::vector<std::string> usage = snatUsageClauses(context.desired, node, options.explain);
+	const std::vector<std::string> guard = guardClauses(context.desired, options.explainSources, options.explain);
 	for (size_t i = 0; i < lines.size(); i++)
-		std::fprintf(stdout, "%s%s\n", lines[i].c_str(), i < usage.size() ? usage[i].c_str() : "");
+		std::fprintf(stdout, "%s%s%s\n", lines[i].c_str(), i < usage.size() ? usage[i].c_str() : "",
+			     guard[i].c_str());
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

@@ -575,25 +575,34 @@ struct Values::Model {
 	template<typename Member>
 	void add(Member, const Read &) {} // not a list: never called
 
+	// A whole number of at most the key's `most`, or nullopt past it; anything else is the
+	// wrong type. Go's JSON decoder (which upstream feeds YAML through) treats a quoted
+	// scalar as a string: `cidrLimit: "64"` fails there, so it fails here too.
+	static std::optional<uint64_t> boundedNumber(const Read &read)
+	{
+		const Value &value = read.value;
+		uint64_t number = 0;
+		const IntegerParse parsed = value.kind == Kind::scalar
+			? parseBoundedInteger(value.text, read.key.most, number)
+			: IntegerParse::notAnInteger;
+		if (parsed == IntegerParse::notAnInteger || !value.plain)
+			read.wrongType(value.describe() +
+				       (parsed == IntegerParse::notAnInteger ? "" : " (write it without quotes)"));
+		if (parsed == IntegerParse::outOfRange)
+			return std::nullopt;
+		return number;
+	}
+
 	// cidrLimit: null keeps the default, as Go's decoder does.
 	void take(int Config::*member, const Read &read)
 	{
 		const Value &value = read.value;
 		if (value.kind != Kind::null) {
-			uint64_t number = 0;
-			// Go's JSON decoder (which upstream feeds YAML through) treats a quoted scalar
-			// as a string: `cidrLimit: "64"` fails there, so it fails here too.
-			const IntegerParse parsed = value.kind == Kind::scalar
-				? parseBoundedInteger(value.text, read.key.most, number)
-				: IntegerParse::notAnInteger;
-			if (parsed == IntegerParse::notAnInteger || !value.plain)
-				read.wrongType(value.describe() + (parsed == IntegerParse::notAnInteger
-									   ? ""
-									   : " (write it without quotes)"));
-			if (parsed == IntegerParse::outOfRange)
+			const std::optional<uint64_t> number = boundedNumber(read);
+			if (!number)
 				refuse(fmt::format("{}{} is out of range: use a number from 0 to {}", read(),
 						   shown(value.text), read.key.most));
-			loaded_.config.*member = static_cast<int>(number);
+			loaded_.config.*member = static_cast<int>(*number);
 		}
 		loaded_.*read.key.given = value.kind != Kind::null;
 		cidrLimitFinal_ = true;
@@ -735,19 +744,12 @@ struct Values::Model {
 		std::optional<uint32_t> &out = owner<SnatGuard>().*member;
 		if (value.kind == Kind::null)
 			return out.reset();
-		uint64_t number = 0;
-		const IntegerParse parsed = value.kind == Kind::scalar
-			? parseBoundedInteger(value.text, read.key.most, number)
-			: IntegerParse::notAnInteger;
-		if (parsed == IntegerParse::notAnInteger || !value.plain)
-			read.wrongType(value.describe() + (parsed == IntegerParse::notAnInteger
-								   ? ""
-								   : " (write it without quotes)"));
-		if (parsed == IntegerParse::outOfRange || number == 0)
+		const std::optional<uint64_t> number = boundedNumber(read);
+		if (!number || *number == 0)
 			refuse(fmt::format("{}{} is out of range: give a whole number from 1 to {} (per source "
 					   "address toward one destination), or leave the key out for no such "
 					   "limit", read(), shown(value.text), read.key.most));
-		out = static_cast<uint32_t>(number);
+		out = static_cast<uint32_t>(*number);
 	}
 
 	void take(std::optional<DiscoveryPath> NonMasqueradeDiscovery::*member, const Read &read)

@@ -56,7 +56,52 @@ std::string limitText(const GuardLimit &rule, std::vector<GuardOverKey> keys, si
 	return out;
 }
 
+// What the over sets say of `destination`: "; over the guard toward it (last 10 minutes):
+// 198.51.100.2 tcp/9443 130 attempts over newConnectionsPerSecond", or that nobody is.
+std::string overToward(const Address &destination, std::vector<GuardOverKey> over)
+{
+	std::erase_if(over, [&](const GuardOverKey &key) { return key.destination != destination; });
+	if (over.empty())
+		return "; no source is over a limit toward it (the last 10 minutes)";
+	std::sort(over.begin(), over.end(),
+		  [](const GuardOverKey &a, const GuardOverKey &b) { return a.attempts > b.attempts; });
+	std::vector<std::string> keys;
+	for (size_t i = 0; i < over.size() && i < 3; i++)
+		keys.push_back(fmt::format("{} {}/{} {} attempts over {}", over[i].source.toString(),
+					   protocolName(over[i].protocol), over[i].port, over[i].attempts,
+					   limitKey(over[i].kind)));
+	return fmt::format("; over a limit toward it (the last 10 minutes): {}{}", fmt::join(keys, ", "),
+			   over.size() > 3 ? fmt::format(" and {} more", over.size() - 3) : "");
+}
+
 } // namespace
+
+std::string guardExplainClause(const Ruleset &desired, const Address &destination,
+			       const std::vector<Address> &sources,
+			       const std::optional<std::vector<GuardOverKey>> &over, const std::string &why)
+{
+	std::vector<std::string> limits;
+	const GuardLimit *any = nullptr;
+	for (const GuardLimit &rule : guardRules(desired))
+		if (rule.family == destination.family) {
+			limits.push_back(fmt::format("{} {}", limitKey(rule.kind), rule.limit));
+			any = &rule;
+		}
+	if (!any)
+		return {};
+	const AddressSet *notMasqueraded = desired.findSet(destination.family);
+	if (notMasqueraded && notMasqueraded->elements.contains(destination))
+		return "; SNAT guard: not guarded (the agent does not source-NAT it)";
+	std::string out = fmt::format("; SNAT guard ({}): per source toward it, {}", any->drop ? "enforce" : "observe",
+				      fmt::join(limits, " and "));
+	const AddressSet *exempt = desired.findSet(any->exemptSet);
+	for (const Address &source : sources)
+		if (source.family == destination.family)
+			out += fmt::format("; from {}: {}", source.toString(),
+					   exempt && exempt->elements.contains(source) ? "exempt (snatGuard exempt)"
+										   : "guarded");
+	return out + (over ? overToward(destination, *over) : "; what it counted could not be read: " + why);
+}
 
 std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over, size_t top)
 {

@@ -65,6 +65,20 @@ void apply(NetlinkBackend &backend, const Ruleset &ruleset)
 	REQUIRE(applied);
 }
 
+// The three hosts with the pod's other clients, the external host's sinks, and the node's
+// backend, which applied `ruleset`.
+struct GuardedNode {
+	explicit GuardedNode(const Ruleset &ruleset) : sinks(sinksOn(net.external, AF_INET)), backend(freshBackend())
+	{
+		addClients(net);
+		apply(*backend, ruleset);
+	}
+
+	Topology net;
+	Sinks sinks;
+	std::unique_ptr<NetlinkBackend> backend;
+};
+
 using Clock = std::chrono::steady_clock;
 
 // `count` TCP connections from `source` toward the external sinks, started at once (every
@@ -175,12 +189,9 @@ uint64_t metricNumber(const std::string &series)
 
 TEST_CASE("observe: 150 connections at once against 20 per second all connect, and the over set names the pod")
 {
-	Topology net;
-	addClients(net);
-	const Sinks sinks = sinksOn(net.external, AF_INET);
-	auto backend = freshBackend();
 	const Ruleset ruleset = guardRuleset(SnatGuardMode::observe, 20, std::nullopt);
-	apply(*backend, ruleset);
+	GuardedNode node(ruleset);
+	const Topology &net = node.net;
 
 	const Burst burst = connectAtOnce(net.pod, kPodV4, 150, 20s);
 	CHECK(burst.established == 150);
@@ -192,17 +203,14 @@ TEST_CASE("observe: 150 connections at once against 20 per second all connect, a
 	CHECK(double(*over) >= 150 - within);
 	CHECK_FALSE(overCount("guard-over-rate-v4", kSecondClient));
 	// Traffic filled the dynamic sets; the table is still exactly the desired one.
-	requireInSync(*backend, ruleset);
+	requireInSync(*node.backend, ruleset);
 }
 
 TEST_CASE("enforce: at most the burst plus the rate per second get through; another source and an exempt one all do")
 {
-	Topology net;
-	addClients(net);
-	const Sinks sinks = sinksOn(net.external, AF_INET);
-	auto backend = freshBackend();
 	const Ruleset ruleset = guardRuleset(SnatGuardMode::enforce, 20, std::nullopt);
-	apply(*backend, ruleset);
+	GuardedNode node(ruleset);
+	const Topology &net = node.net;
 
 	// Less than a second each: a SYN retransmission (after 1 s) is not what is measured.
 	const Burst burst = connectAtOnce(net.pod, kPodV4, 150, 900ms);
@@ -222,18 +230,16 @@ TEST_CASE("enforce: at most the burst plus the rate per second get through; anot
 	const Burst exempt = connectAtOnce(net.pod, kExemptClient, 150, 20s);
 	CHECK(exempt.established == 150);
 	CHECK_FALSE(overCount("guard-over-rate-v4", kExemptClient));
-	requireInSync(*backend, ruleset);
+	requireInSync(*node.backend, ruleset);
 }
 
 TEST_CASE("openConnections: 30 held stop the 31st of that source, not another's; a switch of mode and a "
 	  "new backend keep the sets, their handles and their counts")
 {
-	Topology net;
-	addClients(net);
-	const Sinks sinks = sinksOn(net.external, AF_INET);
-	auto backend = freshBackend();
 	const Ruleset observe = guardRuleset(SnatGuardMode::observe, std::nullopt, 30);
-	apply(*backend, observe);
+	GuardedNode node(observe);
+	const Topology &net = node.net;
+	std::unique_ptr<NetlinkBackend> &backend = node.backend;
 	std::vector<UniqueFd> held;
 	for (int i = 0; i < 30; i++) {
 		held.push_back(tcpFrom(net.pod, AF_INET, kServerV4, 5s, kPodV4));
@@ -349,6 +355,16 @@ TEST_CASE("through the agent: observe, then enforce by an edit of the config fil
 	CHECK(std::regex_search(usage, std::regex(R"(openConnections 30 \(IPv4, observed: let through\): 1 sources)")));
 	CHECK(std::regex_search(usage, std::regex(fmt::format(R"(\s+[1-9]\d*\s+tcp\s+198\.51\.100\.2\s+203\.0\.113\.2:{})",
 							      kSinkPort))));
+
+	std::string explained;
+	REQUIRE(run(fmt::format("{} --explain={} --explain-source={} --config={}", agentBinary(), kServerV4, kPodV4,
+				dir.file("config")),
+		    &explained) == 0);
+	INFO(explained);
+	CHECK(std::regex_search(explained,
+				std::regex(R"(SNAT guard \(observe\): per source toward it, openConnections 30; from )"
+					   R"(198\.51\.100\.2: guarded; over a limit toward it \(the last 10 minutes\): )"
+					   R"(198\.51\.100\.2 tcp/9443 [1-9]\d* attempts over openConnections)")));
 
 	// Enforce, by an edit: the rules change, the sets and their count of 31 stay.
 	dir.write("config", agentConfig("enforce"));

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The SNAT guard (snatGuard) below the config parser: the section's checks, the ruleset it
-// makes (sets, rules, counters, dry run), what an edit of it changes (element update or
-// replacement) and what a replacement keeps of its dynamic sets.
+// The SNAT guard (snatGuard): the section as the config file gives it and its checks, the
+// ruleset it makes (sets, rules, counters; its dry run is the golden snat-guard.nft), what an
+// edit of it changes (element update or replacement), what a replacement keeps of its
+// dynamic sets, and the text of --snat-usage and --explain about it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,7 +12,6 @@
 #include "ip-masq-agent/config/snat_guard.h"
 #include "ip-masq-agent/diagnose/guard_over.h"
 #include "ip-masq-agent/model/element_diff.h"
-#include "ip-masq-agent/nft/nft_text.h"
 #include "ip-masq-agent/nft/replacement.h"
 #include "config_entries.h"
 
@@ -203,38 +203,6 @@ TEST_CASE("snatGuard: enforce drops; both limits and both families")
 	CHECK(ruleset.findSet("guard-exempt-v6"));
 }
 
-TEST_CASE("snatGuard: the dry run prints the sets and rules as nft lists them")
-{
-	SnatGuard guard = observeRate(20);
-	guard.mode = SnatGuardMode::enforce;
-	guard.openConnections = 30;
-	const auto text = renderTable(buildRuleset(configWith(guard), RulesetOptions{}));
-	REQUIRE(text);
-	CHECK(text->find("\tset guard-rate-v4 {\n"
-			 "\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service\n"
-			 "\t\tsize 65536\n"
-			 "\t\tflags dynamic,timeout\n"
-			 "\t\ttimeout 2s\n") != std::string::npos);
-	CHECK(text->find("\tset guard-over-open-v4 {\n"
-			 "\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service\n"
-			 "\t\tsize 65536\n"
-			 "\t\tflags dynamic,timeout\n"
-			 "\t\tcounter\n"
-			 "\t\ttimeout 10m\n") != std::string::npos);
-	CHECK(text->find("\tset guard-open-v4 {\n"
-			 "\t\ttype ipv4_addr . ipv4_addr . inet_proto . inet_service\n"
-			 "\t\tsize 65536\n"
-			 "\t\tflags dynamic\n") != std::string::npos);
-	CHECK(text->find("\t\tmeta l4proto { tcp, udp, dccp, sctp, udplite } ip saddr != @guard-exempt-v4 "
-			 "update @guard-rate-v4 { ip saddr . ip daddr . meta l4proto . th dport limit rate "
-			 "over 20/second burst 20 packets } update @guard-over-rate-v4 { ip saddr . ip daddr "
-			 ". meta l4proto . th dport } counter name \"guard-dropped-rate-v4\" drop") !=
-	      std::string::npos);
-	CHECK(text->find("add @guard-open-v4 { ip saddr . ip daddr . meta l4proto . th dport ct count "
-			 "over 30 } update @guard-over-open-v4 { ip saddr . ip daddr . meta l4proto . th "
-			 "dport } counter name \"guard-dropped-open-v4\" drop") != std::string::npos);
-}
-
 TEST_CASE("snatGuard: an edit of exempt is an element update; of mode or a limit, a replacement "
 	  "that declares the same dynamic sets")
 {
@@ -388,4 +356,35 @@ TEST_CASE("snatGuard with --config-dir: one file gives the section; two are an e
 	CHECK_THAT(refused.error().message, Catch::Contains("/d/ip-masq-c") && Catch::Contains("snatGuard: the "
 					    "section is also given at /d/ip-masq-a") &&
 					    Catch::Contains("only one of the files may give it"));
+}
+
+TEST_CASE("snatGuard: --explain says whether a destination and a source are guarded, and what was over")
+{
+	SnatGuard guard = observeRate(20);
+	guard.mode = SnatGuardMode::enforce;
+	guard.openConnections = 30;
+	guard.exempt = {prefix("198.18.0.0/24")};
+	const Ruleset ruleset = buildRuleset(configWith(guard), RulesetOptions{});
+	const auto address = [](const char *text) { return parseAddress(text).value(); };
+	const std::vector<GuardOverKey> over{
+		{GuardLimitKind::newConnections, address("198.51.100.2"), address("203.0.113.2"), 6, 9443, 130},
+		{GuardLimitKind::openConnections, address("198.51.100.3"), address("203.0.113.9"), 6, 443, 4}};
+	CHECK(guardExplainClause(ruleset, address("203.0.113.2"), {address("198.51.100.2"), address("198.18.0.9")}, over,
+				 "") ==
+	      "; SNAT guard (enforce): per source toward it, newConnectionsPerSecond 20 and openConnections 30; "
+	      "from 198.51.100.2: guarded; from 198.18.0.9: exempt (snatGuard exempt); over a limit toward it "
+	      "(the last 10 minutes): 198.51.100.2 tcp/9443 130 attempts over newConnectionsPerSecond");
+	CHECK(guardExplainClause(ruleset, address("203.0.113.7"), {}, over, "") ==
+	      "; SNAT guard (enforce): per source toward it, newConnectionsPerSecond 20 and openConnections 30; "
+	      "no source is over a limit toward it (the last 10 minutes)");
+	CHECK(guardExplainClause(ruleset, address("203.0.113.7"), {}, std::nullopt, "no CAP_NET_ADMIN").ends_with(
+		"; what it counted could not be read: no CAP_NET_ADMIN"));
+	// A non-masquerade destination is never guarded.
+	CHECK(guardExplainClause(ruleset, address("10.1.2.3"), {}, over, "") ==
+	      "; SNAT guard: not guarded (the agent does not source-NAT it)");
+	// No guard: no clause; no IPv6 guard without --enable-ipv6.
+	CHECK(guardExplainClause(buildRuleset(defaultConfig({}), RulesetOptions{}), address("203.0.113.2"), {}, over,
+				 "")
+		      .empty());
+	CHECK(guardExplainClause(ruleset, address("2001:db8::1"), {}, over, "").empty());
 }

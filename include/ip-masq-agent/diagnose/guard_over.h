@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,5 +19,14 @@ inline constexpr size_t kTopGuardOver = 20;
 // rules: the limit, the mode), the keys of `over` that went over it, the most attempts
 // first, at most `top`. "" when `desired` has no guard.
 std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over, size_t top = kTopGuardOver);
+
+// --explain's clause for `destination`: whether the guard of `desired` limits connections
+// the agent source-NATs toward it (its limits and mode), whether each of `sources` (those of
+// its family) is exempt, and what `over` (nullopt: the over sets could not be read, `why`)
+// says of it: the keys over a limit toward it, the most attempts first, at most 3. "" when
+// `desired` has no guard of that family.
+std::string guardExplainClause(const Ruleset &desired, const Address &destination,
+			       const std::vector<Address> &sources,
+			       const std::optional<std::vector<GuardOverKey>> &over, const std::string &why);
 
 } // namespace ipmasq

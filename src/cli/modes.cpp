@@ -135,12 +135,14 @@ std::string guardOverOf(const Ruleset &ruleset)
 	if (ruleset.dynamicSets.empty())
 		return {};
 	auto backend = NetlinkBackend::open();
-	Result<std::vector<GuardOverKey>> over =
-		backend ? (*backend)->readGuardOver(ruleset.table, ruleset.dynamicSets)
-			: Result<std::vector<GuardOverKey>>(fail(backend.error()));
-	if (!over)
-		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", over.error().message);
-	return guardOverText(ruleset, std::move(*over));
+	if (!backend)
+		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", backend.error().message);
+	Result<std::vector<GuardOverKey>> over = (*backend)->readGuardOver(ruleset.table, ruleset.dynamicSets);
+	Result<std::vector<DynamicSetFill>> fill = (*backend)->readDynamicSetFill(ruleset.table, ruleset.dynamicSets);
+	if (!over || !fill)
+		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n",
+				   (over ? fill.error() : over.error()).message);
+	return guardOverText(ruleset, std::move(*over), *fill);
 }
 
 // The guard's clause of each --explain line: what it limits and what its over sets say

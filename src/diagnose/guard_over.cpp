@@ -103,7 +103,8 @@ std::string guardExplainClause(const Ruleset &desired, const Address &destinatio
 	return out + (over ? overToward(destination, *over) : "; what it counted could not be read: " + why);
 }
 
-std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over, size_t top)
+std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over,
+			  const std::vector<DynamicSetFill> &fill, size_t top)
 {
 	const std::vector<GuardLimit> rules = guardRules(desired);
 	if (rules.empty())
@@ -118,6 +119,9 @@ std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over
 				keys.push_back(key);
 		out += limitText(rule, std::move(keys), top);
 	}
+	for (const DynamicSetFill &set : fill)
+		out += fmt::format("set {}: {} of {} keys{}\n", set.set, set.elements, set.size,
+				   set.elements >= set.size ? " (full: a new key goes unguarded)" : "");
 	return out;
 }
 

@@ -98,4 +98,29 @@ Result<std::vector<GuardOverKey>> NetlinkBackend::readGuardOver(const std::strin
 	return out;
 }
 
+Result<std::vector<DynamicSetFill>> NetlinkBackend::readDynamicSetFill(const std::string &table,
+									const std::vector<DynamicSet> &sets)
+{
+	std::vector<DynamicSetFill> out;
+	for (const DynamicSet &set : sets) {
+		DynamicSetFill fill{set.name, 0, set.size};
+		const Status read = dumpSetElements(table, set.name, [&fill](const nftnl_set *part) -> Status {
+			const auto count = [](nftnl_set_elem *, void *data) -> int {
+				++*static_cast<size_t *>(data);
+				return 0;
+			};
+			(void)nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), count, &fill.elements);
+			return {};
+		});
+		if (!read) {
+			if (read.error().errnum == ENOENT)
+				continue;
+			return fail(read.error().withContext(
+				fmt::format("reading set {} of table inet {}: ", set.name, table)));
+		}
+		out.push_back(fill);
+	}
+	return out;
+}
+
 } // namespace ipmasq

@@ -353,6 +353,8 @@ TEST_CASE("through the agent: observe, then enforce by an edit of the config fil
 	REQUIRE(run(agentBinary() + " --snat-usage --config=" + dir.file("config"), &usage) == 0);
 	INFO(usage);
 	CHECK(std::regex_search(usage, std::regex(R"(openConnections 30 \(IPv4, observed: let through\): 1 sources)")));
+	CHECK_THAT(usage, Catch::Contains("set guard-open-v4: 1 of 65536 keys\n") &&
+				  Catch::Contains("set guard-over-open-v4: 1 of 65536 keys\n"));
 	CHECK(std::regex_search(usage, std::regex(fmt::format(R"(\s+[1-9]\d*\s+tcp\s+198\.51\.100\.2\s+203\.0\.113\.2:{})",
 							      kSinkPort))));
 

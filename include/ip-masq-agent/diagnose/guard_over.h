@@ -18,7 +18,9 @@ inline constexpr size_t kTopGuardOver = 20;
 // The guard's part of --snat-usage: for each limit of `desired`'s guard (its GuardLimit
 // rules: the limit, the mode), the keys of `over` that went over it, the most attempts
 // first, at most `top`. "" when `desired` has no guard.
-std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over, size_t top = kTopGuardOver);
+// `fill`: how full each of its dynamic sets is (a line each, "full" when it is).
+std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over,
+			  const std::vector<DynamicSetFill> &fill = {}, size_t top = kTopGuardOver);
 
 // --explain's clause for `destination`: whether the guard of `desired` limits connections
 // the agent source-NATs toward it (its limits and mode), whether each of `sources` (those of

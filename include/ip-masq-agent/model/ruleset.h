@@ -328,6 +328,14 @@ struct GuardOverKey {
 	bool operator==(const GuardOverKey &) const = default;
 };
 
+// How full a dynamic set is, as the kernel holds it: a full one adds no key.
+struct DynamicSetFill {
+	std::string set;
+	size_t elements = 0;
+	uint32_t size = 0; // its declared size
+	bool operator==(const DynamicSetFill &) const = default;
+};
+
 // The agent's table as adoption and --explain read it back (TableBackend::readTable).
 struct KernelTable {
 	std::vector<AddressSet> sets;

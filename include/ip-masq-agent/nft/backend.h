@@ -83,6 +83,10 @@ public:
 	// table lacks reads as none. At most the sets' sizes (guard_reader.cpp).
 	Result<std::vector<GuardOverKey>> readGuardOver(const std::string &table,
 						       const std::vector<DynamicSet> &sets);
+	// How many elements each of `sets` holds in inet `table` (a dump of each, counted, never
+	// kept: at most its size); a set the table lacks is left out.
+	Result<std::vector<DynamicSetFill>> readDynamicSetFill(const std::string &table,
+							       const std::vector<DynamicSet> &sets);
 
 	// Leave `monitor`'s notification group during every commit (null: never). While
 	// anyone listens, the kernel builds one notification per set element, which

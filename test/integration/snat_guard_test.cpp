@@ -348,6 +348,18 @@ TEST_CASE("through the agent: observe, then enforce by an edit of the config fil
 	const std::string observed =
 		"ip_masq_agent_snat_guard_over_total{family=\"ipv4\",limit=\"open_connections\",mode=\"observe\"}";
 	requireWithin([&] { return metricNumber(observed) >= 1; }, 60s, *agent, "the 31st counted over in /metrics");
+	// The daemon's reading of the over sets (every 10 s with the SNAT usage): /snat-usage and
+	// the series name the source and the destination, and say how full the sets are.
+	const std::string topOver = fmt::format(
+		"ip_masq_agent_snat_guard_top_over_attempts{{rank=\"1\",family=\"ipv4\",limit=\"open_connections\","
+		"protocol=\"tcp\",client=\"{}\",destination=\"{}:{}\"}}", kPodV4, kServerV4, kSinkPort);
+	requireWithin([&] { return metricNumber(topOver) >= 1; }, 60s, *agent, "the source over in /metrics, by rank");
+	CHECK(metricAt(kHealth, "ip_masq_agent_snat_guard_set_elements{set=\"guard-open-v4\"}") == "1");
+	CHECK(metricAt(kHealth, "ip_masq_agent_snat_guard_set_size{set=\"guard-open-v4\"}") == "65536");
+	const std::string served = curlGet(kHealth + "/snat-usage");
+	INFO(served);
+	CHECK(std::regex_search(served, std::regex(R"(openConnections 30 \(IPv4, observed: let through\): 1 sources)")));
+	CHECK_THAT(served, Catch::Contains("set guard-open-v4: 1 of 65536 keys\n"));
 	// By hand: who is over, toward what.
 	std::string usage;
 	REQUIRE(run(agentBinary() + " --snat-usage --config=" + dir.file("config"), &usage) == 0);

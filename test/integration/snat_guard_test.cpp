@@ -5,8 +5,9 @@
 // destination; enforce lets through at most the burst plus the rate times the elapsed time,
 // while another source's connections all succeed and an exempt one is never limited;
 // openConnections stops the 31st open connection of a source held at 30; UDP is counted
-// too. Traffic never looks like drift, and a replacement (a switch of mode, a new backend
-// as after a restart) keeps the guard's sets: their handles and what they hold.
+// too, and IPv6 is limited alike. Traffic never looks like drift, and a replacement (a
+// switch of mode, a new backend as after a restart) keeps the guard's sets: their handles
+// and what they hold. Then the same through the running agent, its config file edited.
 #include <arpa/inet.h>
 #include <csignal>
 #include <poll.h>
@@ -53,9 +54,12 @@ Config guardConfig(SnatGuardMode mode, std::optional<uint32_t> rate, std::option
 	return config;
 }
 
-Ruleset guardRuleset(SnatGuardMode mode, std::optional<uint32_t> rate, std::optional<uint32_t> open)
+Ruleset guardRuleset(SnatGuardMode mode, std::optional<uint32_t> rate, std::optional<uint32_t> open,
+		     bool enableIpv6 = false)
 {
-	return buildRuleset(guardConfig(mode, rate, open), RulesetOptions{});
+	RulesetOptions options;
+	options.enableIpv6 = enableIpv6;
+	return buildRuleset(guardConfig(mode, rate, open), options);
 }
 
 void apply(NetlinkBackend &backend, const Ruleset &ruleset)
@@ -90,18 +94,20 @@ struct Burst {
 	std::vector<UniqueFd> held;
 };
 
-Burst connectAtOnce(const Netns &pod, const std::string &source, size_t count, std::chrono::milliseconds timeout)
+Burst connectAtOnce(const Netns &pod, const std::string &source, size_t count, std::chrono::milliseconds timeout,
+		    int family = AF_INET)
 {
 	Burst burst;
 	const auto started = Clock::now();
 	std::vector<UniqueFd> pending = inNetns(pod.fd(), [&] {
 		std::vector<UniqueFd> fds;
 		for (size_t i = 0; i < count; i++) {
-			UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-			const sockaddr_storage from = socketAddress(AF_INET, source, 0);
-			const sockaddr_storage to = socketAddress(AF_INET, kServerV4, kSinkPort);
-			if (bind(fd.get(), reinterpret_cast<const sockaddr *>(&from), lengthOf(AF_INET)) == 0)
-				(void)connect(fd.get(), reinterpret_cast<const sockaddr *>(&to), lengthOf(AF_INET));
+			UniqueFd fd(socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+			const sockaddr_storage from = socketAddress(family, source, 0);
+			const sockaddr_storage to =
+				socketAddress(family, family == AF_INET ? kServerV4 : kServerV6, kSinkPort);
+			if (bind(fd.get(), reinterpret_cast<const sockaddr *>(&from), lengthOf(family)) == 0)
+				(void)connect(fd.get(), reinterpret_cast<const sockaddr *>(&to), lengthOf(family));
 			fds.push_back(std::move(fd));
 		}
 		return fds;
@@ -135,12 +141,13 @@ Burst connectAtOnce(const Netns &pod, const std::string &source, size_t count, s
 
 // The packets the over set `set` counted for `client` toward the sinks over `protocol`, as
 // `nft list` shows the element; nullopt when it holds none for them.
-std::optional<uint64_t> overCount(const std::string &set, const std::string &client, const char *protocol = "tcp")
+std::optional<uint64_t> overCount(const std::string &set, const std::string &client, const char *protocol = "tcp",
+				  const std::string &server = kServerV4)
 {
 	const std::string listing = runOrFail("nft list set inet ip-masq-agent " + set);
 	const std::regex element(fmt::format(R"({} \. {} \. {} \. {} [^,}}]*counter packets (\d+))",
 					     std::regex_replace(client, std::regex(R"(\.)"), R"(\.)"),
-					     std::regex_replace(kServerV4, std::regex(R"(\.)"), R"(\.)"), protocol,
+					     std::regex_replace(server, std::regex(R"(\.)"), R"(\.)"), protocol,
 					     kSinkPort));
 	std::smatch match;
 	INFO(listing);
@@ -231,6 +238,25 @@ TEST_CASE("enforce: at most the burst plus the rate per second get through; anot
 	CHECK(exempt.established == 150);
 	CHECK_FALSE(overCount("guard-over-rate-v4", kExemptClient));
 	requireInSync(*node.backend, ruleset);
+}
+
+TEST_CASE("IPv6 (--enable-ipv6): enforce lets through at most the burst plus the rate per second, and "
+	  "counts the rest per source and destination")
+{
+	Topology net;
+	const Sinks sinks = sinksOn(net.external, AF_INET6);
+	auto backend = freshBackend();
+	const Ruleset ruleset = guardRuleset(SnatGuardMode::enforce, 20, std::nullopt, true);
+	apply(*backend, ruleset);
+	const Burst burst = connectAtOnce(net.pod, kPodV6, 150, 900ms, AF_INET6);
+	INFO("established " << burst.established << " in " << burst.elapsedSeconds << " s");
+	CHECK(burst.established >= 1);
+	CHECK(double(burst.established) <= 20 + 20 * burst.elapsedSeconds);
+	const auto over = overCount("guard-over-rate-v6", kPodV6, "tcp", kServerV6);
+	REQUIRE(over);
+	CHECK(*over >= 150 - burst.established);
+	CHECK_FALSE(overCount("guard-over-rate-v4", kPodV4));
+	requireInSync(*backend, ruleset);
 }
 
 TEST_CASE("openConnections: 30 held stop the 31st of that source, not another's; a switch of mode and a "

@@ -94,35 +94,6 @@ Result<uint32_t> NetlinkBackend::apply(const Ruleset &ruleset)
 	return applied;
 }
 
-Result<uint32_t> NetlinkBackend::commitTable(const Ruleset &ruleset)
-{
-	auto exists = tableExists(ruleset.table);
-	if (!exists)
-		return fail(exists.error());
-	if (!*exists) {
-		auto created = replaceTable(ruleset, true);
-		if (created || refusedFeature_ || created.error().errnum != EEXIST)
-			return created;
-		log::debug("table inet {} was created by someone else meanwhile; replacing it",
-			   ruleset.table);
-	}
-	return replaceTable(ruleset, false);
-}
-
-Result<bool> NetlinkBackend::tableExists(const std::string &table)
-{
-	TablePtr request = tableHandle(table, false);
-	Status s = socket_.query(
-		NFT_MSG_GETTABLE, NFPROTO_INET, 0,
-		[&](nlmsghdr *nlh) { nftnl_table_nlmsg_build_payload(nlh, request.get()); },
-		[](const nlmsghdr *) -> Status { return {}; });
-	if (s)
-		return true;
-	if (s.error().errnum == ENOENT)
-		return false;
-	return fail(s.error().withContext(fmt::format("reading table inet {}: ", table)));
-}
-
 Result<EncodedTable> NetlinkBackend::encodeForKernel(const Ruleset &ruleset) const
 {
 	// The fault hook: the flag bit becomes one no kernel knows, until apply() learns to

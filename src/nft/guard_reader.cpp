@@ -11,6 +11,7 @@
 #include <libnftnl/set.h>
 
 #include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/nft/table_read.h"
 
 namespace ipmasq {
 
@@ -83,7 +84,7 @@ Result<std::vector<GuardOverKey>> NetlinkBackend::readGuardOver(const std::strin
 			continue;
 		Collector collector{{set.family, familyBits(set.family) / 8}, *kind, &out};
 		// The set's size bounds what one dump brings (the kernel adds no element past it).
-		const Status read = dumpSetElements(table, set.name, [&collector](const nftnl_set *part) -> Status {
+		const Status read = netlink::dumpSetElements(socket_, table, set.name, [&collector](const nftnl_set *part) -> Status {
 			if (nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), collectOver, &collector) < 0)
 				return fail("out of memory reading set elements", ENOMEM);
 			return {};
@@ -104,7 +105,7 @@ Result<std::vector<DynamicSetFill>> NetlinkBackend::readDynamicSetFill(const std
 	std::vector<DynamicSetFill> out;
 	for (const DynamicSet &set : sets) {
 		DynamicSetFill fill{set.name, 0, set.size};
-		const Status read = dumpSetElements(table, set.name, [&fill](const nftnl_set *part) -> Status {
+		const Status read = netlink::dumpSetElements(socket_, table, set.name, [&fill](const nftnl_set *part) -> Status {
 			const auto count = [](nftnl_set_elem *, void *data) -> int {
 				++*static_cast<size_t *>(data);
 				return 0;

@@ -49,6 +49,25 @@ CounterValue startValue(const TableContents &kernel, const std::vector<CounterVa
 
 } // namespace
 
+std::vector<CounterValue> TableContents::counters() const
+{
+	std::vector<CounterValue> values;
+	for (const Object &object : objects)
+		if (object.type == NFT_OBJECT_COUNTER)
+			values.push_back(CounterValue{object.name, object.packets, object.bytes});
+	return values;
+}
+
+void TableContents::setCounterValues(const std::vector<CounterValue> &values)
+{
+	for (const CounterValue &value : values)
+		for (Object &object : objects)
+			if (object.type == NFT_OBJECT_COUNTER && object.name == value.name) {
+				object.packets = value.packets;
+				object.bytes = value.bytes;
+			}
+}
+
 bool ReplacementPlan::keeps(const std::string &counter) const
 {
 	return std::find(keptCounters.begin(), keptCounters.end(), counter) != keptCounters.end();

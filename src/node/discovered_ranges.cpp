@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/base/counted.h"
 #include "ip-masq-agent/base/duration.h"
 #include "ip-masq-agent/base/escape.h"
 
@@ -302,19 +303,19 @@ void DiscoveredRanges::setState(uint16_t index, DiscoveryInput::State state, con
 			false, fmt::format("{}: does not exist (yet): waiting for it", what)});
 	else if (before == DiscoveryInput::State::stale || before == DiscoveryInput::State::absent)
 		messages_.push_back(DiscoveryMessage{
-			false, fmt::format("{}: {}, {} ranges", what,
+			false, fmt::format("{}: {}, {}", what,
 					   before == DiscoveryInput::State::stale ? "read again" : "there now",
-					   input.origins)});
+					   counted(input.origins, "range"))});
 }
 
 std::string DiscoveredRanges::whatStays(const DiscoveryInput &input) const
 {
 	if (input.origins > 0)
-		return fmt::format("what it gave before stays: its {} ranges stay in force until it reads again",
-				   input.origins);
+		return fmt::format("what it gave before ({}) stays in force until it reads again",
+				   counted(input.origins, "range"));
 	if (const size_t held = kept(input.source); held > 0)
-		return fmt::format("the {} ranges the agent's table held for {} when the agent started stay in "
-				   "force until it reads", held, discoverySourceName(input.source));
+		return fmt::format("what the agent's table held for {} when the agent started ({}) stays in "
+				   "force until it reads", discoverySourceName(input.source), counted(held, "range"));
 	if (!settings_.readsKernel)
 		return "its ranges are missing here: only the running agent and --once keep what the agent's "
 		       "table held for a source";
@@ -382,10 +383,11 @@ void DiscoveredRanges::releaseKept(DiscoverySource source, Clock::time_point now
 		removeOrigin(index, key, text, now, covered ? Leaving::reshaped : Leaving::heldDown);
 	}
 	messages_.push_back(DiscoveryMessage{
-		false, fmt::format("nonMasqueradeDiscovery: {}: of the {} ranges the agent's table held for it "
-				   "when the agent started, {} are not given now and leave after the hold-down "
-				   "({}); the rest is what it gives now",
-				   discoverySourceName(source), inputs_[index].origins, withdrawn,
+		false, fmt::format("nonMasqueradeDiscovery: {}: of what the agent's table held for it when the "
+				   "agent started ({}), those not given now ({}) leave after the hold-down ({}); "
+				   "the rest is what it gives now",
+				   discoverySourceName(source), counted(inputs_[index].origins, "range"),
+				   counted(withdrawn, "range"),
 				   formatGoDuration(settings_.holdDown))});
 	inputs_[index].origins = 0;
 }

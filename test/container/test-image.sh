@@ -44,8 +44,10 @@ command -v readelf >/dev/null || skip "readelf (binutils) is not installed"
 version=$(sed -n "s/^[[:space:]]*version[[:space:]]*:[[:space:]]*'\([^']*\)'.*/\1/p" \
 	"$srcdir/meson.build" | head -n 1)
 store_dir=${IP_MASQ_AGENT_TEST_STORE:-/var/tmp/ip-masq-agent-test-store}
-# The run root holds locks and state for this boot only, hence on /run.
+# The run root holds locks and state for this boot only, hence on /run; one per store.
 runroot=/run/ip-masq-agent-test-store
+[ "$store_dir" = /var/tmp/ip-masq-agent-test-store ] ||
+	runroot=$runroot-$(printf '%s' "$store_dir" | sha256sum | cut -c1-12)
 store=(--root "$store_dir/root" --runroot "$runroot" --storage-driver vfs)
 tag=localhost/ip-masq-agent-test:$$
 native_tag=$tag-amd64

@@ -2,6 +2,7 @@
 // The netlink backend against the real kernel, in this process's private network namespace.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <linux/capability.h>
 #include <linux/netlink.h>
 
+#include "ip-masq-agent/model/element_diff.h"
 #include "ip-masq-agent/nft/backend.h"
 #include "ip-masq-agent/nft/table_batch.h"
 #include "ip-masq-agent/nft/objects.h"
@@ -471,6 +473,39 @@ TEST_CASE("matches() tells whether the kernel's table is exactly the desired one
 	CHECK(runOrFail("nft list table inet other").find("table inet other") != std::string::npos);
 }
 
+TEST_CASE("the check sees what an edit by hand changes besides elements and rules: comments and the "
+	  "table's flags")
+{
+	auto backend = freshBackend();
+	const Ruleset ruleset = buildRuleset(configWith({"198.51.100.0/24", "203.0.113.0/24"}), {});
+	requireApplied(*backend, ruleset);
+	REQUIRE(matches(*backend, ruleset));
+
+	SECTION("an element's comment")
+	{
+		runOrFail("nft delete element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 }' && nft add "
+			  "element inet ip-masq-agent nomasq-v4 '{ 203.0.113.0/24 comment \"edited\" }'");
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	SECTION("a rule's comment")
+	{
+		const std::string chain = runOrFail("nft -a list chain inet ip-masq-agent IP-MASQ-AGENT");
+		std::smatch m;
+		const std::regex masquerade(R"((\S[^\n]*masquerade[^\n]*) comment "[^"]*" # handle (\d+))");
+		REQUIRE(std::regex_search(chain, m, masquerade));
+		runOrFail(fmt::format("nft replace rule inet ip-masq-agent IP-MASQ-AGENT handle {} {} "
+				      "comment \"edited\"", m[2].str(), m[1].str()));
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	SECTION("the table's flags")
+	{
+		runOrFail("nft add table inet ip-masq-agent '{ flags dormant; }'");
+		CHECK_FALSE(matches(*backend, ruleset));
+	}
+	requireApplied(*backend, ruleset);
+	CHECK(matches(*backend, ruleset));
+}
+
 TEST_CASE("generation() follows commits")
 {
 	auto backend = freshBackend();
@@ -710,4 +745,118 @@ TEST_CASE("the replacement that keeps counters is refused whole if anyone commit
 	CHECK(answer->failures.empty());
 	CHECK(matches(*backend, second));
 	run("nft delete table inet someone-else");
+}
+
+TEST_CASE("one read of the table per generation: a restore reads it once, adoption once, a check "
+	  "that found the table intact keeps nothing; the counters are read every time")
+{
+	auto backend = freshBackend();
+	int reads = 0;
+	backend->onEachRead([&reads] { reads++; });
+	const Ruleset ruleset = buildRuleset(configWith({"198.51.100.0/24"}), {});
+	requireApplied(*backend, ruleset);
+
+	// A drift: the check reads the table, and the restore that follows plans with that read.
+	runOrFail("nft add element inet ip-masq-agent nomasq-v4 '{ 203.0.113.7 }'");
+	reads = 0;
+	CHECK_FALSE(matches(*backend, ruleset));
+	CHECK(reads == 1);
+	requireApplied(*backend, ruleset);
+	CHECK(reads == 1);
+	CHECK(matches(*backend, ruleset)); // its own commit made a new generation
+	CHECK(reads == 2);
+	// A check that found the table intact keeps nothing: nothing will plan with it.
+	CHECK(matches(*backend, ruleset));
+	CHECK(reads == 3);
+	// One that found a difference keeps its read for the restore, or a second check.
+	const Ruleset other = buildRuleset(configWith({"192.0.2.0/24"}), {});
+	CHECK_FALSE(matches(*backend, other));
+	CHECK_FALSE(matches(*backend, other));
+	CHECK(reads == 4);
+
+	// Counters count without commits: their values are read every time, never the last read's.
+	sendNewFlows(3);
+	auto counted = backend->readCounters(ruleset.table);
+	REQUIRE(counted);
+	const auto masq = std::find_if(counted->begin(), counted->end(),
+				       [](const CounterValue &value) { return value.name == "masq-v4"; });
+	REQUIRE(masq != counted->end());
+	CHECK(masq->packets == 3);
+	CHECK(reads == 4);
+	(void)run("ip link del t9 2>/dev/null");
+
+	// Adoption, as the daemon started with a bad config does it: the table read once, the
+	// candidate built from it checked against that read.
+	auto opened = NetlinkBackend::open();
+	REQUIRE(opened);
+	NetlinkBackend &adopting = **opened;
+	int adoptionReads = 0;
+	adopting.onEachRead([&adoptionReads] { adoptionReads++; });
+	auto kernel = adopting.readTable(ruleset.table);
+	REQUIRE(kernel);
+	REQUIRE(*kernel);
+	const auto candidate = rulesetFromKernel({}, **kernel);
+	REQUIRE(candidate);
+	CHECK(*candidate == ruleset);
+	CHECK(matches(adopting, *candidate));
+	CHECK(adoptionReads == 1);
+}
+
+TEST_CASE("a replacement planned with the check's read starts the counters it makes again from their "
+	  "values now")
+{
+	auto backend = freshBackend();
+	int reads = 0;
+	backend->onEachRead([&reads] { reads++; });
+	Config config = configWith({"198.51.100.0/24"});
+	const Ruleset first = buildRuleset(config, {});
+	requireApplied(*backend, first);
+	// A counter the config puts first: masq-v4 is made again, from its value.
+	config.masqueradeSourceCIDRs.push_back(parsePrefix("198.18.0.0/15").value());
+	const Ruleset second = buildRuleset(config, {});
+	REQUIRE(second.counters.front().name == "nomasq-src-v4");
+	sendNewFlows(5);
+	CHECK_FALSE(matches(*backend, second)); // read: masq-v4 at 5
+	sendNewFlows(3); // counted since, no commit
+	reads = 0;
+	requireApplied(*backend, second);
+	CHECK(reads == 0); // planned with the check's read
+	CHECK(packetsOf("masq-v4") == 8);
+	(void)run("ip link del t9 2>/dev/null");
+}
+
+TEST_CASE("on a busy node, a replacement keeps its counters: each read that another table's commit "
+	  "interrupts holds at the generation after it, and the batch is sent against that")
+{
+	auto backend = freshBackend();
+	Config config = configWith({"198.51.100.0/24"});
+	const Ruleset first = buildRuleset(config, {});
+	requireApplied(*backend, first);
+	sendNewFlows(2);
+	const auto before = counterObjects();
+	// A whole replacement makes the table again: a new handle (its objects' may repeat).
+	const auto tableHandle = [] {
+		std::smatch m;
+		const std::string listing = runOrFail("nft -a list table inet ip-masq-agent");
+		REQUIRE(std::regex_search(listing, m, std::regex(R"(ip-masq-agent \{ # handle (\d+))")));
+		return m[1].str();
+	};
+	const std::string handle = tableHandle();
+	// Someone commits a table of its own in the middle of every read, as on a busy node.
+	int commits = 0;
+	backend->onEachRead([&commits] { runOrFail(fmt::format("nft add table ip busy-{}", ++commits)); });
+	RulesetOptions ports;
+	ports.toPorts = {PortRange{1024, 65535}};
+	const Ruleset second = buildRuleset(config, ports); // other rules: a replacement
+	REQUIRE_FALSE(diffElements(first, second));
+	requireApplied(*backend, second);
+	CHECK(commits == 1); // read once, sent once
+	CHECK(tableHandle() == handle); // not replaced whole
+	CHECK(counterObjects() == before); // the same objects, with their counts
+	backend->onEachRead({});
+	CHECK(matches(*backend, second));
+	CHECK(listingWithoutValues() == renderedListing(second));
+	for (int i = 1; i <= commits; i++)
+		run(fmt::format("nft delete table ip busy-{}", i));
+	(void)run("ip link del t9 2>/dev/null");
 }

@@ -1,14 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 // Faults: kill -9 in the middle of an apply leaves exactly the old table or exactly the
-// new one; a netlink request the kernel never answers times out, and the socket recovers.
+// new one; a netlink request the kernel never answers times out, and the socket recovers;
+// memory that runs out at any allocation of a commit is an error, never an abort.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <new>
 #include <random>
 #include <regex>
 #include <thread>
+
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <linux/netfilter/nfnetlink.h>
@@ -18,8 +25,13 @@
 
 #include "../common/ruleset_cases.h"
 #include "agent_process.h"
-#include "ip-masq-agent/nft/backend.h"
+#include "backend_support.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
+#include "ip-masq-agent/model/element_diff.h"
+#include "ip-masq-agent/netlink/monitor.h"
 #include "ip-masq-agent/netlink/socket.h"
+#include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/nft/guarded_backend.h"
 #include "netns.h"
 
 using namespace std::chrono_literals;
@@ -255,4 +267,113 @@ TEST_CASE("a netlink request the kernel never answers times out, and the socket 
 	INFO((next ? "" : next.error().message));
 	CHECK(next);
 	CHECK(replies == 1);
+}
+
+namespace {
+
+// From the armed count on, every operator new of this process fails until disarmed (-1), as
+// once a process reaches its memory limit. Only the children of the test below arm it.
+std::atomic<long> gAllocationsLeft{-1};
+
+} // namespace
+
+void *operator new(std::size_t size)
+{
+	const long left = gAllocationsLeft.load(std::memory_order_relaxed);
+	if (left == 0)
+		throw std::bad_alloc();
+	if (left > 0)
+		gAllocationsLeft.store(left - 1, std::memory_order_relaxed);
+	if (void *memory = std::malloc(size ? size : 1))
+		return memory;
+	throw std::bad_alloc();
+}
+
+void operator delete(void *memory) noexcept
+{
+	std::free(memory);
+}
+
+void operator delete(void *memory, std::size_t) noexcept
+{
+	std::free(memory);
+}
+
+namespace {
+
+// How a child's element update ended (its exit status).
+enum UpdateOutcome { updated = 0, outOfMemory = 1, setupFailed = 2, monitorDeaf = 3, otherError = 4 };
+
+// In a child: `diff` sent as the daemon sends it (through GuardedBackend, the change monitor
+// out of its group during the commit) with every allocation from the `allocations`-th on
+// failing, while joining the group again fails (the monitors' fault hook: `fault` exists).
+// Afterwards the monitor must be closed (the daemon then opens it again) or still hear
+// commits: one left out of its group would never report a change again.
+UpdateOutcome updateRunningOutOfMemory(long allocations, const ElementDiff &diff, const std::string &fault)
+{
+	auto backend = NetlinkBackend::open();
+	auto monitor = NftablesMonitor::open();
+	if (!backend || !monitor)
+		return setupFailed;
+	auto generation = (*backend)->generation();
+	if (!generation)
+		return setupFailed;
+	(*backend)->quietDuringCommits(&*monitor);
+	netlink::failMonitorsWhileFileExists(fault);
+	GuardedBackend guarded(**backend);
+	gAllocationsLeft = allocations;
+	auto result = guarded.updateElements(kDefaultTableName, diff, *generation);
+	gAllocationsLeft = -1;
+	netlink::failMonitorsWhileFileExists("");
+	if (monitor->isOpen()) {
+		if (std::system("nft add table ip oom-probe && nft delete table ip oom-probe") != 0)
+			return setupFailed;
+		pollfd ready{monitor->fd(), POLLIN, 0};
+		auto heard = ::poll(&ready, 1, 10000) == 1 ? monitor->drain() : Result<bool>(false);
+		if (!heard || !*heard)
+			return monitorDeaf;
+	}
+	if (result)
+		return updated;
+	return result.error().errnum == ENOMEM ? outOfMemory : otherError;
+}
+
+} // namespace
+
+TEST_CASE("memory that runs out at any allocation of an element update: an error, never an abort, "
+	  "and the change monitor closed or hearing")
+{
+	auto backend = freshBackend();
+	Config config;
+	config.nonMasqueradeCIDRs = {parsePrefix("198.51.100.0/24").value()};
+	const Ruleset before = buildRuleset(config, {});
+	config.nonMasqueradeCIDRs.push_back(parsePrefix("203.0.113.0/24").value());
+	const auto diff = diffElements(before, buildRuleset(config, {}));
+	REQUIRE(diff);
+	TempDir dir;
+	dir.write("monitors-fail", "");
+	// Allocation by allocation, each in a child of its own (an abort must not end the test)
+	// from the same table, until one update needs no more allocations than it was given.
+	constexpr long kMostAllocations = 5000;
+	long allocations = 0;
+	for (; allocations < kMostAllocations; allocations++) {
+		REQUIRE(backend->apply(before));
+		const pid_t child = fork();
+		REQUIRE(child >= 0);
+		if (child == 0)
+			_exit(updateRunningOutOfMemory(allocations, *diff, dir.file("monitors-fail")));
+		int status = 0;
+		REQUIRE(waitpid(child, &status, 0) == child);
+		INFO("out of memory from allocation " << allocations << " on; wait status " << status);
+		REQUIRE(WIFEXITED(status));
+		const int outcome = WEXITSTATUS(status);
+		REQUIRE(outcome != setupFailed);
+		CHECK(outcome != monitorDeaf);
+		CHECK(outcome != otherError);
+		if (outcome == updated)
+			break;
+	}
+	CHECK(allocations < kMostAllocations); // the update went through once memory sufficed
+	CHECK(allocations > 0);
+	WARN("an element update took " << allocations << " allocations");
 }

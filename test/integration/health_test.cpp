@@ -250,10 +250,12 @@ TEST_CASE("a loop that stops turning while the HTTP thread runs: /livez 503 with
 			      // the design's bound, plus 30 s that only a hang needs
 			      AgentStatus::kLivenessLimit + AgentStatus::kHeartbeatPeriod + 30s, agent,
 			      "not live while the loop is stopped", endpoints);
-		const Answer dead = request("/livez");
+		// A generous timeout: on a busy machine curl itself may take seconds to start.
+		const Answer dead = request("/livez", "GET", 20s);
+		CHECK(dead.status == 503);
 		CHECK_THAT(dead.body, Catch::Matches("the event loop has not turned for 1[5-9] s .*\n"));
 		// Readiness is the state the loop last reported: it cannot tell a hang.
-		CHECK(request("/readyz").status == 200);
+		CHECK(request("/readyz", "GET", 20s).status == 200);
 		loop.resume();
 		// The overdue heartbeat timer wakes the loop at once.
 		requireWithin([] { return answers("/livez", 200, "ok"); }, 3s, agent,

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-// Catch2 main for integration tests: enter a private network namespace first, or skip.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// Catch2 main for integration tests: enter a private network namespace first, or skip
+// (Catch2's implementation: test/common/catch_runner.cpp, compiled once).
 
 #include <cstdio>
 
+#include "../common/catch_runner.h"
 #include "netns.h"
 
 int main(int argc, char *argv[])
@@ -14,5 +14,5 @@ int main(int argc, char *argv[])
 		std::fprintf(stderr, "SKIP: %s\n", why.c_str());
 		return 77; // meson's "skipped"
 	}
-	return Catch::Session().run(argc, argv);
+	return ipmasq::test::runCatchSession(argc, argv);
 }

@@ -247,7 +247,7 @@ TEST_CASE_METHOD(PodNetworkNode,
 	writeAtomically(subnetEnv, "FLANNEL_NETWORK=192.0.2.0/24\nFLANNEL_SUBNET=192.0.2.1/26\n");
 	requireWithin([&] { return seenFrom(net, kOtherServerV4) == kPodV4; }, kRetrySeen, agent,
 		      "FLANNEL_NETWORK found by the retry", context);
-	CHECK_THAT(agent.log(), Catch::Contains(subnetEnv + " (flannelSubnetEnv): there now, 1 ranges"));
+	CHECK_THAT(agent.log(), Catch::Contains(subnetEnv + " (flannelSubnetEnv): there now, 1 range"));
 	// The retry that found it also watches the new directory: what follows is seen when made.
 	requireWithin([&] { return watches(agent.pid(), flannelDir); }, kHang, agent,
 		      "the agent watching the directory made after its start", context);

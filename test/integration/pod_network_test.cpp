@@ -129,7 +129,7 @@ TEST_CASE_METHOD(PodNetworkNode,
 	CHECK_THAT(verbose, Catch::StartsWith("200 ok\n"));
 	CHECK_THAT(verbose, Catch::Contains("warning: pod network: " + subnetEnv + " could not be read (" + subnetEnv +
 					    ":1: FLANNEL_NETWORK: ") &&
-				    Catch::Contains("192.0.2.0/33") && Catch::Contains("what it gave before stays"));
+				    Catch::Contains("192.0.2.0/33") && Catch::Contains("what it gave before (1 range) stays in force"));
 	CHECK_THAT(agent.log(), Catch::Contains(subnetEnv + ":1: FLANNEL_NETWORK"));
 	std::this_thread::sleep_for(2s);
 	CHECK_THAT(nomasqSet(), Catch::Contains("192.0.2.0/24"));

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The agent's /metrics as Prometheus itself reads it: promtool's linter, and a real
 // Prometheus server scraping the agent inside the test's private network namespace.
-// Skipped (exit 77) only when Debian's prometheus package is not installed.
-#define CATCH_CONFIG_RUNNER
+// Skipped (exit 77) only when Debian's prometheus package is not installed. Its own main
+// (below); Catch2's implementation: test/common/catch_runner.cpp.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/catch_runner.h"
 #include "agent_process.h"
 #include "ip-masq-agent/conntrack/conntrack_stats.h"
 #include "netns.h"
@@ -412,5 +413,5 @@ int main(int argc, char *argv[])
 		std::fprintf(stderr, "SKIP: %s\n", why.c_str());
 		return 77;
 	}
-	return Catch::Session().run(argc, argv);
+	return runCatchSession(argc, argv);
 }

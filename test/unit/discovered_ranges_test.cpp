@@ -236,10 +236,10 @@ TEST_CASE("model: a failed read keeps what the input said, and says so once")
 	CHECK(messages[0].warning);
 	CHECK(messages[0].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
 				  "/run/flannel/subnet.env:1: FLANNEL_NETWORK is empty; what it gave before "
-				  "stays: its 1 ranges stay in force until it reads again");
+				  "(1 range) stays in force until it reads again");
 	CHECK_FALSE(messages[1].warning);
 	CHECK(messages[1].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
-				  "read again, 1 ranges");
+				  "read again, 1 range");
 }
 
 TEST_CASE("model: a file that does not exist yet is waited for, said once, and taken when it comes")
@@ -258,7 +258,7 @@ TEST_CASE("model: a file that does not exist yet is waited for, said once, and t
 	CHECK(messages[0].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
 				  "does not exist (yet): waiting for it");
 	CHECK(messages[1].text == "nonMasqueradeDiscovery: /run/flannel/subnet.env (flannelSubnetEnv): "
-				  "there now, 1 ranges");
+				  "there now, 1 range");
 }
 
 TEST_CASE("model: past the bound the last set within it stays, and the model says so")
@@ -444,9 +444,9 @@ TEST_CASE("restart: what the table held is in force at once; a source that reads
 	CHECK(texts(model.takeChanges(t0 + 70s).removed) == Strings{"198.18.2.0/26"});
 	// Flannel never read: its kept range stays whatever the time.
 	CHECK(texts(model.inForceOf(DiscoverySource::flannel)) == Strings{"198.18.0.0/16"});
-	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: routes: of the 2 ranges the agent's table held for it "
-				     "when the agent started, 1 are not given now and leave after the hold-down "
-				     "(30s); the rest is what it gives now");
+	CHECK(onlyMessage(model) == "nonMasqueradeDiscovery: routes: of what the agent's table held for it when the "
+				     "agent started (2 ranges), those not given now (1 range) leave after the "
+				     "hold-down (30s); the rest is what it gives now");
 }
 
 TEST_CASE("restart: an empty reading (bird not started yet) holds every kept range down, from the restart")
@@ -474,8 +474,8 @@ TEST_CASE("restart: a source that cannot be read keeps what the table held, stal
 	REQUIRE(model.inputs().size() == 1);
 	CHECK(model.inputs()[0].state == DiscoveryInput::State::stale);
 	CHECK(model.whatStays(model.inputs()[0]) ==
-	      "the 1 ranges the agent's table held for flannelSubnetEnv when the agent started stay in force until "
-	      "it reads");
+	      "what the agent's table held for flannelSubnetEnv when the agent started (1 range) stays in force "
+	      "until it reads");
 	const auto ranges = model.ranges();
 	REQUIRE(ranges.size() == 1);
 	REQUIRE(ranges[0].origins.size() == 1);

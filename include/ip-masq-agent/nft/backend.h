@@ -14,10 +14,10 @@
 
 #include "ip-masq-agent/base/error.h"
 #include "ip-masq-agent/nft/objects.h"
-#include "ip-masq-agent/nft/replacement.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/nft/table_backend.h"
+#include "ip-masq-agent/nft/table_read.h"
 
 namespace ipmasq {
 
@@ -60,22 +60,24 @@ public:
 	Result<uint32_t> generation() override;
 
 	// Whether the kernel's table is exactly the desired one: table, sets, elements,
-	// chains and rules, userdata (comments) included, and the generation it was so at. A
-	// missing table is different. The table is read with several dumps while a socket of
-	// its own listens to nf_tables' notifications (netlink/change_watch.h): a read that
-	// other tables' commits interrupted holds for this table at the generation read after
-	// it. When commits to the table itself (or lost notifications) spoil it a few times in
-	// a row, the answer is TableCheck::unsettled, never an error.
+	// chains, rules and flowtables, userdata (comments) included, and the generation it was
+	// so at. A missing table is different. The table is read consistently however often
+	// other tables commit (nft/table_read.h); when commits to the table itself (or lost
+	// notifications) spoil the read a few times in a row, the answer is
+	// TableCheck::unsettled, never an error. At the generation of the last read, nothing
+	// is read again; a check that finds the table intact keeps no read.
 	Result<CheckedTable> check(const Ruleset &ruleset) override;
 
 	// check() for tests and tools that need a yes or no: unsettled is an EAGAIN error.
 	Result<bool> matches(const Ruleset &ruleset);
 
+	// Read as check() reads; a table that kept changing while it was read is an EAGAIN
+	// error.
 	Result<std::optional<KernelTable>> readTable(const std::string &table) override;
 
-	// The named counters of inet `table` and their values (none when it does not exist);
-	// they are also what the next replacement starts its counters at, should the table
-	// be gone by then.
+	// The named counters of inet `table` and their values (none when it does not exist),
+	// read now; they are also what the next replacement starts its counters at, should the
+	// table be gone by then.
 	Result<std::vector<CounterValue>> readCounters(const std::string &table) override;
 
 	// What the guard's over sets among `sets` (the desired ruleset's dynamic sets with a
@@ -100,6 +102,9 @@ public:
 	// refuses with EINVAL), until apply() learns to leave the flag out.
 	void simulateKernelWithoutFullyRandom() { simulateNoFullyRandom_ = true; }
 
+	// Fault hook for tests: TableReader::onEachRead().
+	void onEachRead(std::function<void()> hook) { reader_.onEachRead(std::move(hook)); }
+
 	// Our netlink port id: the kernel tags notifications of our commits with it.
 	uint32_t portId() const { return socket_.portId(); }
 
@@ -114,39 +119,30 @@ private:
 	};
 
 	Result<netlink::BatchAnswer> transact(const netlink::Batch &batch);
-	// The whole-table replacement apply() sends, once or (after a refusal) twice;
-	// `createOnly`: a table known to be absent is created without a DELTABLE. An existing
-	// table is replaced keeping its counter objects (replacement.h), read and planned
-	// again when someone commits in between; after kKeepingCountersAttempts such races,
-	// or when its comment or flags are not the agent's, it is deleted and created whole.
-	Result<uint32_t> replaceTable(const Ruleset &ruleset, bool createOnly);
-	// Sends one of replaceTable()'s batches: the commit's generation, or why not (ERESTART:
-	// a guarded batch that someone else's commit made stale).
-	Result<uint32_t> commitReplacement(const Ruleset &ruleset, const netlink::Batch &batch,
-					   const std::vector<FeatureCarrier> &carriers);
-	// The replacement that keeps the table's counters (netlink/replacement.h), read,
-	// planned and committed under the generation guard, a few times over; nullopt when the
-	// table must be replaced whole (gone meanwhile, another comment or flags, or the
+	// transact() with the change monitor out of its group meanwhile (see
+	// quietDuringCommits()).
+	Result<netlink::BatchAnswer> transactQuietly(const netlink::Batch &batch);
+	// Sends a batch on inet `table`: the commit's generation (and `done` in the debug log,
+	// with the batch's size), or the error that names the refused object (its feature
+	// noted in refusedFeature_). ERESTART, a generation guard that someone's commit made
+	// stale, fails with `stale` and the kernel's words.
+	Result<uint32_t> commit(const std::string &table, const netlink::Batch &batch,
+				const std::vector<FeatureCarrier> &carriers, const std::string &stale,
+				const std::string &done);
+	// One attempt of apply(): the table created when the read finds none, replaced keeping
+	// its counter objects (replacement.h) when it can, else deleted and created whole.
+	Result<uint32_t> commitTable(const Ruleset &ruleset);
+	// Reads, plans and commits the replacement that keeps the table's counters (or creates
+	// a table the read finds absent) under the generation guard of each read, a few times
+	// over; nullopt when the table must be replaced whole (another comment or flags, or the
 	// guard refused every attempt).
 	std::optional<Result<uint32_t>> replaceKeepingCounters(const Ruleset &ruleset,
 							       netlink::EncodedTable &encoded,
 							       const std::vector<FeatureCarrier> &carriers);
-	// What inet `table` holds, by name, at the generation read first; nullopt when it does
-	// not exist. EINTR: a dump that a commit interrupted.
-	Result<std::optional<netlink::TableContents>> readTableContents(const std::string &table);
 	// Keeps `values` as the last seen of their names (others stay as they were).
 	void remember(const std::vector<CounterValue> &values);
-	// The same for the counters of `contents`.
-	void rememberCounters(const netlink::TableContents &contents);
-	// A replaceTable() that creates the table when GETTABLE says it is absent, and
-	// replaces it when it exists (or was created by someone in between).
-	Result<uint32_t> commitTable(const Ruleset &ruleset);
-	Result<bool> tableExists(const std::string &table);
 	// encodeRuleset() with what this kernel refused left out (and the fault hook's flag).
 	Result<netlink::EncodedTable> encodeForKernel(const Ruleset &ruleset) const;
-	// The values a whole replacement's counters start at: the table's own, read just
-	// before, or, when it cannot be read (deleted by someone), the last ones seen.
-	std::vector<CounterValue> carriedCounters(const std::string &table);
 	// The encoded objects of `ruleset` that carry a feature this kernel may lack.
 	std::vector<FeatureCarrier> featureCarriers(const Ruleset &ruleset,
 						    const netlink::EncodedTable &encoded) const;
@@ -155,21 +151,13 @@ private:
 	static std::optional<Feature> refusedFeature(const netlink::Batch &batch,
 						     const std::vector<FeatureCarrier> &carriers,
 						     uint32_t seq, int error);
-	// transact() with the change monitor out of its group meanwhile (see
-	// quietDuringCommits()).
-	Result<netlink::BatchAnswer> transactQuietly(const netlink::Batch &batch);
 	// After an EPERM (or while lockedOut_): the error that names the process holding
 	// inet `table` with the flag "owner" (NFT_TABLE_F_OWNER), if another socket holds it;
 	// nullopt otherwise. Sets lockedOut_ accordingly.
 	std::optional<Error> refusedByOwner(const std::string &table);
-	// Dumps the elements of one set of inet `table`, handing each reply's elements to
-	// `onPart` as they arrive (matches() and adoption read them in different forms).
-	Status dumpSetElements(const std::string &table, const std::string &set,
-			       const std::function<Status(const nftnl_set *)> &onPart);
-	Result<bool> matchesOnce(const std::string &desired, const std::string &table);
-	Result<std::optional<KernelTable>> readTableOnce(const std::string &table);
 
 	netlink::Socket socket_;
+	netlink::TableReader reader_{socket_}; // the one reader of the table, with the last read
 	NftablesMonitor *quietMonitor_ = nullptr;
 	KernelLimits limits_;
 	bool simulateNoFullyRandom_ = false;

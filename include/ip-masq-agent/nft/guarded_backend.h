@@ -7,7 +7,7 @@
 
 namespace ipmasq {
 
-// Encoding a table of 100,000 ranges, its batch and the canonical forms that check()
+// Encoding a table of 100,000 ranges, its batch and the reads and records that check()
 // compares take tens of MB for a moment; under a tight memory limit (RLIMIT_AS, a cgroup)
 // one of those allocations can fail. Every call is passed on to `inner`; a std::bad_alloc
 // (from operator new, or from a libnftnl allocation that returned NULL) comes back as an

@@ -41,6 +41,12 @@ struct TableContents {
 		uint64_t bytes = 0;
 	};
 	std::vector<Object> objects; // in the kernel's order, which `nft list` shows
+
+	// The counters among the objects, with their values.
+	std::vector<CounterValue> counters() const;
+	// Sets the counters' values to `values`, by name (read later than the rest: counters
+	// count without any commit).
+	void setCounterValues(const std::vector<CounterValue> &values);
 };
 
 // A replacement that deletes everything of the table but `keptCounters` and creates the

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the reconciler needs from the kernel: apply, generation, compare, read back, remove.
 //
-// NetlinkBackend (netlink/backend.h) implements it against nf_tables; the reconciler's
+// NetlinkBackend (nft/backend.h) implements it against nf_tables; the reconciler's
 // unit tests implement it with a fake, so every decision can be driven event by event.
 #pragma once
 

@@ -31,6 +31,7 @@
 #include "ip-masq-agent/base/process_guard.h"
 #include "ip-masq-agent/daemon/reconciler.h"
 #include "ip-masq-agent/daemon/snat_usage_check.h"
+#include "ip-masq-agent/diagnose/guard_over.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
@@ -125,6 +126,49 @@ int runDryRun(const AgentOptions &options)
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
+namespace {
+
+// The guard's part of --snat-usage: what its over sets hold now, or why it could not be
+// read (said in the text: a failed read is not "nobody is over").
+std::string guardOverOf(const Ruleset &ruleset)
+{
+	if (ruleset.dynamicSets.empty())
+		return {};
+	auto backend = NetlinkBackend::open();
+	if (!backend)
+		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", backend.error().message);
+	Result<std::vector<GuardOverKey>> over = (*backend)->readGuardOver(ruleset.table, ruleset.dynamicSets);
+	Result<std::vector<DynamicSetFill>> fill = (*backend)->readDynamicSetFill(ruleset.table, ruleset.dynamicSets);
+	if (!over || !fill)
+		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n",
+				   (over ? fill.error() : over.error()).message);
+	return guardOverText(ruleset, std::move(*over), *fill);
+}
+
+// The guard's clause of each --explain line: what it limits and what its over sets say
+// (read once for all the lines; a failed read is said, never "nobody is over").
+std::vector<std::string> guardClauses(const Ruleset &ruleset, const std::vector<Address> &sources,
+				      const std::vector<Address> &destinations)
+{
+	std::optional<std::vector<GuardOverKey>> over;
+	std::string why;
+	if (!ruleset.dynamicSets.empty()) {
+		auto backend = NetlinkBackend::open();
+		auto read = backend ? (*backend)->readGuardOver(ruleset.table, ruleset.dynamicSets)
+				    : Result<std::vector<GuardOverKey>>(fail(backend.error()));
+		if (read)
+			over = std::move(*read);
+		else
+			why = read.error().message;
+	}
+	std::vector<std::string> clauses;
+	for (const Address &destination : destinations)
+		clauses.push_back(guardExplainClause(ruleset, destination, sources, over, why));
+	return clauses;
+}
+
+} // namespace
+
 int runSnatUsage(const AgentOptions &options)
 {
 	const Result<std::vector<NodeAddress>> read = readNodeAddresses();
@@ -144,7 +188,7 @@ int runSnatUsage(const AgentOptions &options)
 	SnatUsage usage = counter.finish();
 	if (Status routes = describeClientRoutes(usage); !routes)
 		log::debug("{}; the clients' interfaces are left out", routes.error().message);
-	const std::string table = snatUsageTable(usage);
+	const std::string table = snatUsageTable(usage) + guardOverOf(state->ruleset);
 	std::fwrite(table.data(), 1, table.size(), stdout);
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
@@ -174,8 +218,10 @@ int runExplain(const AgentOptions &options)
 	context.otherTables = readOtherTablesView(context.desired);
 	const std::vector<std::string> lines = explainDestinations(loaded->config, context, options.explain);
 	const std::vector<std::string> usage = snatUsageClauses(context.desired, node, options.explain);
+	const std::vector<std::string> guard = guardClauses(context.desired, options.explainSources, options.explain);
 	for (size_t i = 0; i < lines.size(); i++)
-		std::fprintf(stdout, "%s%s\n", lines[i].c_str(), i < usage.size() ? usage[i].c_str() : "");
+		std::fprintf(stdout, "%s%s%s\n", lines[i].c_str(), i < usage.size() ? usage[i].c_str() : "",
+			     guard[i].c_str());
 	return std::fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 

@@ -386,6 +386,94 @@ void addSets(Ruleset &ruleset, const Config &config, const std::vector<Family> &
 	addDiscoveredSets(ruleset, config, families);
 }
 
+// The guard's dynamic sets hold this many keys each (the kernel's default is 65,535): a
+// key is a source and a destination with a new connection in the last
+// kGuardRateTimeoutMs (the rate set), or with open connections (the open set), or over a
+// limit in the last kGuardOverTimeoutMs (the over sets). A full set adds no key: a new
+// key goes unguarded, those in it stay limited.
+constexpr uint32_t kGuardSetSize = 65536;
+// The rate set's keys leave 2 s after their last new connection. Their bucket (burst =
+// rate) is full again after 1 s without one, so a key that leaves and comes back starts
+// exactly where it would have been; and one source holds at most its new destinations per
+// second times 2 of the set's keys.
+constexpr uint64_t kGuardRateTimeoutMs = 2000;
+// What was over a limit stays in the over sets, with its count of attempts, until 10
+// minutes pass without one: long enough to read between scrapes and to decide.
+constexpr uint64_t kGuardOverTimeoutMs = 600000;
+
+// The limits the section sets, in the order of their rules.
+std::vector<std::pair<GuardLimitKind, uint32_t>> guardLimits(const SnatGuard &guard)
+{
+	std::vector<std::pair<GuardLimitKind, uint32_t>> limits;
+	if (guard.newConnectionsPerSecond)
+		limits.emplace_back(GuardLimitKind::newConnections, *guard.newConnectionsPerSecond);
+	if (guard.openConnections)
+		limits.emplace_back(GuardLimitKind::openConnections, *guard.openConnections);
+	return limits;
+}
+
+const char *guardLimitKey(GuardLimitKind kind)
+{
+	return kind == GuardLimitKind::newConnections ? "newConnectionsPerSecond" : "openConnections";
+}
+
+// snatGuard's sets: per family, the exempt sources (even when none: an edit of `exempt` is
+// then an element update), and per limit the keys tracked and those over it.
+void addGuardSets(Ruleset &ruleset, const SnatGuard &guard, const std::vector<Family> &families)
+{
+	for (const Family family : families) {
+		ruleset.sets.push_back(AddressSet{
+			guardExemptSetName(family), IntervalSet::fromPrefixes(family, guard.exempt),
+			fmt::format("{} sources the SNAT guard never limits: snatGuard exempt",
+				    familyName(family))});
+		for (const auto &[kind, limit] : guardLimits(guard)) {
+			const bool rate = kind == GuardLimitKind::newConnections;
+			ruleset.dynamicSets.push_back(DynamicSet{
+				guardTrackSetName(kind, family), family, kGuardSetSize,
+				rate ? kGuardRateTimeoutMs : 0, false,
+				fmt::format("{} sources and destinations tracked for snatGuard {}",
+					    familyName(family), guardLimitKey(kind))});
+			ruleset.dynamicSets.push_back(DynamicSet{
+				guardOverSetName(kind, family), family, kGuardSetSize, kGuardOverTimeoutMs,
+				true,
+				fmt::format("{} sources and destinations over snatGuard {}: attempts "
+					    "over", familyName(family), guardLimitKey(kind))});
+		}
+	}
+}
+
+// snatGuard's rules, right before the NAT: only what the agent source-NATs is limited.
+void addGuardRules(Chain &chain, const SnatGuard &guard, const std::vector<Family> &families,
+		   CounterBook &counters)
+{
+	const bool enforce = guard.enforces();
+	const Decision decision = enforce ? Decision::guardDropped : Decision::guardObserved;
+	for (const Family family : families)
+		for (const auto &[kind, limit] : guardLimits(guard)) {
+			const DecisionReason reason = kind == GuardLimitKind::newConnections
+				? DecisionReason::newConnections
+				: DecisionReason::openConnections;
+			chain.rules.push_back(Rule{
+				GuardLimit{family, kind, limit, guardExemptSetName(family),
+					   guardTrackSetName(kind, family), guardOverSetName(kind, family),
+					   enforce},
+				fmt::format("snatGuard ({}): {} per source and destination over {} {}",
+					    snatGuardModeName(*guard.mode), familyName(family),
+					    guardLimitKey(kind), enforce ? "are dropped" : "are counted"),
+				counters.use({family, decision, reason},
+					     fmt::format("over snatGuard {} ({})", guardLimitKey(kind),
+							 enforce ? "dropped" : "observed"))});
+		}
+}
+
+// The guard's counters last: a switch of mode replaces them, and `nft list` keeps the
+// order counters were made in, so the others (made before) are kept by a replacement.
+void moveGuardCountersLast(Ruleset &ruleset)
+{
+	std::stable_partition(ruleset.counters.begin(), ruleset.counters.end(),
+			      [](const NamedCounter &counter) { return !isGuardDecision(counter.label.decision); });
+}
+
 } // namespace
 
 Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
@@ -398,6 +486,8 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 	if (options.enableIpv6)
 		families.push_back(Family::ipv6);
 	addSets(ruleset, config, families);
+	if (config.snatGuard)
+		addGuardSets(ruleset, *config.snatGuard, families);
 
 	CounterBook counters(ruleset, options.connectionCounters);
 	const std::string outputInterfaceSet =
@@ -430,7 +520,10 @@ Ruleset buildRuleset(const Config &config, const RulesetOptions &options,
 				counters.use({family, Decision::notMasqueraded,
 					      DecisionReason::destination},
 					     fmt::format("not masqueraded: destination in {}", set->name))});
+	if (config.snatGuard)
+		addGuardRules(masq, *config.snatGuard, families, counters);
 	addNatRules(masq, config, families, options, subnet, counters);
+	moveGuardCountersLast(ruleset);
 
 	ruleset.chains.push_back(std::move(base));
 	ruleset.chains.push_back(std::move(masq));

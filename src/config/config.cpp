@@ -182,6 +182,7 @@ private:
 	bool done_ = false;
 	std::vector<SeenKey> seen_;
 	YAML::Mark sectionKey_ = YAML::Mark::null_mark(); // where nonMasqueradeDiscovery is
+	YAML::Mark guardKey_ = YAML::Mark::null_mark(); // where snatGuard is
 	std::vector<Anchor> anchors_; // yaml-cpp numbers anchors 1, 2, ... per document
 	std::string pendingAnchorName_;
 	size_t anchorNames_ = 0;
@@ -386,7 +387,7 @@ void ConfigHandler::onUnknownKey(const Table &table, std::string_view spelling, 
 				 const std::string &here)
 {
 	if (!table.section.empty()) {
-		const std::optional<std::string_view> meant = suggestKey(spelling, true);
+		const std::optional<std::string_view> meant = config_keys::suggestKeyIn(table, spelling);
 		refuse(fmt::format("{}unknown key {}{} (the section's keys: {}): fix its spelling", here,
 				   shown(spelling), meant ? fmt::format(": did you mean \"{}\"?", *meant) : "",
 				   keyNames(table)));
@@ -447,7 +448,7 @@ void ConfigHandler::onKeyValue(const Frame &mapping, const Value &value, bool op
 	}
 	model_.open(key, value.mark);
 	if (key.section) {
-		sectionKey_ = mapping.keyMark;
+		(key.section == &config_keys::kSnatGuardTable ? guardKey_ : sectionKey_) = mapping.keyMark;
 		stack_.push_back(Frame{.type = Frame::Type::mapping, .table = key.section});
 	} else {
 		stack_.push_back(Frame{.type = Frame::Type::list, .table = &table, .key = &key});
@@ -459,7 +460,7 @@ Result<LoadedConfig> ConfigHandler::finish()
 	// After an error that stopped the reading, the file was not read whole: nothing more
 	// is checked.
 	if (!stopped_)
-		for (Error &error : model_.checkWholeFile(sectionKey_))
+		for (Error &error : model_.checkWholeFile(sectionKey_, guardKey_))
 			noteError(std::move(error));
 	if (errorCount_ > 0)
 		return fail(errorsMessage());
@@ -669,6 +670,8 @@ std::string describeConfig(const Config &config)
 		out += fmt::format("nonMasqueradeDiscovery={{{}}} discovered={} ",
 				   describeDiscovery(*config.nonMasqueradeDiscovery),
 				   summarizeList(config.nonMasqueradeCIDRs, discovered));
+	if (config.snatGuard)
+		out += fmt::format("snatGuard={{{}}} ", describeSnatGuard(*config.snatGuard));
 	return out + fmt::format("cidrLimit={} masqLinkLocal={} masqLinkLocalIPv6={} resyncInterval={}",
 				 config.cidrLimit, config.masqLinkLocal, config.masqLinkLocalIPv6,
 				 formatGoDuration(config.resyncInterval));

@@ -132,6 +132,21 @@ Status mergeDiscovery(LoadedConfig &merged, NonMasqueradeDiscovery in, bool hold
 				  fileOffset, "cniConfDir");
 }
 
+// snatGuard of one more file: one section per config, given by one file (two guards of
+// different limits or modes cannot both hold; one file owns it).
+Status mergeSnatGuard(Config &merged, SnatGuard in, uint32_t fileOffset)
+{
+	in.written.origin.file += fileOffset;
+	for (Prefix &prefix : in.exempt)
+		prefix.origin.file += fileOffset;
+	if (merged.snatGuard)
+		return fail(fmt::format("{}: snatGuard: the section is also given at {}: only one of the "
+					"files may give it", describeOrigin(merged, in.written.origin),
+					describeOrigin(merged, merged.snatGuard->written.origin)));
+	merged.snatGuard = std::move(in);
+	return {};
+}
+
 // A prefix listed by several files is kept once, where the first file (in the merged
 // order) lists it; repeats within one file stay, as they do with --config.
 void keepFirstFileOfEachPrefix(std::vector<Prefix> &list)
@@ -214,6 +229,9 @@ Status mergeInto(LoadedConfig &merged, LoadedConfig part)
 		return s;
 	if (in.nonMasqueradeDiscovery)
 		if (auto s = mergeDiscovery(merged, std::move(*in.nonMasqueradeDiscovery), part.holdDownGiven, offset); !s)
+			return s;
+	if (in.snatGuard)
+		if (auto s = mergeSnatGuard(out, std::move(*in.snatGuard), offset); !s)
 			return s;
 	for (std::string &warning : part.warnings)
 		merged.warnings.push_back(std::move(warning));

@@ -195,6 +195,23 @@ constexpr KeySpec kDiscoveryKeys[] = {
 constexpr Table kDiscoveryTable{kDiscoveryKeys, "nonMasqueradeDiscovery"};
 
 namespace {
+// The snatGuard section (snat_guard.h).
+constexpr const char *kLimit = "expected a whole number from 1 to 1000000 such as 100";
+constexpr KeySpec kSnatGuardKeys[] = {
+	{.name = "mode", .slot = &SnatGuard::mode, .expected = "expected observe or enforce"},
+	{.name = "newConnectionsPerSecond", .slot = &SnatGuard::newConnectionsPerSecond, .expected = kLimit,
+	 .most = kMaxSnatGuardLimit},
+	{.name = "openConnections", .slot = &SnatGuard::openConnections, .expected = kLimit,
+	 .most = kMaxSnatGuardLimit},
+	{.name = "exempt", .slot = &SnatGuard::exempt,
+	 .expected = "expected a list of CIDR strings such as [\"198.18.0.0/24\"]", .most = kMaxSnatGuardExempt,
+	 .tooMany = " entries, the most this key takes: exempt prefixes, not single pods"},
+};
+} // namespace
+
+constexpr Table kSnatGuardTable{kSnatGuardKeys, "snatGuard"};
+
+namespace {
 
 // The config's keys: upstream's, then the agent's own.
 constexpr KeySpec kKeys[] = {
@@ -228,6 +245,9 @@ constexpr KeySpec kKeys[] = {
 	{.name = "nonMasqueradeDiscovery", .slot = &Config::nonMasqueradeDiscovery,
 	 .expected = "expected a mapping such as {within: [\"10.244.0.0/16\"], routeProtocols: [bird]}",
 	 .aliasOf = "a mapping", .aliasFix = "the section", .section = &kDiscoveryTable},
+	{.name = "snatGuard", .slot = &Config::snatGuard,
+	 .expected = "expected a mapping such as {mode: observe, newConnectionsPerSecond: 100}",
+	 .aliasOf = "a mapping", .aliasFix = "the section", .section = &kSnatGuardTable},
 };
 } // namespace
 
@@ -329,10 +349,14 @@ struct Values::Model {
 			CidrList &list = listOf(*cidrs);
 			list.key = &key;
 			list.mark = mark;
-		} else if (key.section) {
+		} else if (key.section == &kDiscoveryTable) {
 			NonMasqueradeDiscovery discovery;
 			discovery.written.origin = originOf(mark);
 			loaded_.config.nonMasqueradeDiscovery = std::move(discovery);
+		} else if (key.section == &kSnatGuardTable) {
+			SnatGuard guard;
+			guard.written.origin = originOf(mark);
+			loaded_.config.snatGuard = std::move(guard);
 		}
 	}
 
@@ -374,7 +398,7 @@ struct Values::Model {
 
 	// The checks that need the whole file: each list against cidrLimit (which may come
 	// after it), the section's requirements (`sectionKey`: where its key is).
-	std::vector<Error> checkWholeFile(const YAML::Mark &sectionKey)
+	std::vector<Error> checkWholeFile(const YAML::Mark &discoveryKey, const YAML::Mark &guardKey)
 	{
 		std::vector<Error> errors;
 		const Config &config = loaded_.config;
@@ -392,8 +416,13 @@ struct Values::Model {
 			}
 		// A section whose entries were refused would only be said to lack them.
 		if (!failed_ && errors.empty())
-			if (Status section = finishSection(sectionKey); !section)
+			if (Status section = finishSection(discoveryKey); !section)
 				errors.push_back(section.error());
+		if (!failed_ && loaded_.config.snatGuard)
+			if (Status guard = validateSnatGuard(*loaded_.config.snatGuard,
+							     where(source_, guardKey, kSnatGuardTable.section));
+			    !guard)
+				errors.push_back(guard.error());
 		return errors;
 	}
 
@@ -424,6 +453,8 @@ struct Values::Model {
 	{
 		if constexpr (std::is_same_v<Owner, Config>)
 			return loaded_.config;
+		else if constexpr (std::is_same_v<Owner, SnatGuard>)
+			return *loaded_.config.snatGuard;
 		else
 			return section();
 	}
@@ -518,6 +549,13 @@ struct Values::Model {
 		prefix.origin = originOf(entry.value.mark);
 		(section().*member).push_back(std::move(prefix));
 	}
+	void add(std::vector<Prefix> SnatGuard::*member, const Read &entry)
+	{
+		Prefix prefix = cidrOf(entry);
+		prefix.spelling.clear();
+		prefix.origin = originOf(entry.value.mark);
+		(owner<SnatGuard>().*member).push_back(std::move(prefix));
+	}
 	void add(std::vector<RouteProtocol> NonMasqueradeDiscovery::*member, const Read &entry)
 	{
 		auto protocol = parseRouteProtocol(entry.value.text);
@@ -537,25 +575,34 @@ struct Values::Model {
 	template<typename Member>
 	void add(Member, const Read &) {} // not a list: never called
 
+	// A whole number of at most the key's `most`, or nullopt past it; anything else is the
+	// wrong type. Go's JSON decoder (which upstream feeds YAML through) treats a quoted
+	// scalar as a string: `cidrLimit: "64"` fails there, so it fails here too.
+	static std::optional<uint64_t> boundedNumber(const Read &read)
+	{
+		const Value &value = read.value;
+		uint64_t number = 0;
+		const IntegerParse parsed = value.kind == Kind::scalar
+			? parseBoundedInteger(value.text, read.key.most, number)
+			: IntegerParse::notAnInteger;
+		if (parsed == IntegerParse::notAnInteger || !value.plain)
+			read.wrongType(value.describe() +
+				       (parsed == IntegerParse::notAnInteger ? "" : " (write it without quotes)"));
+		if (parsed == IntegerParse::outOfRange)
+			return std::nullopt;
+		return number;
+	}
+
 	// cidrLimit: null keeps the default, as Go's decoder does.
 	void take(int Config::*member, const Read &read)
 	{
 		const Value &value = read.value;
 		if (value.kind != Kind::null) {
-			uint64_t number = 0;
-			// Go's JSON decoder (which upstream feeds YAML through) treats a quoted scalar
-			// as a string: `cidrLimit: "64"` fails there, so it fails here too.
-			const IntegerParse parsed = value.kind == Kind::scalar
-				? parseBoundedInteger(value.text, read.key.most, number)
-				: IntegerParse::notAnInteger;
-			if (parsed == IntegerParse::notAnInteger || !value.plain)
-				read.wrongType(value.describe() + (parsed == IntegerParse::notAnInteger
-									   ? ""
-									   : " (write it without quotes)"));
-			if (parsed == IntegerParse::outOfRange)
+			const std::optional<uint64_t> number = boundedNumber(read);
+			if (!number)
 				refuse(fmt::format("{}{} is out of range: use a number from 0 to {}", read(),
 						   shown(value.text), read.key.most));
-			loaded_.config.*member = static_cast<int>(number);
+			loaded_.config.*member = static_cast<int>(*number);
 		}
 		loaded_.*read.key.given = value.kind != Kind::null;
 		cidrLimitFinal_ = true;
@@ -671,6 +718,40 @@ struct Values::Model {
 			read.wrongType();
 	}
 
+	void take(std::optional<SnatGuard> Config::*, const Read &read)
+	{
+		if (read.value.kind != Kind::null)
+			read.wrongType();
+	}
+
+	void take(std::optional<SnatGuardMode> SnatGuard::*member, const Read &read)
+	{
+		const Value &value = read.value;
+		if (value.kind == Kind::null)
+			return (owner<SnatGuard>().*member).reset();
+		if (value.kind != Kind::scalar)
+			read.wrongType();
+		auto mode = parseSnatGuardMode(value.text);
+		if (!mode)
+			throw Refusal{mode.error().withContext(read())};
+		owner<SnatGuard>().*member = *mode;
+	}
+
+	// A limit: a whole number, unquoted, from 1 to the key's most; null: no such limit.
+	void take(std::optional<uint32_t> SnatGuard::*member, const Read &read)
+	{
+		const Value &value = read.value;
+		std::optional<uint32_t> &out = owner<SnatGuard>().*member;
+		if (value.kind == Kind::null)
+			return out.reset();
+		const std::optional<uint64_t> number = boundedNumber(read);
+		if (!number || *number == 0)
+			refuse(fmt::format("{}{} is out of range: give a whole number from 1 to {} (per source "
+					   "address toward one destination), or leave the key out for no such "
+					   "limit", read(), shown(value.text), read.key.most));
+		out = static_cast<uint32_t>(*number);
+	}
+
 	void take(std::optional<DiscoveryPath> NonMasqueradeDiscovery::*member, const Read &read)
 	{
 		const Value &value = read.value;
@@ -705,7 +786,10 @@ void Values::open(const KeySpec &key, const YAML::Mark &mark) { model_->open(key
 void Values::item(const Read &entry) { model_->item(entry); }
 LoadedConfig &Values::loaded() { return model_->loaded_; }
 void Values::failed() { model_->failed(); }
-std::vector<Error> Values::checkWholeFile(const YAML::Mark &sectionKey) { return model_->checkWholeFile(sectionKey); }
+std::vector<Error> Values::checkWholeFile(const YAML::Mark &discoveryKey, const YAML::Mark &guardKey)
+{
+	return model_->checkWholeFile(discoveryKey, guardKey);
+}
 LoadedConfig Values::finish() { return model_->finish(); }
 
 namespace {
@@ -743,11 +827,16 @@ using config_keys::kDiscoveryTable;
 
 std::optional<std::string_view> suggestKey(std::string_view spelling, bool section)
 {
+	return config_keys::suggestKeyIn(section ? kDiscoveryTable : kConfigTable, spelling);
+}
+
+std::optional<std::string_view> config_keys::suggestKeyIn(const Table &table, std::string_view spelling)
+{
 	if (spelling.size() > config_keys::kLongestSuggested)
 		return std::nullopt;
 	std::optional<std::string_view> best;
 	size_t bestDistance = kMaxSuggestionDistance + 1;
-	for (const config_keys::KeySpec &key : (section ? kDiscoveryTable : kConfigTable).keys)
+	for (const config_keys::KeySpec &key : table.keys)
 		if (const size_t distance = config_keys::keyDistance(spelling, key.name); distance < bestDistance) {
 			best = key.name;
 			bestDistance = distance;

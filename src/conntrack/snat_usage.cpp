@@ -256,6 +256,8 @@ SnatPlan snatPlanOf(const Ruleset &ruleset)
 					   [](const ReturnIfDestinationInSet &) {},
 					   [](const ReturnIfOutputInterfaceInSet &) {},
 					   [](const MatchUnlistedSource &) {},
+					   // It drops or lets through: what it lets through reaches the NAT rules.
+					   [](const GuardLimit &) {},
 				   },
 				   rule.statement);
 	SnatPlan plan;

@@ -37,8 +37,8 @@ std::string connectionsText(const std::vector<CounterValue> &values)
 	std::string out;
 	for (const CounterValue &value : values) {
 		const std::optional<CounterLabel> label = counterLabelOf(value.name);
-		if (!label)
-			continue; // not one of the agent's: someone else's object
+		if (!label || isGuardDecision(label->decision))
+			continue; // not one of the agent's (someone else's object), or the guard's
 		if (out.empty())
 			out = "# HELP ip_masq_agent_connections_total New connections the agent's table "
 			      "decided on (its nat chain sees the first packet of each: connections, "
@@ -53,6 +53,69 @@ std::string connectionsText(const std::vector<CounterValue> &values)
 				   familyLabel(label->family),
 				   decisionName(label->decision), reasonName(label->reason),
 				   value.packets);
+	}
+	return out;
+}
+
+// The SNAT guard's counters: the connections over each limit, per mode (its counters'
+// names say which, like the connection counters').
+std::string guardCountersText(const std::vector<CounterValue> &values)
+{
+	std::string out;
+	for (const CounterValue &value : values) {
+		const std::optional<CounterLabel> label = counterLabelOf(value.name);
+		if (!label || !isGuardDecision(label->decision))
+			continue;
+		if (out.empty())
+			out = "# HELP ip_masq_agent_snat_guard_over_total New connections over a limit of "
+			      "snatGuard (attempts: a retried SYN counts again), by family, limit "
+			      "(new_connections, open_connections) and mode (observe: let through, "
+			      "enforce: dropped). Never decreases while the agent runs.\n"
+			      "# TYPE ip_masq_agent_snat_guard_over_total counter\n";
+		out += fmt::format("ip_masq_agent_snat_guard_over_total{{family=\"{}\",limit=\"{}\",mode=\"{}\"}} {}\n",
+				   familyLabel(label->family), reasonName(label->reason),
+				   label->decision == Decision::guardDropped ? "enforce" : "observe",
+				   value.packets);
+	}
+	return out;
+}
+
+// The SNAT guard's last reading: the keys most over a limit, by rank, and each dynamic
+// set's fill against its size (a full one adds no key).
+std::string guardReadingText(const AgentStatus::Snapshot &s)
+{
+	std::string out;
+	for (size_t i = 0; i < s.guardTopOver.size(); i++) {
+		const GuardOverKey &key = s.guardTopOver[i];
+		if (i == 0)
+			out += "# HELP ip_masq_agent_snat_guard_top_over_attempts The sources and destinations "
+			       "with the most attempts over a limit of snatGuard in its over sets (each key "
+			       "leaves 10 minutes after its last attempt over), by rank: `client` the "
+			       "source, `destination` address and port.\n"
+			       "# TYPE ip_masq_agent_snat_guard_top_over_attempts gauge\n";
+		const bool v4 = key.destination.family == Family::ipv4;
+		out += fmt::format("ip_masq_agent_snat_guard_top_over_attempts{{rank=\"{}\",family=\"{}\",limit=\"{}\","
+				   "protocol=\"{}\",client=\"{}\",destination=\"{}{}{}:{}\"}} {}\n",
+				   i + 1, familyLabel(key.source.family),
+				   key.kind == GuardLimitKind::newConnections ? "new_connections" : "open_connections",
+				   protocolName(key.protocol), key.source.toString(), v4 ? "" : "[",
+				   key.destination.toString(), v4 ? "" : "]", key.port, key.attempts);
+	}
+	for (size_t i = 0; i < s.guardFill.size(); i++) {
+		if (i == 0)
+			out += "# HELP ip_masq_agent_snat_guard_set_elements Keys each dynamic set of snatGuard "
+			       "holds; at its size (ip_masq_agent_snat_guard_set_size) it adds none, and a "
+			       "new key goes unguarded.\n"
+			       "# TYPE ip_masq_agent_snat_guard_set_elements gauge\n";
+		out += fmt::format("ip_masq_agent_snat_guard_set_elements{{set=\"{}\"}} {}\n", s.guardFill[i].set,
+				   s.guardFill[i].elements);
+	}
+	for (size_t i = 0; i < s.guardFill.size(); i++) {
+		if (i == 0)
+			out += "# HELP ip_masq_agent_snat_guard_set_size The most keys each dynamic set of "
+			       "snatGuard holds.\n# TYPE ip_masq_agent_snat_guard_set_size gauge\n";
+		out += fmt::format("ip_masq_agent_snat_guard_set_size{{set=\"{}\"}} {}\n", s.guardFill[i].set,
+				   s.guardFill[i].size);
 	}
 	return out;
 }
@@ -414,6 +477,15 @@ void AgentStatus::snatUsageRead(SnatUsage usage, double startedUnixSeconds)
 	state_.snatReadUnixSeconds = startedUnixSeconds;
 }
 
+void AgentStatus::snatGuardRead(std::string text, std::vector<GuardOverKey> topOver,
+				std::vector<DynamicSetFill> fill)
+{
+	std::lock_guard lock(mutex_);
+	state_.guardText = std::move(text);
+	state_.guardTopOver = std::move(topOver);
+	state_.guardFill = std::move(fill);
+}
+
 void AgentStatus::snatUsageReadFailed()
 {
 	std::lock_guard lock(mutex_);
@@ -435,7 +507,7 @@ void AgentStatus::checkThread(CheckThread state)
 std::string AgentStatus::Snapshot::snatUsageText() const
 {
 	if (snatUsage)
-		return snatUsageTable(*snatUsage);
+		return snatUsageTable(*snatUsage) + guardText;
 	if (snatReadFailures > 0)
 		return "conntrack's entries could not be read at the last attempt (the log says why)\n";
 	return "conntrack's entries have not been read yet\n";
@@ -688,7 +760,8 @@ std::string AgentStatus::Snapshot::prometheusText() const
 			   "# TYPE ip_masq_agent_build_info gauge\n"
 			   "ip_masq_agent_build_info{{version=\"{}\"}} 1\n",
 			   IP_MASQ_AGENT_VERSION) +
-	       addressText(*this) + podNetworkText(*this) + connectionsText(connections) + conntrackText(*this) +
+	       addressText(*this) + podNetworkText(*this) + connectionsText(connections) + guardCountersText(connections) +
+	       guardReadingText(*this) + conntrackText(*this) +
 	       natCheckText(*this) + checkThreadsText(*this) + snatUsageMetrics(*this);
 }
 

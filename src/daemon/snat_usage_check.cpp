@@ -2,9 +2,11 @@
 // The daemon's SNAT usage read: one conntrack dump per pass, counted, reported.
 #include "ip-masq-agent/daemon/snat_usage_check.h"
 
+#include <algorithm>
 #include <map>
 
 #include "ip-masq-agent/base/log.h"
+#include "ip-masq-agent/diagnose/guard_over.h"
 #include "ip-masq-agent/conntrack/conntrack_dump.h"
 #include "ip-masq-agent/node/client_route.h"
 
@@ -38,10 +40,68 @@ SnatUsageCheck::SnatUsageCheck(AgentStatus &status)
 {
 }
 
+namespace {
+
+// What the guard's read needs of a ruleset: its table, dynamic sets and GuardLimit rules
+// (not its address sets, which may hold 100,000 ranges).
+Ruleset guardOf(const Ruleset &ruleset)
+{
+	Ruleset guard;
+	guard.table = ruleset.table;
+	guard.dynamicSets = ruleset.dynamicSets;
+	Chain rules{"guard", std::nullopt, {}, {}};
+	for (const Chain &chain : ruleset.chains)
+		for (const Rule &rule : chain.rules)
+			if (std::holds_alternative<GuardLimit>(rule.statement))
+				rules.rules.push_back(rule);
+	guard.chains.push_back(std::move(rules));
+	return guard;
+}
+
+} // namespace
+
 void SnatUsageCheck::setDesired(const Ruleset &ruleset)
 {
 	SnatPlan plan = snatPlanOf(ruleset);
-	thread_.locked([&] { next_ = std::move(plan); });
+	Ruleset guard = guardOf(ruleset);
+	thread_.locked([&] {
+		next_ = std::move(plan);
+		nextGuard_ = std::move(guard);
+	});
+}
+
+void SnatUsageCheck::readGuard()
+{
+	if (guard_.dynamicSets.empty()) {
+		status_.snatGuardRead({}, {}, {});
+		return;
+	}
+	if (!backend_) {
+		auto opened = NetlinkBackend::open();
+		if (opened)
+			backend_ = std::move(*opened);
+	}
+	auto over = backend_ ? backend_->readGuardOver(guard_.table, guard_.dynamicSets)
+			     : Result<std::vector<GuardOverKey>>(fail("no netlink socket could be opened"));
+	auto fill = backend_ && over ? backend_->readDynamicSetFill(guard_.table, guard_.dynamicSets)
+				     : Result<std::vector<DynamicSetFill>>(fail(over ? "" : over.error().message));
+	if (!over || !fill) {
+		const std::string why = (over ? fill.error() : over.error()).message;
+		if (guardError_.changed(why))
+			log::warning("SNAT guard: its sets could not be read: {}", why);
+		status_.snatGuardRead(fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", why),
+				      {}, {});
+		return;
+	}
+	if (guardError_.clear())
+		log::info("SNAT guard: its sets are readable again");
+	std::string text = guardOverText(guard_, *over, *fill);
+	std::vector<GuardOverKey> top = std::move(*over);
+	const size_t kept = std::min(top.size(), kTopGuardOverSeries);
+	std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(kept), top.end(),
+			  [](const GuardOverKey &a, const GuardOverKey &b) { return a.attempts > b.attempts; });
+	top.resize(kept);
+	status_.snatGuardRead(std::move(text), std::move(top), std::move(*fill));
 }
 
 void SnatUsageCheck::setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses)
@@ -62,6 +122,8 @@ bool SnatUsageCheck::pass()
 	const auto node = thread_.locked([this] {
 		if (next_)
 			plan_ = *std::exchange(next_, std::nullopt);
+		if (nextGuard_)
+			guard_ = *std::exchange(nextGuard_, std::nullopt);
 		return addresses_;
 	});
 	SnatUsageCounter counter(plan_, translatedByMasquerade(*node));
@@ -83,6 +145,7 @@ bool SnatUsageCheck::pass()
 		log::debug("SNAT usage: {} connections toward destinations beyond the first {} were "
 			   "not attributed", usage.leftOut, usage.destinations);
 	status_.snatUsageRead(std::move(usage), startedAt);
+	readGuard();
 	return true; // periodic: due again as soon as the pace allows
 }
 

@@ -57,7 +57,7 @@ size_t ElementDiff::changedRanges() const
 std::optional<ElementDiff> diffElements(const Ruleset &from, const Ruleset &to)
 {
 	if (from.table != to.table || from.comment != to.comment || from.chains != to.chains ||
-	    from.sets.size() != to.sets.size())
+	    from.dynamicSets != to.dynamicSets || from.sets.size() != to.sets.size())
 		return std::nullopt;
 	ElementDiff diff;
 	for (size_t i = 0; i < from.sets.size(); i++) {

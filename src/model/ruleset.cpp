@@ -170,6 +170,10 @@ constexpr CounterNaming kCounterNames[] = {
 	{Decision::notMasqueraded, DecisionReason::interface, "nomasq-iface"},
 	{Decision::masqueraded, DecisionReason::none, "masq"},
 	{Decision::snat, DecisionReason::none, "snat"},
+	{Decision::guardObserved, DecisionReason::newConnections, "guard-observed-rate"},
+	{Decision::guardObserved, DecisionReason::openConnections, "guard-observed-open"},
+	{Decision::guardDropped, DecisionReason::newConnections, "guard-dropped-rate"},
+	{Decision::guardDropped, DecisionReason::openConnections, "guard-dropped-open"},
 };
 
 const char *familySuffix(Family family)
@@ -202,6 +206,8 @@ const char *decisionName(Decision decision)
 	case Decision::notMasqueraded: return "not_masqueraded";
 	case Decision::masqueraded: return "masqueraded";
 	case Decision::snat: return "snat";
+	case Decision::guardObserved: return "guard_observed";
+	case Decision::guardDropped: return "guard_dropped";
 	}
 	return "unknown";
 }
@@ -213,8 +219,39 @@ const char *reasonName(DecisionReason reason)
 	case DecisionReason::source: return "source";
 	case DecisionReason::interface: return "interface";
 	case DecisionReason::none: return "none";
+	case DecisionReason::newConnections: return "new_connections";
+	case DecisionReason::openConnections: return "open_connections";
 	}
 	return "unknown";
+}
+
+bool isGuardDecision(Decision decision)
+{
+	return decision == Decision::guardObserved || decision == Decision::guardDropped;
+}
+
+const char *guardLimitName(GuardLimitKind kind)
+{
+	switch (kind) {
+	case GuardLimitKind::newConnections: return "rate";
+	case GuardLimitKind::openConnections: return "open";
+	}
+	return "unknown";
+}
+
+std::string guardExemptSetName(Family family)
+{
+	return std::string("guard-exempt") + familySuffix(family);
+}
+
+std::string guardTrackSetName(GuardLimitKind kind, Family family)
+{
+	return fmt::format("guard-{}{}", guardLimitName(kind), familySuffix(family));
+}
+
+std::string guardOverSetName(GuardLimitKind kind, Family family)
+{
+	return fmt::format("guard-over-{}{}", guardLimitName(kind), familySuffix(family));
 }
 
 Status checkCommentLength(std::string_view what, const std::string &comment)

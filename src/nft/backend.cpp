@@ -174,6 +174,21 @@ Result<uint32_t> NetlinkBackend::commitTable(const Ruleset &ruleset)
 	return commit(ruleset.table, *whole, carriers, stale, done);
 }
 
+namespace {
+
+// The desired dynamic sets as a replacement plans with them: name and declaration.
+std::vector<std::pair<std::string, std::string>> dynamicSetsOf(const EncodedTable &encoded)
+{
+	std::vector<std::pair<std::string, std::string>> out;
+	for (const EncodedSet &set : encoded.sets)
+		if (isDynamicSet(set.set.get()))
+			out.emplace_back(nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME),
+					 setDeclaration(set.set.get()));
+	return out;
+}
+
+} // namespace
+
 std::optional<Result<uint32_t>> NetlinkBackend::replaceKeepingCounters(
 	const Ruleset &ruleset, EncodedTable &encoded, const std::vector<FeatureCarrier> &carriers)
 {
@@ -212,7 +227,8 @@ std::optional<Result<uint32_t>> NetlinkBackend::replaceKeepingCounters(
 			contents.setCounterValues(*now);
 		}
 		remember(contents.counters());
-		std::optional<ReplacementPlan> plan = planReplacement(contents, ruleset, rememberedCounters_);
+		std::optional<ReplacementPlan> plan =
+			planReplacement(contents, ruleset, rememberedCounters_, dynamicSetsOf(encoded));
 		if (!plan)
 			return std::nullopt; // another comment or flags: only deleting the table will do
 		if (batch && sent && sent->sameChanges(*plan)) {

@@ -48,6 +48,7 @@ bool *fullyRandomFlag(Statement &statement)
 				  [](MatchUnlistedSource &) -> bool * { return nullptr; },
 				  [](Masquerade &s) -> bool * { return &s.fullyRandom; },
 				  [](SourceNat &s) -> bool * { return &s.fullyRandom; },
+				  [](GuardLimit &) -> bool * { return nullptr; },
 			  },
 			  statement);
 }

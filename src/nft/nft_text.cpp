@@ -3,6 +3,8 @@
 // reads them back from their encoding.
 #include "ip-masq-agent/nft/nft_text.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "ip-masq-agent/model/egress.h"
@@ -50,6 +52,36 @@ void renderSet(std::string &out, const AddressSet &set)
 	out += "\t}\n";
 }
 
+// A time as nft lists it: "2s", "10m", "1h30m", "1s500ms".
+std::string nftTime(uint64_t ms)
+{
+	static constexpr std::pair<uint64_t, const char *> kUnits[] = {
+		{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
+	std::string out;
+	for (const auto &[size, unit] : kUnits)
+		if (ms >= size) {
+			out += fmt::format("{}{}", ms / size, unit);
+			ms %= size;
+		}
+	return out.empty() ? "0s" : out;
+}
+
+void renderDynamicSet(std::string &out, const DynamicSet &set)
+{
+	const char *address = addressType(set.family);
+	out += fmt::format("\tset {} {{\n", set.name);
+	out += fmt::format("\t\ttype {} . {} . inet_proto . inet_service\n", address, address);
+	out += fmt::format("\t\tsize {}\n", set.size);
+	out += set.timeoutMs ? "\t\tflags dynamic,timeout\n" : "\t\tflags dynamic\n";
+	if (set.counter)
+		out += "\t\tcounter\n";
+	if (set.timeoutMs)
+		out += fmt::format("\t\ttimeout {}\n", nftTime(set.timeoutMs));
+	if (!set.comment.empty())
+		out += fmt::format("\t\tcomment \"{}\"\n", set.comment);
+	out += "\t}\n";
+}
+
 // The rules' text is the codec's reading of the encoded rule (objects.h: EncodedRule::text).
 void renderChain(std::string &out, const Chain &chain, const netlink::EncodedChain &encoded)
 {
@@ -91,6 +123,10 @@ Result<std::string> renderTable(const Ruleset &ruleset)
 			out += fmt::format("\t\tcomment \"{}\"\n", counter.comment);
 		// A table as the dry run makes it: every counter starts at zero.
 		out += "\t\tpackets 0 bytes 0\n\t}\n";
+	}
+	for (const DynamicSet &set : ruleset.dynamicSets) {
+		separate();
+		renderDynamicSet(out, set);
 	}
 	for (const AddressSet &set : ruleset.sets) {
 		separate();

@@ -9,6 +9,8 @@
 #include <linux/rtnetlink.h>
 
 #include <cstring>
+#include <memory>
+#include <span>
 
 #include <fmt/format.h>
 
@@ -29,9 +31,12 @@ namespace {
 // datatype ids (nft's enum datatypes), byte orders (enum byteorder) and the expression
 // kind plus meta key of a set's "typeof" (enum expr_types, NFTNL_UDATA_META_KEY).
 constexpr uint32_t kTypeInetProtocol = 12;
+constexpr uint32_t kTypeInetService = 13;
+constexpr uint32_t kByteorderInvalid = 0;
 constexpr uint32_t kByteorderHost = 1;
 constexpr uint32_t kByteorderBig = 2;
 constexpr uint32_t kExprKindMeta = 9;
+constexpr uint32_t kExprKindConcat = 13;
 constexpr uint8_t kUdataMetaKey = 0;
 
 // nft 1.0.x still uses the 16-byte registers: NFT_REG_1 and the one after it.
@@ -238,10 +243,16 @@ public:
 
 private:
 	Result<EncodedSet> encodeAddressSet(const AddressSet &set);
+	Result<EncodedSet> encodeDynamicSet(const DynamicSet &set);
 	Result<EncodedObject> encodeCounter(const NamedCounter &counter);
 	Result<EncodedChain> encodeChain(const Chain &chain);
 	Result<EncodedRule> encodeRule(const Chain &chain, size_t position, const Rule &rule);
-	EncodedSet encodeProtocolSet(const std::string &ruleDescription);
+	EncodedSet encodeProtocolSet(const std::string &ruleDescription, std::span<const uint8_t> protocols);
+	// "meta l4proto { ... }": a lookup of an anonymous set of `protocols` the rule carries.
+	void protocolMatch(EncodedRule &out, std::span<const uint8_t> protocols);
+	// The guard's key, source . destination . l4proto . destination port, into the
+	// registers from NFT_REG_1 on, as nft loads a concatenation.
+	void guardKey(Family family);
 
 	// Each statement as the expressions nft emits for its text.
 	void encodeStatement(EncodedRule &out, const JumpIfNotLocal &statement);
@@ -250,6 +261,7 @@ private:
 	void encodeStatement(EncodedRule &out, const MatchUnlistedSource &statement);
 	void encodeStatement(EncodedRule &out, const Masquerade &statement);
 	void encodeStatement(EncodedRule &out, const SourceNat &statement);
+	void encodeStatement(EncodedRule &out, const GuardLimit &statement);
 	// What a NAT statement matches and samples first (its family, when it is limited to
 	// one; with --to-ports the transports and the sample), then its counter; returns its
 	// NAT flags so far (fully-random).
@@ -297,6 +309,12 @@ Result<EncodedTable> Encoder::encode()
 		if (!encoded)
 			return fail(encoded.error());
 		out.objects.push_back(std::move(*encoded));
+	}
+	for (const DynamicSet &set : ruleset_.dynamicSets) {
+		auto encoded = encodeDynamicSet(set);
+		if (!encoded)
+			return fail(encoded.error());
+		out.sets.push_back(std::move(*encoded));
 	}
 	for (const AddressSet &set : ruleset_.sets) {
 		auto encoded = encodeAddressSet(set);
@@ -373,6 +391,50 @@ Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
 					       return fmt::format("elements of set {} (ranges {}-{} of {})",
 								  set.name, first, last, totalRanges);
 				       });
+	return out;
+}
+
+Result<EncodedSet> Encoder::encodeDynamicSet(const DynamicSet &set)
+{
+	EncodedSet out;
+	out.description = fmt::format("set {}", set.name);
+	if (auto s = checkCommentLength(out.description, set.comment); !s)
+		return fail(s.error());
+	const bool v4 = set.family == Family::ipv4;
+	const uint32_t id = nextSetId_++;
+	setIds_.emplace_back(set.name, id);
+
+	out.set = newSet();
+	nftnl_set *object = out.set.get();
+	nftnl_set_set_u32(object, NFTNL_SET_FAMILY, NFPROTO_INET);
+	nftnl_set_set_str(object, NFTNL_SET_TABLE, ruleset_.table.c_str());
+	nftnl_set_set_str(object, NFTNL_SET_NAME, set.name.c_str());
+	nftnl_set_set_u32(object, NFTNL_SET_FLAGS, NFT_SET_EVAL | (set.timeoutMs ? NFT_SET_TIMEOUT : 0));
+	// nft's concatenated type: each component's datatype in 6 bits, the first highest;
+	// each component takes a whole number of 32-bit registers.
+	const uint32_t address = v4 ? kTypeIpv4Address : kTypeIpv6Address;
+	nftnl_set_set_u32(object, NFTNL_SET_KEY_TYPE,
+			  address << 18 | address << 12 | kTypeInetProtocol << 6 | kTypeInetService);
+	nftnl_set_set_u32(object, NFTNL_SET_KEY_LEN, v4 ? 16 : 40);
+	nftnl_set_set_u32(object, NFTNL_SET_ID, id);
+	nftnl_set_set_u32(object, NFTNL_SET_DESC_SIZE, set.size);
+	if (set.timeoutMs)
+		nftnl_set_set_u64(object, NFTNL_SET_TIMEOUT, set.timeoutMs);
+	if (set.counter)
+		nftnl_set_add_expr(object, newExpr("counter").release());
+	// As nft records a concatenation declared with "type": no byte order, and a
+	// "typeof" of a concatenation whose parts it does not name.
+	UserData udata;
+	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderInvalid);
+	nftnl_udata *typeOf = udata.nestStart(NFTNL_UDATA_SET_KEY_TYPEOF);
+	udata.putU32(NFTNL_UDATA_SET_TYPEOF_EXPR, kExprKindConcat);
+	udata.nestEnd(udata.nestStart(NFTNL_UDATA_SET_TYPEOF_DATA));
+	udata.nestEnd(typeOf);
+	if (!set.comment.empty())
+		udata.putString(NFTNL_UDATA_SET_COMMENT, set.comment);
+	if (!udata.ok())
+		return fail(fmt::format("{}: userdata does not fit", out.description));
+	nftnl_set_set_data(object, NFTNL_SET_USERDATA, udata.data(), udata.size());
 	return out;
 }
 
@@ -561,15 +623,8 @@ uint32_t Encoder::encodePortSelection(EncodedRule &out, const std::optional<Fami
 {
 	if (family)
 		nfprotoMatch(expressions_, *family);
-	if (toPorts) {
-		// meta l4proto { tcp, udp, sctp }: an anonymous constant set per rule.
-		EncodedSet protocols = encodeProtocolSet(out.description);
-		const uint32_t id = nftnl_set_get_u32(protocols.set.get(), NFTNL_SET_ID);
-		const std::string name = nftnl_set_get_str(protocols.set.get(), NFTNL_SET_NAME);
-		out.anonymousSets.push_back(std::move(protocols));
-		expressions_.push_back(metaLoad(NFT_META_L4PROTO));
-		lookup(kReg1, name, false, id);
-	}
+	if (toPorts)
+		protocolMatch(out, kPortProtocols);
 	if (sample) {
 		// numgen random mod M < B: the random number is host-endian, nft converts it
 		// to big endian and compares it with a big-endian constant. nft always sends
@@ -640,14 +695,81 @@ void Encoder::encodeStatement(EncodedRule &out, const SourceNat &statement)
 	expressions_.push_back(nat);
 }
 
-EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
+void Encoder::protocolMatch(EncodedRule &out, std::span<const uint8_t> protocols)
+{
+	// An anonymous constant set per rule.
+	EncodedSet set = encodeProtocolSet(out.description, protocols);
+	const uint32_t id = nftnl_set_get_u32(set.set.get(), NFTNL_SET_ID);
+	const std::string name = nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME);
+	out.anonymousSets.push_back(std::move(set));
+	expressions_.push_back(metaLoad(NFT_META_L4PROTO));
+	lookup(kReg1, name, false, id);
+}
+
+void Encoder::guardKey(Family family)
+{
+	// nft names a register by its 16-byte number where a component starts one (NFT_REG_1,
+	// NFT_REG_2...) and by its 32-bit number elsewhere (NFT_REG32_01...).
+	const auto registerAt = [](uint32_t word) {
+		return word % 4 == 0 ? uint32_t(NFT_REG_1) + word / 4 : uint32_t(NFT_REG32_00) + word;
+	};
+	const uint32_t addressWords = familyBits(family) / 32;
+	nft::Payload source = std::get<nft::Payload>(addressLoad(family, AddressField::source));
+	nft::Payload destination = std::get<nft::Payload>(addressLoad(family, AddressField::destination));
+	destination.dreg = registerAt(addressWords);
+	expressions_.push_back(source);
+	expressions_.push_back(destination);
+	expressions_.push_back(nft::Meta{.key = NFT_META_L4PROTO, .dreg = registerAt(2 * addressWords)});
+	// "th dport": two bytes at offset 2 of the transport header, whatever the protocol.
+	expressions_.push_back(nft::Payload{.base = NFT_PAYLOAD_TRANSPORT_HEADER, .offset = 2, .len = 2,
+					    .dreg = registerAt(2 * addressWords + 1)});
+}
+
+void Encoder::encodeStatement(EncodedRule &out, const GuardLimit &statement)
+{
+	protocolMatch(out, kGuardedProtocols);
+	// "ip saddr != @exempt": its implicit nfproto match, the address, an inverted lookup.
+	nfprotoMatch(expressions_, statement.family);
+	expressions_.push_back(addressLoad(statement.family, AddressField::source));
+	lookup(kReg1, statement.exemptSet, true);
+	// The limit: the dynset's statement, which ends the rule for a key within it.
+	nft::Dynset track;
+	track.set = statement.trackSet;
+	track.key = kReg1;
+	if (statement.kind == GuardLimitKind::newConnections) {
+		track.op = NFT_DYNSET_OP_UPDATE;
+		track.statements.push_back({std::make_shared<const nft::Expression>(nft::Limit{
+			.rate = statement.limit, .unit = 1, .burst = statement.limit,
+			.type = NFT_LIMIT_PKTS, .flags = NFT_LIMIT_F_INV})});
+	} else {
+		track.op = NFT_DYNSET_OP_ADD;
+		track.statements.push_back({std::make_shared<const nft::Expression>(
+			nft::Connlimit{.count = statement.limit, .flags = NFT_CONNLIMIT_F_INV})});
+	}
+	guardKey(statement.family);
+	expressions_.push_back(std::move(track));
+	// Over the limit: the key is recorded (with the over set's counter)...
+	nft::Dynset over;
+	over.set = statement.overSet;
+	over.key = kReg1;
+	over.op = NFT_DYNSET_OP_UPDATE;
+	guardKey(statement.family);
+	expressions_.push_back(std::move(over));
+	ruleCounter();
+	// ... and dropped when enforcing.
+	if (statement.drop)
+		expressions_.push_back(verdict(NF_DROP));
+}
+
+EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription, std::span<const uint8_t> protocols)
 {
 	// The kernel turns "__set%d" into a free name (__set0, ...); until then the set is
 	// known by its id within the batch.
 	static constexpr const char *kAnonymousName = "__set%d";
 	const uint32_t id = nextSetId_++;
 	EncodedSet out;
-	out.description = fmt::format("anonymous set {{ tcp, udp, sctp }} of {}", ruleDescription);
+	out.description = fmt::format("anonymous set of {} transport protocols of {}", protocols.size(),
+				      ruleDescription);
 	out.set = newSet();
 	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
 	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
@@ -656,7 +778,7 @@ EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
 	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE, kTypeInetProtocol);
 	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, 1);
 	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_DESC_SIZE, std::size(kPortProtocols));
+	nftnl_set_set_u32(out.set.get(), NFTNL_SET_DESC_SIZE, protocols.size());
 	// nft records the key's byte order and its "typeof" (meta l4proto) for listing.
 	UserData udata;
 	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderHost);
@@ -672,7 +794,7 @@ EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription)
 	chunk.table = ruleset_.table;
 	chunk.set = kAnonymousName;
 	chunk.setId = id;
-	for (uint8_t protocol : kPortProtocols) {
+	for (uint8_t protocol : protocols) {
 		ElementSpec spec;
 		spec.key[0] = protocol;
 		spec.keyLen = 1;

@@ -76,12 +76,14 @@ bool ReplacementPlan::keeps(const std::string &counter) const
 bool ReplacementPlan::sameChanges(const ReplacementPlan &other) const
 {
 	return deleteChains == other.deleteChains && deleteSets == other.deleteSets &&
+	       keptSets == other.keptSets &&
 	       deleteFlowtables == other.deleteFlowtables && deleteObjects == other.deleteObjects &&
 	       keptCounters == other.keptCounters && createdCounters == other.createdCounters;
 }
 
-std::optional<ReplacementPlan> planReplacement(const TableContents &kernel, const Ruleset &desired,
-					       const std::vector<CounterValue> &remembered)
+std::optional<ReplacementPlan> planReplacement(
+	const TableContents &kernel, const Ruleset &desired, const std::vector<CounterValue> &remembered,
+	const std::vector<std::pair<std::string, std::string>> &desiredDynamicSets)
 {
 	// The agent's table has no flags; a dormant one, or one someone else owns, is deleted
 	// (or refused, for the owner's) as before.
@@ -90,7 +92,13 @@ std::optional<ReplacementPlan> planReplacement(const TableContents &kernel, cons
 	ReplacementPlan plan;
 	plan.generation = kernel.generation;
 	plan.deleteChains = kernel.chains;
-	plan.deleteSets = kernel.sets;
+	for (const auto &held : kernel.dynamicSets)
+		if (std::find(desiredDynamicSets.begin(), desiredDynamicSets.end(), held) !=
+		    desiredDynamicSets.end())
+			plan.keptSets.push_back(held.first);
+	for (const std::string &set : kernel.sets)
+		if (std::find(plan.keptSets.begin(), plan.keptSets.end(), set) == plan.keptSets.end())
+			plan.deleteSets.push_back(set);
 	plan.deleteFlowtables = kernel.flowtables;
 	const size_t kept = keptPrefix(kernel, desired.counters);
 	for (size_t i = 0; i < desired.counters.size(); i++) {

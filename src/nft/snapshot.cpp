@@ -102,6 +102,19 @@ std::string masqText(const nftnl_expr *expr)
 			   exprU32(expr, NFTNL_EXPR_MASQ_FLAGS), min, max);
 }
 
+// The kernel dumps a dynset's timeout 0 (none: the set's own), which nft does not send,
+// and which a set without timeouts refuses.
+std::string withoutZeroTimeout(const std::string &name, const nftnl_expr *expr, std::string text)
+{
+	static constexpr std::string_view kZero = "timeout 0ms ";
+	if (name != "dynset" || !nftnl_expr_is_set(expr, NFTNL_EXPR_DYNSET_TIMEOUT) ||
+	    nftnl_expr_get_u64(expr, NFTNL_EXPR_DYNSET_TIMEOUT) != 0)
+		return text;
+	if (const size_t at = text.find(kZero); at != std::string::npos)
+		text.erase(at, kZero.size());
+	return text;
+}
+
 // How a lookup names its set: an anonymous one by its contents, a named one by name.
 using SetResolver = std::function<std::optional<std::string>(const nftnl_expr *lookup)>;
 
@@ -130,7 +143,7 @@ std::string exprText(const nftnl_expr *expr, const SetResolver &resolveSet)
 		if (n < 0)
 			return name + " (unprintable)";
 		if (static_cast<size_t>(n) < buf.size())
-			return name + " " + std::string(buf.data(), n);
+			return name + " " + withoutZeroTimeout(name, expr, std::string(buf.data(), n));
 		buf.resize(n + 1);
 	}
 }
@@ -260,7 +273,8 @@ Canonical canonicalOf(const EncodedTable &desired)
 	for (const EncodedSet &set : desired.sets) {
 		const std::string name = str(nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME));
 		form.set(name, setText(set.set.get(), true));
-		out.elements[name] = &(out.owned[name] = recordsOf(set));
+		if (!isDynamicSet(set.set.get()))
+			out.elements[name] = &(out.owned[name] = recordsOf(set));
 	}
 	for (const EncodedChain &chain : desired.chains) {
 		const std::string name = str(nftnl_chain_get_str(chain.chain.get(), NFTNL_CHAIN_NAME));
@@ -303,7 +317,8 @@ Canonical canonicalOf(const TableSnapshot &snapshot)
 			anonymous[name] = set.get();
 		} else {
 			form.set(name, setText(set.get(), true));
-			out.elements[name] = &elementsOf(name);
+			if (!isDynamicSet(set.get())) // its elements are not read (TableSnapshot)
+				out.elements[name] = &elementsOf(name);
 		}
 	}
 	for (const FlowtablePtr &flowtable : snapshot.flowtables)
@@ -352,6 +367,16 @@ std::string firstDifference(const std::string &set, const ElementRecords &desire
 }
 
 } // namespace
+
+std::string setDeclaration(const nftnl_set *set)
+{
+	return setText(set, true);
+}
+
+bool isDynamicSet(const nftnl_set *set)
+{
+	return (setU32(set, NFTNL_SET_FLAGS) & NFT_SET_EVAL) != 0;
+}
 
 void ElementRecords::add(const nftnl_set *holder)
 {
@@ -495,9 +520,13 @@ TableContents contentsOf(const TableSnapshot &snapshot)
 		if (!(u32Or0(chain.get(), NFTNL_CHAIN_FLAGS, nftnl_chain_is_set, nftnl_chain_get_u32) &
 		      NFT_CHAIN_BINDING))
 			contents.chains.push_back(stringOf(nftnl_chain_get_str(chain.get(), NFTNL_CHAIN_NAME)));
-	for (const SetPtr &set : snapshot.sets) // an anonymous set goes with its rule
-		if (!(setU32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS))
-			contents.sets.push_back(stringOf(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
+	for (const SetPtr &set : snapshot.sets) { // an anonymous set goes with its rule
+		if (setU32(set.get(), NFTNL_SET_FLAGS) & NFT_SET_ANONYMOUS)
+			continue;
+		contents.sets.push_back(stringOf(nftnl_set_get_str(set.get(), NFTNL_SET_NAME)));
+		if (isDynamicSet(set.get()))
+			contents.dynamicSets.emplace_back(contents.sets.back(), setDeclaration(set.get()));
+	}
 	for (const ObjPtr &object : snapshot.objects)
 		contents.objects.push_back(objectOf(object.get()));
 	for (const FlowtablePtr &flowtable : snapshot.flowtables)
@@ -558,8 +587,9 @@ struct DeclaredSet {
 
 std::optional<DeclaredSet> addressSetOf(const nftnl_set *set)
 {
+	// A dynamic set's elements are traffic, never read (TableSnapshot): nothing to rebuild.
 	const uint32_t flags = setU32(set, NFTNL_SET_FLAGS);
-	if ((flags & NFT_SET_INTERVAL) == 0 || (flags & NFT_SET_ANONYMOUS) != 0)
+	if ((flags & NFT_SET_INTERVAL) == 0 || (flags & (NFT_SET_ANONYMOUS | NFT_SET_EVAL)) != 0)
 		return std::nullopt;
 	const uint32_t type = setU32(set, NFTNL_SET_KEY_TYPE);
 	const uint32_t keyLen = setU32(set, NFTNL_SET_KEY_LEN);

@@ -23,7 +23,8 @@ Status addEncodedTable(Batch &batch, const EncodedTable &table, uint16_t tableFl
 	return addTableContents(batch, table, {});
 }
 
-Status addTableContents(Batch &batch, const EncodedTable &table, const std::vector<std::string> &keptObjects)
+Status addTableContents(Batch &batch, const EncodedTable &table, const std::vector<std::string> &keptObjects,
+			const std::vector<std::string> &keptSets)
 {
 	const auto addSetWithElements = [&batch](const EncodedSet &set) -> Status {
 		if (auto s = batch.addSet(set.set.get(), set.description); !s)
@@ -39,13 +40,18 @@ Status addTableContents(Batch &batch, const EncodedTable &table, const std::vect
 	for (const EncodedChain &chain : table.chains)
 		if (auto s = batch.addChain(chain.chain.get(), chain.description, &chain); !s)
 			return s;
-	for (const EncodedSet &set : table.sets)
+	const auto kept = [](const std::vector<std::string> &names, const char *name) {
+		return name && std::find(names.begin(), names.end(), name) != names.end();
+	};
+	for (const EncodedSet &set : table.sets) {
+		if (kept(keptSets, nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME)))
+			continue;
 		if (auto s = addSetWithElements(set); !s)
 			return s;
+	}
 	// Before the rules that name them.
 	for (const EncodedObject &object : table.objects) {
-		const char *name = nftnl_obj_get_str(object.object.get(), NFTNL_OBJ_NAME);
-		if (name && std::find(keptObjects.begin(), keptObjects.end(), name) != keptObjects.end())
+		if (kept(keptObjects, nftnl_obj_get_str(object.object.get(), NFTNL_OBJ_NAME)))
 			continue;
 		if (auto s = batch.addObject(object.object.get(), object.description); !s)
 			return s;
@@ -163,7 +169,7 @@ Result<Batch> replaceKeepingCountersBatch(const EncodedTable &table, const Repla
 		return fail(s.error());
 	if (auto s = addDeletions(batch, name, plan); !s)
 		return fail(s.error());
-	if (auto s = addTableContents(batch, table, plan.keptCounters); !s)
+	if (auto s = addTableContents(batch, table, plan.keptCounters, plan.keptSets); !s)
 		return fail(s.error());
 	batch.end();
 	return batch;

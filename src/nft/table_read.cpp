@@ -88,10 +88,10 @@ Status dumpFlowtables(Socket &socket, const std::string &table, std::vector<Flow
 				nftnl_flowtable_get_str, out);
 }
 
-// The elements of set `set` of inet `table`, each reply's converted as it arrives: the
-// libnftnl objects of a whole 100,000-range set would take 60 MB.
-Status dumpElements(Socket &socket, const std::string &table, const std::string &set,
-		    ElementRecords &out)
+} // namespace
+
+Status dumpSetElements(Socket &socket, const std::string &table, const std::string &set,
+		       const std::function<Status(const nftnl_set *)> &onPart)
 {
 	SetPtr filter = newSet();
 	nftnl_set_set_str(filter.get(), NFTNL_SET_TABLE, table.c_str());
@@ -103,12 +103,9 @@ Status dumpElements(Socket &socket, const std::string &table, const std::string 
 			SetPtr part = newSet();
 			if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()), "set element"); !p)
 				return p;
-			out.add(part.get());
-			return {};
+			return onPart(part.get());
 		});
 }
-
-} // namespace
 
 Result<TablePtr> getTable(Socket &socket, const std::string &table)
 {
@@ -167,9 +164,15 @@ Result<std::shared_ptr<TableSnapshot>> readOnce(Socket &socket, const std::strin
 	if (!snapshot->whole)
 		return snapshot;
 	for (const SetPtr &set : snapshot->sets) {
+		if (isDynamicSet(set.get()))
+			continue; // traffic's: no use of the read wants it (TableSnapshot)
 		const std::string name = stringOf(nftnl_set_get_str(set.get(), NFTNL_SET_NAME));
 		ElementRecords &records = snapshot->elements[name];
-		if (auto s = dumpElements(socket, table, name, records); !s)
+		const Status s = dumpSetElements(socket, table, name, [&records](const nftnl_set *part) -> Status {
+			records.add(part);
+			return {};
+		});
+		if (!s)
 			return fail(s.error().withContext(context("elements of set " + name)));
 		records.finish();
 	}

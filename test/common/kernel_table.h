@@ -34,6 +34,9 @@ inline KernelTable kernelTableOf(const Ruleset &ruleset)
 					[](const Masquerade &) -> std::optional<KernelSnatRule> {
 						return std::nullopt;
 					},
+					[](const GuardLimit &) -> std::optional<KernelSnatRule> {
+						return std::nullopt;
+					},
 					[&rule](const SourceNat &s) -> std::optional<KernelSnatRule> {
 						return KernelSnatRule{s.family, s.to, rule.comment};
 					},

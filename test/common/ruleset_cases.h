@@ -19,6 +19,9 @@ struct RulesetCase {
 	// This node's addresses in outputAddress subnets ("" = none), as the daemon finds them.
 	std::string subnetAddressV4 = {};
 	std::string subnetAddressV6 = {};
+	// Whether adoption rebuilds it from the kernel's sets (rulesetFromKernel): not with a
+	// snatGuard, whose limits and mode only its rules hold.
+	bool adoptable = true;
 };
 
 inline const std::vector<RulesetCase> &rulesetCases()
@@ -97,6 +100,13 @@ inline const std::vector<RulesetCase> &rulesetCases()
 					"masqueradeSourceCIDRs: [10.244.0.0/16, \"fd00:10:244::/56\"]\n"
 					"outputAddressIPv6: \"2001:db8::7\"\n",
 		 {"--enable-ipv6", "--to-ports=1024-65535"}},
+		// snatGuard: both limits, enforced, both families, exempt sources of each.
+		{"snat-guard", "snatGuard:\n"
+			       "  mode: enforce\n"
+			       "  newConnectionsPerSecond: 20\n"
+			       "  openConnections: 30\n"
+			       "  exempt: [198.18.0.0/24, \"2001:db8:9::/48\"]\n",
+		 {"--enable-ipv6"}, "", "", false},
 	};
 	return cases;
 }

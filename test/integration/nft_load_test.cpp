@@ -3,6 +3,7 @@
 // exactly the intended intervals, chains and rules. Runs in a private network namespace.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <unistd.h>
@@ -103,13 +104,25 @@ void loadAndVerify(const Ruleset &ruleset)
 	CHECK(listing.find("[invalid") == std::string::npos);
 
 	const YAML::Node json = YAML::Load(runOrFail("nft -j list table inet " + ruleset.table));
-	size_t sets = 0, chains = 0;
+	size_t sets = 0, dynamicSets = 0, chains = 0;
 	std::map<std::string, std::vector<std::string>> comments;
 	for (const YAML::Node &item : json["nftables"]) {
 		if (item["set"]) {
 			const YAML::Node set = item["set"];
 			const std::string name = set["name"].as<std::string>();
 			INFO("set " << name);
+			// A dynamic set (the guard's): its concatenated key, and nothing in it yet.
+			const auto dynamic = std::find_if(ruleset.dynamicSets.begin(), ruleset.dynamicSets.end(),
+							  [&](const DynamicSet &d) { return d.name == name; });
+			if (dynamic != ruleset.dynamicSets.end()) {
+				const std::string address = dynamic->family == Family::ipv4 ? "ipv4_addr" : "ipv6_addr";
+				CHECK(set["type"].as<std::vector<std::string>>() ==
+				      std::vector<std::string>{address, address, "inet_proto", "inet_service"});
+				CHECK(set["size"].as<uint32_t>() == dynamic->size);
+				CHECK_FALSE(set["elem"]);
+				dynamicSets++;
+				continue;
+			}
 			const AddressSet *model = nullptr;
 			for (const AddressSet &s : ruleset.sets)
 				if (s.name == name)
@@ -151,6 +164,7 @@ void loadAndVerify(const Ruleset &ruleset)
 		}
 	}
 	CHECK(sets == ruleset.sets.size());
+	CHECK(dynamicSets == ruleset.dynamicSets.size());
 	CHECK(chains == ruleset.chains.size());
 	for (const Chain &c : ruleset.chains) {
 		std::vector<std::string> expected;

@@ -377,14 +377,15 @@ TEST_CASE("a real Prometheus scrapes the agent: up, and the values /metrics show
 TEST_CASE("Prometheus loads the alert rules and evaluates them on the agent: all healthy, none firing")
 {
 	// Every alert of the rules file. IPMasqAgentOutputAddressMissing's metric is absent
-	// here (no outputAddress subnet): it evaluates, healthy, to nothing.
+	// here (no outputAddress subnet): it evaluates, healthy, to nothing; so do the SNAT
+	// guard's (no snatGuard section).
 	const std::vector<std::string> alerts{
 		"IPMasqAgentNotReady", "IPMasqAgentSyncFailing", "IPMasqAgentTableRepairsClimbing",
 		"IPMasqAgentConntrackInsertFailures", "IPMasqAgentConntrackTableNearlyFull",
 		"IPMasqAgentConntrackUnreadable", "IPMasqAgentOutputAddressMissing",
 		"IPMasqAgentNatConflict", "IPMasqAgentNatCheckUnreadable",
 		"IPMasqAgentSnatPortsNearlyExhausted", "IPMasqAgentSnatPortsExhausted",
-		"IPMasqAgentConfigUnknownKeys"};
+		"IPMasqAgentConfigUnknownKeys", "IPMasqAgentSnatGuardDropping", "IPMasqAgentSnatGuardWouldDrop"};
 	ServingAgent agent;
 	Prometheus prometheus;
 	std::string rules;

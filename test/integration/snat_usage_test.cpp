@@ -32,7 +32,7 @@ using namespace ipmasq::test;
 
 namespace {
 
-constexpr uint16_t kPort = 9443; // the external host's sinks
+constexpr uint16_t kPort = kSinkPort; // the external host's sinks
 const std::string kHealth = "http://127.0.0.1:10263";
 const std::string kToPorts = "--to-ports=40000-40099";
 // A second destination on the external host, for IPv6 ("others stay low").
@@ -53,102 +53,6 @@ std::string endpoint(int family, const std::string &address, uint16_t port = kPo
 {
 	return family == AF_INET ? fmt::format("{}:{}", address, port)
 				 : fmt::format("[{}]:{}", address, port);
-}
-
-sockaddr_storage socketAddress(int family, const std::string &address, uint16_t port)
-{
-	sockaddr_storage storage{};
-	if (family == AF_INET) {
-		auto *in = reinterpret_cast<sockaddr_in *>(&storage);
-		in->sin_family = AF_INET;
-		in->sin_port = htons(port);
-		REQUIRE(inet_pton(AF_INET, address.c_str(), &in->sin_addr) == 1);
-	} else {
-		auto *in6 = reinterpret_cast<sockaddr_in6 *>(&storage);
-		in6->sin6_family = AF_INET6;
-		in6->sin6_port = htons(port);
-		REQUIRE(inet_pton(AF_INET6, address.c_str(), &in6->sin6_addr) == 1);
-	}
-	return storage;
-}
-
-socklen_t lengthOf(int family)
-{
-	return family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-}
-
-// The external host keeps what comes: a TCP listener that never accepts (the kernel
-// completes each handshake into its backlog, so the connections stay established) and a
-// UDP socket that never reads (no port unreachable ends a flow), on every address.
-struct Sinks {
-	UniqueFd tcp, udp;
-};
-
-Sinks sinksOn(const Netns &external, int family)
-{
-	const auto open = [&](int type) {
-		return inNetns(external.fd(), [&] {
-			int fd = socket(family, type | SOCK_CLOEXEC, 0);
-			const int on = 1;
-			if (family == AF_INET6)
-				(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
-			const sockaddr_storage any = socketAddress(family, family == AF_INET ? "0.0.0.0" : "::",
-								   kPort);
-			if (bind(fd, reinterpret_cast<const sockaddr *>(&any), lengthOf(family)) != 0 ||
-			    (type == SOCK_STREAM && listen(fd, 1024) != 0)) {
-				close(fd);
-				fd = -1;
-			}
-			return fd;
-		});
-	};
-	Sinks sinks{UniqueFd(open(SOCK_STREAM)), UniqueFd(open(SOCK_DGRAM))};
-	REQUIRE(sinks.tcp.isValid());
-	REQUIRE(sinks.udp.isValid());
-	return sinks;
-}
-
-// A TCP connection from a pod (from `source` when given), established within `timeout`,
-// or an invalid descriptor: the kernel dropped its SYN (and every retransmission).
-UniqueFd tcpFrom(const Netns &pod, int family, const std::string &address,
-		 std::chrono::milliseconds timeout, const std::string &source = {})
-{
-	return UniqueFd(inNetns(pod.fd(), [&] {
-		int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (!source.empty()) {
-			const sockaddr_storage from = socketAddress(family, source, 0);
-			(void)bind(fd, reinterpret_cast<const sockaddr *>(&from), lengthOf(family));
-		}
-		const sockaddr_storage to = socketAddress(family, address, kPort);
-		(void)connect(fd, reinterpret_cast<const sockaddr *>(&to), lengthOf(family));
-		pollfd p{fd, POLLOUT, 0};
-		int error = -1;
-		socklen_t length = sizeof(error);
-		if (poll(&p, 1, static_cast<int>(timeout.count())) != 1 ||
-		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
-			close(fd);
-			return -1;
-		}
-		return fd;
-	}));
-}
-
-// A UDP flow from a pod: one datagram; conntrack keeps it (unreplied) for the node's
-// nf_conntrack_udp_timeout, which the tests raise in their own namespace.
-UniqueFd udpFrom(const Netns &pod, int family, const std::string &address)
-{
-	UniqueFd fd(inNetns(pod.fd(), [&] {
-		int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-		const sockaddr_storage to = socketAddress(family, address, kPort);
-		if (connect(fd, reinterpret_cast<const sockaddr *>(&to), lengthOf(family)) != 0 ||
-		    send(fd, "x", 1, 0) != 1) {
-			close(fd);
-			return -1;
-		}
-		return fd;
-	}));
-	REQUIRE(fd.isValid());
-	return fd;
 }
 
 std::vector<UniqueFd> tcpConnections(const Netns &pod, int family, const std::string &address,

@@ -445,4 +445,89 @@ void requireSource(const Topology &net, const Agent &agent, int family, const st
 		      source);
 }
 
+sockaddr_storage socketAddress(int family, const std::string &address, uint16_t port)
+{
+	sockaddr_storage storage{};
+	if (family == AF_INET) {
+		auto *in = reinterpret_cast<sockaddr_in *>(&storage);
+		in->sin_family = AF_INET;
+		in->sin_port = htons(port);
+		REQUIRE(inet_pton(AF_INET, address.c_str(), &in->sin_addr) == 1);
+	} else {
+		auto *in6 = reinterpret_cast<sockaddr_in6 *>(&storage);
+		in6->sin6_family = AF_INET6;
+		in6->sin6_port = htons(port);
+		REQUIRE(inet_pton(AF_INET6, address.c_str(), &in6->sin6_addr) == 1);
+	}
+	return storage;
+}
+
+socklen_t lengthOf(int family)
+{
+	return family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+}
+
+Sinks sinksOn(const Netns &external, int family, uint16_t port)
+{
+	const auto open = [&](int type) {
+		return inNetns(external.fd(), [&] {
+			int fd = socket(family, type | SOCK_CLOEXEC, 0);
+			const int on = 1;
+			if (family == AF_INET6)
+				(void)setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on));
+			const sockaddr_storage any = socketAddress(family, family == AF_INET ? "0.0.0.0" : "::",
+								   port);
+			if (bind(fd, reinterpret_cast<const sockaddr *>(&any), lengthOf(family)) != 0 ||
+			    (type == SOCK_STREAM && listen(fd, 1024) != 0)) {
+				close(fd);
+				fd = -1;
+			}
+			return fd;
+		});
+	};
+	Sinks sinks{UniqueFd(open(SOCK_STREAM)), UniqueFd(open(SOCK_DGRAM))};
+	REQUIRE(sinks.tcp.isValid());
+	REQUIRE(sinks.udp.isValid());
+	return sinks;
+}
+
+UniqueFd tcpFrom(const Netns &pod, int family, const std::string &address,
+		 std::chrono::milliseconds timeout, const std::string &source, uint16_t port)
+{
+	return UniqueFd(inNetns(pod.fd(), [&] {
+		int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (!source.empty()) {
+			const sockaddr_storage from = socketAddress(family, source, 0);
+			(void)bind(fd, reinterpret_cast<const sockaddr *>(&from), lengthOf(family));
+		}
+		const sockaddr_storage to = socketAddress(family, address, port);
+		(void)connect(fd, reinterpret_cast<const sockaddr *>(&to), lengthOf(family));
+		pollfd p{fd, POLLOUT, 0};
+		int error = -1;
+		socklen_t length = sizeof(error);
+		if (poll(&p, 1, static_cast<int>(timeout.count())) != 1 ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+			close(fd);
+			return -1;
+		}
+		return fd;
+	}));
+}
+
+UniqueFd udpFrom(const Netns &pod, int family, const std::string &address, uint16_t port)
+{
+	UniqueFd fd(inNetns(pod.fd(), [&] {
+		int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		const sockaddr_storage to = socketAddress(family, address, port);
+		if (connect(fd, reinterpret_cast<const sockaddr *>(&to), lengthOf(family)) != 0 ||
+		    send(fd, "x", 1, 0) != 1) {
+			close(fd);
+			return -1;
+		}
+		return fd;
+	}));
+	REQUIRE(fd.isValid());
+	return fd;
+}
+
 } // namespace ipmasq::test

@@ -25,6 +25,7 @@
 #include <sched.h>
 #include <string>
 #include <sys/socket.h>
+#include <netinet/in.h>
 #include <sys/types.h>
 #include <thread>
 #include <vector>
@@ -159,6 +160,28 @@ Observation connectFrom(const Netns &host, int family, const std::string &addres
 Observation connectFromPod(const Topology &net, int family,
 			   std::chrono::milliseconds timeout = std::chrono::seconds(2));
 
+
+// Sockets toward the external host's sinks (below), from any host, at kSinkPort unless said.
+inline constexpr uint16_t kSinkPort = 9443;
+sockaddr_storage socketAddress(int family, const std::string &address, uint16_t port);
+socklen_t lengthOf(int family);
+
+// The external host keeps what comes: a TCP listener that never accepts (the kernel
+// completes each handshake into its backlog, so the connections stay established) and a
+// UDP socket that never reads (no port unreachable ends a flow), on every address.
+struct Sinks {
+	UniqueFd tcp, udp;
+};
+Sinks sinksOn(const Netns &external, int family, uint16_t port = kSinkPort);
+
+// A TCP connection from a pod (from `source` when given), established within `timeout`,
+// or an invalid descriptor: the kernel dropped its SYN (and every retransmission).
+UniqueFd tcpFrom(const Netns &pod, int family, const std::string &address, std::chrono::milliseconds timeout,
+		 const std::string &source = {}, uint16_t port = kSinkPort);
+
+// A UDP flow from a pod: one datagram; conntrack keeps it (unreplied) for the node's
+// nf_conntrack_udp_timeout, which the tests raise in their own namespace.
+UniqueFd udpFrom(const Netns &pod, int family, const std::string &address, uint16_t port = kSinkPort);
 
 // The NAT conflict gauge's value for `certainty` ("certain", "may", "undetermined") in a
 // /metrics text, or "" while it is not exported (no complete check yet, or a failed read).

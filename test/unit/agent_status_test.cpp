@@ -416,6 +416,25 @@ TEST_CASE("/metrics: the table's connection counters, labelled from their names"
 	CHECK(status.health().ok);
 }
 
+TEST_CASE("/metrics: the SNAT guard's counters, apart from the connection counters, per limit and mode")
+{
+	AgentStatus status;
+	status.syncSucceeded(sampleRuleset(), 1ms);
+	CHECK_THAT(status.prometheusText(), !Catch::Contains("ip_masq_agent_snat_guard_over_total"));
+	status.countersRead({CounterValue{"masq-v4", 7, 420}, CounterValue{"guard-observed-rate-v4", 130, 7800},
+			     CounterValue{"guard-dropped-open-v6", 4, 320}});
+	const std::string text = status.prometheusText();
+	CHECK_THAT(text, Catch::Contains("# TYPE ip_masq_agent_snat_guard_over_total counter\n"));
+	CHECK(sample(text, "ip_masq_agent_snat_guard_over_total{family=\"ipv4\",limit=\"new_connections\","
+			   "mode=\"observe\"}") == "130");
+	CHECK(sample(text, "ip_masq_agent_snat_guard_over_total{family=\"ipv6\",limit=\"open_connections\","
+			   "mode=\"enforce\"}") == "4");
+	// Not connections the table decided on as a masquerade: not in that family.
+	CHECK_THAT(text, !Catch::Contains("decision=\"guard"));
+	CHECK(sample(text, "ip_masq_agent_connections_total{family=\"ipv4\",decision=\"masqueraded\","
+			   "reason=\"none\"}") == "7");
+}
+
 TEST_CASE("this node's addresses: stale keeps the agent ready and says so; waiting for a first "
 	  "read is not ready, never \"no address\"")
 {

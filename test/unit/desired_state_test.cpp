@@ -75,6 +75,12 @@ TEST_CASE("round trip: every ruleset case is rebuilt from its own sets")
 		auto built = test::buildCaseWithOptions(c);
 		REQUIRE(built);
 		const auto rebuilt = rulesetFromKernel(built->options, test::kernelTableOf(built->ruleset));
+		if (!c.adoptable) {
+			// A guard's limits and mode are in its rules only: such a table is never
+			// adopted (left as it is until the config is good).
+			CHECK_FALSE(rebuilt);
+			continue;
+		}
 		REQUIRE(rebuilt);
 		CHECK(*rebuilt == built->ruleset);
 	}

@@ -11,6 +11,7 @@
 
 #include "ip-masq-agent/model/cidr.h"
 #include "ip-masq-agent/config/discovery_config.h"
+#include "ip-masq-agent/config/snat_guard.h"
 #include "ip-masq-agent/base/duration.h"
 #include "ip-masq-agent/model/egress.h"
 #include "ip-masq-agent/base/error.h"
@@ -102,6 +103,9 @@ struct Config {
 	// nonMasqueradeDiscovery: where more non-masquerade ranges are found on the node
 	// (discovery_config.h). Absent: nothing is discovered, upstream's semantics exactly.
 	std::optional<NonMasqueradeDiscovery> nonMasqueradeDiscovery;
+	// snatGuard: per source and destination, the new and open connections that the
+	// agent's SNAT takes, observed or enforced (snat_guard.h). Absent: no guard.
+	std::optional<SnatGuard> snatGuard;
 	// The files the entries came from, in the order read; Origin::file indexes this.
 	ConfigFiles files;
 	// The origins of the discovered prefixes added to nonMasqueradeCIDRs (putDiscovered in

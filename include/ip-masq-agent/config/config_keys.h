@@ -81,7 +81,11 @@ using Slot = std::variant<
 	std::vector<RouteProtocol> NonMasqueradeDiscovery::*,
 	std::vector<InterfacePattern> NonMasqueradeDiscovery::*,
 	std::optional<DiscoveryPath> NonMasqueradeDiscovery::*,
-	Duration NonMasqueradeDiscovery::*>; // holdDown: refused outside [least, longest]
+	Duration NonMasqueradeDiscovery::*, // holdDown: refused outside [least, longest]
+	std::optional<SnatGuard> Config::*,	 // the section: `section`'s keys
+	std::optional<SnatGuardMode> SnatGuard::*, // mode
+	std::optional<uint32_t> SnatGuard::*,	 // a limit, from 1 to `most`
+	std::vector<Prefix> SnatGuard::*>;	 // exempt
 
 struct Table;
 
@@ -115,15 +119,18 @@ struct Table {
 	std::string_view section;
 };
 
-// The config's keys (upstream's, then the agent's own), and nonMasqueradeDiscovery's.
+// The config's keys (upstream's, then the agent's own), nonMasqueradeDiscovery's and
+// snatGuard's.
 extern const Table kConfigTable;
 extern const Table kDiscoveryTable;
+extern const Table kSnatGuardTable;
 
 // The collection a key's value may be written as: a list for the lists, the section's
 // mapping; Kind::scalar for the others (single values only).
 template<typename Owner, typename Entry>
 constexpr Kind collectionOf(std::vector<Entry> Owner::*) { return Kind::list; }
 constexpr Kind collectionOf(std::optional<NonMasqueradeDiscovery> Config::*) { return Kind::mapping; }
+constexpr Kind collectionOf(std::optional<SnatGuard> Config::*) { return Kind::mapping; }
 template<typename Member>
 constexpr Kind collectionOf(Member) { return Kind::scalar; }
 
@@ -133,6 +140,8 @@ std::string keyText(const Table &table, const KeySpec &key);
 const KeySpec *knownKey(const Table &table, std::string_view spelling);
 // "nonMasqueradeCIDRs, cidrLimit, ...".
 std::string keyNames(const Table &table);
+// The key of `table` that an unknown `spelling` most likely means (kMaxSuggestionDistance).
+std::optional<std::string_view> suggestKeyIn(const Table &table, std::string_view spelling);
 
 // A value read for a key (or as entry `index` of its list), and where it is for messages:
 // "file:line:col: key: " or "... key[index]: ", made only when one is (this runs for each
@@ -177,8 +186,9 @@ public:
 	// An error was noted: no config comes of the file, and what it keeps goes now.
 	void failed();
 	// The checks that need the whole file: each list against cidrLimit (which may come
-	// after it), the section's requirements (`sectionKey`: where its key is).
-	std::vector<Error> checkWholeFile(const YAML::Mark &sectionKey);
+	// after it), the sections' requirements (`discoveryKey`, `guardKey`: where their keys
+	// are).
+	std::vector<Error> checkWholeFile(const YAML::Mark &discoveryKey, const YAML::Mark &guardKey);
 	LoadedConfig finish();
 
 private:

@@ -141,6 +141,13 @@ public:
 		std::optional<SnatUsage> snatUsage;
 		double snatReadUnixSeconds = 0; // the last successful read; 0: none yet
 		uint64_t snatReadFailures = 0;
+		// The SNAT guard's last reading (with the SNAT usage), when the config has one:
+		// /snat-usage's part about it, the keys over a limit with the most attempts
+		// (at most kTopGuardOverSeries) and how full each dynamic set is; `guardText`
+		// says why when the sets could not be read (no series then).
+		std::string guardText;
+		std::vector<GuardOverKey> guardTopOver;
+		std::vector<DynamicSetFill> guardFill;
 		// The checks' threads, once the daemon started (or tried to start) them.
 		std::vector<CheckThread> checkThreads;
 
@@ -197,6 +204,9 @@ public:
 	// (a read of 65,536 entries and their clients' routes takes seconds on a busy node).
 	void snatUsageRead(SnatUsage usage, double startedUnixSeconds);
 	void snatUsageReadFailed();
+	// A reading of the SNAT guard's sets (the same thread): its text for /snat-usage, the
+	// keys most over (bounded by the caller) and the sets' fill; or, without a guard, none.
+	void snatGuardRead(std::string text, std::vector<GuardOverKey> topOver, std::vector<DynamicSetFill> fill);
 	// A check's thread started, or refused (`refused` says why): replaces what was said
 	// of the same check (by its label) before.
 	void checkThread(CheckThread state);

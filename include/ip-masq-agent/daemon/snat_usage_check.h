@@ -15,6 +15,7 @@
 #include "ip-masq-agent/base/paced_thread.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
+#include "ip-masq-agent/nft/backend.h"
 
 namespace ipmasq {
 
@@ -49,15 +50,25 @@ public:
 	// every 35 s or so; a few thousand entries: every 10 s.
 	static constexpr PacedThread::Pace kPace{std::chrono::seconds(10), 60};
 
+	// The most keys over the guard's limits that /metrics gets a series of.
+	static constexpr size_t kTopGuardOverSeries = 10;
+
 private:
 	bool pass();
+	// The guard's sets, read after the usage with the same pace: /snat-usage's part about
+	// them and their series.
+	void readGuard();
 
 	AgentStatus &status_;
 	// Under thread_.locked().
 	std::optional<SnatPlan> next_;
+	std::optional<Ruleset> nextGuard_; // the desired ruleset's guard (guardOf)
 	std::shared_ptr<const NodeAddresses> addresses_ = std::make_shared<const NodeAddresses>();
 	// The thread's own.
 	SnatPlan plan_;
+	Ruleset guard_; // its table, dynamic sets and GuardLimit rules only
+	std::unique_ptr<NetlinkBackend> backend_; // opened at the first read of a guard
+	LogOnce guardError_; // the guard's sets could not be read
 	LogOnce readError_; // conntrack's entries could not be read
 	PacedThread thread_; // last: stopped before the members its passes use go
 };

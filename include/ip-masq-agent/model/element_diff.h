@@ -38,7 +38,7 @@ struct ElementDiff {
 };
 
 // nullopt when `from` and `to` differ in anything but set elements (table, comments,
-// set names, families or comments, chains, rules).
+// set names, families or comments, dynamic sets, chains, rules).
 std::optional<ElementDiff> diffElements(const Ruleset &from, const Ruleset &to);
 
 } // namespace ipmasq

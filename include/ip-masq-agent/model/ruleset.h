@@ -179,13 +179,49 @@ struct SourceNat {
 
 // The transport protocols --to-ports applies to, as upstream: tcp, udp, sctp.
 inline constexpr uint8_t kPortProtocols[] = {6, 17, 132};
+// Those the guard limits: every protocol with ports (tcp, udp, dccp, sctp, udplite), in
+// the order nft lists them.
+inline constexpr uint8_t kGuardedProtocols[] = {6, 17, 33, 132, 136};
+
+// --- The SNAT guard (snatGuard) ---
+// Its two limits, each per source address toward one destination (address, protocol, port).
+enum class GuardLimitKind : uint8_t {
+	newConnections,  // newConnectionsPerSecond: "limit rate over N/second burst N packets"
+	openConnections, // openConnections: "ct count over N"
+};
+// "rate", "open": the sets' names and the metrics' `limit` label.
+const char *guardLimitName(GuardLimitKind kind);
+
+// The guard's sets of a family: the exempt sources (an interval AddressSet, always there
+// with the section, so that an edit of `exempt` is an element update), the keys tracked per
+// limit (guard-rate-v4, guard-open-v4) and those over it (guard-over-rate-v4, ...).
+std::string guardExemptSetName(Family family);
+std::string guardTrackSetName(GuardLimitKind kind, Family family);
+std::string guardOverSetName(GuardLimitKind kind, Family family);
+
+// [meta nfproto <family>] meta l4proto { tcp, udp, dccp, sctp, udplite } ip saddr != @<exemptSet>
+// update @<trackSet> { ip saddr . ip daddr . meta l4proto . th dport limit rate over N/second burst N packets }
+// update @<overSet> { ip saddr . ip daddr . meta l4proto . th dport } [drop]
+// (add @<trackSet> { ... ct count over N } for openConnections; ip6 for IPv6). The first
+// dynset is the match: the rule goes on only for a key over its limit, which the second
+// records (with the over set's counter) and, when enforcing, drops.
+struct GuardLimit {
+	Family family = Family::ipv4;
+	GuardLimitKind kind = GuardLimitKind::newConnections;
+	uint32_t limit = 0;
+	std::string exemptSet;
+	std::string trackSet;
+	std::string overSet;
+	bool drop = false;
+	bool operator==(const GuardLimit &) const = default;
+};
 
 // Every kind of rule. A consumer whose behaviour depends on the kind (rendering,
 // encoding, kernel-feature fallbacks) decides with an exhaustive std::visit, never with
 // std::get_if of one kind: a new kind is then a compile error until each handles it.
 using Statement = std::variant<JumpIfNotLocal, ReturnIfDestinationInSet,
 			       ReturnIfOutputInterfaceInSet, MatchUnlistedSource, Masquerade,
-			       SourceNat>;
+			       SourceNat, GuardLimit>;
 
 struct Rule {
 	Statement statement;
@@ -198,13 +234,19 @@ struct Rule {
 
 // What a connection counter counts: new connections of a family (the nat hook sees the
 // first packet of each), by what the agent decided and why.
-enum class Decision { notMasqueraded, masqueraded, snat };
+// The guard's decisions count the connections over one of its limits (the reason says
+// which): observed (let through) or dropped, as the mode says.
+enum class Decision { notMasqueraded, masqueraded, snat, guardObserved, guardDropped };
 enum class DecisionReason {
 	destination, // a non-masquerade destination (nomasq-v4 / nomasq-v6)
 	source,      // a source masqueradeSourceCIDRs does not list
 	interface,   // leaving through a nonMasqueradeInterfaces interface
 	none,        // masqueraded or SNATed: nothing exempted it
+	newConnections,  // over snatGuard's newConnectionsPerSecond
+	openConnections, // over snatGuard's openConnections
 };
+// Whether the decision is the guard's (its counters go to ip_masq_agent_snat_guard_*).
+bool isGuardDecision(Decision decision);
 
 struct CounterLabel {
 	Family family = Family::ipv4;
@@ -273,6 +315,27 @@ struct KernelSnatRule {
 	bool operator==(const KernelSnatRule &) const = default;
 };
 
+// One element of a guard's over set, read back from the kernel: `source` went over the
+// limit `kind` toward `destination` (address, protocol, port) `attempts` times since the
+// element was made (it leaves 10 minutes after the last one).
+struct GuardOverKey {
+	GuardLimitKind kind = GuardLimitKind::newConnections;
+	Address source;
+	Address destination;
+	uint8_t protocol = 0;
+	uint16_t port = 0;
+	uint64_t attempts = 0;
+	bool operator==(const GuardOverKey &) const = default;
+};
+
+// How full a dynamic set is, as the kernel holds it: a full one adds no key.
+struct DynamicSetFill {
+	std::string set;
+	size_t elements = 0;
+	uint32_t size = 0; // its declared size
+	bool operator==(const DynamicSetFill &) const = default;
+};
+
 // The agent's table as adoption and --explain read it back (TableBackend::readTable).
 struct KernelTable {
 	std::vector<AddressSet> sets;
@@ -280,11 +343,29 @@ struct KernelTable {
 	bool operator==(const KernelTable &) const = default;
 };
 
-// The agent's whole table (family inet). Owned entirely by the agent and replaced whole.
+// A set the kernel fills from the packet path (flags dynamic), keyed by source address .
+// destination address . l4proto . destination port (the guard's): the agent declares it,
+// never writes an element, and a replacement keeps it with what it holds (its handle, its
+// elements and their state) as long as its declaration stays the same.
+struct DynamicSet {
+	std::string name;
+	Family family = Family::ipv4;
+	uint32_t size = 0; // the most elements it holds; a full set adds none
+	uint64_t timeoutMs = 0; // an element leaves this long after its last update; 0: never
+	bool counter = false; // each element counts the packets that updated it
+	std::string comment;
+	bool operator==(const DynamicSet &) const = default;
+};
+
+// The agent's whole table (family inet). Owned entirely by the agent and replaced whole
+// (but for its counters and dynamic sets, which a replacement keeps).
 struct Ruleset {
 	std::string table;
 	std::string comment;
 	std::vector<NamedCounter> counters;
+	// Declared before `sets`: `nft list` shows sets in the order they were made, and a
+	// replacement keeps these (they come first in the kernel's table).
+	std::vector<DynamicSet> dynamicSets;
 	std::vector<AddressSet> sets;
 	std::vector<Chain> chains;
 	bool operator==(const Ruleset &) const = default;

@@ -80,6 +80,16 @@ public:
 	// table be gone by then.
 	Result<std::vector<CounterValue>> readCounters(const std::string &table) override;
 
+	// What the guard's over sets among `sets` (the desired ruleset's dynamic sets with a
+	// counter) hold in inet `table`: every key over a limit, its attempts over. A set the
+	// table lacks reads as none. At most the sets' sizes (guard_reader.cpp).
+	Result<std::vector<GuardOverKey>> readGuardOver(const std::string &table,
+						       const std::vector<DynamicSet> &sets);
+	// How many elements each of `sets` holds in inet `table` (a dump of each, counted, never
+	// kept: at most its size); a set the table lacks is left out.
+	Result<std::vector<DynamicSetFill>> readDynamicSetFill(const std::string &table,
+							       const std::vector<DynamicSet> &sets);
+
 	// Leave `monitor`'s notification group during every commit (null: never). While
 	// anyone listens, the kernel builds one notification per set element, which
 	// doubles the cost of a large apply; the caller compares generations afterwards.

@@ -29,6 +29,9 @@ struct TableContents {
 	uint32_t flags = 0; // NFT_TABLE_F_* (dormant, owner)
 	std::vector<std::string> chains; // not those bound to a rule (they go with it)
 	std::vector<std::string> sets; // named sets and maps (anonymous ones go with their rules)
+	// Of those, the dynamic ones (the kernel fills them), with their declarations
+	// (snapshot.h, setDeclaration).
+	std::vector<std::pair<std::string, std::string>> dynamicSets;
 	std::vector<std::string> flowtables;
 	struct Object {
 		std::string name;
@@ -56,6 +59,9 @@ struct ReplacementPlan {
 	std::vector<std::pair<std::string, uint32_t>> deleteObjects; // name, NFT_OBJECT_* type
 	// Left alone: they go on counting through the commit.
 	std::vector<std::string> keptCounters;
+	// Left alone too, with what the kernel put in them (the guard's ct counts, its rate
+	// buckets): dynamic sets the desired table declares exactly as the kernel holds them.
+	std::vector<std::string> keptSets;
 	// Created by the batch, starting at these values: the kernel's own for a counter that
 	// must be created again (see planReplacement), else the last value the agent saw of that
 	// name, else 0.
@@ -79,7 +85,13 @@ struct ReplacementPlan {
 // a kept one (masqueradeSourceCIDRs added, say) makes the counters after it be created
 // again, from the values the kernel held when the table was read. `remembered`: the values
 // the agent last saw, by name, for counters the kernel does not hold.
-std::optional<ReplacementPlan> planReplacement(const TableContents &kernel, const Ruleset &desired,
-					       const std::vector<CounterValue> &remembered);
+//
+// A dynamic set of `desiredDynamicSets` (name, declaration) that the kernel holds with the
+// same declaration is kept, whatever its place: what it holds (open connections counted,
+// rate buckets) cannot be carried over, and is worth more than `nft list` showing the sets
+// in the dry run's order after a limit is added in front of it.
+std::optional<ReplacementPlan> planReplacement(
+	const TableContents &kernel, const Ruleset &desired, const std::vector<CounterValue> &remembered,
+	const std::vector<std::pair<std::string, std::string>> &desiredDynamicSets = {});
 
 } // namespace ipmasq::netlink

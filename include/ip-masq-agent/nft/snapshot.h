@@ -66,16 +66,27 @@ struct TableSnapshot {
 	std::vector<SetPtr> sets; // named and anonymous: the declarations
 	std::vector<ChainPtr> chains;
 	std::vector<FlowtablePtr> flowtables;
-	std::map<std::string, ElementRecords> elements; // by set name (whole reads)
+	// By set name (whole reads), but for the dynamic sets': what they hold is traffic, which
+	// no use compares or rebuilds, and up to each set's size (65,536 for the guard's).
+	std::map<std::string, ElementRecords> elements;
 	std::vector<RulePtr> rules; // in kernel order: grouped by chain, in position order
 };
 
+// A set's declaration as the comparison prints it (no elements): two sets are the same set
+// exactly when these are equal.
+std::string setDeclaration(const nftnl_set *set);
+// Whether the kernel fills the set from the packet path (flags dynamic): what it holds is
+// traffic, never compared nor read for the comparison.
+bool isDynamicSet(const nftnl_set *set);
+
 // Whether the snapshot (a whole read) is exactly the desired table. When it is not,
-// `difference` says where first ("desired: ..., kernel: ..."), for the debug log.
+// `difference` says where first ("desired: ..., kernel: ..."), for the debug log. A dynamic
+// set's declaration is compared, never its elements: the kernel adds them as traffic flows,
+// and traffic is not drift.
 bool sameTable(const EncodedTable &desired, const TableSnapshot &kernel, std::string &difference);
 
-// What a replacement deletes and keeps (replacement.h): the snapshot's names, its objects
-// with their values as read.
+// What a replacement deletes and keeps (replacement.h): the snapshot's names, its dynamic
+// sets' declarations, its objects with their values as read.
 TableContents contentsOf(const TableSnapshot &snapshot);
 
 // The named counters among `objects`, with their values.

@@ -20,8 +20,9 @@ namespace ipmasq::netlink {
 // `tableFlags`: netlink flags of the NEWTABLE message (createTableBatch()).
 Status addEncodedTable(Batch &batch, const EncodedTable &table, uint16_t tableFlags = 0);
 // The same without the NEWTABLE, for a table that exists, and without the objects
-// named in `keptObjects` (they are in the kernel already).
-Status addTableContents(Batch &batch, const EncodedTable &table, const std::vector<std::string> &keptObjects);
+// named in `keptObjects` and the sets named in `keptSets` (they are in the kernel already).
+Status addTableContents(Batch &batch, const EncodedTable &table, const std::vector<std::string> &keptObjects,
+			const std::vector<std::string> &keptSets = {});
 
 // The transaction that replaces the table atomically, as the dry-run script does:
 // NEWTABLE (creates it if missing, no NLM_F_EXCL), DELTABLE, NEWTABLE with everything.

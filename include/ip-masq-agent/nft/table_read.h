@@ -28,7 +28,7 @@ namespace ipmasq::netlink {
 // How much of the table a use needs.
 enum class ReadDepth {
 	declarations, // the table, its chains, sets, objects and flowtables: a replacement
-	whole, // and every set's elements and the rules: the check, adoption
+	whole, // and every set's elements (but dynamic sets') and the rules: the check, adoption
 };
 
 // What one read found: the table at `generation`, or (snapshot null) that there was no such
@@ -81,5 +81,12 @@ private:
 
 // GETTABLE of one inet table: the kernel's answer, parsed (ENOENT when there is none).
 Result<TablePtr> getTable(Socket &socket, const std::string &table);
+
+// Dumps the elements of set `set` of inet `table`, handing each reply's to `onPart` as it
+// arrives (ENOENT when there is no such set): the read's records, the guard's counts and
+// counters (guard_reader.cpp). The libnftnl objects of a whole 100,000-range set would take
+// 60 MB.
+Status dumpSetElements(Socket &socket, const std::string &table, const std::string &set,
+		       const std::function<Status(const nftnl_set *)> &onPart);
 
 } // namespace ipmasq::netlink

@@ -90,6 +90,18 @@ void decodeNested(const nftnl_expr *e, Dynset &dynset)
 	}
 }
 
+// A dynset's statements as nft sends them: one as NFTNL_EXPR_DYNSET_EXPR, several as a list.
+void encodeNested(nftnl_expr *e, const Dynset &dynset)
+{
+	for (const ExpressionBox &nested : dynset.statements) {
+		netlink::ExprPtr inner = encode(*nested.expression);
+		if (dynset.statements.size() == 1)
+			nftnl_expr_set(e, NFTNL_EXPR_DYNSET_EXPR, inner.release(), 0);
+		else
+			nftnl_expr_add_expr(e, NFTNL_EXPR_DYNSET_EXPRESSIONS, inner.release());
+	}
+}
+
 template<size_t I = 0>
 Expression decodeByName(const std::string &name, const nftnl_expr *e)
 {
@@ -149,6 +161,8 @@ netlink::ExprPtr encode(const Expression &expression)
 				name = kind.name.c_str();
 			netlink::ExprPtr e = netlink::newExpr(name);
 			Kind::fields(kind, [&e](uint16_t attribute, const auto &member) { put(e.get(), attribute, member); });
+			if constexpr (std::is_same_v<Kind, Dynset>)
+				encodeNested(e.get(), kind);
 			return e;
 		},
 		expression);

@@ -231,8 +231,8 @@ std::string printDynset(const Output &o, const Stmt &s)
 					      o.tree.print(s.operands[0]))
 				: fmt::format("{} @{} {{ {}", d.op < std::size(kOps) ? kOps[d.op] : "unknown",
 					      printable(d.set), o.tree.print(s.operands[0]));
-	if (d.timeout)
-		out += " timeout " + integerText(Type::time, d.timeout, 64);
+	if (d.timeout.value_or(0) != 0)
+		out += " timeout " + integerText(Type::time, *d.timeout, 64);
 	const Output stateless{o.tree, o.table, true};
 	for (const Stmt &own : s.nested)
 		out += fmt::format(" {}", printStatement(stateless, own));

@@ -283,7 +283,8 @@ struct Dynset {
 	std::string set = {};
 	uint32_t key = 0, op = 0; // key: the register; NFT_DYNSET_OP_*
 	Reg data = {};
-	uint64_t timeout = 0;
+	// Absent unless the statement names one (a set without the timeout flag refuses any).
+	std::optional<uint64_t> timeout = {};
 	IPMASQ_FIELDS(f(NFTNL_EXPR_DYNSET_SET_NAME, s.set); f(NFTNL_EXPR_DYNSET_SREG_KEY, s.key);
 		      f(NFTNL_EXPR_DYNSET_OP, s.op); f(NFTNL_EXPR_DYNSET_SREG_DATA, s.data);
 		      f(NFTNL_EXPR_DYNSET_TIMEOUT, s.timeout))

@@ -579,28 +579,35 @@ RowMedians mediansOf(const std::vector<Sample> &samples)
 	return {median(rates), median(cpu)};
 }
 
+// Calls fn(i, j) for each row i whose `link` names a row j by its label.
+void forEachLinkedRow(const std::vector<DataPlaneRow> &rows, std::string DataPlaneRow::*link,
+		      const std::function<void(size_t, size_t)> &fn)
+{
+	for (size_t i = 0; i < rows.size(); i++) {
+		if ((rows[i].*link).empty())
+			continue;
+		for (size_t j = 0; j < rows.size(); j++)
+			if (rows[j].label == rows[i].*link)
+				fn(i, j);
+	}
+}
+
 // Each option compared on and off (offSideOf): its extra CPU per new flow (target: within
 // 5%) and the flows per second it keeps (target: at least 0.85 of the table without it).
 void printOptionCosts(const std::vector<DataPlaneRow> &rows,
 		      const std::vector<std::vector<Sample>> &samples)
 {
-	for (size_t off = 0; off < rows.size(); off++) {
-		if (rows[off].offSideOf.empty())
-			continue;
-		for (size_t on = 0; on < rows.size(); on++) {
-			if (rows[on].label != rows[off].offSideOf)
-				continue;
-			const RowMedians with = mediansOf(samples[on]);
-			const RowMedians without = mediansOf(samples[off]);
-			const double extraCpu = with.cpuMicrosPerFlow / without.cpuMicrosPerFlow - 1;
-			const double kept = with.flowsPerSecond / without.flowsPerSecond;
-			fmt::print("{:>32}: CPU/flow {:+.1f}% against \"{}\" (within 5%: {}); "
-				   "flows/s {:.2f} of it (>= 0.85: {})\n",
-				   rows[on].label, 100 * extraCpu, rows[off].label,
-				   extraCpu <= 0.05 ? "ok" : "MISSED", kept,
-				   kept >= 0.85 ? "ok" : "MISSED (wall time; see the load)");
-		}
-	}
+	forEachLinkedRow(rows, &DataPlaneRow::offSideOf, [&](size_t off, size_t on) {
+		const RowMedians with = mediansOf(samples[on]);
+		const RowMedians without = mediansOf(samples[off]);
+		const double extraCpu = with.cpuMicrosPerFlow / without.cpuMicrosPerFlow - 1;
+		const double kept = with.flowsPerSecond / without.flowsPerSecond;
+		fmt::print("{:>32}: CPU/flow {:+.1f}% against \"{}\" (within 5%: {}); "
+			   "flows/s {:.2f} of it (>= 0.85: {})\n",
+			   rows[on].label, 100 * extraCpu, rows[off].label,
+			   extraCpu <= 0.05 ? "ok" : "MISSED", kept,
+			   kept >= 0.85 ? "ok" : "MISSED (wall time; see the load)");
+	});
 }
 
 // Each guard row against the same table without the guard: the CPU the guard adds to a new
@@ -608,21 +615,15 @@ void printOptionCosts(const std::vector<DataPlaneRow> &rows,
 void printGuardCosts(const std::vector<DataPlaneRow> &rows,
 		     const std::vector<std::vector<Sample>> &samples)
 {
-	for (size_t with = 0; with < rows.size(); with++) {
-		if (rows[with].guardCostAgainst.empty())
-			continue;
-		for (size_t without = 0; without < rows.size(); without++) {
-			if (rows[without].label != rows[with].guardCostAgainst)
-				continue;
-			const RowMedians on = mediansOf(samples[with]);
-			const RowMedians off = mediansOf(samples[without]);
-			fmt::print("{:>32}: CPU/flow {:+.2f} us ({:+.1f}%) against \"{}\"; "
-				   "flows/s {:.2f} of it\n",
-				   rows[with].label, on.cpuMicrosPerFlow - off.cpuMicrosPerFlow,
-				   100 * (on.cpuMicrosPerFlow / off.cpuMicrosPerFlow - 1),
-				   rows[without].label, on.flowsPerSecond / off.flowsPerSecond);
-		}
-	}
+	forEachLinkedRow(rows, &DataPlaneRow::guardCostAgainst, [&](size_t with, size_t without) {
+		const RowMedians on = mediansOf(samples[with]);
+		const RowMedians off = mediansOf(samples[without]);
+		fmt::print("{:>32}: CPU/flow {:+.2f} us ({:+.1f}%) against \"{}\"; "
+			   "flows/s {:.2f} of it\n",
+			   rows[with].label, on.cpuMicrosPerFlow - off.cpuMicrosPerFlow,
+			   100 * (on.cpuMicrosPerFlow / off.cpuMicrosPerFlow - 1), rows[without].label,
+			   on.flowsPerSecond / off.flowsPerSecond);
+	});
 }
 
 void printTable(const std::vector<DataPlaneRow> &rows,

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/base/counted.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
 
 namespace ipmasq {
@@ -39,9 +40,9 @@ std::vector<GuardLimit> guardRules(const Ruleset &desired)
 // One limit of one family: its header, then its keys.
 std::string limitText(const GuardLimit &rule, std::vector<GuardOverKey> keys, size_t top)
 {
-	std::string out = fmt::format("{} {} ({}, {}): {} sources and destinations over it\n", limitKey(rule.kind),
-				      rule.limit, familyName(rule.family), rule.drop ? "enforced: dropped" : "observed: let through",
-				      keys.size());
+	std::string out = fmt::format("{} {} ({}, {}): {} of source and destination over it\n",
+				      limitKey(rule.kind), rule.limit, familyName(rule.family),
+				      rule.drop ? "enforced: dropped" : "observed: let through", counted(keys.size(), "pair"));
 	if (keys.empty())
 		return out;
 	std::sort(keys.begin(), keys.end(), [](const GuardOverKey &a, const GuardOverKey &b) {
@@ -67,9 +68,9 @@ std::string overToward(const Address &destination, std::vector<GuardOverKey> ove
 		  [](const GuardOverKey &a, const GuardOverKey &b) { return a.attempts > b.attempts; });
 	std::vector<std::string> keys;
 	for (size_t i = 0; i < over.size() && i < 3; i++)
-		keys.push_back(fmt::format("{} {}/{} {} attempts over {}", over[i].source.toString(),
-					   protocolName(over[i].protocol), over[i].port, over[i].attempts,
-					   limitKey(over[i].kind)));
+		keys.push_back(fmt::format("{} {}/{} {} over {}", over[i].source.toString(),
+					   protocolName(over[i].protocol), over[i].port,
+					   counted(over[i].attempts, "attempt"), limitKey(over[i].kind)));
 	return fmt::format("; over a limit toward it (the last 10 minutes): {}{}", fmt::join(keys, ", "),
 			   over.size() > 3 ? fmt::format(" and {} more", over.size() - 3) : "");
 }

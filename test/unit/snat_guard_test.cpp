@@ -272,13 +272,13 @@ TEST_CASE("snatGuard: --snat-usage lists who is over each limit, the most attemp
 	const std::string text = guardOverText(
 		ruleset, over, {{"guard-rate-v4", 7, 65536}, {"guard-open-v4", 65536, 65536}}, 2);
 	INFO(text);
-	CHECK(text.find("newConnectionsPerSecond 20 (IPv4, observed: let through): 3 sources and destinations "
+	CHECK(text.find("newConnectionsPerSecond 20 (IPv4, observed: let through): 3 pairs of source and destination "
 			"over it\n"
 			"  ATTEMPTS  PROTO  CLIENT                                  DESTINATION\n"
 			"       400  udp    198.51.100.3                            203.0.113.2:53\n"
 			"       130  tcp    198.51.100.2                            203.0.113.2:9443\n"
 			"  and 1 more, left out (at most 2 shown)\n"
-			"openConnections 30 (IPv4, observed: let through): 0 sources and destinations over it\n"
+			"openConnections 30 (IPv4, observed: let through): 0 pairs of source and destination over it\n"
 			"set guard-rate-v4: 7 of 65536 keys\n"
 			"set guard-open-v4: 65536 of 65536 keys (full: a new key goes unguarded)\n") !=
 	      std::string::npos);

@@ -550,14 +550,14 @@ RangesBySource discoveredInKernel(const KernelTable &kernel)
 	return kept;
 }
 
-std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel)
+namespace {
+
+// The config keys the kernel's sets' names and comments describe, into `config`; false
+// for a set the agent does not write. A placeholder entry stands for each list that left
+// a mark: buildRuleset then makes the same sets, rules and comments.
+bool describeSets(const std::vector<AddressSet> &sets, Config &config)
 {
-	// The config the sets' names and comments and the SNAT rules describe. A placeholder
-	// entry stands for each list that left a mark: buildRuleset then makes the same
-	// sets, rules and comments, and the elements are the kernel's (below).
-	Config config;
-	SubnetAddresses subnet;
-	for (const AddressSet &set : kernel.sets) {
+	for (const AddressSet &set : sets) {
 		const Family family = set.family();
 		const Prefix placeholder{Address{family, 0}, 0, {}, {}};
 		const InterfacePattern anyName{"placeholder", false, {}};
@@ -570,7 +570,7 @@ std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const Ke
 			continue;
 		}
 		if (set.interfaceNames)
-			return std::nullopt;
+			return false;
 		if (const auto source = discoveredSetOf(set)) {
 			namePlaceholderSource(config, *source);
 			continue;
@@ -580,15 +580,27 @@ std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const Ke
 			continue;
 		}
 		if (set.name != destinationSetName(family))
-			return std::nullopt;
+			return false;
 		const auto traits = destinationSetTraits(family, set.comment);
 		if (!traits)
-			return std::nullopt;
+			return false;
 		(family == Family::ipv4 ? config.masqLinkLocal : config.masqLinkLocalIPv6) =
 			!traits->linkLocal;
 		if (traits->exceptions)
 			config.masqueradeCIDRs.push_back(placeholder);
 	}
+	return true;
+}
+
+} // namespace
+
+std::optional<Ruleset> rulesetFromKernel(const RulesetOptions &options, const KernelTable &kernel)
+{
+	// The config the sets and the SNAT rules describe; the elements are the kernel's (below).
+	Config config;
+	SubnetAddresses subnet;
+	if (!describeSets(kernel.sets, config))
+		return std::nullopt;
 	// Each family's last SNAT rule says which outputAddress made the family's rules.
 	for (const KernelSnatRule &rule : kernel.snatRules) {
 		const auto form = snatFormOf(rule.family, rule.to, rule.comment);

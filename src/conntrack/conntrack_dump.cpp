@@ -157,7 +157,7 @@ Result<std::optional<uint8_t>> parseTcpState(const nlattr *nest)
 }
 
 // The socket's error, worded for an operator who reads it in the log or on a terminal.
-Error explained(const Error &error)
+Error explainedEntriesError(const Error &error)
 {
 	return explainConntrackError(error, "conntrack's entries");
 }
@@ -227,9 +227,9 @@ Result<ConntrackDump> dumpSourceNatEntries(const std::function<void(const Conntr
 {
 	auto socket = Socket::open();
 	if (!socket)
-		return fail(explained(socket.error()));
+		return fail(explainedEntriesError(socket.error()));
 	if (auto s = socket->setReplyTimeout(kConntrackReplyTimeout); !s)
-		return fail(explained(s.error()));
+		return fail(explainedEntriesError(s.error()));
 	ConntrackDump dump;
 	bool filtered = true;
 	// CTA_STATUS with CTA_STATUS_MASK: entries whose status & mask == value, i.e. with
@@ -256,7 +256,7 @@ Result<ConntrackDump> dumpSourceNatEntries(const std::function<void(const Conntr
 		},
 		NFNL_SUBSYS_CTNETLINK);
 	if (!status)
-		return fail(explained(status.error()));
+		return fail(explainedEntriesError(status.error()));
 	// An empty answer says nothing about the filter; one entry without the flag does.
 	dump.kernelFiltered = dump.messages > 0 && filtered;
 	return dump;

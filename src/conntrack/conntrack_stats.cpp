@@ -132,7 +132,7 @@ std::optional<uint64_t> limitFromSysctl()
 }
 
 // The socket's error, worded for an operator who reads it in the log.
-Error explained(const Error &error)
+Error explainedStatsError(const Error &error)
 {
 	return explainConntrackError(error, "conntrack statistics");
 }
@@ -143,14 +143,14 @@ Result<ConntrackStats> readConntrackStats()
 {
 	auto socket = Socket::open();
 	if (!socket)
-		return fail(explained(socket.error()));
+		return fail(explainedStatsError(socket.error()));
 	if (auto s = socket->setReplyTimeout(kConntrackReplyTimeout); !s)
-		return fail(explained(s.error()));
+		return fail(explainedStatsError(s.error()));
 	ConntrackStats stats;
 	if (auto s = readPerCpu(*socket, stats); !s)
-		return fail(explained(s.error()));
+		return fail(explainedStatsError(s.error()));
 	if (auto s = readGlobal(*socket, stats); !s)
-		return fail(explained(s.error()));
+		return fail(explainedStatsError(s.error()));
 	if (!stats.entriesLimit)
 		stats.entriesLimit = limitFromSysctl();
 	if (stats.entriesLimit == uint64_t{0})

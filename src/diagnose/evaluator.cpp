@@ -17,7 +17,15 @@
 
 namespace ipmasq::nat {
 
-using namespace nft;
+// The codec's model by name, not `using namespace nft`: the model layer has its own
+// Rule, Chain and Statement.
+using nft::Chain;
+using nft::NatRuleset;
+using nft::Table;
+using nft::TableFamily;
+using nft::Verdict;
+using nft::VerdictCode;
+using nft::isNatPostrouting;
 
 namespace {
 

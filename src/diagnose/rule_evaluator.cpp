@@ -22,7 +22,44 @@
 
 namespace ipmasq::nat {
 
-using namespace nft;
+// The codec's model by name, not `using namespace nft`: the model layer has its own
+// Rule, Chain and Statement.
+using nft::AddressTypeMatch;
+using nft::BitwiseOp;
+using nft::Bytes;
+using nft::CmpOp;
+using nft::Compare;
+using nft::Constant;
+using nft::CounterStatement;
+using nft::FromCt;
+using nft::FromFib;
+using nft::FromMeta;
+using nft::FromPayload;
+using nft::InRange;
+using nft::InSet;
+using nft::MapData;
+using nft::Masked;
+using nft::NatKind;
+using nft::NatStatement;
+using nft::Other;
+using nft::OtherLoad;
+using nft::PayloadBase;
+using nft::ReadId;
+using nft::Rule;
+using nft::Set;
+using nft::SetCt;
+using nft::SetMeta;
+using nft::SetVerdict;
+using nft::Slice;
+using nft::Statement;
+using nft::Swapped;
+using nft::Table;
+using nft::Value;
+using nft::ValueId;
+using nft::Verdict;
+using nft::VerdictCode;
+using nft::VerdictMap;
+using nft::XtMark;
 
 namespace {
 

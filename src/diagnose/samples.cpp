@@ -16,7 +16,6 @@
 
 namespace ipmasq {
 
-using namespace nft;
 
 namespace {
 
@@ -32,44 +31,44 @@ struct Part {
 
 // A load's bytes as a field: the leading bytes of a destination address (`ip daddr`, or a
 // prefix nft loads in fewer bytes), the transport header's destination port, the protocol.
-std::optional<Part> fieldOf(TableFamily family, const ValueSource &source, uint32_t offset, uint32_t len)
+std::optional<Part> fieldOf(nft::TableFamily family, const nft::ValueSource &source, uint32_t offset, uint32_t len)
 {
-	if (const auto *p = std::get_if<FromPayload>(&source)) {
+	if (const auto *p = std::get_if<nft::FromPayload>(&source)) {
 		const uint32_t at = p->offset + offset;
-		if (p->base == PayloadBase::network) {
-			if (family != TableFamily::ip6 && at == 16 && len <= 4)
+		if (p->base == nft::PayloadBase::network) {
+			if (family != nft::TableFamily::ip6 && at == 16 && len <= 4)
 				return Part{Part::Kind::destination, Family::ipv4, 0, len};
-			if (family != TableFamily::ip && at == 24 && len <= 16)
+			if (family != nft::TableFamily::ip && at == 24 && len <= 16)
 				return Part{Part::Kind::destination, Family::ipv6, 0, len};
-			if ((family != TableFamily::ip6 && at == 9 && len == 1) ||
-			    (family != TableFamily::ip && at == 6 && len == 1))
+			if ((family != nft::TableFamily::ip6 && at == 9 && len == 1) ||
+			    (family != nft::TableFamily::ip && at == 6 && len == 1))
 				return Part{Part::Kind::protocol, Family::ipv4, 0, 1};
 		}
-		if (p->base == PayloadBase::transport && at == 2 && len == 2)
+		if (p->base == nft::PayloadBase::transport && at == 2 && len == 2)
 			return Part{Part::Kind::port, Family::ipv4, 0, 2};
 		return std::nullopt;
 	}
-	if (const auto *m = std::get_if<FromMeta>(&source); m && m->key == NFT_META_L4PROTO && offset == 0 && len == 1)
+	if (const auto *m = std::get_if<nft::FromMeta>(&source); m && m->key == NFT_META_L4PROTO && offset == 0 && len == 1)
 		return Part{Part::Kind::protocol, Family::ipv4, 0, 1};
 	return std::nullopt;
 }
 
 // One slice of a read as a field: a load, or a load under a bitwise and (a prefix that is
 // not on a byte boundary, iptables' `-d 198.18.0.0/15`).
-std::optional<Part> partOf(TableFamily family, const Rule &rule, const Slice &slice)
+std::optional<Part> partOf(nft::TableFamily family, const nft::Rule &rule, const nft::Slice &slice)
 {
-	if (slice.kind != Slice::Kind::value || slice.value >= rule.values.size())
+	if (slice.kind != nft::Slice::Kind::value || slice.value >= rule.values.size())
 		return std::nullopt;
-	const ValueSource &source = rule.values[slice.value].source;
-	const auto *m = std::get_if<Masked>(&source);
+	const nft::ValueSource &source = rule.values[slice.value].source;
+	const auto *m = std::get_if<nft::Masked>(&source);
 	if (!m)
 		return fieldOf(family, source, slice.offset, slice.len);
 	const auto xorValue = m->xorValue();
-	if (m->op != BitwiseOp::boolean || std::any_of(xorValue.begin(), xorValue.end(), [](uint8_t b) { return b; }) ||
+	if (m->op != nft::BitwiseOp::boolean || std::any_of(xorValue.begin(), xorValue.end(), [](uint8_t b) { return b; }) ||
 	    m->source >= rule.reads.size() || m->mask().size() < slice.offset + slice.len)
 		return std::nullopt;
-	const std::span<const Slice> inner = rule.read(m->source);
-	if (inner.size() != 1 || inner[0].kind != Slice::Kind::value || inner[0].value >= rule.values.size())
+	const std::span<const nft::Slice> inner = rule.read(m->source);
+	if (inner.size() != 1 || inner[0].kind != nft::Slice::Kind::value || inner[0].value >= rule.values.size())
 		return std::nullopt;
 	auto part = fieldOf(family, rule.values[inner[0].value].source, inner[0].offset + slice.offset, slice.len);
 	if (part)
@@ -78,13 +77,13 @@ std::optional<Part> partOf(TableFamily family, const Rule &rule, const Slice &sl
 }
 
 // The fields a read holds, where in its bytes (a concatenation holds several).
-std::vector<Part> partsOf(TableFamily family, const Rule &rule, ReadId read)
+std::vector<Part> partsOf(nft::TableFamily family, const nft::Rule &rule, nft::ReadId read)
 {
 	std::vector<Part> parts;
 	if (read >= rule.reads.size())
 		return parts;
 	uint32_t at = 0;
-	for (const Slice &slice : rule.read(read)) {
+	for (const nft::Slice &slice : rule.read(read)) {
 		if (auto part = partOf(family, rule, slice)) {
 			part->keyOffset = at;
 			parts.push_back(*part);
@@ -154,11 +153,11 @@ std::vector<size_t> spreadIndexes(size_t count, size_t max)
 
 // The boundaries of a look-up of `read` in `name`: its elements' keys (an interval set's are
 // boundaries already), and the address after each exact key.
-void fromSet(const Table &t, const Rule &rule, ReadId read, const std::string &name, Boundaries &out,
+void fromSet(const nft::Table &t, const nft::Rule &rule, nft::ReadId read, const std::string &name, Boundaries &out,
 	     const RuleSampleLimits &limits)
 {
 	const std::vector<Part> parts = partsOf(t.family, rule, read);
-	const Set *set = t.findSet(name);
+	const nft::Set *set = t.findSet(name);
 	if (parts.empty() || !set || !set->unusable().empty() || !set->holdsElements())
 		return;
 	const bool interval = set->flags & NFT_SET_INTERVAL;
@@ -175,27 +174,27 @@ void fromSet(const Table &t, const Rule &rule, ReadId read, const std::string &n
 				out.cut(part.family);
 }
 
-void collect(const Table &t, const Rule &rule, Boundaries &out, const RuleSampleLimits &limits)
+void collect(const nft::Table &t, const nft::Rule &rule, Boundaries &out, const RuleSampleLimits &limits)
 {
-	for (const Statement &statement : rule.statements)
+	for (const nft::Statement &statement : rule.statements)
 		std::visit(Overloaded{
-				   [&](const Compare &c) {
+				   [&](const nft::Compare &c) {
 					   for (const Part &part : partsOf(t.family, rule, c.lhs))
 						   out.add(part, c.data, true, true);
 				   },
-				   [&](const InRange &r) {
+				   [&](const nft::InRange &r) {
 					   for (const Part &part : partsOf(t.family, rule, r.lhs)) {
 						   out.add(part, r.from(), true, false);
 						   out.add(part, r.to(), false, true);
 					   }
 				   },
-				   [&](const InSet &s) { fromSet(t, rule, s.key, s.set, out, limits); },
-				   [&](const VerdictMap &v) { fromSet(t, rule, v.key, v.set, out, limits); },
+				   [&](const nft::InSet &s) { fromSet(t, rule, s.key, s.set, out, limits); },
+				   [&](const nft::VerdictMap &v) { fromSet(t, rule, v.key, v.set, out, limits); },
 				   [](const auto &) {},
 			   },
 			   statement);
-	for (const Value &value : rule.values)
-		if (const auto *map = std::get_if<MapData>(&value.source))
+	for (const nft::Value &value : rule.values)
+		if (const auto *map = std::get_if<nft::MapData>(&value.source))
 			fromSet(t, rule, map->key, map->set, out, limits);
 }
 
@@ -241,15 +240,15 @@ uint16_t portIn(std::span<const uint8_t> key, const Part &part)
 }
 
 // A port that makes `port OP value` true.
-std::optional<uint16_t> satisfying(CmpOp op, uint16_t value)
+std::optional<uint16_t> satisfying(nft::CmpOp op, uint16_t value)
 {
 	switch (op) {
-	case CmpOp::eq:
-	case CmpOp::lte:
-	case CmpOp::gte: return value;
-	case CmpOp::neq: return value == 65535 ? value - 1 : value + 1;
-	case CmpOp::lt: return value > 0 ? std::optional<uint16_t>(value - 1) : std::nullopt;
-	case CmpOp::gt: return value < 65535 ? std::optional<uint16_t>(value + 1) : std::nullopt;
+	case nft::CmpOp::eq:
+	case nft::CmpOp::lte:
+	case nft::CmpOp::gte: return value;
+	case nft::CmpOp::neq: return value == 65535 ? value - 1 : value + 1;
+	case nft::CmpOp::lt: return value > 0 ? std::optional<uint16_t>(value - 1) : std::nullopt;
+	case nft::CmpOp::gt: return value < 65535 ? std::optional<uint16_t>(value + 1) : std::nullopt;
 	}
 	return std::nullopt;
 }
@@ -259,22 +258,22 @@ struct PortMatches {
 	std::vector<uint16_t> ports;
 	std::vector<uint8_t> protocols;
 
-	void add(const Part &part, std::span<const uint8_t> key, std::optional<CmpOp> op = CmpOp::eq)
+	void add(const Part &part, std::span<const uint8_t> key, std::optional<nft::CmpOp> op = nft::CmpOp::eq)
 	{
 		if (key.size() < part.keyOffset + part.len || !op)
 			return;
 		if (part.kind == Part::Kind::port) {
 			if (auto port = satisfying(*op, portIn(key, part)); port && *port != 0)
 				ports.push_back(*port);
-		} else if (part.kind == Part::Kind::protocol && *op == CmpOp::eq && hasPorts(key[part.keyOffset])) {
+		} else if (part.kind == Part::Kind::protocol && *op == nft::CmpOp::eq && hasPorts(key[part.keyOffset])) {
 			protocols.push_back(key[part.keyOffset]);
 		}
 	}
 };
 
-void portsFromSet(const Table &t, const Rule &rule, ReadId read, const std::string &name, PortMatches &out)
+void portsFromSet(const nft::Table &t, const nft::Rule &rule, nft::ReadId read, const std::string &name, PortMatches &out)
 {
-	const Set *set = t.findSet(name);
+	const nft::Set *set = t.findSet(name);
 	if (!set || !set->unusable().empty() || !set->holdsElements())
 		return;
 	for (const Part &part : partsOf(t.family, rule, read))
@@ -285,16 +284,16 @@ void portsFromSet(const Table &t, const Rule &rule, ReadId read, const std::stri
 
 } // namespace
 
-RuleSamples samplesFromRules(const NatRuleset &ruleset, const SamplePlan &plan, const NodeAddresses &node,
+RuleSamples samplesFromRules(const nft::NatRuleset &ruleset, const SamplePlan &plan, const NodeAddresses &node,
 			     const RuleSampleLimits &limits)
 {
 	RuleSamples out;
 	if (!plan.entries)
 		return out;
 	Boundaries boundaries(limits.maxCandidates);
-	for (const Table &table : ruleset.tables)
-		for (const Chain &chain : table.chains)
-			for (const Rule &rule : chain.rules)
+	for (const nft::Table &table : ruleset.tables)
+		for (const nft::Chain &chain : table.chains)
+			for (const nft::Rule &rule : chain.rules)
 				collect(table, rule, boundaries, limits);
 	for (const Family family : {Family::ipv4, Family::ipv6}) {
 		std::vector<std::optional<Address>> sources;
@@ -319,21 +318,21 @@ RuleSamples samplesFromRules(const NatRuleset &ruleset, const SamplePlan &plan, 
 	return out;
 }
 
-std::vector<PortProtocol> destinationPorts(const Table &table, const Rule &rule, size_t max)
+std::vector<PortProtocol> destinationPorts(const nft::Table &table, const nft::Rule &rule, size_t max)
 {
 	PortMatches matches;
-	for (const Statement &statement : rule.statements)
+	for (const nft::Statement &statement : rule.statements)
 		std::visit(Overloaded{
-				   [&](const Compare &c) {
+				   [&](const nft::Compare &c) {
 					   for (const Part &part : partsOf(table.family, rule, c.lhs))
 						   matches.add(part, c.data, c.op);
 				   },
-				   [&](const InRange &r) {
+				   [&](const nft::InRange &r) {
 					   for (const Part &part : partsOf(table.family, rule, r.lhs))
 						   matches.add(part, r.negated ? r.to() : r.from(),
-							       r.negated ? CmpOp::gt : CmpOp::eq);
+							       r.negated ? nft::CmpOp::gt : nft::CmpOp::eq);
 				   },
-				   [&](const InSet &s) {
+				   [&](const nft::InSet &s) {
 					   if (!s.invert)
 						   portsFromSet(table, rule, s.key, s.set, matches);
 				   },

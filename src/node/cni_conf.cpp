@@ -51,8 +51,6 @@ struct PluginIpam {
 	std::vector<Subnet> subnets;
 };
 
-// The longest CIDR text: an IPv6 address of 45 bytes with an embedded IPv4, and "/128".
-constexpr size_t kMaxCidrBytes = 49;
 // Plugins of one file, at most.
 constexpr size_t kMaxPlugins = 1024;
 
@@ -440,7 +438,7 @@ Result<CniConf> CniConfReader::collect() const
 			continue;
 		for (const PluginIpam::Subnet &subnet : plugin.subnets) {
 			const std::string where = fmt::format("{}subnet of host-local: ", at(subnet.line));
-			if (subnet.text.size() > kMaxCidrBytes)
+			if (subnet.text.size() > kMaxPrefixTextBytes)
 				return fail(fmt::format("{}{} is not a CIDR", where, quotedShort(subnet.text)));
 			auto prefix = parsePrefix(subnet.text);
 			if (!prefix)

@@ -12,16 +12,6 @@
 
 namespace ipmasq {
 
-namespace {
-
-bool inside(const Prefix &prefix, const Prefix &outer)
-{
-	return prefix.network.family == outer.network.family && outer.length <= prefix.length &&
-	       outer.first() <= prefix.first() && prefix.last() <= outer.last();
-}
-
-} // namespace
-
 DiscoveredRanges::DiscoveredRanges(Settings settings) : settings_(std::move(settings))
 {
 	// One input per source for what the agent's table held for it (keep()).
@@ -112,7 +102,7 @@ bool DiscoveredRanges::admit(DiscoverySource source, const Sighting &sighting)
 	if (sighting.prefix.network.family == Family::ipv6 && !settings_.ipv6)
 		return false;
 	const bool within = std::any_of(settings_.within.begin(), settings_.within.end(),
-					[&](const Prefix &outer) { return inside(sighting.prefix, outer); });
+					[&](const Prefix &outer) { return outer.contains(sighting.prefix); });
 	if (!within)
 		noteOutside(source, sighting);
 	return within;
@@ -414,7 +404,7 @@ void DiscoveredRanges::setWithin(std::vector<Prefix> within, Clock::time_point n
 	const auto outside = [this](const Key &key) {
 		const Prefix prefix = prefixOf(key);
 		return std::none_of(settings_.within.begin(), settings_.within.end(),
-				    [&](const Prefix &outer) { return inside(prefix, outer); });
+				    [&](const Prefix &outer) { return outer.contains(prefix); });
 	};
 	for (uint16_t index = 0; index < inputs_.size(); index++) {
 		std::vector<std::pair<Key, std::string>> leaving;

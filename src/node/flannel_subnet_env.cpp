@@ -16,8 +16,6 @@ namespace {
 
 constexpr std::string_view kIpv4Key = "FLANNEL_NETWORK";
 constexpr std::string_view kIpv6Key = "FLANNEL_IPV6_NETWORK";
-// The longest CIDR text: an IPv6 address of 39 bytes (45 with an embedded IPv4), "/128".
-constexpr size_t kMaxCidrBytes = 49;
 
 bool isKeyStart(char c) { return ascii::isLetter(c) || c == '_'; }
 bool isKeyChar(char c) { return isKeyStart(c) || ascii::isDigit(c); }
@@ -132,8 +130,8 @@ Status SubnetEnvParser::addNetworks(std::string_view key, std::string_view value
 		if (++count > kMaxFlannelNetworks)
 			return fail(fmt::format("{}{} lists more than {} networks", at(number), key,
 						kMaxFlannelNetworks));
-		// parsePrefix quotes all of its input: a CIDR is at most 43 bytes.
-		if (text.size() > kMaxCidrBytes)
+		// parsePrefix quotes all of its input: a longer value is not a prefix, and quoted short.
+		if (text.size() > kMaxPrefixTextBytes)
 			return fail(fmt::format("{}{}: {} is not a CIDR", at(number), key,
 						quotedShort(text)));
 		auto prefix = parsePrefix(text);

@@ -27,12 +27,6 @@ std::optional<RouteType> routeTypeOf(uint8_t rtnType)
 	}
 }
 
-bool inside(const Prefix &prefix, const Prefix &outer)
-{
-	return prefix.network.family == outer.network.family && outer.length <= prefix.length &&
-	       outer.first() <= prefix.first() && prefix.last() <= outer.last();
-}
-
 // The hops of a route: a blackhole or an unreachable route has none, and counts as one
 // without gateway or interface.
 std::vector<RouteNextHop> hopsOf(const KernelRoute &route)
@@ -103,7 +97,7 @@ std::vector<SelectedRoute> SelectedRoutes::select(const KernelRoute &route, Rout
 						 link == links_.end() ? std::string() : link->second});
 	}
 	const bool within = std::any_of(filter_.within.begin(), filter_.within.end(),
-					[&](const Prefix &outer) { return inside(route.destination, outer); });
+					[&](const Prefix &outer) { return outer.contains(route.destination); });
 	if (!selected.empty() && !within) {
 		update.outside.push_back(std::move(selected.front()));
 		return {};

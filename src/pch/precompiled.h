@@ -27,6 +27,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+// glibc's <netinet/in.h> before any kernel header that includes <linux/in.h>: the two
+// coexist only in that order, and a unity build (the container image's, -Dunity=on)
+// joins files that include them in either.
+#include <netinet/in.h>
 #include <linux/netfilter/nf_tables.h>
 
 #include "ip-masq-agent/base/error.h"

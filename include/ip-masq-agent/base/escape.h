@@ -13,6 +13,10 @@ namespace ipmasq {
 // forge another one, or smuggle terminal escape sequences into an operator's screen.
 // Use it for every value that came from outside when it goes into a message.
 std::string quoted(std::string_view text);
+// The same for a std::string (and a literal): an exact match, so that a call found by argument-dependent
+// lookup never picks std::quoted (which escapes nothing) where <iomanip> is included.
+inline std::string quoted(const std::string &text) { return quoted(std::string_view(text)); }
+inline std::string quoted(const char *text) { return quoted(std::string_view(text)); }
 
 // quoted(), cut after `shownBytes` bytes with the length said: "\"abc\"... (812 bytes)". For
 // values that may be long (a whole line of a file, a hostile config value).

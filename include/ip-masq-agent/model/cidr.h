@@ -68,6 +68,12 @@ struct Prefix {
 	{
 		return network.family == address.family && first() <= address && address <= last();
 	}
+	// Whether all of `inner` lies in it (of the same family, as long or longer).
+	bool contains(const Prefix &inner) const
+	{
+		return network.family == inner.network.family && length <= inner.length && first() <= inner.first() &&
+		       inner.last() <= last();
+	}
 
 	bool operator==(const Prefix &other) const
 	{
@@ -77,6 +83,10 @@ struct Prefix {
 
 // Parse "a.b.c.d/n" or "x:y::/n". Rejects host bits set, and says which network was meant.
 Result<Prefix> parsePrefix(std::string_view text);
+
+// The longest text of a prefix: an IPv6 address of 45 bytes with an embedded IPv4, and
+// "/128". Readers of untrusted files quote no more than this of a value that is longer.
+inline constexpr size_t kMaxPrefixTextBytes = 49;
 
 // A prefix written in the program itself (a default, link-local), not by a user: valid
 // by construction. An invalid one is a programming error that the unit tests meet

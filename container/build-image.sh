@@ -339,7 +339,7 @@ build_arm64() {
 	start=$SECONDS
 	sysroot=$("$srcdir/container/make-sysroot.sh" --arch arm64 ${mirror:+--mirror "$mirror"})
 	# The cross build directory is kept beside the sysroot (one per source tree), so
-	# that a rebuild compiles only what changed.
+	# that a rebuild compiles only what changed. A unity build, as the Containerfile's.
 	cache=${IP_MASQ_AGENT_CACHE:-/var/cache/ip-masq-agent}
 	builddir=$cache/build-arm64-$(printf '%s\n%s\n' "$srcdir" "$sysroot" | sha256sum | cut -c1-12)
 	mkdir -p "$builddir"
@@ -350,7 +350,7 @@ build_arm64() {
 		>"$builddir/sysroot.ini"
 	local setup=(meson setup --cross-file "$builddir/sysroot.ini"
 		--cross-file "$srcdir/container/cross/$triplet.ini"
-		--buildtype=release -Dtests=disabled -Dwerror=false "$builddir/build" "$srcdir")
+		--buildtype=release -Dtests=disabled -Dwerror=false -Dunity=on "$builddir/build" "$srcdir")
 	say "cross-compiling for linux/arm64 in $builddir/build"
 	if [ -f "$builddir/build/build.ninja" ]; then
 		"${setup[@]}" --reconfigure >&2 || "${setup[@]}" --wipe >&2

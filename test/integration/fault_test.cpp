@@ -277,6 +277,9 @@ std::atomic<long> gAllocationsLeft{-1};
 
 } // namespace
 
+// Replaces operator new for the whole test executable (every file of its suite is linked
+// into one, test/integration/meson.build): it only passes through to malloc unless this
+// file's tests arm it, and each test runs in a process of its own.
 void *operator new(std::size_t size)
 {
 	const long left = gAllocationsLeft.load(std::memory_order_relaxed);

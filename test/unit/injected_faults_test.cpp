@@ -66,6 +66,9 @@ size_t openDescriptors()
 
 } // namespace
 
+// Replaces operator new for the whole test executable (every file of its suite is linked
+// into one, test/unit/meson.build): it only passes through to malloc unless this
+// file's tests arm it, and each test runs in a process of its own.
 void *operator new(size_t size)
 {
 	if (allocationFails())

@@ -89,4 +89,9 @@ Result<TablePtr> getTable(Socket &socket, const std::string &table);
 Status dumpSetElements(Socket &socket, const std::string &table, const std::string &set,
 		       const std::function<Status(const nftnl_set *)> &onPart);
 
+// How many elements set `set` of inet `table` holds, counted in the replies of one dump as
+// they arrive, without a libnftnl object per element (ENOENT when there is no such set):
+// the guard's fullness, whose 65,536-key sets are read after every SNAT usage read.
+Result<size_t> countSetElements(Socket &socket, const std::string &table, const std::string &set);
+
 } // namespace ipmasq::netlink

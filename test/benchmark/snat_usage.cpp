@@ -14,11 +14,7 @@
 #include <sys/resource.h>
 #include <vector>
 
-#include <linux/netfilter.h>
-#include <linux/netfilter/nf_tables.h>
 #include <linux/netlink.h>
-
-#include <libnftnl/set.h>
 
 #include <fmt/format.h>
 
@@ -26,8 +22,8 @@
 #include "ip-masq-agent/base/paced_thread.h"
 #include "ip-masq-agent/compile/ruleset_mapping.h"
 #include "ip-masq-agent/config/config.h"
-#include "ip-masq-agent/netlink/handles.h"
 #include "ip-masq-agent/netlink/socket.h"
+#include "ip-masq-agent/nft/table_read.h"
 #include "ip-masq-agent/nft/backend.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
 #include "ip-masq-agent/daemon/snat_usage_check.h"
@@ -228,17 +224,11 @@ void fillGuardSet(const Ruleset &ruleset, const DynamicSet &set, size_t count)
 // What one dump of `set` brings over netlink: the sum of its replies' lengths.
 uint64_t dumpBytes(netlink::Socket &socket, const std::string &table, const std::string &set)
 {
-	netlink::SetPtr filter = netlink::newSet();
-	nftnl_set_set_str(filter.get(), NFTNL_SET_TABLE, table.c_str());
-	nftnl_set_set_str(filter.get(), NFTNL_SET_NAME, set.c_str());
 	uint64_t bytes = 0;
-	const Status dumped = socket.query(
-		NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP,
-		[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, filter.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			bytes += nlh->nlmsg_len;
-			return {};
-		});
+	const Status dumped = netlink::dumpSetReplies(socket, table, set, [&bytes](const nlmsghdr *nlh) -> Status {
+		bytes += nlh->nlmsg_len;
+		return {};
+	});
 	if (!dumped)
 		die(dumped.error().message);
 	return bytes;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The SNAT guard's over sets read back: who went over which limit toward which destination,
-// and how often (each element's counter).
+// The SNAT guard's sets read back: who went over which limit toward which destination, and
+// how often (each over set element's counter); how many keys each set holds.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>

@@ -137,12 +137,10 @@ std::string guardOverOf(const Ruleset &ruleset)
 	auto backend = NetlinkBackend::open();
 	if (!backend)
 		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", backend.error().message);
-	Result<std::vector<GuardOverKey>> over = (*backend)->readGuardOver(ruleset.table, ruleset.dynamicSets);
-	Result<std::vector<DynamicSetFill>> fill = (*backend)->readDynamicSetFill(ruleset.table, ruleset.dynamicSets);
-	if (!over || !fill)
-		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n",
-				   (over ? fill.error() : over.error()).message);
-	return guardOverText(ruleset, std::move(*over), *fill);
+	Result<GuardReading> read = (*backend)->readGuard(ruleset.table, ruleset.dynamicSets, kTopGuardOver);
+	if (!read)
+		return fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", read.error().message);
+	return guardOverText(ruleset, std::move(read->over), read->fill);
 }
 
 // The guard's clause of each --explain line: what it limits and what its over sets say

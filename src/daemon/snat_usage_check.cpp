@@ -81,12 +81,13 @@ void SnatUsageCheck::readGuard()
 		if (opened)
 			backend_ = std::move(*opened);
 	}
-	auto over = backend_ ? backend_->readGuardOver(guard_.table, guard_.dynamicSets)
-			     : Result<std::vector<GuardOverKey>>(fail("no netlink socket could be opened"));
-	auto fill = backend_ && over ? backend_->readDynamicSetFill(guard_.table, guard_.dynamicSets)
-				     : Result<std::vector<DynamicSetFill>>(fail(over ? "" : over.error().message));
-	if (!over || !fill) {
-		const std::string why = (over ? fill.error() : over.error()).message;
+	// Of each over set, the keys the text lists (kTopGuardOver); the series' top
+	// (kTopGuardOverSeries, fewer) is among them.
+	static_assert(kTopGuardOverSeries <= kTopGuardOver);
+	auto read = backend_ ? backend_->readGuard(guard_.table, guard_.dynamicSets, kTopGuardOver)
+			     : Result<GuardReading>(fail("no netlink socket could be opened"));
+	if (!read) {
+		const std::string why = read.error().message;
 		if (guardError_.changed(why))
 			log::warning("SNAT guard: its sets could not be read: {}", why);
 		status_.snatGuardRead(fmt::format("\nSNAT guard (snatGuard): its sets could not be read: {}\n", why),
@@ -95,13 +96,13 @@ void SnatUsageCheck::readGuard()
 	}
 	if (guardError_.clear())
 		log::info("SNAT guard: its sets are readable again");
-	std::string text = guardOverText(guard_, *over, *fill);
-	std::vector<GuardOverKey> top = std::move(*over);
+	std::string text = guardOverText(guard_, read->over, read->fill);
+	std::vector<GuardOverKey> top = std::move(read->over);
 	const size_t kept = std::min(top.size(), kTopGuardOverSeries);
 	std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(kept), top.end(),
 			  [](const GuardOverKey &a, const GuardOverKey &b) { return a.attempts > b.attempts; });
 	top.resize(kept);
-	status_.snatGuardRead(std::move(text), std::move(top), std::move(*fill));
+	status_.snatGuardRead(std::move(text), std::move(top), std::move(read->fill));
 }
 
 void SnatUsageCheck::setNodeAddresses(std::shared_ptr<const NodeAddresses> addresses)

@@ -37,12 +37,13 @@ std::vector<GuardLimit> guardRules(const Ruleset &desired)
 	return rules;
 }
 
-// One limit of one family: its header, then its keys.
-std::string limitText(const GuardLimit &rule, std::vector<GuardOverKey> keys, size_t top)
+// One limit of one family: its header, then its keys; `total` keys are over it, of which
+// `keys` may be only the most attempts.
+std::string limitText(const GuardLimit &rule, std::vector<GuardOverKey> keys, size_t total, size_t top)
 {
 	std::string out = fmt::format("{} {} ({}, {}): {} of source and destination over it\n",
 				      limitKey(rule.kind), rule.limit, familyName(rule.family),
-				      rule.drop ? "enforced: dropped" : "observed: let through", counted(keys.size(), "pair"));
+				      rule.drop ? "enforced: dropped" : "observed: let through", counted(total, "pair"));
 	if (keys.empty())
 		return out;
 	std::sort(keys.begin(), keys.end(), [](const GuardOverKey &a, const GuardOverKey &b) {
@@ -52,8 +53,9 @@ std::string limitText(const GuardLimit &rule, std::vector<GuardOverKey> keys, si
 	for (size_t i = 0; i < keys.size() && i < top; i++)
 		out += fmt::format("  {:>8}  {:<6} {:<39} {}\n", keys[i].attempts, protocolName(keys[i].protocol),
 				   keys[i].source.toString(), destinationText(keys[i]));
-	if (keys.size() > top)
-		out += fmt::format("  and {} more, left out (at most {} shown)\n", keys.size() - top, top);
+	const size_t shown = std::min(keys.size(), top);
+	if (total > shown)
+		out += fmt::format("  and {} more, left out (at most {} shown)\n", total - shown, top);
 	return out;
 }
 
@@ -118,7 +120,12 @@ std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over
 		for (const GuardOverKey &key : over)
 			if (key.kind == rule.kind && key.source.family == rule.family)
 				keys.push_back(key);
-		out += limitText(rule, std::move(keys), top);
+		// The over set's count when it was read: `over` may hold only its top keys.
+		const std::string overSet = guardOverSetName(rule.kind, rule.family);
+		const auto counted = std::find_if(fill.begin(), fill.end(),
+						  [&](const DynamicSetFill &set) { return set.set == overSet; });
+		const size_t total = counted != fill.end() ? std::max(counted->elements, keys.size()) : keys.size();
+		out += limitText(rule, std::move(keys), total, top);
 	}
 	for (const DynamicSetFill &set : fill)
 		out += fmt::format("set {}: {} of {} keys{}\n", set.set, set.elements, set.size,

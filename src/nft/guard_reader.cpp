@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The SNAT guard's over sets read back: who went over which limit toward which destination,
-// and how often (each element's counter).
+// The SNAT guard's sets read back: who went over which limit toward which destination, and
+// how often (each over set element's counter); how many keys each set holds.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -25,10 +26,40 @@ struct KeyLayout {
 	size_t length() const { return 2 * addressBytes + 8; }
 };
 
+// Whether `a` comes before `b` in what the guard reports: the most attempts first, then by
+// source and destination, so that the keys kept at a bound are the same every read.
+bool moreAttempts(const GuardOverKey &a, const GuardOverKey &b)
+{
+	if (a.attempts != b.attempts)
+		return a.attempts > b.attempts;
+	if (a.source != b.source)
+		return a.source < b.source;
+	if (a.destination != b.destination)
+		return a.destination < b.destination;
+	return a.protocol != b.protocol ? a.protocol < b.protocol : a.port < b.port;
+}
+
+// One over set's walk: every element counted, and the `top` keys with the most attempts
+// kept in `kept`, a heap whose first key is the one the next better key replaces. The
+// daemon keeps a few per set where the set may hold 65,536 (their vector, 4 MB a set).
 struct Collector {
 	KeyLayout layout;
 	GuardLimitKind kind;
-	std::vector<GuardOverKey> *out;
+	size_t top;
+	std::vector<GuardOverKey> kept = {};
+	size_t elements = 0;
+
+	void keep(const GuardOverKey &over)
+	{
+		if (kept.size() < top) {
+			kept.push_back(over);
+			std::push_heap(kept.begin(), kept.end(), moreAttempts);
+		} else if (top > 0 && moreAttempts(over, kept.front())) {
+			std::pop_heap(kept.begin(), kept.end(), moreAttempts);
+			kept.back() = over;
+			std::push_heap(kept.begin(), kept.end(), moreAttempts);
+		}
+	}
 };
 
 int addCounterPackets(nftnl_expr *expr, void *data)
@@ -44,6 +75,7 @@ int collectOver(nftnl_set_elem *elem, void *data)
 {
 	auto *collector = static_cast<Collector *>(data);
 	try {
+		collector->elements++;
 		uint32_t length = 0;
 		const auto *key = static_cast<const uint8_t *>(nftnl_set_elem_get(elem, NFTNL_SET_ELEM_KEY, &length));
 		const KeyLayout &layout = collector->layout;
@@ -56,7 +88,7 @@ int collectOver(nftnl_set_elem *elem, void *data)
 		over.protocol = key[2 * layout.addressBytes];
 		over.port = static_cast<uint16_t>(key[2 * layout.addressBytes + 4] << 8 | key[2 * layout.addressBytes + 5]);
 		(void)nftnl_set_elem_expr_foreach(elem, addCounterPackets, &over.attempts);
-		collector->out->push_back(over);
+		collector->keep(over);
 		return 0;
 	} catch (...) {
 		return -1;
@@ -72,6 +104,21 @@ std::optional<GuardLimitKind> overSetKind(const DynamicSet &set)
 	return std::nullopt;
 }
 
+// Walks over set `set` of inet `table` into `collector`; ENOENT when the table lacks it.
+Status walkOverSet(netlink::Socket &socket, const std::string &table, const DynamicSet &set, Collector &collector)
+{
+	return netlink::dumpSetElements(socket, table, set.name, [&collector](const nftnl_set *part) -> Status {
+		if (nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), collectOver, &collector) < 0)
+			return fail("out of memory reading set elements", ENOMEM);
+		return {};
+	});
+}
+
+Error readError(const Error &error, const std::string &table, const std::string &set)
+{
+	return error.withContext(fmt::format("reading set {} of table inet {}: ", set, table));
+}
+
 } // namespace
 
 Result<std::vector<GuardOverKey>> NetlinkBackend::readGuardOver(const std::string &table,
@@ -82,44 +129,48 @@ Result<std::vector<GuardOverKey>> NetlinkBackend::readGuardOver(const std::strin
 		const std::optional<GuardLimitKind> kind = overSetKind(set);
 		if (!kind || !set.counter)
 			continue;
-		Collector collector{{set.family, familyBits(set.family) / 8}, *kind, &out};
-		// The set's size bounds what one dump brings (the kernel adds no element past it).
-		const Status read = netlink::dumpSetElements(socket_, table, set.name, [&collector](const nftnl_set *part) -> Status {
-			if (nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), collectOver, &collector) < 0)
-				return fail("out of memory reading set elements", ENOMEM);
-			return {};
-		});
-		if (!read) {
+		// Every key: the set's size bounds what one dump brings (the kernel adds no
+		// element past it).
+		Collector collector{{set.family, familyBits(set.family) / 8}, *kind, set.size};
+		if (const Status read = walkOverSet(socket_, table, set, collector); !read) {
 			if (read.error().errnum == ENOENT)
 				continue; // not in the table (yet): nothing over
-			return fail(read.error().withContext(
-				fmt::format("reading set {} of table inet {}: ", set.name, table)));
+			return fail(readError(read.error(), table, set.name));
 		}
+		out.insert(out.end(), collector.kept.begin(), collector.kept.end());
 	}
 	return out;
 }
 
-Result<std::vector<DynamicSetFill>> NetlinkBackend::readDynamicSetFill(const std::string &table,
-									const std::vector<DynamicSet> &sets)
+Result<GuardReading> NetlinkBackend::readGuard(const std::string &table, const std::vector<DynamicSet> &sets,
+					       size_t top)
 {
-	std::vector<DynamicSetFill> out;
+	GuardReading out;
 	for (const DynamicSet &set : sets) {
 		DynamicSetFill fill{set.name, 0, set.size};
-		const Status read = netlink::dumpSetElements(socket_, table, set.name, [&fill](const nftnl_set *part) -> Status {
-			const auto count = [](nftnl_set_elem *, void *data) -> int {
-				++*static_cast<size_t *>(data);
-				return 0;
-			};
-			(void)nftnl_set_elem_foreach(const_cast<nftnl_set *>(part), count, &fill.elements);
-			return {};
-		});
+		const std::optional<GuardLimitKind> kind = overSetKind(set);
+		Status read;
+		if (kind && set.counter) {
+			// One dump: the keys over and the count come from the same walk.
+			Collector collector{{set.family, familyBits(set.family) / 8}, *kind, top};
+			read = walkOverSet(socket_, table, set, collector);
+			fill.elements = collector.elements;
+			std::sort(collector.kept.begin(), collector.kept.end(), moreAttempts);
+			out.over.insert(out.over.end(), collector.kept.begin(), collector.kept.end());
+		} else {
+			// Only counted: each reply's elements without a libnftnl object each.
+			auto counted = netlink::countSetElements(socket_, table, set.name);
+			if (counted)
+				fill.elements = *counted;
+			else
+				read = fail(counted.error());
+		}
 		if (!read) {
 			if (read.error().errnum == ENOENT)
-				continue;
-			return fail(read.error().withContext(
-				fmt::format("reading set {} of table inet {}: ", set.name, table)));
+				continue; // not in the table (yet): left out
+			return fail(readError(read.error(), table, set.name));
 		}
-		out.push_back(fill);
+		out.fill.push_back(fill);
 	}
 	return out;
 }

@@ -10,6 +10,7 @@
 #include <linux/netlink.h>
 
 #include <fmt/format.h>
+#include <libmnl/libmnl.h>
 
 #include "ip-masq-agent/base/log.h"
 #include "ip-masq-agent/netlink/change_watch.h"
@@ -90,21 +91,51 @@ Status dumpFlowtables(Socket &socket, const std::string &table, std::vector<Flow
 
 } // namespace
 
-Status dumpSetElements(Socket &socket, const std::string &table, const std::string &set,
-		       const std::function<Status(const nftnl_set *)> &onPart)
+Status dumpSetReplies(Socket &socket, const std::string &table, const std::string &set,
+		      const ReplyHandler &onReply)
 {
 	SetPtr filter = newSet();
 	nftnl_set_set_str(filter.get(), NFTNL_SET_TABLE, table.c_str());
 	nftnl_set_set_str(filter.get(), NFTNL_SET_NAME, set.c_str());
 	return socket.query(
 		NFT_MSG_GETSETELEM, NFPROTO_INET, NLM_F_DUMP,
-		[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, filter.get()); },
-		[&](const nlmsghdr *nlh) -> Status {
-			SetPtr part = newSet();
-			if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()), "set element"); !p)
-				return p;
-			return onPart(part.get());
-		});
+		[&](nlmsghdr *nlh) { nftnl_set_elems_nlmsg_build_payload(nlh, filter.get()); }, onReply);
+}
+
+Status dumpSetElements(Socket &socket, const std::string &table, const std::string &set,
+		       const std::function<Status(const nftnl_set *)> &onPart)
+{
+	return dumpSetReplies(socket, table, set, [&](const nlmsghdr *nlh) -> Status {
+		SetPtr part = newSet();
+		if (auto p = parsed(nftnl_set_elems_nlmsg_parse(nlh, part.get()), "set element"); !p)
+			return p;
+		return onPart(part.get());
+	});
+}
+
+Result<size_t> countSetElements(Socket &socket, const std::string &table, const std::string &set)
+{
+	size_t count = 0;
+	const Status read = dumpSetReplies(socket, table, set, [&count](const nlmsghdr *nlh) -> Status {
+		const nlattr *attrs[NFTA_SET_ELEM_LIST_MAX + 1] = {};
+		collectAttributes(nlh, sizeof(nfgenmsg), attrs, NFTA_SET_ELEM_LIST_MAX);
+		const nlattr *list = attrs[NFTA_SET_ELEM_LIST_ELEMENTS];
+		if (!list)
+			return {};
+		// The nest's own attributes, one per element: a walk bounded by the reply.
+		const auto *element = static_cast<const nlattr *>(mnl_attr_get_payload(list));
+		int left = static_cast<int>(mnl_attr_get_payload_len(list));
+		while (mnl_attr_ok(element, left)) {
+			if (mnl_attr_get_type(element) == NFTA_LIST_ELEM)
+				count++;
+			left -= static_cast<int>(NLA_ALIGN(element->nla_len));
+			element = mnl_attr_next(element);
+		}
+		return {};
+	});
+	if (!read)
+		return fail(read.error());
+	return count;
 }
 
 Result<TablePtr> getTable(Socket &socket, const std::string &table)

@@ -3,7 +3,9 @@
 // conntrack entries, and the share of one core the daemon's pace gives it. Entries are
 // inserted with `conntrack -R` (ctnetlink's create, as `conntrack -I`) in a private
 // network namespace; nf_conntrack_max is global and never changed: the benchmark reads
-// it and scales the count down when it is lower.
+// it and scales the count down when it is lower. First, the same pass's read of the SNAT
+// guard's sets (NetlinkBackend::readGuard) with its sets empty and full.
+// `bench-snat-usage guard` runs only the guard's rows.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,12 +14,20 @@
 #include <sys/resource.h>
 #include <vector>
 
+#include <linux/netlink.h>
+
 #include <fmt/format.h>
 
 #include "ip-masq-agent/conntrack/conntrack_dump.h"
 #include "ip-masq-agent/base/paced_thread.h"
+#include "ip-masq-agent/compile/ruleset_mapping.h"
+#include "ip-masq-agent/config/config.h"
+#include "ip-masq-agent/netlink/socket.h"
+#include "ip-masq-agent/nft/table_read.h"
+#include "ip-masq-agent/nft/backend.h"
 #include "ip-masq-agent/conntrack/snat_usage.h"
 #include "ip-masq-agent/daemon/snat_usage_check.h"
+#include "ip-masq-agent/diagnose/guard_over.h"
 #include "netns.h"
 
 using namespace ipmasq;
@@ -166,14 +176,173 @@ void measure(const char *what, size_t runs, bool clients = true)
 		   share <= kTargetShare + 1e-9 ? "met" : "MISSED", maxRssKiB() - rssBefore, maxRssKiB());
 }
 
+
+// The SNAT guard's read, as SnatUsageCheck::readGuard() makes it after each conntrack read:
+// NetlinkBackend::readGuard, keeping the keys its text lists.
+
+// Both limits in observe mode, IPv4 and IPv6: the eight dynamic sets of 65,536 keys each.
+Ruleset guardRuleset()
+{
+	Config config = defaultConfig({});
+	SnatGuard guard;
+	guard.mode = SnatGuardMode::observe;
+	guard.newConnectionsPerSecond = 1000;
+	guard.openConnections = 1000;
+	config.snatGuard = guard;
+	RulesetOptions options;
+	options.enableIpv6 = true;
+	return buildRuleset(config, options);
+}
+
+// The i-th of 65,536 sources: 198.18.0.0/16, or 2001:db8:7::/112.
+std::string guardSource(Family family, size_t i)
+{
+	return family == Family::ipv4 ? fmt::format("198.18.{}.{}", i >> 8 & 255, i & 255)
+				      : fmt::format("2001:db8:7::{:x}", i & 0xffff);
+}
+
+// Fills set `set` of the guard's table with `count` keys of as many sources toward one
+// destination, in one `nft -f` transaction; a timeout of an hour where the set's own would
+// empty it during the rows (the rate set's 2 s).
+void fillGuardSet(const Ruleset &ruleset, const DynamicSet &set, size_t count)
+{
+	const std::string path = "/tmp/ipmasq-bench-guard-keys";
+	{
+		const bool ipv4 = set.family == Family::ipv4;
+		std::ofstream out(path);
+		out << fmt::format("add element inet {} {} {{\n", ruleset.table, set.name);
+		for (size_t i = 0; i < count; i++)
+			out << fmt::format("{} . {} . tcp . 443{},\n", guardSource(set.family, i),
+					   ipv4 ? "192.0.2.1" : "2001:db8:1::1", set.timeoutMs ? " timeout 1h" : "");
+		out << "}\n";
+	}
+	if (ipmasq::test::run("nft -f " + path) != 0)
+		die(fmt::format("nft -f could not add {} keys to set {}", count, set.name));
+	std::remove(path.c_str());
+}
+
+// What one dump of `set` brings over netlink: the sum of its replies' lengths.
+uint64_t dumpBytes(netlink::Socket &socket, const std::string &table, const std::string &set)
+{
+	uint64_t bytes = 0;
+	const Status dumped = netlink::dumpSetReplies(socket, table, set, [&bytes](const nlmsghdr *nlh) -> Status {
+		bytes += nlh->nlmsg_len;
+		return {};
+	});
+	if (!dumped)
+		die(dumped.error().message);
+	return bytes;
+}
+
+long statusKiB(const char *field)
+{
+	std::ifstream in("/proc/self/status");
+	std::string line;
+	while (std::getline(in, line))
+		if (line.rfind(field, 0) == 0)
+			return std::stol(line.substr(std::string(field).size()));
+	die(fmt::format("no {} in /proc/self/status", field));
+}
+
+struct GuardRead {
+	double cpuMs = 0, wallMs = 0, userMs = 0, systemMs = 0;
+	size_t overKeys = 0, counted = 0;
+	long peakKiB = 0; // above the resident size before the read
+};
+
+GuardRead readGuardOnce(NetlinkBackend &backend, const Ruleset &ruleset)
+{
+	// Peak RSS back to the resident size ("5" to clear_refs), so VmHWM is this read's.
+	{
+		std::ofstream("/proc/self/clear_refs") << "5";
+	}
+	const long rssBefore = statusKiB("VmRSS:");
+	const auto cpu = threadCpuTime();
+	const auto wall = Clock::now();
+	const double user = threadMs(false), system = threadMs(true);
+	auto reading = backend.readGuard(ruleset.table, ruleset.dynamicSets, kTopGuardOver);
+	GuardRead read;
+	read.cpuMs = std::chrono::duration<double, std::milli>(threadCpuTime() - cpu).count();
+	read.wallMs = std::chrono::duration<double, std::milli>(Clock::now() - wall).count();
+	read.userMs = threadMs(false) - user;
+	read.systemMs = threadMs(true) - system;
+	read.peakKiB = statusKiB("VmHWM:") - rssBefore;
+	if (!reading)
+		die(reading.error().message);
+	read.overKeys = reading->over.size();
+	for (const DynamicSetFill &set : reading->fill)
+		read.counted += set.elements;
+	return read;
+}
+
+void measureGuard(NetlinkBackend &backend, const Ruleset &ruleset, const char *what, size_t runs)
+{
+	auto socket = netlink::Socket::open();
+	if (!socket)
+		die(socket.error().message);
+	uint64_t bytes = 0;
+	for (const DynamicSet &set : ruleset.dynamicSets)
+		bytes += dumpBytes(*socket, ruleset.table, set.name);
+	std::vector<GuardRead> reads;
+	for (size_t i = 0; i < runs; i++)
+		reads.push_back(readGuardOnce(backend, ruleset));
+	std::sort(reads.begin(), reads.end(), [](const GuardRead &a, const GuardRead &b) { return a.cpuMs < b.cpuMs; });
+	const GuardRead &median = reads[reads.size() / 2];
+	fmt::print("  guard: {}: {} keys counted, {} over keys kept\n"
+		   "    CPU per read {:.1f} ms (median of {}; min {:.1f}, max {:.1f}; user {:.0f}, system {:.0f}), "
+		   "wall {:.1f} ms\n"
+		   "    netlink: the dumps of the {} sets bring {:.1f} MB; peak RSS {} KiB above the resident size\n",
+		   what, median.counted, median.overKeys, median.cpuMs, runs, reads.front().cpuMs,
+		   reads.back().cpuMs, median.userMs, median.systemMs, median.wallMs,
+		   ruleset.dynamicSets.size(), bytes / 1e6, median.peakKiB);
+}
+
+// The guard's read with its sets empty, with the v4 rate and open sets full, and with all
+// eight full (the over sets too: a node whose every pod went over).
+void measureGuardRows()
+{
+	auto backend = NetlinkBackend::open();
+	if (!backend)
+		die(backend.error().message);
+	const Ruleset ruleset = guardRuleset();
+	if (auto applied = (*backend)->apply(ruleset); !applied)
+		die(applied.error().message);
+	fmt::print("SNAT guard read (section 12): {} dynamic sets of {} keys\n", ruleset.dynamicSets.size(),
+		   ruleset.dynamicSets.front().size);
+	measureGuard(**backend, ruleset, "every set empty", 7);
+	const auto fill = [&](const std::string &name, size_t keys) {
+		for (const DynamicSet &set : ruleset.dynamicSets)
+			if (set.name == name)
+				fillGuardSet(ruleset, set, std::min<size_t>(keys, set.size));
+	};
+	const std::string rate = guardTrackSetName(GuardLimitKind::newConnections, Family::ipv4);
+	const std::string open = guardTrackSetName(GuardLimitKind::openConnections, Family::ipv4);
+	// A quarter first: the kernel's dump of a set walks it from the start for each reply
+	// (about 32 KiB), so a set 4 times as full costs about 16 times as much.
+	fill(rate, 16384);
+	fill(open, 16384);
+	measureGuard(**backend, ruleset, "guard-rate-v4 and guard-open-v4 at 16,384 keys", 7);
+	fill(rate, 65536); // `add element` of a key the set holds changes nothing
+	fill(open, 65536);
+	measureGuard(**backend, ruleset, "guard-rate-v4 and guard-open-v4 full", 7);
+	for (const DynamicSet &set : ruleset.dynamicSets)
+		if (set.name != rate && set.name != open)
+			fillGuardSet(ruleset, set, set.size);
+	measureGuard(**backend, ruleset, "all eight sets full, the over sets too", 5);
+	(void)ipmasq::test::run("nft delete table inet " + ruleset.table);
+}
+
 } // namespace
 
-int main()
+int main(int argc, char **argv)
 {
 	if (const std::string why = ipmasq::test::enterPrivateNetns(); !why.empty()) {
 		std::fprintf(stderr, "SKIP: %s\n", why.c_str());
 		return 77;
 	}
+	measureGuardRows();
+	if (argc > 1 && std::string(argv[1]) == "guard")
+		return 0;
 	if (ipmasq::test::run("command -v conntrack >/dev/null") != 0) {
 		std::fprintf(stderr, "SKIP: conntrack not found (apt-get install conntrack)\n");
 		return 77;

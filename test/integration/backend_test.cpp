@@ -25,6 +25,7 @@
 #include "ip-masq-agent/nft/table_batch.h"
 #include "ip-masq-agent/nft/objects.h"
 #include "ip-masq-agent/nft/replacement.h"
+#include "ip-masq-agent/nft/table_read.h"
 #include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/nft/nft_text.h"
 #include "ip-masq-agent/model/ruleset.h"
@@ -800,6 +801,41 @@ TEST_CASE("one read of the table per generation: a restore reads it once, adopti
 	CHECK(*candidate == ruleset);
 	CHECK(matches(adopting, *candidate));
 	CHECK(adoptionReads == 1);
+}
+
+TEST_CASE("a whole read of the table leaves out what the guard's dynamic sets hold: traffic's, never "
+	  "compared, up to 65,536 keys a set")
+{
+	auto backend = freshBackend();
+	Config config = configWith({"198.51.100.0/24"});
+	SnatGuard guard;
+	guard.mode = SnatGuardMode::observe;
+	guard.newConnectionsPerSecond = 20;
+	guard.openConnections = 30;
+	config.snatGuard = guard;
+	const Ruleset ruleset = buildRuleset(config, {});
+	REQUIRE(ruleset.dynamicSets.size() == 4);
+	requireApplied(*backend, ruleset);
+	// What traffic puts there, by hand: a key in each of the guard's sets (an hour's
+	// timeout where the set's own is 2 s, so that the read finds it).
+	for (const DynamicSet &set : ruleset.dynamicSets)
+		runOrFail(fmt::format("nft add element inet {} {} '{{ 198.18.0.1 . 192.0.2.1 . tcp . 443{} }}'",
+				      ruleset.table, set.name, set.timeoutMs ? " timeout 1h" : ""));
+
+	auto socket = netlink::Socket::open();
+	REQUIRE(socket);
+	netlink::TableReader reader(*socket);
+	const auto read = reader.read(ruleset.table, netlink::ReadDepth::whole);
+	REQUIRE(read);
+	REQUIRE_FALSE(read->unsettled);
+	REQUIRE(read->snapshot);
+	// The read is whole: the address set's elements are in it; the dynamic sets' are not.
+	CHECK(read->snapshot->elements.contains("nomasq-v4"));
+	for (const DynamicSet &set : ruleset.dynamicSets) {
+		INFO(set.name);
+		CHECK_FALSE(read->snapshot->elements.contains(set.name));
+	}
+	CHECK(matches(*backend, ruleset)); // and their keys are not drift
 }
 
 TEST_CASE("a replacement planned with the check's read starts the counters it makes again from their "

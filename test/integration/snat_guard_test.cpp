@@ -7,9 +7,12 @@
 // openConnections stops the 31st open connection of a source held at 30; UDP is counted
 // too, and IPv6 is limited alike. Traffic never looks like drift, and a replacement (a
 // switch of mode, a new backend as after a restart) keeps the guard's sets: their handles
-// and what they hold. Then the same through the running agent, its config file edited.
+// and what they hold. Then the same through the running agent, its config file edited. Last,
+// the daemon's read of the sets: the keys most over each limit, at its bound, and every set's
+// count.
 #include <arpa/inet.h>
 #include <csignal>
+#include <map>
 #include <poll.h>
 #include <regex>
 #include <sys/socket.h>
@@ -424,4 +427,45 @@ TEST_CASE("through the agent: observe, then enforce by an edit of the config fil
 	CHECK(metricNumber("ip_masq_agent_drift_repairs_total") == 0);
 	agent.reset();
 	deleteAgentTable();
+}
+
+TEST_CASE("the daemon's read of the guard keeps the keys most over each limit, at its bound, and counts "
+	  "every set whole, each in one dump; --explain's read keeps every key")
+{
+	const Ruleset ruleset = guardRuleset(SnatGuardMode::observe, 20, 30);
+	auto backend = freshBackend();
+	apply(*backend, ruleset);
+	// 50 keys over the rate limit, the i-th with i attempts, and 40 tracked for the open limit,
+	// as traffic would leave them.
+	std::string script = "add element inet ip-masq-agent guard-over-rate-v4 {\n";
+	for (int i = 1; i <= 50; i++)
+		script += fmt::format("198.18.0.{} . 192.0.2.1 . tcp . 443 counter packets {} bytes 0,\n", i, i);
+	script += "}\nadd element inet ip-masq-agent guard-open-v4 {\n";
+	for (int i = 1; i <= 40; i++)
+		script += fmt::format("198.18.1.{} . 192.0.2.1 . tcp . 443,\n", i);
+	script += "}\n";
+	runOrFail("nft -f - <<'EOF'\n" + script + "EOF\n");
+
+	const auto read = backend->readGuard(ruleset.table, ruleset.dynamicSets, 3);
+	INFO((read ? "" : read.error().message));
+	REQUIRE(read);
+	REQUIRE(read->over.size() == 3);
+	for (size_t i = 0; i < 3; i++) {
+		CHECK(read->over[i].kind == GuardLimitKind::newConnections);
+		CHECK(read->over[i].attempts == 50 - i);
+		CHECK(read->over[i].source.toString() == fmt::format("198.18.0.{}", 50 - i));
+		CHECK(read->over[i].destination.toString() == "192.0.2.1");
+		CHECK(read->over[i].port == 443);
+	}
+	std::map<std::string, size_t> fill;
+	for (const DynamicSetFill &set : read->fill) {
+		CHECK(set.size == 65536);
+		fill[set.set] = set.elements;
+	}
+	CHECK(fill == std::map<std::string, size_t>{{"guard-rate-v4", 0}, {"guard-over-rate-v4", 50},
+						     {"guard-open-v4", 40}, {"guard-over-open-v4", 0}});
+
+	const auto every = backend->readGuardOver(ruleset.table, ruleset.dynamicSets);
+	REQUIRE(every);
+	CHECK(every->size() == 50);
 }

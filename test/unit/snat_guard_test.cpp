@@ -285,6 +285,25 @@ TEST_CASE("snatGuard: --snat-usage lists who is over each limit, the most attemp
 	CHECK(guardOverText(buildRuleset(defaultConfig({}), RulesetOptions{}), over).empty());
 }
 
+TEST_CASE("snatGuard: --snat-usage counts the keys over a limit from its over set's count when only the "
+	  "top ones were kept")
+{
+	SnatGuard guard = observeRate(20);
+	const Ruleset ruleset = buildRuleset(configWith(guard), RulesetOptions{});
+	const auto address = [](const char *text) { return parseAddress(text).value(); };
+	// What NetlinkBackend::readGuard keeps of a set of 50 keys at a bound of 2.
+	const std::vector<GuardOverKey> top{
+		{GuardLimitKind::newConnections, address("198.51.100.3"), address("203.0.113.2"), 17, 53, 400},
+		{GuardLimitKind::newConnections, address("198.51.100.2"), address("203.0.113.2"), 6, 9443, 130},
+	};
+	const std::string text = guardOverText(ruleset, top, {{"guard-over-rate-v4", 50, 65536}}, 2);
+	INFO(text);
+	CHECK(text.find("newConnectionsPerSecond 20 (IPv4, observed: let through): 50 pairs of source and "
+			"destination over it\n") != std::string::npos);
+	CHECK(text.find("  and 48 more, left out (at most 2 shown)\n") != std::string::npos);
+	CHECK(text.find("set guard-over-rate-v4: 50 of 65536 keys\n") != std::string::npos);
+}
+
 TEST_CASE("snatGuard in the config file: every key, and without it nothing changes")
 {
 	const LoadedConfig loaded = test::parseOk("nonMasqueradeCIDRs: [10.0.0.0/8]\n"

@@ -18,7 +18,9 @@ inline constexpr size_t kTopGuardOver = 20;
 // The guard's part of --snat-usage: for each limit of `desired`'s guard (its GuardLimit
 // rules: the limit, the mode), the keys of `over` that went over it, the most attempts
 // first, at most `top`. "" when `desired` has no guard.
-// `fill`: how full each of its dynamic sets is (a line each, "full" when it is).
+// `fill`: how full each of its dynamic sets is (a line each, "full" when it is); an over
+// set's count there is how many keys are over its limit, when `over` holds only the top
+// ones (NetlinkBackend::readGuard).
 std::string guardOverText(const Ruleset &desired, std::vector<GuardOverKey> over,
 			  const std::vector<DynamicSetFill> &fill = {}, size_t top = kTopGuardOver);
 

@@ -336,6 +336,14 @@ struct DynamicSetFill {
 	bool operator==(const DynamicSetFill &) const = default;
 };
 
+// The guard's sets read back once: the keys most over each limit (a bounded number per over
+// set, the most attempts first) and how full every dynamic set is; the over set's own count
+// is how many keys are over its limit, whatever number of them was kept.
+struct GuardReading {
+	std::vector<GuardOverKey> over;
+	std::vector<DynamicSetFill> fill;
+};
+
 // The agent's table as adoption and --explain read it back (TableBackend::readTable).
 struct KernelTable {
 	std::vector<AddressSet> sets;

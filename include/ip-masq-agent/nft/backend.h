@@ -82,13 +82,15 @@ public:
 
 	// What the guard's over sets among `sets` (the desired ruleset's dynamic sets with a
 	// counter) hold in inet `table`: every key over a limit, its attempts over. A set the
-	// table lacks reads as none. At most the sets' sizes (guard_reader.cpp).
+	// table lacks reads as none. At most the sets' sizes (guard_reader.cpp): --explain's.
 	Result<std::vector<GuardOverKey>> readGuardOver(const std::string &table,
 						       const std::vector<DynamicSet> &sets);
-	// How many elements each of `sets` holds in inet `table` (a dump of each, counted, never
-	// kept: at most its size); a set the table lacks is left out.
-	Result<std::vector<DynamicSetFill>> readDynamicSetFill(const std::string &table,
-							       const std::vector<DynamicSet> &sets);
+	// The guard's reading for the daemon's pass and --snat-usage: one dump of each of `sets`
+	// in inet `table`. Of each over set, the `top` keys with the most attempts (the most
+	// first) and its count; of every other set, its count, without a libnftnl object per
+	// element. A set the table lacks is left out. What it costs: docs/performance.md.
+	Result<GuardReading> readGuard(const std::string &table, const std::vector<DynamicSet> &sets,
+				       size_t top);
 
 	// Leave `monitor`'s notification group during every commit (null: never). While
 	// anyone listens, the kernel builds one notification per set element, which

@@ -82,11 +82,21 @@ private:
 // GETTABLE of one inet table: the kernel's answer, parsed (ENOENT when there is none).
 Result<TablePtr> getTable(Socket &socket, const std::string &table);
 
+// The replies of one dump of the elements of set `set` of inet `table`, each to `onReply`
+// as it arrives, unparsed (ENOENT when there is no such set).
+Status dumpSetReplies(Socket &socket, const std::string &table, const std::string &set,
+		      const ReplyHandler &onReply);
+
 // Dumps the elements of set `set` of inet `table`, handing each reply's to `onPart` as it
-// arrives (ENOENT when there is no such set): the read's records, the guard's counts and
-// counters (guard_reader.cpp). The libnftnl objects of a whole 100,000-range set would take
+// arrives (ENOENT when there is no such set): the read's records, the guard's over keys and
+// their counters (guard_reader.cpp). The libnftnl objects of a whole 100,000-range set would take
 // 60 MB.
 Status dumpSetElements(Socket &socket, const std::string &table, const std::string &set,
 		       const std::function<Status(const nftnl_set *)> &onPart);
+
+// How many elements set `set` of inet `table` holds, counted in the replies of one dump as
+// they arrive, without a libnftnl object per element (ENOENT when there is no such set):
+// the guard's fullness, whose 65,536-key sets are read after every SNAT usage read.
+Result<size_t> countSetElements(Socket &socket, const std::string &table, const std::string &set);
 
 } // namespace ipmasq::netlink

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The desired ruleset as libnftnl objects, each with a description of the model object.
 //
-// This is the one place that decides the bytecode. The batch serializes these objects
-// and the backend's matches() compares them with what the kernel dumps, so what we
-// send and what we expect to find can never drift apart.
+// This (with its sets and elements, set_encoding.h) is the one place that decides the
+// bytecode. The batch serializes these objects and the backend's matches() compares them
+// with what the kernel dumps, so what we send and what we expect to find can never
+// drift apart.
 #pragma once
 
 #include <array>

@@ -10,6 +10,7 @@
 #include "ip-masq-agent/base/escape.h"
 #include "ip-masq-agent/base/log.h"
 #include "ip-masq-agent/compile/ruleset_mapping.h"
+#include "ip-masq-agent/daemon/element_update.h"
 
 namespace ipmasq {
 
@@ -33,14 +34,6 @@ std::string summarize(const Ruleset &ruleset)
 	for (const AddressSet &set : ruleset.sets)
 		sets += fmt::format("{}{}", sets.empty() ? "" : ", ", describeSet(ruleset, set));
 	return sets.empty() ? "no sets" : sets;
-}
-
-size_t rangeCount(const Ruleset &ruleset)
-{
-	size_t total = 0;
-	for (const AddressSet &set : ruleset.sets)
-		total += set.elements.size();
-	return total;
 }
 
 template<typename Duration>
@@ -373,78 +366,23 @@ Status Reconciler::restoreNow(SyncTrigger trigger)
 	return {};
 }
 
-Reconciler::UpdatePlan Reconciler::plannedUpdate() const
-{
-	if (!applied_ || !appliedGeneration_)
-		return {std::nullopt, appliedUnknownBecause_};
-	auto diff = diffElements(*applied_, *desired_);
-	if (!diff)
-		return {std::nullopt, "the change is not only in set elements"};
-	if (diff->empty())
-		return {std::nullopt, "its sets already hold these elements"};
-	// Past this, the update sends more elements than the whole new table: replacing
-	// it costs no more, and leaves nothing to chance.
-	if (diff->changedRanges() > rangeCount(*desired_))
-		return {std::nullopt, "the update would send more elements than the table holds"};
-	return {std::move(diff), {}};
-}
-
-Result<std::optional<uint32_t>> Reconciler::sendUpdate(const ElementDiff &diff, std::string &replaceBecause)
-{
-	const std::string &table = desired_->table;
-	uint32_t guard = *appliedGeneration_;
-	// races: refusals of a generation that a read had just confirmed.
-	for (int races = 0;; races++) {
-		auto committed = backend_.updateElements(table, diff, guard);
-		if (committed)
-			return std::optional(*committed);
-		if (committed.error().errnum != ERESTART) {
-			log::warning("element update of table inet {} failed: {}; replacing the table",
-				     table, committed.error().message);
-			replaceBecause = fmt::format("the kernel refused the element update ({})",
-						     committed.error().message);
-			return std::optional<uint32_t>();
-		}
-		if (races == kUpdateRaces) {
-			replaceBecause = fmt::format("someone else committed {} times during the update",
-						     races);
-			return std::optional<uint32_t>();
-		}
-		// Someone committed since `guard`: most often another table (kube-proxy's). One
-		// read says whether ours is still what the agent wrote, and at which generation.
-		auto checked = backend_.check(*applied_);
-		if (!checked)
-			return fail(checked.error().withContext(fmt::format("reading table inet {}: ", table)));
-		switch (checked->verdict) {
-		case TableCheck::same:
-			log::debug("element update of table inet {} refused at generation {} (someone "
-				   "committed since); the table is as the agent wrote it at generation "
-				   "{}: sending it against that", table, guard, checked->generation.value_or(guard));
-			guard = checked->generation.value_or(guard);
-			appliedGeneration_ = guard;
-			continue;
-		case TableCheck::different:
-			driftFound();
-			driftFoundByUpdate_ = true;
-			replaceBecause = "its table was changed outside the agent";
-			return std::optional<uint32_t>();
-		case TableCheck::unsettled:
-			replaceBecause = "other commits kept its table from being read consistently";
-			return std::optional<uint32_t>();
-		}
-	}
-}
 
 Result<Reconciler::Committed> Reconciler::updateOrReplace()
 {
 	driftFoundByUpdate_ = false;
-	UpdatePlan plan = plannedUpdate();
+	UpdatePlan plan = planElementUpdate(appliedGeneration_ ? applied_.get() : nullptr, appliedUnknownBecause_,
+					    *desired_);
 	if (plan.diff) {
-		auto updated = sendUpdate(*plan.diff, plan.replaceBecause);
+		auto updated = sendElementUpdate(backend_, desired_->table, *applied_, *plan.diff, *appliedGeneration_);
 		if (!updated)
 			return fail(updated.error());
-		if (*updated)
-			return Committed{**updated, true, {}};
+		if (updated->generation)
+			return Committed{*updated->generation, true, {}};
+		if (updated->drift) {
+			driftFound();
+			driftFoundByUpdate_ = true;
+		}
+		plan.replaceBecause = std::move(updated->replaceBecause);
 	}
 	auto replaced = backend_.apply(*desired_);
 	if (!replaced)

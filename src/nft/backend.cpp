@@ -18,6 +18,7 @@
 #include "ip-masq-agent/netlink/refusal.h"
 #include "ip-masq-agent/nft/objects.h"
 #include "ip-masq-agent/nft/replacement.h"
+#include "ip-masq-agent/nft/set_encoding.h"
 #include "ip-masq-agent/nft/snapshot.h"
 #include "ip-masq-agent/nft/table_batch.h"
 

@@ -8,7 +8,6 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/rtnetlink.h>
 
-#include <cstring>
 #include <memory>
 #include <span>
 
@@ -17,9 +16,10 @@
 #include "ip-masq-agent/model/egress.h"
 #include "ip-masq-agent/nft/codec/expression.h"
 #include "ip-masq-agent/nft/codec/rule_text.h"
-#include "ip-masq-agent/netlink/socket.h"
 #include "ip-masq-agent/nft/codec/table_reader.h"
 #include "ip-masq-agent/nft/agent_table.h"
+#include "ip-masq-agent/nft/set_encoding.h"
+#include "ip-masq-agent/nft/user_data.h"
 
 namespace ipmasq::netlink {
 
@@ -27,64 +27,8 @@ static_assert(kNatFlagFullyRandom == NF_NAT_RANGE_PROTO_RANDOM_FULLY);
 
 namespace {
 
-// nft's own numbering, which it stores in the kernel for `nft list` to read back:
-// datatype ids (nft's enum datatypes), byte orders (enum byteorder) and the expression
-// kind plus meta key of a set's "typeof" (enum expr_types, NFTNL_UDATA_META_KEY).
-constexpr uint32_t kTypeInetProtocol = 12;
-constexpr uint32_t kTypeInetService = 13;
-constexpr uint32_t kByteorderInvalid = 0;
-constexpr uint32_t kByteorderHost = 1;
-constexpr uint32_t kByteorderBig = 2;
-constexpr uint32_t kExprKindMeta = 9;
-constexpr uint32_t kExprKindConcat = 13;
-constexpr uint8_t kUdataMetaKey = 0;
-
 // nft 1.0.x still uses the 16-byte registers: NFT_REG_1 and the one after it.
 constexpr uint32_t kReg1 = NFT_REG_1;
-
-// Userdata: nft's small TLV format (one byte type, one byte length) stored verbatim by
-// the kernel. Built with libnftnl's encoder, then copied out as plain bytes.
-class UserData
-{
-public:
-	UserData() : buf_(nftnl_udata_buf_alloc(kCapacity))
-	{
-		if (!buf_)
-			throw std::bad_alloc();
-	}
-
-	void putU32(uint8_t type, uint32_t value)
-	{
-		ok_ &= nftnl_udata_put_u32(buf_.get(), type, value);
-	}
-	void putString(uint8_t type, const std::string &value)
-	{
-		ok_ &= nftnl_udata_put_strz(buf_.get(), type, value.c_str());
-	}
-	nftnl_udata *nestStart(uint8_t type)
-	{
-		nftnl_udata *nest = nftnl_udata_nest_start(buf_.get(), type);
-		ok_ &= nest != nullptr;
-		return nest;
-	}
-	void nestEnd(nftnl_udata *nest)
-	{
-		if (nest)
-			nftnl_udata_nest_end(buf_.get(), nest);
-	}
-
-	bool empty() const { return nftnl_udata_buf_len(buf_.get()) == 0; }
-	// Only the comment can be long, and its length is checked before: a failed put
-	// here is a bug, which the caller reports instead of sending truncated data.
-	bool ok() const { return ok_; }
-	const void *data() const { return nftnl_udata_buf_data(buf_.get()); }
-	uint32_t size() const { return nftnl_udata_buf_len(buf_.get()); }
-
-private:
-	static constexpr uint32_t kCapacity = 512;
-	UdataBufPtr buf_;
-	bool ok_ = true;
-};
 
 std::vector<uint8_t> u32Bytes(uint32_t hostValue)
 {
@@ -92,144 +36,67 @@ std::vector<uint8_t> u32Bytes(uint32_t hostValue)
 	return {p, p + sizeof(hostValue)};
 }
 
-// An address as an element key: network byte order, no allocation (see ElementSpec).
-ElementSpec addressElement(Family family, AddressValue value, bool intervalEnd, bool openInterval)
+// Registers as nft 1.0.x uses them: the 16-byte NFT_REG_1 and NFT_REG_2.
+nft::Expression metaLoad(uint32_t key)
 {
-	ElementSpec spec;
-	spec.keyLen = static_cast<uint8_t>(familyBits(family) / 8);
-	for (unsigned i = spec.keyLen; i-- > 0;) {
-		spec.key[i] = static_cast<uint8_t>(value & 0xff);
-		value >>= 8;
+	return nft::Meta{.key = key, .dreg = kReg1};
+}
+
+nft::Expression cmp(uint32_t op, std::vector<uint8_t> data)
+{
+	return nft::Cmp{kReg1, op, std::move(data)};
+}
+
+nft::Expression verdict(int32_t code, const std::string &chain = {})
+{
+	nft::Immediate i{.dreg = NFT_REG_VERDICT, .verdict = static_cast<uint32_t>(code)};
+	if (!chain.empty())
+		i.chain = chain;
+	return i;
+}
+
+nft::Expression immediate(uint32_t reg, std::vector<uint8_t> data)
+{
+	return nft::Immediate{.dreg = reg, .data = std::move(data)};
+}
+
+void nfprotoMatch(std::vector<nft::Expression> &out, Family family)
+{
+	out.push_back(metaLoad(NFT_META_NFPROTO));
+	out.push_back(cmp(NFT_CMP_EQ, {uint8_t(family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6)}));
+}
+
+// "fib daddr type != local": fib's address type is a host-endian u32 (enum rtn_type).
+void notLocalMatch(std::vector<nft::Expression> &out)
+{
+	out.push_back(nft::Fib{NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1});
+	out.push_back(cmp(NFT_CMP_NEQ, u32Bytes(RTN_LOCAL)));
+}
+
+enum class AddressField { source, destination };
+
+// "ip saddr" / "ip6 daddr" ...: the address loaded from the network header into reg 1
+// (struct iphdr: saddr at 12, daddr at 16; struct ipv6hdr: saddr at 8, daddr at 24).
+nft::Expression addressLoad(Family family, AddressField field)
+{
+	const bool source = field == AddressField::source;
+	const bool v4 = family == Family::ipv4;
+	return nft::Payload{.base = NFT_PAYLOAD_NETWORK_HEADER, .offset = v4 ? (source ? 12u : 16u) : (source ? 8u : 24u),
+			    .len = v4 ? 4u : 16u, .dreg = kReg1};
+}
+
+// Encodes each of `items` and appends it to `out`, up to the first that fails.
+template<typename Item, typename Encoded, typename Encode>
+Status encodeEach(const std::vector<Item> &items, std::vector<Encoded> &out, const Encode &encode)
+{
+	for (const Item &item : items) {
+		auto encoded = encode(item);
+		if (!encoded)
+			return fail(encoded.error());
+		out.push_back(std::move(*encoded));
 	}
-	spec.intervalEnd = intervalEnd;
-	spec.openInterval = openInterval;
-	return spec;
+	return {};
 }
-
-// One range's elements: its start, and its end unless it runs to the top address.
-void appendRangeElements(std::vector<ElementSpec> &out, Family family, const AddressRange &range)
-{
-	const bool open = range.last == Address::max(family);
-	out.push_back(addressElement(family, range.first.value, false, open));
-	if (!open)
-		out.push_back(addressElement(family, range.last.value + 1, true, false));
-}
-
-// The leading end element at 0 that a set whose first range does not start at 0 has.
-bool hasLeadingEnd(const std::optional<Address> &lowest)
-{
-	return lowest && lowest->value != 0;
-}
-
-// A range as the kernel holds it: one interval for addresses; for interface names, one
-// per name or wildcard the range is made of (nft sends each element of its own, so the
-// kernel holds two adjacent wildcards as two intervals, and `nft list` prints both).
-void appendKernelRanges(std::vector<ElementSpec> &out, Family family, const AddressRange &range,
-			bool interfaceNames)
-{
-	if (!interfaceNames) {
-		appendRangeElements(out, family, range);
-		return;
-	}
-	for (const InterfacePattern &pattern : interfacePatternsOf(range))
-		appendRangeElements(out, family, interfaceKeyRange(pattern));
-}
-
-// The elements nft 1.0.x sends for an interval set: a start element per range and an
-// end element at last+1. Two details decide whether `nft list` prints the same text:
-// a set whose first range does not start at 0 gets a leading end element at 0, and a
-// range that ends at the top address has no end element (last+1 would wrap) but
-// carries NFTNL_SET_ELEM_F_INTERVAL_OPEN in its userdata instead.
-std::vector<ElementSpec> intervalElements(const AddressSet &set)
-{
-	std::vector<ElementSpec> out;
-	const auto &ranges = set.elements.ranges();
-	if (ranges.empty())
-		return out;
-	const Family family = set.family();
-	out.reserve(2 * ranges.size() + 1);
-	if (hasLeadingEnd(ranges.front().first))
-		out.push_back(addressElement(family, 0, true, false));
-	for (const AddressRange &range : ranges)
-		appendKernelRanges(out, family, range, set.interfaceNames);
-	return out;
-}
-
-SetElemPtr buildElement(const ElementSpec &spec)
-{
-	SetElemPtr elem = newSetElem();
-	if (spec.intervalEnd)
-		nftnl_set_elem_set_u32(elem.get(), NFTNL_SET_ELEM_FLAGS, NFT_SET_ELEM_INTERVAL_END);
-	nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_KEY, spec.key.data(), spec.keyLen);
-	if (spec.openInterval) {
-		UserData udata;
-		udata.putU32(NFTNL_UDATA_SET_ELEM_FLAGS, NFTNL_SET_ELEM_F_INTERVAL_OPEN);
-		nftnl_set_elem_set(elem.get(), NFTNL_SET_ELEM_USERDATA, udata.data(), udata.size());
-	}
-	return elem;
-}
-
-// A set object addressing an existing (or same-batch) set, to carry elements.
-SetPtr elementCarrier(const std::string &table, const std::string &set, uint32_t setId)
-{
-	SetPtr carrier = newSet();
-	nftnl_set_set_u32(carrier.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
-	nftnl_set_set_str(carrier.get(), NFTNL_SET_TABLE, table.c_str());
-	nftnl_set_set_str(carrier.get(), NFTNL_SET_NAME, set.c_str());
-	nftnl_set_set_u32(carrier.get(), NFTNL_SET_ID, setId);
-	return carrier;
-}
-
-// Upper bound of the bytes one range takes in a message: a start element (nest, key
-// nest, key) and an end element (the same plus flags), or the open-interval userdata.
-size_t rangeBytes(size_t keyLen)
-{
-	const size_t key = 4 + 4 + ((keyLen + 3) & ~size_t(3));
-	return (4 + key) + (4 + 8 + key) + 12;
-}
-
-// Room for the message header and the table and set names (each at most 256 bytes).
-constexpr size_t kElementMessageOverhead = 16 + 4 + 2 * (4 + 256) + 8 + 4 + 64;
-
-// Splits a set's elements into messages of whole ranges (a range is never split across
-// messages). `describe(first, last)` names the ranges (1-based) of one message.
-template<typename Describe>
-std::vector<ElementChunk> splitIntoChunks(const std::string &table, const std::string &set,
-					  uint32_t setId, const std::vector<ElementSpec> &specs,
-					  const Describe &describe)
-{
-	const size_t keyLen = specs.empty() ? 4 : specs.front().keyLen;
-	const size_t rangesPerChunk =
-		(kElementMessageBudget - kElementMessageOverhead) / rangeBytes(keyLen);
-	std::vector<ElementChunk> out;
-	size_t index = 0;
-	size_t rangesDone = 0;
-	while (index < specs.size()) {
-		ElementChunk chunk;
-		chunk.table = table;
-		chunk.set = set;
-		chunk.setId = setId;
-		const size_t firstRange = rangesDone + 1;
-		size_t ranges = 0;
-		while (index < specs.size()) {
-			const ElementSpec &spec = specs[index];
-			// A range starts at each start element: stop before one that would
-			// not fit, so that a range is never split across messages.
-			if (!spec.intervalEnd) {
-				if (ranges == rangesPerChunk)
-					break;
-				ranges++;
-			}
-			chunk.elements.push_back(spec);
-			index++;
-		}
-		rangesDone += ranges;
-		chunk.description = describe(firstRange, rangesDone);
-		out.push_back(std::move(chunk));
-	}
-	return out;
-}
-
 
 class Encoder
 {
@@ -242,12 +109,9 @@ public:
 	Result<EncodedTable> encode();
 
 private:
-	Result<EncodedSet> encodeAddressSet(const AddressSet &set);
-	Result<EncodedSet> encodeDynamicSet(const DynamicSet &set);
 	Result<EncodedObject> encodeCounter(const NamedCounter &counter);
 	Result<EncodedChain> encodeChain(const Chain &chain);
 	Result<EncodedRule> encodeRule(const Chain &chain, size_t position, const Rule &rule);
-	EncodedSet encodeProtocolSet(const std::string &ruleDescription, std::span<const uint8_t> protocols);
 	// "meta l4proto { ... }": a lookup of an anonymous set of `protocols` the rule carries.
 	void protocolMatch(EncodedRule &out, std::span<const uint8_t> protocols);
 	// The guard's key, source . destination . l4proto . destination port, into the
@@ -304,30 +168,20 @@ Result<EncodedTable> Encoder::encode()
 				     udata.size());
 	}
 
-	for (const NamedCounter &counter : ruleset_.counters) {
-		auto encoded = encodeCounter(counter);
-		if (!encoded)
-			return fail(encoded.error());
-		out.objects.push_back(std::move(*encoded));
-	}
-	for (const DynamicSet &set : ruleset_.dynamicSets) {
-		auto encoded = encodeDynamicSet(set);
-		if (!encoded)
-			return fail(encoded.error());
-		out.sets.push_back(std::move(*encoded));
-	}
-	for (const AddressSet &set : ruleset_.sets) {
-		auto encoded = encodeAddressSet(set);
-		if (!encoded)
-			return fail(encoded.error());
-		out.sets.push_back(std::move(*encoded));
-	}
-	for (const Chain &chain : ruleset_.chains) {
-		auto encoded = encodeChain(chain);
-		if (!encoded)
-			return fail(encoded.error());
-		out.chains.push_back(std::move(*encoded));
-	}
+	// Each named set takes the batch's next id, by which the rules look it up (setIdOf).
+	const auto declareSet = [this](const auto &set) {
+		setIds_.emplace_back(set.name, nextSetId_++);
+		return encodeSet(ruleset_.table, set, setIds_.back().second);
+	};
+	Status s = encodeEach(ruleset_.counters, out.objects, [this](const auto &c) { return encodeCounter(c); });
+	if (s)
+		s = encodeEach(ruleset_.dynamicSets, out.sets, declareSet);
+	if (s)
+		s = encodeEach(ruleset_.sets, out.sets, declareSet);
+	if (s)
+		s = encodeEach(ruleset_.chains, out.chains, [this](const auto &c) { return encodeChain(c); });
+	if (!s)
+		return fail(s.error());
 	return out;
 }
 
@@ -350,91 +204,6 @@ Result<EncodedObject> Encoder::encodeCounter(const NamedCounter &counter)
 		udata.putString(NFTNL_UDATA_OBJ_COMMENT, counter.comment);
 		nftnl_obj_set_data(obj, NFTNL_OBJ_USERDATA, udata.data(), udata.size());
 	}
-	return out;
-}
-
-Result<EncodedSet> Encoder::encodeAddressSet(const AddressSet &set)
-{
-	EncodedSet out;
-	out.description = fmt::format("set {}", set.name);
-	if (auto s = checkCommentLength(out.description, set.comment); !s)
-		return fail(s.error());
-
-	const uint32_t keyType = set.interfaceNames		    ? kTypeInterfaceName
-				 : set.family() == Family::ipv4 ? kTypeIpv4Address
-								: kTypeIpv6Address;
-	const uint32_t keyLen = familyBits(set.family()) / 8;
-	const uint32_t id = nextSetId_++;
-	setIds_.emplace_back(set.name, id);
-
-	out.set = newSet();
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
-	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
-	nftnl_set_set_str(out.set.get(), NFTNL_SET_NAME, set.name.c_str());
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FLAGS, NFT_SET_INTERVAL);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE, keyType);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, keyLen);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
-	UserData udata;
-	// nft keeps names in host order (a string's bytes as they are), addresses big-endian.
-	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, set.interfaceNames ? kByteorderHost : kByteorderBig);
-	if (!set.comment.empty())
-		udata.putString(NFTNL_UDATA_SET_COMMENT, set.comment);
-	if (!udata.ok())
-		return fail(fmt::format("{}: userdata does not fit", out.description));
-	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
-
-	// Elements go in chunks of whole ranges, each chunk one NEWSETELEM message.
-	const size_t totalRanges = set.elements.size();
-	out.elements = splitIntoChunks(ruleset_.table, set.name, id, intervalElements(set),
-				       [&](size_t first, size_t last) {
-					       return fmt::format("elements of set {} (ranges {}-{} of {})",
-								  set.name, first, last, totalRanges);
-				       });
-	return out;
-}
-
-Result<EncodedSet> Encoder::encodeDynamicSet(const DynamicSet &set)
-{
-	EncodedSet out;
-	out.description = fmt::format("set {}", set.name);
-	if (auto s = checkCommentLength(out.description, set.comment); !s)
-		return fail(s.error());
-	const bool v4 = set.family == Family::ipv4;
-	const uint32_t id = nextSetId_++;
-	setIds_.emplace_back(set.name, id);
-
-	out.set = newSet();
-	nftnl_set *object = out.set.get();
-	nftnl_set_set_u32(object, NFTNL_SET_FAMILY, NFPROTO_INET);
-	nftnl_set_set_str(object, NFTNL_SET_TABLE, ruleset_.table.c_str());
-	nftnl_set_set_str(object, NFTNL_SET_NAME, set.name.c_str());
-	nftnl_set_set_u32(object, NFTNL_SET_FLAGS, NFT_SET_EVAL | (set.timeoutMs ? NFT_SET_TIMEOUT : 0));
-	// nft's concatenated type: each component's datatype in 6 bits, the first highest;
-	// each component takes a whole number of 32-bit registers.
-	const uint32_t address = v4 ? kTypeIpv4Address : kTypeIpv6Address;
-	nftnl_set_set_u32(object, NFTNL_SET_KEY_TYPE,
-			  address << 18 | address << 12 | kTypeInetProtocol << 6 | kTypeInetService);
-	nftnl_set_set_u32(object, NFTNL_SET_KEY_LEN, v4 ? 16 : 40);
-	nftnl_set_set_u32(object, NFTNL_SET_ID, id);
-	nftnl_set_set_u32(object, NFTNL_SET_DESC_SIZE, set.size);
-	if (set.timeoutMs)
-		nftnl_set_set_u64(object, NFTNL_SET_TIMEOUT, set.timeoutMs);
-	if (set.counter)
-		nftnl_set_add_expr(object, newExpr("counter").release());
-	// As nft records a concatenation declared with "type": no byte order, and a
-	// "typeof" of a concatenation whose parts it does not name.
-	UserData udata;
-	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderInvalid);
-	nftnl_udata *typeOf = udata.nestStart(NFTNL_UDATA_SET_KEY_TYPEOF);
-	udata.putU32(NFTNL_UDATA_SET_TYPEOF_EXPR, kExprKindConcat);
-	udata.nestEnd(udata.nestStart(NFTNL_UDATA_SET_TYPEOF_DATA));
-	udata.nestEnd(typeOf);
-	if (!set.comment.empty())
-		udata.putString(NFTNL_UDATA_SET_COMMENT, set.comment);
-	if (!udata.ok())
-		return fail(fmt::format("{}: userdata does not fit", out.description));
-	nftnl_set_set_data(object, NFTNL_SET_USERDATA, udata.data(), udata.size());
 	return out;
 }
 
@@ -495,55 +264,6 @@ Result<EncodedRule> Encoder::encodeRule(const Chain &chain, size_t position, con
 				    udata.size());
 	}
 	return out;
-}
-
-// Registers as nft 1.0.x uses them: the 16-byte NFT_REG_1 and NFT_REG_2.
-nft::Expression metaLoad(uint32_t key)
-{
-	return nft::Meta{.key = key, .dreg = kReg1};
-}
-
-nft::Expression cmp(uint32_t op, std::vector<uint8_t> data)
-{
-	return nft::Cmp{kReg1, op, std::move(data)};
-}
-
-nft::Expression verdict(int32_t code, const std::string &chain = {})
-{
-	nft::Immediate i{.dreg = NFT_REG_VERDICT, .verdict = static_cast<uint32_t>(code)};
-	if (!chain.empty())
-		i.chain = chain;
-	return i;
-}
-
-nft::Expression immediate(uint32_t reg, std::vector<uint8_t> data)
-{
-	return nft::Immediate{.dreg = reg, .data = std::move(data)};
-}
-
-void nfprotoMatch(std::vector<nft::Expression> &out, Family family)
-{
-	out.push_back(metaLoad(NFT_META_NFPROTO));
-	out.push_back(cmp(NFT_CMP_EQ, {uint8_t(family == Family::ipv4 ? NFPROTO_IPV4 : NFPROTO_IPV6)}));
-}
-
-// "fib daddr type != local": fib's address type is a host-endian u32 (enum rtn_type).
-void notLocalMatch(std::vector<nft::Expression> &out)
-{
-	out.push_back(nft::Fib{NFTA_FIB_F_DADDR, NFT_FIB_RESULT_ADDRTYPE, kReg1});
-	out.push_back(cmp(NFT_CMP_NEQ, u32Bytes(RTN_LOCAL)));
-}
-
-enum class AddressField { source, destination };
-
-// "ip saddr" / "ip6 daddr" ...: the address loaded from the network header into reg 1
-// (struct iphdr: saddr at 12, daddr at 16; struct ipv6hdr: saddr at 8, daddr at 24).
-nft::Expression addressLoad(Family family, AddressField field)
-{
-	const bool source = field == AddressField::source;
-	const bool v4 = family == Family::ipv4;
-	return nft::Payload{.base = NFT_PAYLOAD_NETWORK_HEADER, .offset = v4 ? (source ? 12u : 16u) : (source ? 8u : 24u),
-			    .len = v4 ? 4u : 16u, .dreg = kReg1};
 }
 
 void Encoder::ruleCounter()
@@ -698,7 +418,7 @@ void Encoder::encodeStatement(EncodedRule &out, const SourceNat &statement)
 void Encoder::protocolMatch(EncodedRule &out, std::span<const uint8_t> protocols)
 {
 	// An anonymous constant set per rule.
-	EncodedSet set = encodeProtocolSet(out.description, protocols);
+	EncodedSet set = encodeProtocolSet(ruleset_.table, out.description, protocols, nextSetId_++);
 	const uint32_t id = nftnl_set_get_u32(set.set.get(), NFTNL_SET_ID);
 	const std::string name = nftnl_set_get_str(set.set.get(), NFTNL_SET_NAME);
 	out.anonymousSets.push_back(std::move(set));
@@ -761,50 +481,6 @@ void Encoder::encodeStatement(EncodedRule &out, const GuardLimit &statement)
 		expressions_.push_back(verdict(NF_DROP));
 }
 
-EncodedSet Encoder::encodeProtocolSet(const std::string &ruleDescription, std::span<const uint8_t> protocols)
-{
-	// The kernel turns "__set%d" into a free name (__set0, ...); until then the set is
-	// known by its id within the batch.
-	static constexpr const char *kAnonymousName = "__set%d";
-	const uint32_t id = nextSetId_++;
-	EncodedSet out;
-	out.description = fmt::format("anonymous set of {} transport protocols of {}", protocols.size(),
-				      ruleDescription);
-	out.set = newSet();
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FAMILY, NFPROTO_INET);
-	nftnl_set_set_str(out.set.get(), NFTNL_SET_TABLE, ruleset_.table.c_str());
-	nftnl_set_set_str(out.set.get(), NFTNL_SET_NAME, kAnonymousName);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_FLAGS, NFT_SET_ANONYMOUS | NFT_SET_CONSTANT);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_TYPE, kTypeInetProtocol);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_KEY_LEN, 1);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_ID, id);
-	nftnl_set_set_u32(out.set.get(), NFTNL_SET_DESC_SIZE, protocols.size());
-	// nft records the key's byte order and its "typeof" (meta l4proto) for listing.
-	UserData udata;
-	udata.putU32(NFTNL_UDATA_SET_KEYBYTEORDER, kByteorderHost);
-	nftnl_udata *typeOf = udata.nestStart(NFTNL_UDATA_SET_KEY_TYPEOF);
-	udata.putU32(NFTNL_UDATA_SET_TYPEOF_EXPR, kExprKindMeta);
-	nftnl_udata *typeOfData = udata.nestStart(NFTNL_UDATA_SET_TYPEOF_DATA);
-	udata.putU32(kUdataMetaKey, NFT_META_L4PROTO);
-	udata.nestEnd(typeOfData);
-	udata.nestEnd(typeOf);
-	nftnl_set_set_data(out.set.get(), NFTNL_SET_USERDATA, udata.data(), udata.size());
-
-	ElementChunk chunk;
-	chunk.table = ruleset_.table;
-	chunk.set = kAnonymousName;
-	chunk.setId = id;
-	for (uint8_t protocol : protocols) {
-		ElementSpec spec;
-		spec.key[0] = protocol;
-		spec.keyLen = 1;
-		chunk.elements.push_back(spec);
-	}
-	chunk.description = fmt::format("elements of {}", out.description);
-	out.elements.push_back(std::move(chunk));
-	return out;
-}
-
 uint32_t Encoder::setIdOf(const std::string &name) const
 {
 	for (const auto &[set, id] : setIds_)
@@ -816,14 +492,6 @@ uint32_t Encoder::setIdOf(const std::string &name) const
 }
 
 } // namespace
-
-SetPtr ElementChunk::build() const
-{
-	SetPtr carrier = elementCarrier(table, set, setId);
-	for (const ElementSpec &spec : elements)
-		nftnl_set_elem_add(carrier.get(), buildElement(spec).release());
-	return carrier;
-}
 
 void startCountersAt(EncodedTable &table, const std::vector<CounterValue> &values)
 {
@@ -874,42 +542,6 @@ Result<EncodedTable> encodeRuleset(const Ruleset &ruleset, const EncodingOptions
 	if (encoded)
 		nameRules(*encoded);
 	return encoded;
-}
-
-EncodedElementChanges encodeElementChanges(const std::string &table, const ElementDiff &diff)
-{
-	EncodedElementChanges out;
-	for (const SetElementChanges &set : diff.sets) {
-		std::vector<ElementSpec> removals, additions;
-		// The leading end element at 0 comes and goes with "the first range does not
-		// start at 0"; the kernel holds it once, however many ranges are above it.
-		const bool hadLeadingEnd = hasLeadingEnd(set.oldLowest);
-		const bool needsLeadingEnd = hasLeadingEnd(set.newLowest);
-		if (hadLeadingEnd && !needsLeadingEnd)
-			removals.push_back(addressElement(set.family, 0, true, false));
-		if (needsLeadingEnd && !hadLeadingEnd)
-			additions.push_back(addressElement(set.family, 0, true, false));
-		for (const AddressRange &range : set.removed)
-			appendKernelRanges(removals, set.family, range, set.interfaceNames);
-		for (const AddressRange &range : set.added)
-			appendKernelRanges(additions, set.family, range, set.interfaceNames);
-		const auto describe = [&set](const char *what, size_t total) {
-			return [&set, what, total](size_t first, size_t last) {
-				if (first > last) // only the leading end element
-					return fmt::format("elements {} set {} (the end element at 0)",
-							   what, set.set);
-				return fmt::format("elements {} set {} (ranges {}-{} of {})", what,
-						   set.set, first, last, total);
-			};
-		};
-		for (ElementChunk &chunk : splitIntoChunks(table, set.set, 0, removals,
-							   describe("removed from", set.removed.size())))
-			out.removals.push_back(std::move(chunk));
-		for (ElementChunk &chunk : splitIntoChunks(table, set.set, 0, additions,
-							   describe("added to", set.added.size())))
-			out.additions.push_back(std::move(chunk));
-	}
-	return out;
 }
 
 } // namespace ipmasq::netlink

@@ -13,6 +13,7 @@
 #include "ip-masq-agent/model/egress.h"
 #include "ip-masq-agent/model/element_diff.h"
 #include "ip-masq-agent/nft/backend.h"
+#include "ip-masq-agent/daemon/element_update.h"
 #include "ip-masq-agent/daemon/reconciler.h"
 #include "ip-masq-agent/model/ruleset.h"
 #include "ip-masq-agent/compile/ruleset_mapping.h"
@@ -418,9 +419,9 @@ TEST_CASE("another program's commit before an element update: the table is read 
 	synced = reconciler.reconcile(SyncTrigger::configChange);
 	INFO((synced ? "" : synced.error().message));
 	REQUIRE(synced);
-	CHECK(backend.updates == Reconciler::kUpdateRaces + 1);
-	CHECK(backend.checks == Reconciler::kUpdateRaces);
-	CHECK(backend.updateErrors.size() == static_cast<size_t>(Reconciler::kUpdateRaces + 1));
+	CHECK(backend.updates == kUpdateRaces + 1);
+	CHECK(backend.checks == kUpdateRaces);
+	CHECK(backend.updateErrors.size() == static_cast<size_t>(kUpdateRaces + 1));
 	CHECK(inKernel(cidrs));
 	CHECK(baseChainHandle() != chain); // replaced
 	CHECK(status.health().ok);

@@ -12,6 +12,7 @@
 #include "ip-masq-agent/daemon/agent_status.h"
 #include "ip-masq-agent/config/config.h"
 #include "ip-masq-agent/nft/guarded_backend.h"
+#include "ip-masq-agent/daemon/element_update.h"
 #include "ip-masq-agent/daemon/reconciler.h"
 #include "ip-masq-agent/compile/ruleset_mapping.h"
 
@@ -653,12 +654,12 @@ TEST_CASE("commits that keep racing the element update: read and sent again a bo
 	INFO(text);
 	CHECK(f.kernel.updates.empty());
 	// The first attempt, then one read and one attempt per race.
-	CHECK(f.kernel.refusedUpdates == Reconciler::kUpdateRaces + 1);
-	CHECK(f.kernel.checks == Reconciler::kUpdateRaces);
+	CHECK(f.kernel.refusedUpdates == kUpdateRaces + 1);
+	CHECK(f.kernel.checks == kUpdateRaces);
 	CHECK(f.kernel.applies.size() == 2);
 	CHECK(f.kernel.table == f.rulesetOf(manyCidrs(200)));
 	CHECK_THAT(text, Catch::Contains(fmt::format("by a replacement, because someone else committed {} times "
-						     "during the update", Reconciler::kUpdateRaces)));
+						     "during the update", kUpdateRaces)));
 	CHECK(f.status.health().ok);
 	CHECK(f.metric("ip_masq_agent_sync_failures_total") == "0");
 	CHECK(f.metric("ip_masq_agent_drift_repairs_total") == "0"); // nothing had drifted

@@ -94,14 +94,6 @@ public:
 	static constexpr std::chrono::seconds kFailureRetryLimit{10};
 	static constexpr std::chrono::milliseconds kLockedOutRetry{250};
 
-	// A change of set elements only is sent as an element update, guarded by the generation
-	// at which the kernel is known to hold what the agent last wrote. When someone else has
-	// committed since (kube-proxy commits on every Service change), one read of the table
-	// (check) says whether it is still that; then the update is sent guarded by the
-	// generation of that read. Refused again (a commit in between), it is read and sent
-	// again, up to this many times, before the table is replaced instead.
-	static constexpr int kUpdateRaces = 3;
-
 	// When reconcile(SyncTrigger::retry) should run next: a restore waiting for its
 	// pace, or a failed sync waiting for its retry. nullopt: nothing pending.
 	std::optional<Clock::time_point> nextWake() const { return retryAt_; }
@@ -124,20 +116,8 @@ private:
 		bool updated;
 		std::string replacedBecause;
 	};
-	// The element-level update from the applied ruleset to the desired one, when the
-	// kernel is known to hold the applied one and only elements differ, in fewer ranges
-	// than the desired sets hold; otherwise why the table is replaced instead.
-	struct UpdatePlan {
-		std::optional<ElementDiff> diff;
-		std::string replaceBecause;
-	};
-	UpdatePlan plannedUpdate() const;
 	// The update, or the full replacement when there is none or it cannot be sent.
 	Result<Committed> updateOrReplace();
-	// The update, guarded by the generation the agent knows its table at, and after other
-	// commits by the generation of a read that found the table as the agent wrote it (see
-	// kUpdateRaces); nullopt with `replaceBecause` said when the table must be replaced.
-	Result<std::optional<uint32_t>> sendUpdate(const ElementDiff &diff, std::string &replaceBecause);
 	// What the kernel holds is no longer known for sure (`why`, said when the next change
 	// replaces the table): element updates wait for a replacement.
 	void forgetApplied(std::string why);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The desired ruleset as libnftnl objects, each with a description of the model object.
 //
-// This is the one place that decides the bytecode. The batch serializes these objects
-// and the backend's matches() compares them with what the kernel dumps, so what we
-// send and what we expect to find can never drift apart.
+// This (with its sets and elements, set_encoding.h) is the one place that decides the
+// bytecode. The batch serializes these objects and the backend's matches() compares them
+// with what the kernel dumps, so what we send and what we expect to find can never
+// drift apart.
 #pragma once
 
 #include <array>
@@ -12,9 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <libnftnl/udata.h>
-
-#include "ip-masq-agent/model/element_diff.h"
 #include "ip-masq-agent/base/error.h"
 #include "ip-masq-agent/netlink/handles.h"
 #include "ip-masq-agent/model/ruleset.h"
@@ -118,15 +116,5 @@ Result<EncodedTable> encodeRuleset(const Ruleset &ruleset, const EncodingOptions
 // name; the others start at zero, as encodeRuleset() leaves them). Cheap: the backend sets
 // them last, from values read as late as it can before the commit.
 void startCountersAt(EncodedTable &table, const std::vector<CounterValue> &values);
-
-// An element-level update as nft elements: deletions of exactly the elements the kernel
-// holds for each removed range, and additions, split into messages as encodeRuleset()
-// splits a set's elements. The sets are named (they exist already).
-struct EncodedElementChanges {
-	std::vector<ElementChunk> removals; // DELSETELEM, sent first
-	std::vector<ElementChunk> additions; // NEWSETELEM
-};
-
-EncodedElementChanges encodeElementChanges(const std::string &table, const ElementDiff &diff);
 
 } // namespace ipmasq::netlink

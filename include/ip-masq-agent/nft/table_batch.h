@@ -12,6 +12,7 @@
 #include "ip-masq-agent/netlink/batch.h"
 #include "ip-masq-agent/nft/objects.h"
 #include "ip-masq-agent/nft/replacement.h"
+#include "ip-masq-agent/nft/set_encoding.h"
 
 namespace ipmasq::netlink {
 

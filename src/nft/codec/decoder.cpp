@@ -15,30 +15,13 @@
 
 #include <fmt/format.h>
 
+#include "ip-masq-agent/nft/codec/register_file.h"
 #include "ip-masq-agent/nft/codec/vocabulary.h"
 #include "ip-masq-agent/base/overloaded.h"
 
 namespace ipmasq::nft {
 
 namespace {
-
-// nf_tables' register file: the verdict register's 16 bytes, then NFT_REG_1..4, which
-// NFT_REG32_00..15 address in 4-byte steps (the kernel's nft_parse_register).
-constexpr size_t kRegisterBytes = 16 + 4 * NFT_REG_SIZE;
-
-std::optional<size_t> registerOffset(uint32_t reg, size_t len)
-{
-	size_t offset;
-	if (reg >= NFT_REG_1 && reg <= NFT_REG_4)
-		offset = reg * NFT_REG_SIZE;
-	else if (reg >= NFT_REG32_00 && reg <= NFT_REG32_15)
-		offset = NFT_REG_SIZE + (reg - NFT_REG32_00) * NFT_REG32_SIZE;
-	else
-		return std::nullopt;
-	if (len > kRegisterBytes - offset)
-		return std::nullopt;
-	return offset;
-}
 
 template<typename T>
 T hostAt(const Bytes &info, size_t at)
@@ -48,17 +31,10 @@ T hostAt(const Bytes &info, size_t at)
 	return v;
 }
 
-// What each byte of the register file holds.
-struct RegisterByte {
-	Slice::Kind kind = Slice::Kind::unset;
-	ValueId value = 0;
-	uint32_t offset = 0;
-};
-
 class Decoder
 {
 public:
-	Decoder(const Table &table, Rule &rule) : table_(table), rule_(rule) {}
+	Decoder(const Table &table, Rule &rule) : table_(table), rule_(rule), regs_(rule) {}
 
 	// False once the rule has stopped making sense.
 	bool decode(const Expression &expression);
@@ -73,12 +49,8 @@ private:
 		rule_.statements.emplace_back(std::move(statement));
 		return true;
 	}
-	ValueId define(ValueSource source, uint32_t len);
+	// A value computed into `dreg` (RegisterFile::load); past the registers, the rule is broken.
 	bool load(std::optional<uint32_t> dreg, ValueSource source, uint32_t len);
-	std::optional<ReadId> read(uint32_t reg, size_t len);
-	ReadId constant(Bytes bytes);
-	ReadId whole(ValueId value);
-	ReadId addRead(uint32_t first);
 	// Registers out of range: nothing after it can be read.
 	bool broken(const Expression &e, std::string reason);
 	bool lookup(const Lookup &l);
@@ -96,67 +68,14 @@ private:
 
 	const Table &table_;
 	Rule &rule_;
-	std::array<RegisterByte, kRegisterBytes> regs_{};
+	RegisterFile regs_;
 };
-
-ValueId Decoder::define(ValueSource source, uint32_t len)
-{
-	const auto id = static_cast<ValueId>(rule_.values.size());
-	rule_.values.push_back({std::move(source), len, static_cast<uint32_t>(rule_.statements.size())});
-	return id;
-}
 
 bool Decoder::load(std::optional<uint32_t> dreg, ValueSource source, uint32_t len)
 {
-	const ValueId value = define(std::move(source), len);
-	const size_t padded = (size_t(len) + 3) / 4 * 4;
-	const auto offset = dreg ? registerOffset(*dreg, padded) : std::nullopt;
-	if (!offset) {
-		rule_.values.pop_back();
-		return broken(UnknownExpression{fmt::format("store to reg {}", dreg.value_or(0))},
-			      "an expression writes past the registers");
-	}
-	for (size_t i = 0; i < padded; i++)
-		regs_[*offset + i] = i < len ? RegisterByte{Slice::Kind::value, value, uint32_t(i)}
-					     : RegisterByte{Slice::Kind::zero, 0, 0};
-	return true;
-}
-
-std::optional<ReadId> Decoder::read(uint32_t reg, size_t len)
-{
-	const auto offset = registerOffset(reg, len);
-	if (!offset)
-		return std::nullopt;
-	const auto first = static_cast<uint32_t>(rule_.slices.size());
-	for (size_t i = 0; i < len; i++) {
-		const RegisterByte &b = regs_[*offset + i];
-		Slice *last = rule_.slices.size() > first ? &rule_.slices.back() : nullptr;
-		if (last && last->kind == b.kind && last->value == b.value &&
-		    (b.kind != Slice::Kind::value || last->offset + last->len == b.offset))
-			last->len++;
-		else
-			rule_.slices.push_back({b.kind, b.value, b.offset, 1});
-	}
-	return addRead(first);
-}
-
-ReadId Decoder::whole(ValueId value)
-{
-	const auto first = static_cast<uint32_t>(rule_.slices.size());
-	rule_.slices.push_back({Slice::Kind::value, value, 0, rule_.values[value].len});
-	return addRead(first);
-}
-
-ReadId Decoder::addRead(uint32_t first)
-{
-	rule_.reads.emplace_back(first, static_cast<uint32_t>(rule_.slices.size()) - first);
-	return static_cast<ReadId>(rule_.reads.size() - 1);
-}
-
-ReadId Decoder::constant(Bytes bytes)
-{
-	const auto len = static_cast<uint32_t>(bytes.size());
-	return whole(define(Constant{std::move(bytes)}, len));
+	return regs_.load(dreg, std::move(source), len) ||
+	       broken(UnknownExpression{fmt::format("store to reg {}", dreg.value_or(0))},
+		      "an expression writes past the registers");
 }
 
 Other otherOf(Other::Effect effect, const Expression &e, std::vector<ReadId> reads, std::string reason)
@@ -171,14 +90,14 @@ bool Decoder::other(Other::Effect effect, const Expression &e, std::string reaso
 	for (const auto &[reg, len] : registers) {
 		if (!reg)
 			continue;
-		auto r = read(*reg, len);
+		auto r = regs_.read(*reg, len);
 		if (!r)
 			return broken(e, "an expression reads past the registers");
 		reads.push_back(*r);
 	}
 	// A statement that may do anything leaves nothing known in the registers.
 	if (effect == Other::Effect::mayDecide)
-		regs_.fill({});
+		regs_.forget();
 	return emit(otherOf(effect, e, std::move(reads), std::move(reason)));
 }
 
@@ -192,7 +111,7 @@ bool Decoder::lookup(const Lookup &l)
 {
 	const Set *set = table_.findSet(l.set);
 	// A set the read did not get: guess the widths; the evaluator says "may" for it.
-	auto key = read(l.sreg, set ? set->keyLen : 4);
+	auto key = regs_.read(l.sreg, set ? set->keyLen : 4);
 	if (!key)
 		return broken(l, "an expression reads past the registers");
 	if (l.dreg && *l.dreg == NFT_REG_VERDICT)
@@ -215,8 +134,8 @@ bool Decoder::nat(NatKind kind, uint32_t family, uint32_t flags, const std::arra
 			      std::optional<ReadId> &hi) {
 		if (!min)
 			return true;
-		lo = read(*min, len);
-		hi = max ? read(*max, len) : lo;
+		lo = regs_.read(*min, len);
+		hi = max ? regs_.read(*max, len) : lo;
 		return lo && hi;
 	};
 	if (!pair(regs[0], regs[1], f == Family::ipv4 ? 4 : 16, s.addressMin, s.addressMax) ||
@@ -247,11 +166,11 @@ bool Decoder::xtMatch(const Match &m)
 	}
 	// xt_mark_mtinfo1 { u32 mark, mask; u8 invert; }: meta mark & mask ==/!= mark.
 	if (m.name == "mark" && m.revision == 1 && m.info.size() >= 9) {
-		const ValueId mark = define(FromMeta{NFT_META_MARK}, 4);
+		const ValueId mark = regs_.define(FromMeta{NFT_META_MARK}, 4);
 		Bytes maskAndXor(m.info.begin() + 4, m.info.begin() + 8);
 		maskAndXor.resize(8, 0);
-		const ValueId masked = define(Masked{whole(mark), BitwiseOp::boolean, 0, std::move(maskAndXor)}, 4);
-		return emit(Compare{whole(masked), m.info[8] ? CmpOp::neq : CmpOp::eq,
+		const ValueId masked = regs_.define(Masked{regs_.whole(mark), BitwiseOp::boolean, 0, std::move(maskAndXor)}, 4);
+		return emit(Compare{regs_.whole(masked), m.info[8] ? CmpOp::neq : CmpOp::eq,
 				    Bytes(m.info.begin(), m.info.begin() + 4)});
 	}
 	if (m.name == "comment")
@@ -282,12 +201,12 @@ bool Decoder::xtNat(const Target &t, NatKind kind)
 		return Bytes(t.info.begin() + static_cast<long>(at), t.info.begin() + static_cast<long>(at + len));
 	};
 	if (s.flags & NF_NAT_RANGE_MAP_IPS) {
-		s.addressMin = constant(bytes(minAt, addrLen));
-		s.addressMax = constant(bytes(maxAt, addrLen));
+		s.addressMin = regs_.constant(bytes(minAt, addrLen));
+		s.addressMax = regs_.constant(bytes(maxAt, addrLen));
 	}
 	if (s.flags & NF_NAT_RANGE_PROTO_SPECIFIED) {
-		s.portMin = constant(bytes(portAt, 2));
-		s.portMax = constant(bytes(portAt + 2, 2));
+		s.portMin = regs_.constant(bytes(portAt, 2));
+		s.portMax = regs_.constant(bytes(portAt + 2, 2));
 	}
 	// NETMAP keeps the host part of the address: the native `snat prefix`.
 	if (t.name == "NETMAP")
@@ -399,7 +318,7 @@ bool Decoder::keyed(const Keyed &k, const Expression &e, uint32_t len)
 		else
 			return load(k.dreg, FromCt{k.key, k.direction}, len);
 	}
-	auto value = k.sreg ? read(*k.sreg, len) : std::nullopt;
+	auto value = k.sreg ? regs_.read(*k.sreg, len) : std::nullopt;
 	if (!value)
 		return broken(e, "an expression reads past the registers");
 	if constexpr (std::is_same_v<Keyed, Meta>)
@@ -410,7 +329,7 @@ bool Decoder::keyed(const Keyed &k, const Expression &e, uint32_t len)
 
 bool Decoder::bitwise(const Bitwise &b, const Expression &e)
 {
-	auto source = read(b.sreg, b.len);
+	auto source = regs_.read(b.sreg, b.len);
 	if (!source)
 		return broken(e, "an expression reads past the registers");
 	const uint32_t op = b.op.value_or(NFT_BITWISE_BOOL);
@@ -433,7 +352,7 @@ bool Decoder::compare(const Cmp &c, const Expression &e)
 	static constexpr CmpOp kOps[] = {CmpOp::eq, CmpOp::neq, CmpOp::lt, CmpOp::lte, CmpOp::gt, CmpOp::gte};
 	if (c.op >= std::size(kOps))
 		return broken(e, fmt::format("cmp operation {} is not understood", c.op));
-	auto lhs = read(c.sreg, c.data.size());
+	auto lhs = regs_.read(c.sreg, c.data.size());
 	if (!lhs)
 		return broken(e, "an expression reads past the registers");
 	return emit(Compare{*lhs, kOps[c.op], c.data});
@@ -443,7 +362,7 @@ bool Decoder::range(const Range &r, const Expression &e)
 {
 	if (r.from.size() != r.to.size())
 		return broken(e, "a range's bounds differ in length");
-	auto lhs = read(r.sreg, r.from.size());
+	auto lhs = regs_.read(r.sreg, r.from.size());
 	if (!lhs)
 		return broken(e, "an expression reads past the registers");
 	Bytes bounds = r.from;
@@ -471,7 +390,7 @@ bool Decoder::decode(const Expression &expression)
 			[&](const Numgen &n) { return otherLoad(n.dreg, 4); },
 			[&](const Hash &h) {
 				std::optional<ReadId> input;
-				if (h.sreg && !(input = read(*h.sreg, h.len)))
+				if (h.sreg && !(input = regs_.read(*h.sreg, h.len)))
 					return broken(expression, "an expression reads past the registers");
 				return otherLoad(h.dreg, 4, input);
 			},
@@ -489,7 +408,7 @@ bool Decoder::decode(const Expression &expression)
 			},
 			[&](const Bitwise &b) { return bitwise(b, expression); },
 			[&](const Byteorder &b) {
-				auto source = read(b.sreg, b.len);
+				auto source = regs_.read(b.sreg, b.len);
 				return source ? load(b.dreg, Swapped{*source, b.op == NFT_BYTEORDER_HTON, b.size}, b.len)
 					      : broken(expression, "an expression reads past the registers");
 			},

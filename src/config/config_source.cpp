@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The config source: inotify on the config's directory or its nearest ancestor, debounce,
-// write guard, and the absent-file grace time.
+// The config source: the config's directory watch (config_watch.h) turned into changes,
+// debounce, write guard, and the absent-file grace time.
 #include "ip-masq-agent/config/config_source.h"
 
 #include <algorithm>
@@ -24,17 +24,6 @@ namespace ipmasq {
 namespace {
 
 using Clock = ConfigSource::Clock;
-
-// IN_MODIFY marks a write in progress: a file written in place is read once it is closed
-// (IN_CLOSE_WRITE), or, held open, once it stays the same (kWriterQuietWindow).
-constexpr uint32_t kDirEvents = IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE |
-				IN_MOVED_FROM | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF |
-				IN_MOVE_SELF | IN_ONLYDIR;
-// While the directory is missing: the next component of its path appearing.
-constexpr uint32_t kAncestorEvents = IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF |
-				     IN_ONLYDIR;
-// No path has more components than this; a bound on the walk up to an ancestor.
-constexpr int kMaxAncestors = 256;
 
 // Kubernetes' atomic writer renames a new "..data" symlink into place on every update.
 constexpr const char *kConfigMapDataLink = "..data";
@@ -78,10 +67,8 @@ std::optional<FileStamp> FileStamp::of(const std::string &path)
 			 {st.st_ctim.tv_sec, st.st_ctim.tv_nsec}};
 }
 
-ConfigSource::ConfigSource(UniqueFd inotify, ConfigLocation location, std::string dir,
-			   std::string name)
-	: inotify_(std::move(inotify)), location_(std::move(location)), dir_(std::move(dir)),
-	  name_(std::move(name))
+ConfigSource::ConfigSource(ConfigWatch watch, ConfigLocation location, std::string name)
+	: watch_(std::move(watch)), location_(std::move(location)), name_(std::move(name))
 {
 }
 
@@ -94,14 +81,7 @@ ConfigSource ConfigSource::open(ConfigLocation location)
 		dir = path.has_parent_path() ? path.parent_path().string() : ".";
 		name = path.filename().string();
 	}
-	UniqueFd inotify(inotify_init1(IN_NONBLOCK | IN_CLOEXEC));
-	const int err = errno;
-	ConfigSource source(std::move(inotify), std::move(location), std::move(dir), std::move(name));
-	if (!source.inotify_.isValid())
-		source.warnWatch(fmt::format("cannot watch {} for config changes: inotify_init1: {}; "
-					     "changes are picked up at the next resync instead",
-					     ipmasq::quoted(source.dir_), std::strerror(err)));
-	return source;
+	return ConfigSource(ConfigWatch(std::move(dir)), std::move(location), std::move(name));
 }
 
 Result<ConfigContent> ConfigSource::readSettled(ConfigLocation location, Clock::duration limit)
@@ -137,75 +117,12 @@ Result<ConfigContent> ConfigSource::readSettled(ConfigLocation location, Clock::
 		    EAGAIN);
 }
 
-void ConfigSource::warnWatch(std::string message)
-{
-	if (watchError_.changed(message))
-		watchWarning_ = std::move(message);
-}
-
-std::optional<std::string> ConfigSource::takeWatchWarning()
-{
-	return std::exchange(watchWarning_, std::nullopt);
-}
-
 void ConfigSource::armWatch(Clock::time_point now)
 {
-	if (!inotify_.isValid() || dirWatch_ >= 0)
-		return;
-	const int wd = inotify_add_watch(inotify_.get(), dir_.c_str(), kDirEvents);
-	if (wd >= 0) {
-		dirWatch_ = wd;
-		dropAncestorWatch();
-		watchError_.clear();
-		// The directory is (back) in place, maybe with the file already in it:
-		// look at it, as for any change. Not at start-up, which reads anyway.
-		if (delivered_)
-			noteChange(now);
-		return;
-	}
-	const int err = errno; // before the message allocates
-	if (err == ENOENT || err == ENOTDIR) {
-		watchAncestor();
-		return;
-	}
-	warnWatch(fmt::format("cannot watch {} for config changes: {}; changes are picked up "
-			      "at the next resync instead", ipmasq::quoted(dir_), std::strerror(err)));
-}
-
-void ConfigSource::watchAncestor()
-{
-	std::filesystem::path child(dir_);
-	int err = 0;
-	for (int depth = 0; depth < kMaxAncestors; depth++) {
-		std::filesystem::path parent = child.parent_path();
-		if (parent.empty())
-			parent = child.is_absolute() ? "/" : ".";
-		const int wd = inotify_add_watch(inotify_.get(), parent.c_str(), kAncestorEvents);
-		if (wd >= 0) {
-			if (ancestorWatch_ >= 0 && ancestorWatch_ != wd)
-				inotify_rm_watch(inotify_.get(), ancestorWatch_);
-			ancestorWatch_ = wd;
-			ancestorChild_ = child.filename().string();
-			log::debug("{} is missing: watching {} for {} to appear", ipmasq::quoted(dir_),
-				   ipmasq::quoted(parent.string()), ipmasq::quoted(ancestorChild_));
-			return;
-		}
-		err = errno; // before anything allocates
-		if ((err != ENOENT && err != ENOTDIR) || parent == child)
-			break;
-		child = parent;
-	}
-	warnWatch(fmt::format("cannot watch {} nor any directory above it for config changes: "
-			      "{}; changes are picked up at the next resync instead",
-			      ipmasq::quoted(dir_), std::strerror(err)));
-}
-
-void ConfigSource::dropAncestorWatch()
-{
-	if (ancestorWatch_ >= 0 && ancestorWatch_ != dirWatch_)
-		inotify_rm_watch(inotify_.get(), ancestorWatch_);
-	ancestorWatch_ = -1;
-	ancestorChild_.clear();
+	// The directory is (back) in place, maybe with the file already in it: look at it,
+	// as for any change. Not at start-up, which reads anyway.
+	if (watch_.arm() && delivered_)
+		noteChange(now);
 }
 
 void ConfigSource::noteChange(Clock::time_point now)
@@ -241,7 +158,7 @@ void ConfigSource::noteFileEvent(const char *name, uint32_t mask, Clock::time_po
 		// A new regular file is still empty: its writer's IN_CLOSE_WRITE follows. A
 		// new symlink (or hard link) is complete at once.
 		struct stat st {};
-		const std::string path = fmt::format("{}/{}", dir_, name);
+		const std::string path = fmt::format("{}/{}", watch_.dir(), name);
 		if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
 		    st.st_size == 0) {
 			writing_ = true;
@@ -257,43 +174,13 @@ void ConfigSource::noteFileEvent(const char *name, uint32_t mask, Clock::time_po
 
 void ConfigSource::onWatchEvents(Clock::time_point now)
 {
-	alignas(inotify_event) char buf[16384];
-	bool rearm = false;
-	for (int reads = 0; reads < 1024; reads++) {
-		const ssize_t n = inotify_.isValid() ? ::read(inotify_.get(), buf, sizeof(buf)) : -1;
-		if (n <= 0)
-			break; // EAGAIN: drained
-		for (ssize_t off = 0; off < n;) {
-			const auto *ev = reinterpret_cast<const inotify_event *>(buf + off);
-			off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
-			const char *name = ev->len ? ev->name : nullptr;
-			const bool gone = ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED);
-			if (ev->mask & IN_Q_OVERFLOW) {
-				noteChange(now); // events were lost: assume the worst
-			} else if (ev->wd == dirWatch_ && gone) {
-				// The directory went away (or moved, and its watch with it):
-				// the file is gone too. Watch the path again from above.
-				if (!(ev->mask & IN_IGNORED))
-					inotify_rm_watch(inotify_.get(), dirWatch_);
-				dirWatch_ = -1;
-				noteChange(now);
-				rearm = true;
-			} else if (ev->wd == dirWatch_) {
-				if (concernsConfig(name))
-					noteFileEvent(name, ev->mask, now);
-			} else if (ev->wd == ancestorWatch_) {
-				if (gone) {
-					if (!(ev->mask & IN_IGNORED))
-						inotify_rm_watch(inotify_.get(), ancestorWatch_);
-					ancestorWatch_ = -1;
-					rearm = true;
-				} else if (name && ancestorChild_ == name) {
-					rearm = true;
-				}
-			}
-		}
-	}
-	if (rearm || (dirWatch_ < 0 && ancestorWatch_ < 0))
+	const bool rearm = watch_.drain([&](const char *name, uint32_t mask) {
+		if (name == nullptr)
+			noteChange(now);
+		else if (concernsConfig(name))
+			noteFileEvent(name, mask, now);
+	});
+	if (rearm)
 		armWatch(now);
 }
 

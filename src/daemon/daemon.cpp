@@ -63,7 +63,7 @@ Daemon::Daemon(std::unique_ptr<DesiredStateSource> source, TableBackend &backend
 		   source_->rulesetOptions().connectionCounters, status_),
 	  reporter_(status_, std::move(notifier)), signals_(std::move(signals)),
 	  timerFd_(std::move(timerFd)), addresses_(*source_, status_, Clock::now()),
-	  conflictCheck_(status_), snatUsageCheck_(status_)
+	  checks_(status_)
 {
 }
 
@@ -132,8 +132,7 @@ void Daemon::noteConfigTaken()
 void Daemon::handOver(DesiredState desired)
 {
 	status_.configKeysUnknown(desired.unknownKeys);
-	conflictCheck_.setDesired(desired.ruleset, desired.samples);
-	snatUsageCheck_.setDesired(desired.ruleset);
+	checks_.setDesired(desired);
 	reconciler_.setDesired(std::move(desired));
 }
 
@@ -252,8 +251,8 @@ void Daemon::start()
 	(void)reconciler_.reconcile(SyncTrigger::startup);
 	giveMemoryBack();
 	metrics_.readDue(Clock::now()); // after the first sync, which must not wait for them
-	handAddressesToChecks(Clock::now());
-	startChecks();
+	checks_.setNodeAddresses(addresses_.snapshot(Clock::now()));
+	checks_.start();
 	resyncEvery_ = source_->resyncInterval();
 	timers_[resync] = Clock::now() + resyncEvery_;
 	log::debug("resync every {}", formatGoDuration(resyncEvery_));
@@ -318,7 +317,7 @@ bool Daemon::drainTableMonitor(Clock::time_point now)
 	// Other tables matter to the conflict check only (and their churn costs it at most one
 	// pass per ConflictCheck::kPeriod).
 	if (monitor_->takeOtherTablesChanged() || !changed)
-		conflictCheck_.nudge();
+		checks_.nudgeConflictCheck();
 	if (changed)
 		return *changed;
 	// Whatever drain() cannot read would make poll() return at once forever: the socket
@@ -346,7 +345,7 @@ void Daemon::act(Events &events)
 	const bool resyncDue = due(resync, now);
 	if (resyncDue) {
 		timers_[resync] = now + resyncEvery_;
-		startChecks(); // those the kernel refused a thread before
+		checks_.start(); // those the kernel refused a thread before
 	}
 	// A monitor back after a failure catches up in this turn: nf_tables' by a sync that
 	// checks the table, the addresses' by the read it schedules.
@@ -382,23 +381,6 @@ void Daemon::act(Events &events)
 		log::debug("resync every {}", formatGoDuration(resyncEvery_));
 	}
 	runDueTimers(Clock::now());
-}
-
-void Daemon::startChecks()
-{
-	const auto startOne = [this](auto &check, LogOnce &refusal, const char *label, const char *what) {
-		if (check.running())
-			return;
-		const Status started = check.start();
-		if (started && refusal.clear())
-			log::info("{} runs now: its thread started", what);
-		if (!started && refusal.changed(started.error().message))
-			log::warning("{}; the agent goes on without {}, and tries to start it again at "
-				     "each resync", started.error().message, what);
-		status_.checkThread(AgentStatus::CheckThread{label, what, refusal.last()});
-	};
-	startOne(conflictCheck_, checkRefusals_[0], "nat_conflicts", "the NAT conflict check");
-	startOne(snatUsageCheck_, checkRefusals_[1], "snat_usage", "the SNAT usage read");
 }
 
 bool Daemon::takePodNetwork(const Events &events, Clock::time_point now)
@@ -438,7 +420,7 @@ void Daemon::sync(SyncTrigger trigger)
 					     Clock::now());
 	giveMemoryBack();
 	reporter_.notifySystemd();
-	conflictCheck_.nudge();
+	checks_.nudgeConflictCheck();
 }
 
 void Daemon::runDueTimers(Clock::time_point now)
@@ -446,14 +428,7 @@ void Daemon::runDueTimers(Clock::time_point now)
 	metrics_.readDue(now);
 	reporter_.watchdog(now);
 	if (addresses_.snapshotDue(now))
-		handAddressesToChecks(now);
-}
-
-void Daemon::handAddressesToChecks(Clock::time_point now)
-{
-	auto snapshot = addresses_.snapshot(now);
-	conflictCheck_.setNodeAddresses(snapshot);
-	snatUsageCheck_.setNodeAddresses(std::move(snapshot));
+		checks_.setNodeAddresses(addresses_.snapshot(now));
 }
 
 } // namespace ipmasq

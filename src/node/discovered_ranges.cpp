@@ -12,26 +12,14 @@
 
 namespace ipmasq {
 
-DiscoveredRanges::DiscoveredRanges(Settings settings) : settings_(std::move(settings))
+DiscoveredRanges::DiscoveredRanges(Settings settings)
+	: settings_(std::move(settings)), ranges_(settings_.holdDown, settings_.maxPrefixes)
 {
 	// One input per source for what the agent's table held for it (keep()).
 	for (const DiscoverySource source : kAllDiscoverySources) {
 		inputs_.push_back(DiscoveryInput{source, "the agent's table", DiscoveryInput::State::current, {}, 0});
 		given_.emplace_back();
 	}
-}
-
-DiscoveredRanges::Key DiscoveredRanges::keyOf(const Prefix &prefix)
-{
-	return Key{prefix.network.family, prefix.network.value, prefix.length};
-}
-
-Prefix DiscoveredRanges::prefixOf(const Key &key)
-{
-	Prefix prefix;
-	prefix.network = Address{key.family, key.network};
-	prefix.length = key.length;
-	return prefix;
 }
 
 std::optional<uint16_t> DiscoveredRanges::findInput(DiscoverySource source, const std::string &input) const
@@ -83,9 +71,7 @@ void DiscoveredRanges::forgetIndex(uint16_t index, Clock::time_point now)
 		inputs_[index] = std::move(inputs_[last]);
 		given_[index] = std::move(given_[last]);
 		for (const auto &[key, text] : given_[index])
-			for (OriginRef &origin : entries_[key].origins)
-				if (origin.input == last && origin.text == text)
-					origin.input = index;
+			ranges_.renumber(key, text, last, index);
 	}
 	inputs_.pop_back();
 	given_.pop_back();
@@ -112,7 +98,7 @@ void DiscoveredRanges::noteOutside(DiscoverySource source, const Sighting &sight
 {
 	if (sighting.prefix.network.family == Family::ipv6 && !settings_.ipv6)
 		return;
-	const Key key = keyOf(sighting.prefix);
+	const Key key = RangesInForce::keyOf(sighting.prefix);
 	if (outsideSeen_.count(key))
 		return;
 	outside_++;
@@ -135,88 +121,15 @@ void DiscoveredRanges::noteOutside(DiscoverySource source, const Sighting &sight
 	}
 }
 
-void DiscoveredRanges::touch(const Key &key) { dirty_.insert(key); }
-
-void DiscoveredRanges::unschedule(const Key &key, Entry &entry)
-{
-	if (!entry.leavesAt)
-		return;
-	auto [first, last] = leaving_.equal_range(*entry.leavesAt);
-	for (auto it = first; it != last; ++it)
-		if (it->second == key) {
-			leaving_.erase(it);
-			break;
-		}
-	entry.leavesAt.reset();
-}
-
-void DiscoveredRanges::cancelLeaving(const Key &key, Entry &entry)
-{
-	entry.heldFor.reset();
-	unschedule(key, entry);
-}
-
-void DiscoveredRanges::holdUntil(const Key &key, Entry &entry, Clock::time_point at)
-{
-	unschedule(key, entry);
-	entry.leavesAt = at;
-	leaving_.emplace(at, key);
-}
-
-void DiscoveredRanges::addOrigin(uint16_t input, const Key &key, std::string text)
-{
-	Entry &entry = entries_[key];
-	OriginRef origin{input, std::move(text)};
-	if (std::find(entry.origins.begin(), entry.origins.end(), origin) != entry.origins.end())
-		return;
-	const DiscoverySource source = inputs_[input].source;
-	const bool firstOfSource = std::none_of(entry.origins.begin(), entry.origins.end(),
-						[&](const OriginRef &o) { return inputs_[o.input].source == source; });
-	if (firstOfSource)
-		perSource_[static_cast<size_t>(source)]++;
-	entry.origins.push_back(std::move(origin));
-	entry.reshaped = false;
-	cancelLeaving(key, entry); // back within the hold-down: it never left
-	touch(key);
-}
-
-void DiscoveredRanges::removeOrigin(uint16_t input, const Key &key, const std::string &text,
-				    Clock::time_point now, Leaving leaving)
-{
-	const auto found = entries_.find(key);
-	if (found == entries_.end())
-		return;
-	Entry &entry = found->second;
-	const auto origin = std::find(entry.origins.begin(), entry.origins.end(), OriginRef{input, text});
-	if (origin == entry.origins.end())
-		return;
-	entry.origins.erase(origin);
-	const DiscoverySource source = inputs_[input].source;
-	if (std::none_of(entry.origins.begin(), entry.origins.end(),
-			 [&](const OriginRef &o) { return inputs_[o.input].source == source; }))
-		perSource_[static_cast<size_t>(source)]--;
-	touch(key);
-	if (!entry.origins.empty() || !entry.inForce)
-		return; // still given, or never in force: takeChanges() drops it at once
-	if (leaving != Leaving::heldDown) {
-		entry.reshaped = leaving == Leaving::reshaped;
-		return;
-	}
-	// Withdrawn while in force: it stays for the hold-down, so that a flap does not flip
-	// traffic to masquerade and back.
-	holdUntil(key, entry, now + settings_.holdDown);
-	entry.heldFor = source;
-}
-
 void DiscoveredRanges::add(DiscoverySource source, const std::string &input, Sighting sighting)
 {
 	const uint16_t index = inputIndex(source, input);
 	if (!admit(source, sighting))
 		return;
-	const Key key = keyOf(sighting.prefix);
+	const Key key = RangesInForce::keyOf(sighting.prefix);
 	if (given_[index].emplace(key, sighting.origin).second) {
 		inputs_[index].origins = given_[index].size();
-		addOrigin(index, key, std::move(sighting.origin));
+		ranges_.addOrigin(originOf(index, std::move(sighting.origin)), key);
 	}
 }
 
@@ -224,11 +137,11 @@ void DiscoveredRanges::remove(DiscoverySource source, const std::string &input, 
 			      Clock::time_point now)
 {
 	const uint16_t index = inputIndex(source, input);
-	const Key key = keyOf(sighting.prefix);
+	const Key key = RangesInForce::keyOf(sighting.prefix);
 	if (given_[index].erase({key, sighting.origin}) == 0)
 		return;
 	inputs_[index].origins = given_[index].size();
-	removeOrigin(index, key, sighting.origin, now);
+	ranges_.removeOrigin(originOf(index, sighting.origin), key, now);
 }
 
 void DiscoveredRanges::replaceGiven(uint16_t index, std::vector<Sighting> sightings, Clock::time_point now)
@@ -237,13 +150,13 @@ void DiscoveredRanges::replaceGiven(uint16_t index, std::vector<Sighting> sighti
 	std::set<std::pair<Key, std::string>> given;
 	for (Sighting &sighting : sightings)
 		if (admit(source, sighting))
-			given.emplace(keyOf(sighting.prefix), std::move(sighting.origin));
+			given.emplace(RangesInForce::keyOf(sighting.prefix), std::move(sighting.origin));
 	for (const auto &[key, text] : given_[index])
 		if (!given.count({key, text}))
-			removeOrigin(index, key, text, now);
+			ranges_.removeOrigin(originOf(index, text), key, now);
 	for (const auto &[key, text] : given)
 		if (!given_[index].count({key, text}))
-			addOrigin(index, key, text);
+			ranges_.addOrigin(originOf(index, text), key);
 	given_[index] = std::move(given);
 	inputs_[index].origins = given_[index].size();
 }
@@ -320,9 +233,8 @@ void DiscoveredRanges::keep(DiscoverySource source, const std::vector<Prefix> &p
 		const Sighting sighting{prefix, origin};
 		if (!admit(source, sighting))
 			continue;
-		const Key key = keyOf(prefix);
-		const bool known = entries_.count(key) > 0;
-		if (!known && inForce_ >= settings_.maxPrefixes) {
+		const Key key = RangesInForce::keyOf(prefix);
+		if (!ranges_.fits(key)) {
 			if (!keptFull_)
 				messages_.push_back(DiscoveryMessage{
 					true, fmt::format("nonMasqueradeDiscovery: the agent's table holds more "
@@ -334,13 +246,7 @@ void DiscoveredRanges::keep(DiscoverySource source, const std::vector<Prefix> &p
 		}
 		if (!given_[index].emplace(key, origin).second)
 			continue;
-		addOrigin(index, key, origin);
-		// In force already (the kernel holds it): a release withdraws it into its
-		// hold-down instead of dropping it as never applied.
-		Entry &entry = entries_[key];
-		if (!entry.inForce)
-			inForce_++;
-		entry.inForce = true;
+		ranges_.addKept(originOf(index, origin), key);
 	}
 	inputs_[index].origins = given_[index].size();
 }
@@ -352,7 +258,7 @@ IntervalSet DiscoveredRanges::givenBy(DiscoverySource source, Family family) con
 		if (inputs_[i].source == source)
 			for (const auto &[key, text] : given_[i])
 				if (key.family == family)
-					given.push_back(prefixOf(key));
+					given.push_back(RangesInForce::prefixOf(key));
 	return IntervalSet::fromPrefixes(family, given);
 }
 
@@ -366,11 +272,12 @@ void DiscoveredRanges::releaseKept(DiscoverySource source, Clock::time_point now
 	const IntervalSet given[] = {givenBy(source, Family::ipv4), givenBy(source, Family::ipv6)};
 	size_t withdrawn = 0;
 	for (const auto &[key, text] : std::exchange(given_[index], {})) {
-		const Prefix prefix = prefixOf(key);
+		const Prefix prefix = RangesInForce::prefixOf(key);
 		const bool covered = given[key.family == Family::ipv4 ? 0 : 1].contains(
 			AddressRange{prefix.first(), prefix.last()});
 		withdrawn += covered ? 0 : 1;
-		removeOrigin(index, key, text, now, covered ? Leaving::reshaped : Leaving::heldDown);
+		ranges_.removeOrigin(originOf(index, text), key, now,
+				     covered ? RangesInForce::Leaving::reshaped : RangesInForce::Leaving::heldDown);
 	}
 	messages_.push_back(DiscoveryMessage{
 		false, fmt::format("nonMasqueradeDiscovery: {}: of what the agent's table held for it when the "
@@ -390,19 +297,14 @@ size_t DiscoveredRanges::kept(DiscoverySource source) const
 void DiscoveredRanges::setHoldDown(Duration holdDown, Clock::time_point now)
 {
 	settings_.holdDown = holdDown;
-	std::vector<std::pair<Key, Clock::time_point>> later;
-	for (const auto &[at, key] : leaving_)
-		if (at > now && at < now + holdDown)
-			later.emplace_back(key, now + holdDown);
-	for (const auto &[key, at] : later)
-		holdUntil(key, entries_[key], at);
+	ranges_.setHoldDown(holdDown, now);
 }
 
 void DiscoveredRanges::setWithin(std::vector<Prefix> within, Clock::time_point now)
 {
 	settings_.within = std::move(within);
 	const auto outside = [this](const Key &key) {
-		const Prefix prefix = prefixOf(key);
+		const Prefix prefix = RangesInForce::prefixOf(key);
 		return std::none_of(settings_.within.begin(), settings_.within.end(),
 				    [&](const Prefix &outer) { return outer.contains(prefix); });
 	};
@@ -413,16 +315,12 @@ void DiscoveredRanges::setWithin(std::vector<Prefix> within, Clock::time_point n
 				leaving.push_back(given);
 		for (const auto &[key, text] : leaving) {
 			given_[index].erase({key, text});
-			removeOrigin(index, key, text, now, Leaving::atOnce);
+			ranges_.removeOrigin(originOf(index, text), key, now, RangesInForce::Leaving::atOnce);
 		}
 		inputs_[index].origins = given_[index].size();
 	}
 	// Withdrawn ones held down leave too: the operator asked.
-	for (auto &[key, entry] : entries_)
-		if (entry.origins.empty() && entry.leavesAt && outside(key)) {
-			cancelLeaving(key, entry);
-			touch(key);
-		}
+	ranges_.releaseHeld(outside);
 }
 
 void DiscoveredRanges::applyRoutes(const RouteUpdate &update, Clock::time_point now)
@@ -438,126 +336,6 @@ void DiscoveredRanges::applyRoutes(const RouteUpdate &update, Clock::time_point 
 		noteOutside(DiscoverySource::routes, Sighting{route.destination, route.origin()});
 }
 
-bool DiscoveredRanges::effective(const Entry &entry, Clock::time_point now)
-{
-	return !entry.origins.empty() || (entry.inForce && entry.leavesAt && *entry.leavesAt > now);
-}
-
-DiscoveryChanges DiscoveredRanges::takeChanges(Clock::time_point now)
-{
-	// Hold-downs that ended: those prefixes are decided again below.
-	while (!leaving_.empty() && leaving_.begin()->first <= now) {
-		touch(leaving_.begin()->second);
-		leaving_.erase(leaving_.begin());
-	}
-	DiscoveryChanges changes;
-	for (const Key &key : dirty_) {
-		const auto found = entries_.find(key);
-		if (found == entries_.end())
-			continue;
-		const Entry &entry = found->second;
-		const bool wanted = effective(entry, now);
-		if (wanted && !entry.inForce)
-			changes.added.push_back(prefixOf(key));
-		else if (!wanted && entry.inForce)
-			(entry.reshaped ? changes.reshaped : changes.removed).push_back(prefixOf(key));
-	}
-	const size_t after =
-		inForce_ + changes.added.size() - changes.removed.size() - changes.reshaped.size();
-	if (after > settings_.maxPrefixes) {
-		// The last set within the bound stays; these changes wait until it fits again.
-		if (!overBound_)
-			messages_.push_back(DiscoveryMessage{
-				true, fmt::format("nonMasqueradeDiscovery: {} prefixes discovered, more than "
-						  "the {} the agent takes: the {} in force stay, and no "
-						  "discovered change is applied until the sources give at most "
-						  "{}; narrow the sources or within",
-						  after, settings_.maxPrefixes, inForce_, settings_.maxPrefixes)});
-		overBound_ = true;
-		return {};
-	}
-	if (overBound_)
-		messages_.push_back(DiscoveryMessage{
-			false, fmt::format("nonMasqueradeDiscovery: {} prefixes discovered, within the bound "
-					   "of {} again: changes are applied", after, settings_.maxPrefixes)});
-	overBound_ = false;
-	for (const Key &key : dirty_) {
-		const auto found = entries_.find(key);
-		if (found == entries_.end())
-			continue;
-		Entry &entry = found->second;
-		entry.inForce = effective(entry, now);
-		if (entry.origins.empty() && !entry.inForce)
-			entries_.erase(found);
-	}
-	dirty_.clear();
-	inForce_ = after;
-	changes_ += changes.added.size() + changes.removed.size();
-	return changes;
-}
-
-std::vector<Prefix> DiscoveredRanges::inForceOf(DiscoverySource source) const
-{
-	std::vector<Prefix> out;
-	for (const auto &[key, entry] : entries_) {
-		if (!entry.inForce)
-			continue;
-		const bool gives = entry.origins.empty()
-			? entry.heldFor == source
-			: std::any_of(entry.origins.begin(), entry.origins.end(),
-				      [&](const OriginRef &o) { return inputs_[o.input].source == source; });
-		if (gives)
-			out.push_back(prefixOf(key));
-	}
-	return out;
-}
-
-std::optional<DiscoveredRanges::Clock::time_point> DiscoveredRanges::nextWake() const
-{
-	if (leaving_.empty())
-		return std::nullopt;
-	return leaving_.begin()->first;
-}
-
-std::vector<Prefix> DiscoveredRanges::inForce() const
-{
-	std::vector<Prefix> out;
-	out.reserve(inForce_);
-	for (const auto &[key, entry] : entries_)
-		if (entry.inForce)
-			out.push_back(prefixOf(key));
-	return out;
-}
-
-DiscoveredRange DiscoveredRanges::rangeOf(const Key &key, const Entry &entry) const
-{
-	DiscoveredRange range{prefixOf(key), {}, entry.origins.empty() ? entry.leavesAt : std::nullopt};
-	for (const OriginRef &origin : entry.origins)
-		range.origins.push_back(DiscoveredRange::Origin{inputs_[origin.input].source, origin.text});
-	return range;
-}
-
-std::vector<DiscoveredRange> DiscoveredRanges::ranges() const
-{
-	std::vector<DiscoveredRange> out;
-	for (const auto &[key, entry] : entries_)
-		if (entry.inForce)
-			out.push_back(rangeOf(key, entry));
-	return out;
-}
-
-std::vector<DiscoveredRange> DiscoveredRanges::covering(const Address &address) const
-{
-	std::vector<DiscoveredRange> out;
-	for (const auto &[key, entry] : entries_) {
-		const Prefix prefix = prefixOf(key);
-		if (entry.inForce && prefix.network.family == address.family && prefix.first() <= address &&
-		    address <= prefix.last())
-			out.push_back(rangeOf(key, entry));
-	}
-	return out;
-}
-
 bool DiscoveredRanges::started() const
 {
 	const auto read = inputs();
@@ -569,15 +347,10 @@ bool DiscoveredRanges::started() const
 DiscoveryStats DiscoveredRanges::stats() const
 {
 	DiscoveryStats stats;
-	stats.prefixesPerSource = perSource_;
+	ranges_.countInto(stats);
 	for (const DiscoveryInput &input : inputs())
 		stats.inputsPerSource[static_cast<size_t>(input.source)]++;
-	stats.inForce = inForce_;
-	for (const auto &[key, entry] : entries_)
-		stats.heldDown += entry.inForce && entry.origins.empty() ? 1 : 0;
-	stats.changes = changes_;
 	stats.outsideWithin = outside_;
-	stats.overBound = overBound_;
 	return stats;
 }
 

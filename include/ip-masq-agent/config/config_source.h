@@ -13,10 +13,9 @@
 
 #include "ip-masq-agent/config/config_look.h"
 #include "ip-masq-agent/config/config_location.h"
-#include "ip-masq-agent/base/log.h"
+#include "ip-masq-agent/config/config_watch.h"
 #include "ip-masq-agent/base/error.h"
 #include "ip-masq-agent/base/siphash.h"
-#include "ip-masq-agent/base/unique_fd.h"
 
 namespace ipmasq {
 
@@ -100,7 +99,7 @@ public:
 						 Clock::duration limit = kSettledReadLimit);
 
 	const std::string &path() const { return location_.path; }
-	int fd() const { return inotify_.get(); }
+	int fd() const { return watch_.fd(); }
 
 	// Drain the pending inotify events without blocking.
 	void onWatchEvents(Clock::time_point now);
@@ -121,16 +120,13 @@ public:
 	std::optional<Clock::time_point> nextWake() const;
 
 	// Why the config is not being watched, once per distinct reason (then nullopt).
-	std::optional<std::string> takeWatchWarning();
+	std::optional<std::string> takeWatchWarning() { return watch_.takeWarning(); }
 
 private:
-	ConfigSource(UniqueFd inotify, ConfigLocation location, std::string dir, std::string name);
+	ConfigSource(ConfigWatch watch, ConfigLocation location, std::string name);
 
 	void armWatch(Clock::time_point now);
-	void watchAncestor();
-	void dropAncestorWatch();
 	void noteChange(Clock::time_point now);
-	void warnWatch(std::string message);
 	bool concernsConfig(const char *name) const;
 	void noteFileEvent(const char *name, uint32_t mask, Clock::time_point now);
 	bool changeDue(Clock::time_point now) const;
@@ -161,15 +157,9 @@ private:
 	// A read failed: forget what was delivered, and schedule another read.
 	tl::unexpected<Error> readFailed(Error error, Clock::time_point now);
 
-	UniqueFd inotify_;
+	ConfigWatch watch_;
 	ConfigLocation location_;
-	std::string dir_;  // the directory watched
-	std::string name_; // --config's file name in it; empty with --config-dir
-	int dirWatch_ = -1;
-	int ancestorWatch_ = -1;
-	std::string ancestorChild_; // the name in the watched ancestor that leads to dir_
-	std::optional<std::string> watchWarning_;
-	LogOnce watchError_;
+	std::string name_; // --config's file name in the directory watched; empty with --config-dir
 
 	// A change seen and not yet read: the first and last event of the burst.
 	std::optional<Clock::time_point> changeSince_;

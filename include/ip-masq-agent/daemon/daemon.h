@@ -14,12 +14,10 @@
 #include "ip-masq-agent/compile/desired_state.h"
 #include "ip-masq-agent/base/duration.h"
 #include "ip-masq-agent/base/error.h"
-#include "ip-masq-agent/base/log.h"
-#include "ip-masq-agent/daemon/conflict_check.h"
+#include "ip-masq-agent/daemon/check_threads.h"
 #include "ip-masq-agent/daemon/loop_signals.h"
 #include "ip-masq-agent/daemon/metrics_reader.h"
 #include "ip-masq-agent/daemon/monitor_recovery.h"
-#include "ip-masq-agent/daemon/snat_usage_check.h"
 #include "ip-masq-agent/daemon/reconciler.h"
 #include "ip-masq-agent/daemon/status_reporter.h"
 #include "ip-masq-agent/daemon/systemd_notify.h"
@@ -111,10 +109,6 @@ private:
 	std::optional<int> waitForEvents(Events &events);
 	// Decides what the events and the deadlines due call for, and does it.
 	void act(Events &events);
-	// Starts the checks' threads that do not run yet (after the first sync, then at each
-	// resync while the kernel refuses one): a refusal is logged once per distinct message
-	// and reported (/readyz?verbose, ip_masq_agent_check_running); the agent goes on.
-	void startChecks();
 	// The reads and notices whose deadline has come (the MetricsReader's, the watchdog,
 	// the addresses handed to the checks).
 	void runDueTimers(Clock::time_point now);
@@ -152,8 +146,6 @@ private:
 	// The pod network's new desired state (from its notifications or its timer) to the
 	// reconciler, kPodNetworkCoalesce after it had something; true when there was one.
 	bool takePodNetwork(const Events &events, Clock::time_point now);
-	// The followed addresses to both checks (one copy, shared).
-	void handAddressesToChecks(Clock::time_point now);
 
 	std::unique_ptr<DesiredStateSource> source_;
 	NftablesMonitor *monitor_; // null: none; closed while it is being reopened
@@ -170,13 +162,8 @@ private:
 	std::array<std::optional<Clock::time_point>, kTimers> timers_{};
 	Duration resyncEvery_{0};
 
-	// What other tables undo, checked on a thread of its own against the last desired state.
-	ConflictCheck conflictCheck_;
-	// How close each destination is to running out of SNAT ports, read on a thread of its
-	// own with the last desired state's ranges.
-	SnatUsageCheck snatUsageCheck_;
-	// Why each check's thread was last refused: conflicts, SNAT usage.
-	std::array<LogOnce, 2> checkRefusals_;
+	// The ConflictCheck and the SnatUsageCheck, each on a thread of its own.
+	CheckThreads checks_;
 };
 
 } // namespace ipmasq

@@ -6,20 +6,11 @@
 // injected clock: it reads nothing and logs nothing itself.
 #pragma once
 
-#include <array>
-#include <chrono>
-#include <compare>
-#include <cstddef>
-#include <cstdint>
-#include <map>
-#include <optional>
-#include <set>
 #include <span>
-#include <string>
-#include <vector>
 
-#include "ip-masq-agent/model/cidr.h"
-#include "ip-masq-agent/config/discovery_config.h"
+// Its vocabulary (the set in force, the changes, the messages, the stats) and what it
+// includes.
+#include "ip-masq-agent/node/ranges_in_force.h"
 #include "ip-masq-agent/node/route_selection.h"
 
 namespace ipmasq {
@@ -33,35 +24,6 @@ inline constexpr size_t kMaxRememberedOutside = 4096;
 struct Sighting {
 	Prefix prefix;
 	std::string origin;
-};
-
-// A prefix in force, as --explain, --dry-run and /readyz?verbose list it.
-struct DiscoveredRange {
-	Prefix prefix;
-	struct Origin {
-		DiscoverySource source;
-		std::string text;
-	};
-	std::vector<Origin> origins; // empty: withdrawn, held until `leavesAt`
-	std::optional<std::chrono::steady_clock::time_point> leavesAt;
-};
-
-// What changed in the set in force since the last takeChanges(): element diffs.
-struct DiscoveryChanges {
-	std::vector<Prefix> added;
-	std::vector<Prefix> removed;
-	// Ranges the agent's table held from before the start that their source now gives
-	// otherwise shaped (a /25 kept, two /26 read): they leave with no hold-down and no
-	// change for traffic, the source's ranges covering every address of them.
-	std::vector<Prefix> reshaped;
-	bool empty() const { return added.empty() && removed.empty() && reshaped.empty(); }
-};
-
-// A message for the log, made once: a prefix outside `within`, the bound reached or left,
-// an input gone stale or fresh again.
-struct DiscoveryMessage {
-	bool warning = false; // else info
-	std::string text;
 };
 
 // Where one input (the route source, one file) stands.
@@ -81,20 +43,6 @@ struct DiscoveryInput {
 // A file that does not exist yet is stale rather than waited for while the agent's table
 // holds ranges of its source from before the start: this is its reason.
 inline constexpr const char *kNotThereYet = "does not exist (yet)";
-
-struct DiscoveryStats {
-	// Prefixes that each source gives now (a withdrawn prefix held in force counts in
-	// heldDown instead).
-	std::array<size_t, kDiscoverySources> prefixesPerSource{};
-	// Inputs followed per source: the route source, subnet.env, each CNI file present (and
-	// the CNI directory while it cannot be listed). A name that is gone is forgotten.
-	std::array<size_t, kDiscoverySources> inputsPerSource{};
-	size_t inForce = 0;
-	size_t heldDown = 0;
-	uint64_t changes = 0;	    // set elements added or removed, since the start
-	uint64_t outsideWithin = 0; // prefixes seen outside `within` (each once, while remembered)
-	bool overBound = false;	    // more than the bound: the set in force is the last one within it
-};
 
 class DiscoveredRanges
 {
@@ -173,19 +121,19 @@ public:
 	// The changes to the set in force since the last call, as element diffs: prefixes that
 	// came, and prefixes that left (at once if they were never in force, else once
 	// withdrawn for the hold-down). Past the bound nothing changes, and the model says so.
-	DiscoveryChanges takeChanges(Clock::time_point now);
+	DiscoveryChanges takeChanges(Clock::time_point now) { return ranges_.takeChanges(now, messages_); }
 	// When a withdrawn prefix leaves next; nullopt if none is held.
-	std::optional<Clock::time_point> nextWake() const;
+	std::optional<Clock::time_point> nextWake() const { return ranges_.nextWake(); }
 
 	// The set in force, sorted: what the compiler adds to nonMasqueradeCIDRs.
-	std::vector<Prefix> inForce() const;
+	std::vector<Prefix> inForce() const { return ranges_.inForce(); }
 	// The prefixes in force that `source` gives, or gave last if withdrawn and held down:
 	// each source's discovered-* set, so that a restart knows what each had in force.
-	std::vector<Prefix> inForceOf(DiscoverySource source) const;
+	std::vector<Prefix> inForceOf(DiscoverySource source) const { return ranges_.inForceOf(source); }
 	// The same with origins (held prefixes too), for --dry-run and /readyz?verbose.
-	std::vector<DiscoveredRange> ranges() const;
+	std::vector<DiscoveredRange> ranges() const { return ranges_.ranges(); }
 	// The ranges in force that hold `address`, each with every origin: --explain.
-	std::vector<DiscoveredRange> covering(const Address &address) const;
+	std::vector<DiscoveredRange> covering(const Address &address) const { return ranges_.covering(address); }
 	// The inputs read (the route source, the files), in the order first named.
 	std::span<const DiscoveryInput> inputs() const
 	{
@@ -197,69 +145,31 @@ public:
 	std::vector<DiscoveryMessage> takeMessages();
 
 private:
-	struct Key {
-		Family family = Family::ipv4;
-		AddressValue network = 0;
-		unsigned length = 0;
-		auto operator<=>(const Key &) const = default;
-	};
-	struct OriginRef {
-		uint16_t input = 0;
-		std::string text;
-		bool operator==(const OriginRef &) const = default;
-	};
-	struct Entry {
-		std::vector<OriginRef> origins;
-		bool inForce = false;
-		std::optional<Clock::time_point> leavesAt;
-		// Withdrawn and held: the source whose origin went last (its discovered-* set
-		// keeps it until it leaves).
-		std::optional<DiscoverySource> heldFor;
-		// A kept prefix released while its source covers it (DiscoveryChanges::reshaped).
-		bool reshaped = false;
-	};
-
-	static Key keyOf(const Prefix &prefix);
-	static Prefix prefixOf(const Key &key);
+	using Key = RangesInForce::Key;
 	uint16_t inputIndex(DiscoverySource source, const std::string &input);
 	std::optional<uint16_t> findInput(DiscoverySource source, const std::string &input) const;
 	void forgetIndex(uint16_t index, Clock::time_point now);
 	bool admit(DiscoverySource source, const Sighting &sighting);
-	void addOrigin(uint16_t input, const Key &key, std::string text);
+	RangesInForce::OriginRef originOf(uint16_t input, std::string text) const
+	{
+		return RangesInForce::OriginRef{input, inputs_[input].source, std::move(text)};
+	}
 	void replaceGiven(uint16_t input, std::vector<Sighting> sightings, Clock::time_point now);
-	// How a prefix in force that loses its last origin leaves: after the hold-down, at
-	// once (`within` narrowed), or at once as reshaped (a kept prefix its source covers).
-	enum class Leaving { heldDown, atOnce, reshaped };
-	void removeOrigin(uint16_t input, const Key &key, const std::string &text, Clock::time_point now,
-			  Leaving leaving = Leaving::heldDown);
-	// Its hold-down ends at `at` (unschedule: it has none).
-	void holdUntil(const Key &key, Entry &entry, Clock::time_point at);
-	void unschedule(const Key &key, Entry &entry);
 	// What `source`'s inputs give now, in `family`, merged.
 	IntervalSet givenBy(DiscoverySource source, Family family) const;
-	void cancelLeaving(const Key &key, Entry &entry);
-	void touch(const Key &key);
 	void setState(uint16_t input, DiscoveryInput::State state, const std::string &reason = {});
-	static bool effective(const Entry &entry, Clock::time_point now);
-	DiscoveredRange rangeOf(const Key &key, const Entry &entry) const;
 
 	Settings settings_;
-	std::map<Key, Entry> entries_;
+	RangesInForce ranges_;
 	// The inputs: first one per source for what the agent's table held for it (keep()),
 	// then the inputs read, as named. Bounded by what exists now (forget()): the route
 	// source, a subnet.env, at most kMaxCniConfFiles CNI files and their directory.
 	std::vector<DiscoveryInput> inputs_;
 	// Per input, the origins it gave, so that replace() finds what it no longer says.
 	std::vector<std::set<std::pair<Key, std::string>>> given_;
-	std::set<Key> dirty_; // changed since the last takeChanges()
-	std::multimap<Clock::time_point, Key> leaving_;
 	std::set<Key> outsideSeen_;
 	std::vector<DiscoveryMessage> messages_;
-	std::array<size_t, kDiscoverySources> perSource_{};
-	size_t inForce_ = 0;
-	uint64_t changes_ = 0;
 	uint64_t outside_ = 0;
-	bool overBound_ = false;
 	bool outsideFull_ = false;
 	bool keptFull_ = false;
 };

@@ -6,11 +6,14 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <string>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -213,6 +216,26 @@ TEST_CASE("a misspelled key: ready, and said in the log, /readyz?verbose and a g
 	deleteAgentTable();
 }
 
+namespace {
+
+// Whether every thread of process `pid` is stopped by a signal (state T in its stat line).
+bool allThreadsStopped(pid_t pid)
+{
+	size_t threads = 0;
+	for (const auto &task : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", pid))) {
+		std::ifstream stat(task.path() / "stat");
+		std::string line;
+		std::getline(stat, line);
+		const size_t afterName = line.rfind(')');
+		if (afterName == std::string::npos || afterName + 2 >= line.size() || line[afterName + 2] != 'T')
+			return false;
+		threads++;
+	}
+	return threads > 0;
+}
+
+} // namespace
+
 TEST_CASE("SIGSTOP: a probe gets no answer, which the kubelet counts as a failure; SIGCONT heals")
 {
 	requireCurl();
@@ -224,6 +247,9 @@ TEST_CASE("SIGSTOP: a probe gets no answer, which the kubelet counts as a failur
 	// Every thread stops, the HTTP thread too: the probe times out (as a kubelet's
 	// probe with timeoutSeconds would) instead of reading a 503.
 	REQUIRE(kill(agent.pid(), SIGSTOP) == 0);
+	// kill() returns before every thread has stopped: a thread running on the other core
+	// answered a probe with 200 on a busy machine. Wait until each one is stopped.
+	requireWithin([&agent] { return allThreadsStopped(agent.pid()); }, 5s, agent, "every thread stopped");
 	const Answer stopped = request("/livez", "GET", 1s);
 	REQUIRE(kill(agent.pid(), SIGCONT) == 0);
 	CHECK(stopped.status == 0);

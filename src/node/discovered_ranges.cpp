@@ -239,7 +239,7 @@ void DiscoveredRanges::keep(DiscoverySource source, const std::vector<Prefix> &p
 				messages_.push_back(DiscoveryMessage{
 					true, fmt::format("nonMasqueradeDiscovery: the agent's table holds more "
 							  "ranges than the {} the agent takes: the rest of {} "
-							  "is not kept", settings_.maxPrefixes,
+							  "is not kept", ranges_.maxPrefixes(),
 							  discoverySourceName(source))});
 			keptFull_ = true;
 			break;
@@ -285,7 +285,7 @@ void DiscoveredRanges::releaseKept(DiscoverySource source, Clock::time_point now
 				   "the rest is what it gives now",
 				   discoverySourceName(source), counted(inputs_[index].origins, "range"),
 				   counted(withdrawn, "range"),
-				   formatGoDuration(settings_.holdDown))});
+				   formatGoDuration(ranges_.holdDown()))});
 	inputs_[index].origins = 0;
 }
 
@@ -296,7 +296,6 @@ size_t DiscoveredRanges::kept(DiscoverySource source) const
 
 void DiscoveredRanges::setHoldDown(Duration holdDown, Clock::time_point now)
 {
-	settings_.holdDown = holdDown;
 	ranges_.setHoldDown(holdDown, now);
 }
 

@@ -159,6 +159,7 @@ private:
 	IntervalSet givenBy(DiscoverySource source, Family family) const;
 	void setState(uint16_t input, DiscoveryInput::State state, const std::string &reason = {});
 
+	// Its holdDown and maxPrefixes only start ranges_, which holds them from then on.
 	Settings settings_;
 	RangesInForce ranges_;
 	// The inputs: first one per source for what the agent's table held for it (keep()),

@@ -105,6 +105,8 @@ public:
 	// DiscoveredRanges::setHoldDown(), and the withdrawn prefixes held down that leave at
 	// once (`within` narrowed).
 	void setHoldDown(Duration holdDown, Clock::time_point now);
+	Duration holdDown() const { return holdDown_; }
+	size_t maxPrefixes() const { return maxPrefixes_; }
 	void releaseHeld(const std::function<bool(const Key &)> &leaves);
 
 	// DiscoveredRanges::takeChanges(), nextWake(), inForce(), inForceOf(), ranges(),

@@ -2,6 +2,9 @@
 // Escaping of untrusted text: no value can break a log line or forge another.
 #include <catch2/catch.hpp>
 
+#include <iomanip> // std::quoted, which a call with a std::string must never reach
+#include <string>
+
 #include "ip-masq-agent/base/escape.h"
 
 using namespace ipmasq;
@@ -11,6 +14,13 @@ TEST_CASE("quoted: printable ASCII passes, quotes and backslashes are escaped")
 	CHECK(quoted("10.0.0.0/8") == "\"10.0.0.0/8\"");
 	CHECK(quoted("") == "\"\"");
 	CHECK(quoted("a\"b\\c") == "\"a\\\"b\\\\c\"");
+}
+
+TEST_CASE("quoted: a std::string argument is escaped by ours, never by std::quoted (found by ADL)")
+{
+	const std::string value = "a\nb";
+	const std::string text = quoted(value);
+	CHECK(text == "\"a\\nb\"");
 }
 
 TEST_CASE("escaped: control bytes, newlines and non-ASCII bytes become escapes")
